@@ -1,0 +1,118 @@
+"""The one typed configuration object.
+
+Every setting is a keyword argument, a CLI flag and an environment variable
+``STREAMIQ_<NAME>`` (upper case), e.g. ``STREAMIQ_BOOTSTRAP_SERVERS``. Raw Kafka
+client settings pass through ``kafka_config`` (env ``STREAMIQ_KAFKA_CONFIG`` as JSON)
+so SASL/SSL and tuning knobs reach librdkafka untouched; secrets are ``SecretStr``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["Settings"]
+
+
+class Settings(BaseSettings):
+    """streamiq settings. Construct with keyword arguments or from the environment."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="STREAMIQ_", extra="forbid", frozen=True, populate_by_name=True
+    )
+
+    # --- Kafka ---
+    bootstrap_servers: str = Field(
+        "127.0.0.1:9092", description="Kafka bootstrap servers (host:port[,host:port])."
+    )
+    kafka_config: dict[str, str] = Field(
+        default_factory=dict,
+        description="Raw librdkafka settings passed to every client (e.g. security.protocol).",
+    )
+    kafka_password: SecretStr | None = Field(
+        None, description="SASL password; sent as sasl.password when set."
+    )
+    cluster: str = Field("streamiq", description="Cluster name: scopes membership and topics.")
+    app: str = Field("bank", description="Example app whose views are served (bank, orders).")
+    views_module: str | None = Field(
+        None, description="Python module defining VIEWS (overrides --app), e.g. myapp.views."
+    )
+    partitions: int = Field(3, ge=1, le=1024, description="Partitions of created topics.")
+
+    # --- embedded broker ---
+    broker_host: str = Field("127.0.0.1", description="Embedded broker listen host.")
+    broker_port: int = Field(9092, ge=1, le=65535, description="Embedded broker listen port.")
+
+    # --- ingest ---
+    ingest_host: str = Field("127.0.0.1", description="Ingest HTTP listen host.")
+    ingest_port: int = Field(8080, ge=1, le=65535, description="Ingest HTTP listen port.")
+
+    # --- serving node ---
+    host: str = Field("127.0.0.1", description="Node HTTP listen host.")
+    port: int = Field(9001, ge=1, le=65535, description="Node HTTP listen port.")
+    advertised: str | None = Field(
+        None, description="host:port peers use to reach this node (default host:port)."
+    )
+    state_dir: Path = Field(Path(".streamiq/state"), description="Local RocksDB state root.")
+    standby_replicas: int = Field(
+        1, ge=0, le=8, description="Warm standby copies of each partition (when 2+ nodes)."
+    )
+    heartbeat_ms: int = Field(250, ge=20, le=10_000, description="Membership heartbeat period.")
+    member_timeout_ms: int = Field(
+        1500, ge=100, le=120_000, description="A member silent this long is considered dead."
+    )
+    max_lag: int = Field(
+        10_000, ge=0, description="Default max changelog lag (records) a standby may answer with."
+    )
+    wait_timeout_ms: int = Field(
+        5_000, ge=0, le=120_000, description="Default bound for read-your-writes waits."
+    )
+    internal_concurrency: int = Field(
+        64, ge=1, le=10_000, description="Concurrent internal (forwarded) requests per node."
+    )
+    redirect: bool = Field(False, description="Answer 307 to the owner instead of proxying.")
+
+    # --- pipeline ---
+    master: str = Field("local[*]", description="Spark master URL.")
+    checkpoint_dir: Path = Field(
+        Path(".streamiq/checkpoints"), description="Spark streaming checkpoint root."
+    )
+    trigger_ms: int = Field(0, ge=0, description="Micro-batch trigger interval (0 = asap).")
+    max_offsets_per_trigger: int | None = Field(
+        None, ge=1, description="Cap on input records per micro-batch."
+    )
+
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _check_servers(cls, v: str) -> str:
+        for hp in v.split(","):
+            host, sep, port = hp.strip().rpartition(":")
+            if not sep or not host or not port.isdigit():
+                raise ValueError(f"expected host:port[,host:port], got {v!r}")
+        return v
+
+    @field_validator("advertised")
+    @classmethod
+    def _check_advertised(cls, v: str | None) -> str | None:
+        if v is not None:
+            host, sep, port = v.rpartition(":")
+            if not sep or not host or not port.isdigit():
+                raise ValueError(f"expected host:port, got {v!r}")
+        return v
+
+    @property
+    def endpoint(self) -> str:
+        """The host:port other nodes use to reach this node."""
+        return self.advertised or f"{self.host}:{self.port}"
+
+    def kafka(self, **overrides: Any) -> dict[str, Any]:
+        """librdkafka configuration: bootstrap servers, passthrough, then overrides."""
+        conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap_servers}
+        conf.update(self.kafka_config)
+        if self.kafka_password is not None:
+            conf["sasl.password"] = self.kafka_password.get_secret_value()
+        conf.update(overrides)
+        return conf

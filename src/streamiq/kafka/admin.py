@@ -1,0 +1,44 @@
+"""Topic administration: create what a deployment needs, idempotently."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+__all__ = ["ensure_topics", "topic_partitions"]
+
+
+def ensure_topics(conf: dict[str, Any], topics: dict[str, int], timeout: float = 15.0,
+                  compacted: frozenset[str] = frozenset()) -> dict[str, int]:
+    """Create missing topics (name -> partitions); return every topic's partition count.
+
+    Existing topics are left alone; their real partition count is returned so callers
+    partition with the count the cluster has, not the one they asked for.
+    """
+    admin = AdminClient(conf)
+    existing = topic_partitions(admin, list(topics), timeout)
+    missing = [
+        NewTopic(name, n, 1, config={"cleanup.policy": "compact"} if name in compacted else {})
+        for name, n in topics.items() if name not in existing
+    ]
+    if missing:
+        for name, fut in admin.create_topics(missing, operation_timeout=timeout).items():
+            try:
+                fut.result(timeout)
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise RuntimeError(f"cannot create topic {name!r}: {exc}") from exc
+        existing = topic_partitions(admin, list(topics), timeout)
+    return existing
+
+
+def topic_partitions(admin: AdminClient | dict[str, Any], topics: list[str],
+                     timeout: float = 10.0) -> dict[str, int]:
+    """Partition counts of the topics that exist (absent topics are omitted)."""
+    if isinstance(admin, dict):
+        admin = AdminClient(admin)
+    md = admin.list_topics(timeout=timeout)
+    return {t: len(md.topics[t].partitions) for t in topics
+            if t in md.topics and md.topics[t].error is None and md.topics[t].partitions}

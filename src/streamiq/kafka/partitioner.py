@@ -1,0 +1,49 @@
+"""Kafka's default partitioner: ``toPositive(murmur2(key)) % partitions``.
+
+Identical to ``org.apache.kafka.common.utils.Utils.murmur2`` and to librdkafka's
+``murmur2_random`` partitioner, so any node or client finds a key's partition
+without asking anyone.
+"""
+
+from __future__ import annotations
+
+__all__ = ["murmur2", "partition_for"]
+
+_M = 0x5BD1E995
+_MASK = 0xFFFFFFFF
+
+
+def murmur2(data: bytes) -> int:
+    """32-bit murmur2 with Kafka's seed, returned as a signed int like Java's."""
+    length = len(data)
+    h = (0x9747B28C ^ length) & _MASK
+    n4 = length // 4
+    for i in range(n4):
+        j = i * 4
+        k = data[j] | (data[j + 1] << 8) | (data[j + 2] << 16) | (data[j + 3] << 24)
+        k = (k * _M) & _MASK
+        k ^= k >> 24
+        k = (k * _M) & _MASK
+        h = (h * _M) & _MASK
+        h ^= k
+    rest = length % 4
+    tail = n4 * 4
+    if rest == 3:
+        h ^= data[tail + 2] << 16
+    if rest >= 2:
+        h ^= data[tail + 1] << 8
+    if rest >= 1:
+        h ^= data[tail]
+        h = (h * _M) & _MASK
+    h ^= h >> 13
+    h = (h * _M) & _MASK
+    h ^= h >> 15
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def partition_for(key: bytes | str, partitions: int) -> int:
+    """The partition Kafka's default partitioner picks for a non-null key."""
+    if partitions < 1:
+        raise ValueError("partitions must be >= 1")
+    raw = key.encode() if isinstance(key, str) else key
+    return (murmur2(raw) & 0x7FFFFFFF) % partitions

@@ -1,0 +1,161 @@
+"""Views: named Spark aggregations with a key, loaded by the pipeline and the nodes.
+
+The changelog contract (shared by the pipeline's sink and the nodes) lives here:
+
+* record key: the view key, its columns' values joined by ``|`` (UTF-8);
+* partition: Kafka's default partitioner over that key (murmur2), so every record of a
+  key — for windowed views, every window of a key — lands in one partition;
+* value: the row as a JSON object; timestamps as epoch milliseconds; windowed rows carry
+  ``window_start`` and ``window_end``;
+* after each micro-batch the sink writes one *marker* to every changelog partition
+  (header ``streamiq-marker``, null key) whose value names the input offsets the batch
+  reflects: ``{"batch_id": n, "offsets": {topic: {partition: next_offset}}}``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import struct
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from streamiq.kafka.partitioner import partition_for
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+__all__ = [
+    "KEY_SEP", "MARKER_HEADER", "App", "View", "decode_key", "encode_key", "load_app",
+    "store_key", "window_bounds",
+]
+
+KEY_SEP = "|"
+MARKER_HEADER = "streamiq-marker"
+_WINDOW_SUFFIX = struct.Struct(">q")
+
+
+@dataclass(frozen=True, kw_only=True)
+class View:
+    """A named, keyed aggregation over one or more input topics.
+
+    ``transform`` receives the parsed input (the columns of ``value_schema`` plus
+    ``kafka_timestamp``) and returns the aggregated frame holding ``key_columns``,
+    ``value_columns`` and, for windowed views, ``window_start``/``window_end``.
+    ``required`` columns must be non-null and each ``checks`` entry is a Spark SQL
+    condition with the reason reported when a record fails it; failing records go to
+    the dead-letter topic instead of the view.
+    """
+
+    name: str
+    source_topics: tuple[str, ...]
+    value_schema: str
+    transform: Callable[[DataFrame], DataFrame]
+    key_columns: tuple[str, ...]
+    value_columns: tuple[str, ...]
+    required: tuple[str, ...] = ()
+    checks: tuple[tuple[str, str], ...] = ()
+    window: str | None = None
+    watermark: str | None = None
+    event_time: str | None = None
+    description: str = ""
+
+    @property
+    def changelog_topic(self) -> str:
+        return f"{self.name}-changelog"
+
+    @property
+    def windowed(self) -> bool:
+        return self.window is not None
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        extra = ("window_start", "window_end") if self.windowed else ()
+        return self.key_columns + extra + self.value_columns
+
+    def key_of(self, row: Mapping[str, Any]) -> str:
+        return encode_key(row[c] for c in self.key_columns)
+
+    def partition_of(self, key: str, partitions: int) -> int:
+        return partition_for(key.encode(), partitions)
+
+    def parse_key(self, key: str) -> dict[str, str]:
+        """Split a ``|``-joined key into its columns (400-worthy ValueError if malformed)."""
+        parts = decode_key(key)
+        if len(parts) != len(self.key_columns) or any(p == "" for p in parts):
+            cols = KEY_SEP.join(self.key_columns)
+            raise ValueError(f"view {self.name!r} keys have the form {cols!r}, got {key!r}")
+        return dict(zip(self.key_columns, parts, strict=True))
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "description": self.description,
+            "key_columns": list(self.key_columns), "value_columns": list(self.value_columns),
+            "windowed": self.windowed, "window": self.window,
+            "source_topics": list(self.source_topics), "changelog_topic": self.changelog_topic,
+            "key_format": KEY_SEP.join(self.key_columns),
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class App:
+    """A deployable set of input topics and views (the bank or orders example, or yours)."""
+
+    name: str
+    topics: tuple[str, ...]
+    views: tuple[View, ...]
+    routes: Callable[..., Any] | None = field(default=None, compare=False)
+
+    def view(self, name: str) -> View | None:
+        return next((v for v in self.views if v.name == name), None)
+
+
+def encode_key(values: Iterable[Any]) -> str:
+    return KEY_SEP.join(str(v) for v in values)
+
+
+def decode_key(key: str) -> list[str]:
+    return key.split(KEY_SEP)
+
+
+def store_key(key: str, window_start: int | None = None) -> bytes:
+    """Byte key in a node's store: the view key, plus a big-endian window start."""
+    raw = key.encode()
+    if window_start is None:
+        return raw
+    return raw + b"\x00" + _WINDOW_SUFFIX.pack(window_start)
+
+
+def window_bounds(key: str, start_ms: int, end_ms: int) -> tuple[bytes, bytes]:
+    """Store-key range [lo, hi) holding ``key``'s windows starting in [start_ms, end_ms)."""
+    return store_key(key, start_ms), store_key(key, end_ms)
+
+
+def marker_value(batch_id: int, offsets: Mapping[str, Mapping[int, int]]) -> bytes:
+    return json.dumps({"batch_id": batch_id, "offsets": {
+        t: {str(p): o for p, o in po.items()} for t, po in offsets.items()}}).encode()
+
+
+_APPS = {"bank": "streamiq.views.bank", "orders": "streamiq.views.orders"}
+
+
+def load_app(names: str | Sequence[str], views_module: str | None = None) -> App:
+    """Load built-in apps by name (``bank``, ``orders``, ``bank,orders``) or a module's APP."""
+    if views_module:
+        mod = importlib.import_module(views_module)
+        app = getattr(mod, "APP", None)
+        if not isinstance(app, App):
+            raise ValueError(f"module {views_module!r} defines no streamiq App named APP")
+        return app
+    wanted = [n.strip() for n in (names.split(",") if isinstance(names, str) else names)]
+    apps: list[App] = []
+    for n in wanted:
+        if n not in _APPS:
+            raise ValueError(f"unknown app {n!r}; choose from {', '.join(sorted(_APPS))}")
+        apps.append(importlib.import_module(_APPS[n]).APP)
+    if len(apps) == 1:
+        return apps[0]
+    return App(name=",".join(a.name for a in apps),
+               topics=tuple(t for a in apps for t in a.topics),
+               views=tuple(v for a in apps for v in a.views))
