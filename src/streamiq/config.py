@@ -42,6 +42,9 @@ class Settings(BaseSettings):
     )
     partitions: int = Field(3, ge=1, le=1024, description="Partitions of created topics.")
 
+    log_level: str = Field("info", pattern="^(debug|info|warning|error)$",
+                           description="Log level of every part (debug, info, warning, error).")
+
     # --- embedded broker ---
     broker_host: str = Field("127.0.0.1", description="Embedded broker listen host.")
     broker_port: int = Field(9092, ge=1, le=65535, description="Embedded broker listen port.")

@@ -43,7 +43,7 @@ class RocksDBStore(Store):
 
     def multi_get(self, partition: int, keys: Sequence[bytes]) -> list[bytes | None]:
         prefix = _data(partition)
-        values: list[bytes | None] = self._db.get([prefix + k for k in keys])
+        values: list[bytes | None] = list(self._db.get([prefix + k for k in keys]) or [])
         return values
 
     def apply(self, partition: int, puts: Sequence[tuple[bytes, bytes | None]],

@@ -1,0 +1,3 @@
+from streamiq.cli.main import main
+
+main()

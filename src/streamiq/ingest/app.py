@@ -1,0 +1,153 @@
+"""The ingest service: validated writes to the input topics, answered with a position.
+
+``POST /account/{id}?amount=N`` (bank) and ``POST /orders`` (orders) produce a JSON
+record keyed like the view (account; store) with an idempotent producer and Kafka's
+default (murmur2) partitioner, and answer with the record's partition, offset and a
+position token usable for read-your-writes queries on any node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Annotated, Any, Literal
+
+from fastapi import FastAPI, Path, Query
+from pydantic import BaseModel, Field
+
+from streamiq._http import ApiError, install_error_handlers
+from streamiq.config import Settings
+from streamiq.kafka.admin import ensure_topics
+from streamiq.serving.consistency import token_for
+from streamiq.views import bank, orders
+from streamiq.views.base import App, load_app
+
+__all__ = ["Order", "Producer", "create_ingest_app", "run_ingest"]
+
+log = logging.getLogger("streamiq.ingest")
+
+MAX_AMOUNT = 10**12
+ID_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
+
+
+class Order(BaseModel):
+    """An order (seeds 001/002)."""
+
+    model_config = {"extra": "forbid"}
+    order_id: str = Field(pattern=ID_PATTERN)
+    store: str = Field(pattern=ID_PATTERN)
+    type: Literal["GENERAL", "RESTAURANT"]
+    amount: float = Field(ge=0, le=MAX_AMOUNT, allow_inf_nan=False)
+
+
+class Producer:
+    """An idempotent confluent-kafka producer with awaitable deliveries."""
+
+    def __init__(self, conf: dict[str, Any]) -> None:
+        from confluent_kafka import Producer as _Producer
+
+        self._p = _Producer({"enable.idempotence": True, "partitioner": "murmur2_random",
+                             "linger.ms": 1, **conf})
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, name="ingest-poll", daemon=True)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            self._p.poll(0.05)
+
+    async def send(self, topic: str, key: str, value: dict[str, Any]) -> tuple[int, int]:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[tuple[int, int]] = loop.create_future()
+
+        def done(err: Any, msg: Any) -> None:
+            if err is not None:
+                loop.call_soon_threadsafe(_fail, fut, RuntimeError(str(err)))
+            else:
+                loop.call_soon_threadsafe(_ok, fut, (msg.partition(), msg.offset()))
+
+        self._p.produce(topic, key=key.encode(), value=json.dumps(value).encode(),
+                        on_delivery=done)
+        return await fut
+
+    def close(self) -> None:
+        self._p.flush(10)
+        self._stop.set()
+        self._thread.join(2)
+
+
+def _ok(fut: asyncio.Future[tuple[int, int]], value: tuple[int, int]) -> None:
+    if not fut.done():
+        fut.set_result(value)
+
+
+def _fail(fut: asyncio.Future[tuple[int, int]], exc: Exception) -> None:
+    if not fut.done():
+        fut.set_exception(exc)
+
+
+def create_ingest_app(settings: Settings, app_def: App | None = None) -> FastAPI:
+    app_def = app_def or load_app(settings.app, settings.views_module)
+    state: dict[str, Producer] = {}
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await asyncio.to_thread(ensure_topics, settings.kafka(),
+                                dict.fromkeys(app_def.topics, settings.partitions))
+        state["producer"] = Producer(settings.kafka())
+        try:
+            yield
+        finally:
+            await asyncio.to_thread(state["producer"].close)
+
+    app = FastAPI(title="streamiq ingest", version="0.1.0", lifespan=lifespan,
+                  description=__doc__)
+    install_error_handlers(app)
+
+    async def send(topic: str, key: str, value: dict[str, Any]) -> dict[str, Any]:
+        try:
+            partition, offset = await state["producer"].send(topic, key, value)
+        except Exception as exc:
+            raise ApiError(503, "PRODUCE_FAILED", f"write to {topic} failed: {exc}") from None
+        log.info("%s key=%s -> partition %d offset %d", topic, key, partition, offset)
+        return {"topic": topic, "partition": partition, "offset": offset,
+                "position": token_for(topic, partition, offset), "key": key, "record": value}
+
+    if bank.TOPIC in app_def.topics:
+        @app.post("/account/{account}", tags=["bank"], summary="Record a bank transaction")
+        async def transaction(
+            account: Annotated[str, Path(pattern=ID_PATTERN, description="Account id")],
+            amount: Annotated[int, Query(ge=-MAX_AMOUNT, le=MAX_AMOUNT,
+                                         description="Amount (integer; negative = debit)")],
+        ) -> dict[str, Any]:
+            record = {"account": account, "amount": amount, "ts": int(time.time() * 1000)}
+            return await send(bank.TOPIC, account, record)
+
+    if orders.TOPIC in app_def.topics:
+        @app.post("/orders", tags=["orders"], summary="Record an order")
+        async def order(body: Order) -> dict[str, Any]:
+            record = {**body.model_dump(), "ts": int(time.time() * 1000)}
+            return await send(orders.TOPIC, body.store, record)
+
+    @app.get("/health", tags=["ops"])
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", "topics": list(app_def.topics)}
+
+    return app
+
+
+def run_ingest(settings: Settings) -> None:
+    import uvicorn
+
+    from streamiq.serving.logs import configure_logging
+
+    configure_logging(settings.log_level)
+    print(f"streamiq ingest listening on http://{settings.ingest_host}:{settings.ingest_port}",
+          flush=True)
+    uvicorn.run(create_ingest_app(settings), host=settings.ingest_host, port=settings.ingest_port,
+                log_level="warning", access_log=False)

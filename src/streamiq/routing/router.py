@@ -1,0 +1,115 @@
+"""Routing: which replica answers for a view partition.
+
+``owner(view, key)`` names the endpoint a key lookup goes to; ``replicas`` lists every
+acceptable replica in order of preference (the assigned active, then the freshest
+standby within ``max_lag``, then a previous owner still holding the partition);
+``metadata()`` is the cluster map used for scatter-gather. Everything is derived
+from the live members' heartbeats, so every node reaches the same answers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from streamiq.routing.assignment import assign
+from streamiq.routing.membership import Member, Membership
+
+__all__ = ["HANDOVER_LAG", "Endpoint", "Router"]
+
+#: A newly assigned replica counts as restored once it is within this many records.
+HANDOVER_LAG = 100
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    address: str
+    role: str  # "active" | "standby" | "previous"
+    lag: int
+
+
+class Router:
+    def __init__(self, membership: Membership, partitions: Mapping[str, int],
+                 standby_replicas: int) -> None:
+        self.membership = membership
+        self.partitions = dict(partitions)  # view -> changelog partition count
+        self.copies = 1 + standby_replicas
+        self._cache: tuple[frozenset[str], dict[int, dict[int, list[str]]]] | None = None
+
+    @property
+    def me(self) -> str:
+        return self.membership.endpoint
+
+    def assignment(self, members: Mapping[str, Member] | None = None
+                   ) -> dict[int, dict[int, list[str]]]:
+        """partition count -> partition -> [active, standbys...] for the live members."""
+        live = frozenset(members if members is not None else self.membership.live())
+        if self._cache is None or self._cache[0] != live:
+            counts = set(self.partitions.values())
+            self._cache = (live, {n: assign(sorted(live), n, self.copies) for n in counts})
+        return self._cache[1]
+
+    def assigned(self, view: str, partition: int,
+                 members: Mapping[str, Member] | None = None) -> list[str]:
+        return self.assignment(members)[self.partitions[view]][partition]
+
+    def replicas(self, view: str, partition: int, max_lag: int) -> list[Endpoint]:
+        """Acceptable replicas for a partition, most preferred first."""
+        members = self.membership.live()
+        assigned = self.assigned(view, partition, members)
+        out: list[Endpoint] = []
+        for address, m in members.items():
+            state = m.partitions.get(view, {}).get(partition)
+            if state is None:
+                continue
+            lag = int(state.get("lag", -1))
+            if lag < 0 or lag > max_lag:
+                continue
+            role = ("active" if assigned and assigned[0] == address
+                    else "standby" if address in assigned else "previous")
+            out.append(Endpoint(address, role, lag))
+        rank = {"active": 0, "standby": 1, "previous": 2}
+        out.sort(key=lambda e: (rank[e.role], e.lag, e.address))
+        return out
+
+    def owner(self, view: str, partition: int, max_lag: int) -> Endpoint | None:
+        found = self.replicas(view, partition, max_lag)
+        return found[0] if found else None
+
+    def wanted_local(self, held: set[tuple[str, int]]) -> set[tuple[str, int]]:
+        """What this node should materialise: its assignment, plus partitions it still
+        holds until their new replicas have restored (so queries never lose an answer)."""
+        members = self.membership.live()
+        wanted: set[tuple[str, int]] = set()
+        for view, n in self.partitions.items():
+            for p in range(n):
+                assigned = self.assigned(view, p, members)
+                keep = (view, p) in held and not self._restored(view, p, assigned, members)
+                if self.me in assigned or keep:
+                    wanted.add((view, p))
+        return wanted
+
+    @staticmethod
+    def _restored(view: str, p: int, assigned: list[str], members: Mapping[str, Member]) -> bool:
+        for address in assigned:
+            m = members.get(address)
+            state = m.partitions.get(view, {}).get(p) if m else None
+            if state is None or not 0 <= int(state.get("lag", -1)) <= HANDOVER_LAG:
+                return False
+        return bool(assigned)
+
+    def metadata(self) -> dict[str, Any]:
+        """The cluster map: members, their endpoints, what each holds and how far behind."""
+        members = self.membership.live()
+        views = {}
+        for view, n in self.partitions.items():
+            views[view] = {str(p): {"assigned": self.assigned(view, p, members),
+                                    "replicas": [e.__dict__ for e in
+                                                 self.replicas(view, p, 1 << 62)]}
+                           for p in range(n)}
+        nodes = [{"endpoint": a, "self": a == self.me, "started_at": m.started_at,
+                  "partitions": {v: {str(p): s for p, s in ps.items()}
+                                 for v, ps in m.partitions.items()}}
+                 for a, m in sorted(members.items())]
+        return {"nodes": nodes, "views": views}

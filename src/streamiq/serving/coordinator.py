@@ -1,0 +1,184 @@
+"""Request routing between nodes: key routing and partition-exact scatter-gather.
+
+A request from a client may be answered locally, forwarded to one replica (key
+lookups) or split by partition across replicas (multi-get, scans, aggregates). A
+forwarded request carries the ``X-Streamiq-Forwarded`` mark and the explicit
+``partitions`` it must answer; a node never forwards a marked request, so there are no
+call cycles, and it answers NOT_ACTIVE (421) for a partition it does not hold instead
+of "not found". Each partition is answered exactly once, by one replica; partitions
+no replica could answer are returned as ``missing`` so the caller reports PARTIAL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import httpx
+from fastapi import Request, Response
+from fastapi.responses import JSONResponse, RedirectResponse
+
+from streamiq.routing.router import Endpoint
+from streamiq.serving.node import Node
+
+__all__ = ["FORWARDED", "HOPS", "SERVED_BY", "Coordinator", "Partial"]
+
+log = logging.getLogger("streamiq.routing")
+
+FORWARDED = "x-streamiq-forwarded"
+HOPS = "x-streamiq-hops"
+SERVED_BY = "x-streamiq-served-by"
+_PASS_HEADERS = ("authorization",)
+
+LocalCall = Callable[[], Awaitable[Response]]
+LocalPart = Callable[[list[int]], Awaitable[dict[str, Any]]]
+Partial = dict[str, Any]
+
+
+class Coordinator:
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        s = node.settings
+        self.client = httpx.AsyncClient(
+            limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
+            timeout=httpx.Timeout(10.0, connect=1.0),
+        )
+        self.internal = asyncio.Semaphore(s.internal_concurrency)
+        self.redirect = s.redirect
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+    @staticmethod
+    def is_forwarded(request: Request) -> bool:
+        return request.headers.get(FORWARDED) == "1"
+
+    def _headers(self, request: Request) -> dict[str, str]:
+        h = {FORWARDED: "1"}
+        for name in _PASS_HEADERS:
+            if name in request.headers:
+                h[name] = request.headers[name]
+        return h
+
+    async def _call(self, address: str, request: Request, params: dict[str, Any],
+                    body: Any = None) -> httpx.Response:
+        url = f"http://{address}{request.url.path}"
+        return await self.client.request(request.method, url, params=params, json=body,
+                                         headers=self._headers(request))
+
+    async def serve_internal(self, local: LocalCall) -> Response:
+        """Run a forwarded request under the internal concurrency limit."""
+        async with self.internal:
+            return await local()
+
+    # -- one partition (key lookups) --
+    async def route(self, request: Request, view: str, partition: int, max_lag: int,
+                    local: LocalCall, body: Any = None) -> Response:
+        if self.is_forwarded(request):
+            resp = await self.serve_internal(local)
+            resp.headers[HOPS] = "0"
+            return resp
+        assert self.node.router is not None and self.node.membership is not None
+        tried: list[str] = []
+        for ep in self.node.router.replicas(view, partition, max_lag):
+            tried.append(ep.address)
+            if ep.address == self.node.endpoint:
+                resp = await local()
+                if resp.status_code != 421:
+                    log.debug("%s p%d answered locally", view, partition)
+                    resp.headers[HOPS] = "0"
+                    return resp
+                continue
+            if self.redirect:
+                target = f"http://{ep.address}{request.url.path}"
+                if request.url.query:
+                    target += "?" + request.url.query
+                return RedirectResponse(target, status_code=307)
+            try:
+                r = await self._call(ep.address, request, dict(request.query_params), body)
+            except httpx.TransportError as exc:
+                log.warning("replica %s unreachable (%s); trying the next", ep.address, exc)
+                self.node.membership.suspect(ep.address)
+                continue
+            if r.status_code == 421:
+                continue
+            log.debug("%s p%d forwarded to %s", view, partition, ep.address)
+            headers = {k: v for k, v in r.headers.items()
+                       if k.startswith("x-streamiq-") and k != HOPS}
+            headers[HOPS] = "1"
+            return Response(r.content, r.status_code, headers=headers,
+                            media_type=r.headers.get("content-type"))
+        return JSONResponse({"status": "UNAVAILABLE", "view": view, "partition": partition,
+                             "error": f"no replica of {view} partition {partition} can answer "
+                                      f"within max_lag={max_lag}", "tried": tried},
+                            status_code=503)
+
+    # -- many partitions (scatter-gather) --
+    async def gather(self, request: Request, view: str, partitions: Sequence[int], max_lag: int,
+                     local: LocalPart, params: dict[str, Any] | None = None,
+                     body: Callable[[list[int]], Any] | None = None
+                     ) -> tuple[list[Partial], list[int], int]:
+        """Answer each partition exactly once; return (partials, missing, hops)."""
+        params = dict(params if params is not None else request.query_params)
+        if self.is_forwarded(request):
+            async with self.internal:
+                held = [p for p in partitions if self.node.holds(view, p)]
+                part = await local(held)
+            missing = [p for p in partitions if p not in held]
+            return [part], missing, 0
+        assert self.node.router is not None and self.node.membership is not None
+        pending = list(partitions)
+        excluded: dict[int, set[str]] = defaultdict(set)
+        partials: list[Partial | None] = []
+        hops = 0
+        for _attempt in range(3):
+            plan = self._plan(view, pending, max_lag, excluded)
+            unplanned = [p for p in pending if not any(p in ps for ps in plan.values())]
+            calls = [self._gather_one(view, addr, ps, request, params, body, local)
+                     for addr, ps in plan.items()]
+            results = await asyncio.gather(*calls)
+            pending = unplanned
+            for addr, (got, not_done) in zip(plan, results, strict=True):
+                if got is not None:
+                    partials.append(got)
+                    hops = max(hops, 0 if addr == self.node.endpoint else 1)
+                for p in not_done:
+                    excluded[p].add(addr)
+                pending += not_done
+            if not pending or not any(plan.values()):
+                break
+        return [p for p in partials if p is not None], sorted(set(pending)), hops
+
+    def _plan(self, view: str, partitions: Sequence[int], max_lag: int,
+              excluded: dict[int, set[str]]) -> dict[str, list[int]]:
+        assert self.node.router is not None
+        plan: dict[str, list[int]] = defaultdict(list)
+        for p in partitions:
+            eps: list[Endpoint] = self.node.router.replicas(view, p, max_lag)
+            choice = next((e for e in eps if e.address not in excluded[p]), None)
+            if choice is not None:
+                plan[choice.address].append(p)
+        return dict(plan)
+
+    async def _gather_one(self, view: str, address: str, parts: list[int], request: Request,
+                          params: dict[str, Any], body: Callable[[list[int]], Any] | None,
+                          local: LocalPart) -> tuple[Partial | None, list[int]]:
+        if address == self.node.endpoint:
+            held = [p for p in parts if self.node.holds(view, p)]
+            part = await local(held)
+            return part, [p for p in parts if p not in held]
+        q = {**params, "partitions": ",".join(map(str, parts))}
+        try:
+            r = await self._call(address, request, q, body(parts) if body else None)
+        except httpx.TransportError as exc:
+            log.warning("replica %s unreachable (%s)", address, exc)
+            assert self.node.membership is not None
+            self.node.membership.suspect(address)
+            return None, parts
+        if r.status_code != 200:
+            return None, parts
+        doc = r.json()
+        return doc.get("partial"), [int(p) for p in doc.get("not_active", [])]

@@ -1,0 +1,149 @@
+"""A serving node: stores, materializer, membership and router under one lifecycle."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from streamiq.config import Settings
+from streamiq.kafka.admin import ensure_topics
+from streamiq.routing.membership import Membership, members_topic
+from streamiq.routing.router import HANDOVER_LAG, Router
+from streamiq.serving.consistency import Token, reflects
+from streamiq.serving.materializer import Materializer
+from streamiq.state.base import Store
+from streamiq.state.rocksdb import RocksDBStore
+from streamiq.views.base import App, View, load_app
+
+__all__ = ["Node", "run_node"]
+
+log = logging.getLogger("streamiq.node")
+
+
+def _state_path(root: Path, endpoint: str) -> Path:
+    return root / re.sub(r"[^A-Za-z0-9_.-]", "_", endpoint)
+
+
+class Node:
+    """Owns the node's state; the HTTP layer (serving.app) queries it."""
+
+    def __init__(self, settings: Settings, app: App | None = None) -> None:
+        self.settings = settings
+        self.app = app or load_app(settings.app, settings.views_module)
+        self.views: dict[str, View] = {v.name: v for v in self.app.views}
+        self.endpoint = settings.endpoint
+        self.kafka_conf = settings.kafka()
+        self.partitions: dict[str, int] = {}
+        self.stores: dict[str, Store] = {}
+        self.materializer: Materializer | None = None
+        self.membership: Membership | None = None
+        self.router: Router | None = None
+        self._sync_task: asyncio.Task[None] | None = None
+        self.started = time.monotonic()
+        self.assigning = False
+
+    # -- lifecycle --
+    async def start(self) -> None:
+        await asyncio.to_thread(self._open)
+        assert self.membership is not None
+        self.membership.start()
+        self._sync_task = asyncio.create_task(self._sync_loop())
+
+    def _open(self) -> None:
+        s = self.settings
+        wanted = {v.changelog_topic: s.partitions for v in self.views.values()}
+        wanted[members_topic(s.cluster)] = 1
+        counts = ensure_topics(self.kafka_conf, wanted)
+        self.partitions = {name: counts[v.changelog_topic] for name, v in self.views.items()}
+        root = _state_path(s.state_dir, self.endpoint)
+        self.stores = {name: RocksDBStore(root / name) for name in self.views}
+        self.materializer = Materializer(self.kafka_conf, self.views, self.stores)
+        self.materializer.start()
+        self.membership = Membership(self.kafka_conf, s.cluster, self.endpoint, self.report,
+                                     s.heartbeat_ms, s.member_timeout_ms)
+        self.router = Router(self.membership, self.partitions, s.standby_replicas)
+
+    async def stop(self) -> None:
+        if self._sync_task is not None:
+            self._sync_task.cancel()
+        if self.membership is not None:
+            await asyncio.to_thread(self.membership.stop)
+        if self.materializer is not None:
+            await asyncio.to_thread(self.materializer.stop)
+        for store in self.stores.values():
+            store.close()
+
+    async def _sync_loop(self) -> None:
+        """Keep what this node materialises equal to what the router wants of it."""
+        # Listen for one timeout's worth of heartbeats before claiming partitions, so a
+        # node joining a running cluster does not briefly claim everything.
+        await asyncio.sleep(self.settings.heartbeat_ms * 3 / 1000)
+        self.assigning = True
+        while True:
+            assert self.router is not None and self.materializer is not None
+            held = set(self.materializer.holding())
+            wanted = self.router.wanted_local(held)
+            if wanted != held:
+                log.info("materialising %s", sorted(wanted))
+            self.materializer.want(wanted)
+            await asyncio.sleep(0.1)
+
+    # -- state --
+    def report(self) -> dict[str, dict[int, dict[str, int]]]:
+        """Per view partition: next changelog offset and lag (published in heartbeats)."""
+        out: dict[str, dict[int, dict[str, int]]] = {}
+        if self.materializer is None:
+            return out
+        for (view, p), st in self.materializer.holding().items():
+            out.setdefault(view, {})[p] = {"offset": st.offset, "lag": st.lag}
+        return out
+
+    def holds(self, view: str, partition: int) -> bool:
+        return self.materializer is not None and (view, partition) in self.materializer.states
+
+    def lag(self, view: str, partition: int) -> int:
+        assert self.materializer is not None
+        st = self.materializer.states.get((view, partition))
+        return -1 if st is None else st.lag
+
+    def ready(self) -> bool:
+        """Assigned and every held partition restored to within the handover lag."""
+        if not self.assigning or self.materializer is None:
+            return False
+        return all(0 <= st.lag <= HANDOVER_LAG for st in self.materializer.holding().values())
+
+    async def wait_position(self, view: str, partition: int, tokens: list[Token],
+                            timeout: float) -> bool:
+        """Wait until the partition reflects the tokens; False on timeout."""
+        deadline = time.monotonic() + timeout
+        while True:
+            assert self.materializer is not None
+            st = self.materializer.states.get((view, partition))
+            if st is not None and reflects(st.position, tokens):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.005)
+
+    def describe(self) -> dict[str, Any]:
+        return {"endpoint": self.endpoint, "ready": self.ready(), "app": self.app.name,
+                "views": sorted(self.views), "partitions": self.report()}
+
+
+def run_node(settings: Settings) -> None:
+    """Serve one node until SIGINT/SIGTERM (uvicorn handles both)."""
+    import uvicorn
+
+    from streamiq.serving.app import create_app
+    from streamiq.serving.logs import configure_logging
+
+    configure_logging(settings.log_level)
+    app = create_app(settings)
+    print(f"streamiq node {settings.endpoint} listening on http://{settings.host}:{settings.port}",
+          flush=True)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning",
+                access_log=False, lifespan="on")

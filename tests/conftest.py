@@ -1,0 +1,68 @@
+"""Shared fixtures: one embedded broker and one SparkSession per session, factories."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from streamiq.kafka.admin import ensure_topics
+from streamiq.kafka.broker import EmbeddedBroker
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def broker() -> Iterator[EmbeddedBroker]:
+    b = EmbeddedBroker("127.0.0.1", free_port()).start()
+    yield b
+    b.stop()
+
+
+@pytest.fixture(scope="session")
+def bootstrap(broker: EmbeddedBroker) -> str:
+    return broker.bootstrap_servers
+
+
+@pytest.fixture
+def make_topic(bootstrap: str) -> Callable[..., str]:
+    """Create a uniquely named topic: make_topic(partitions=3, prefix="t") -> name."""
+
+    def make(partitions: int = 3, prefix: str = "t") -> str:
+        name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+        ensure_topics({"bootstrap.servers": bootstrap}, {name: partitions})
+        return name
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    from streamiq.pipeline.session import spark_session
+
+    s = spark_session("local[2]", app_name="streamiq-tests")
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def port() -> int:
+    return free_port()
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path) -> Path:
+    return tmp_path / "state"

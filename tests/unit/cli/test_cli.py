@@ -1,0 +1,36 @@
+from __future__ import annotations
+
+import pytest
+
+from streamiq.cli.main import COMMANDS, build_parser, settings_from_args
+
+
+def _settings(argv: list[str]):  # type: ignore[no-untyped-def]
+    args = build_parser().parse_args(argv)
+    return settings_from_args(args, COMMANDS[args.command][1])
+
+
+def test_flags_override_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STREAMIQ_PORT", "9100")
+    assert _settings(["node"]).port == 9100
+    assert _settings(["node", "--port", "9200"]).port == 9200
+
+
+def test_bad_flag_value_names_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit, match="--port"):
+        _settings(["node", "--port", "nope"])
+    with pytest.raises(SystemExit, match="--bootstrap-servers"):
+        _settings(["node", "--bootstrap-servers", "no-port"])
+
+
+def test_bad_env_value_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STREAMIQ_MAX_LAG", "-1")
+    with pytest.raises(SystemExit, match="STREAMIQ_MAX_LAG"):
+        _settings(["node"])
+
+
+def test_kafka_passthrough_and_secret() -> None:
+    s = _settings(["node", "--kafka-config", '{"security.protocol": "SASL_SSL"}'])
+    assert s.kafka()["security.protocol"] == "SASL_SSL"
+    with pytest.raises(SystemExit, match="--kafka-config"):
+        _settings(["node", "--kafka-config", "{not json"])
