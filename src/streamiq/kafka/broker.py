@@ -11,7 +11,7 @@ import subprocess
 import time
 from types import TracebackType
 
-__all__ = ["EmbeddedBroker", "BrokerError", "port_in_use", "wait_for_port"]
+__all__ = ["BrokerError", "EmbeddedBroker", "port_in_use", "wait_for_port"]
 
 
 class BrokerError(RuntimeError):
