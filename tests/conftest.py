@@ -66,3 +66,35 @@ def port() -> int:
 @pytest.fixture
 def state_dir(tmp_path: Path) -> Path:
     return tmp_path / "state"
+
+
+@pytest.fixture
+def procs(tmp_path: Path) -> Iterator[Callable[..., Any]]:
+    """Factory for real streamiq processes; every one is stopped (by PID) at teardown.
+
+    procs("node", [...flags], name="node-1") -> tests.procs.Proc (started)
+    """
+    from procs import Proc
+
+    started: list[Proc] = []
+
+    def make(command: str, args: list[str], name: str | None = None) -> Proc:
+        p = Proc(command, args, tmp_path / "logs", name or f"{command}-{len(started)}").start()
+        started.append(p)
+        return p
+
+    yield make
+    for p in reversed(started):
+        p.stop()
+
+
+@pytest.fixture
+def cluster(bootstrap: str, tmp_path: Path, procs: Callable[..., Any]) -> Any:
+    """A private deployment on the session broker: its own cluster name and topic prefix.
+
+    cluster.nodes(3, app="bank") -> [(port, Proc)], cluster.ingest(app) -> (port, Proc),
+    cluster.pipeline(app) -> Proc (waits for "pipeline ready").
+    """
+    from procs import Deployment
+
+    return Deployment(bootstrap, tmp_path, procs, free_port)

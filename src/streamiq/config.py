@@ -35,7 +35,10 @@ class Settings(BaseSettings):
     kafka_password: SecretStr | None = Field(
         None, description="SASL password; sent as sasl.password when set."
     )
-    cluster: str = Field("streamiq", description="Cluster name: scopes membership and topics.")
+    cluster: str = Field("streamiq", pattern=r"^[A-Za-z0-9._-]{1,100}$",
+                         description="Cluster name: scopes membership (node discovery).")
+    topic_prefix: str = Field("", pattern=r"^[A-Za-z0-9._-]{0,100}$",
+                              description="Prefix of every topic streamiq reads or writes.")
     app: str = Field("bank", description="Example app whose views are served (bank, orders).")
     views_module: str | None = Field(
         None, description="Python module defining VIEWS (overrides --app), e.g. myapp.views."
@@ -110,6 +113,10 @@ class Settings(BaseSettings):
     def endpoint(self) -> str:
         """The host:port other nodes use to reach this node."""
         return self.advertised or f"{self.host}:{self.port}"
+
+    def topic(self, name: str) -> str:
+        """The real name of a streamiq topic (``topic_prefix`` + name)."""
+        return self.topic_prefix + name
 
     def kafka(self, **overrides: Any) -> dict[str, Any]:
         """librdkafka configuration: bootstrap servers, passthrough, then overrides."""

@@ -18,7 +18,8 @@ from streamiq.config import Settings
 
 __all__ = ["main"]
 
-_KAFKA = ("bootstrap_servers", "kafka_config", "cluster", "app", "views_module", "partitions",
+_KAFKA = ("bootstrap_servers", "kafka_config", "cluster", "topic_prefix", "app", "views_module",
+          "partitions",
           "log_level")
 _BROKER = ("broker_host", "broker_port")
 _INGEST = ("ingest_host", "ingest_port")

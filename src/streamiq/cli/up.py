@@ -55,6 +55,7 @@ def _http_ok(url: str) -> Callable[[], bool]:
 
 def _common(s: Settings) -> list[str]:
     argv = ["--bootstrap-servers", s.bootstrap_servers, "--cluster", s.cluster,
+            "--topic-prefix", s.topic_prefix,
             "--app", s.app, "--partitions", str(s.partitions), "--log-level", s.log_level]
     if s.views_module:
         argv += ["--views-module", s.views_module]

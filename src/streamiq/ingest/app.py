@@ -98,7 +98,7 @@ def create_ingest_app(settings: Settings, app_def: App | None = None) -> FastAPI
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await asyncio.to_thread(ensure_topics, settings.kafka(),
-                                dict.fromkeys(app_def.topics, settings.partitions))
+                                {settings.topic(t): settings.partitions for t in app_def.topics})
         state["producer"] = Producer(settings.kafka())
         try:
             yield
@@ -110,6 +110,7 @@ def create_ingest_app(settings: Settings, app_def: App | None = None) -> FastAPI
     install_error_handlers(app)
 
     async def send(topic: str, key: str, value: dict[str, Any]) -> dict[str, Any]:
+        topic = settings.topic(topic)
         try:
             partition, offset = await state["producer"].send(topic, key, value)
         except Exception as exc:

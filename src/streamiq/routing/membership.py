@@ -42,11 +42,11 @@ class Member:
 class Membership:
     """Publishes this node's heartbeat and tracks the live members of the cluster."""
 
-    def __init__(self, kafka_conf: dict[str, Any], cluster: str, endpoint: str,
+    def __init__(self, kafka_conf: dict[str, Any], topic: str, endpoint: str,
                  report: Callable[[], dict[str, dict[int, dict[str, int]]]],
                  heartbeat_ms: int = 250, timeout_ms: int = 1500) -> None:
         self._conf = kafka_conf
-        self.topic = members_topic(cluster)
+        self.topic = topic
         self.endpoint = endpoint
         self.incarnation = uuid.uuid4().hex
         self.started_at = time.time()

@@ -42,11 +42,12 @@ class PartitionState:
 
 class Materializer:
     def __init__(self, kafka_conf: dict[str, Any], views: Mapping[str, View],
-                 stores: Mapping[str, Store]) -> None:
+                 stores: Mapping[str, Store], topics: Mapping[str, str]) -> None:
         self._conf = kafka_conf
         self.views = dict(views)
         self.stores = dict(stores)
-        self._topic_view = {v.changelog_topic: name for name, v in self.views.items()}
+        self.topics = dict(topics)  # view -> changelog topic
+        self._topic_view = {t: name for name, t in self.topics.items()}
         self.states: dict[tuple[str, int], PartitionState] = {}
         self._wanted: set[tuple[str, int]] = set()
         self._lock = threading.Lock()
@@ -87,7 +88,7 @@ class Materializer:
                     new = wanted - assigned
                     if gone:
                         consumer.incremental_unassign(
-                            [TopicPartition(self.views[v].changelog_topic, p) for v, p in gone])
+                            [TopicPartition(self.topics[v], p) for v, p in gone])
                         for vp in gone:
                             self.states.pop(vp, None)
                     if new:
@@ -96,7 +97,7 @@ class Materializer:
                             cp = self.stores[v].checkpoint(p) or Checkpoint(offset=OFFSET_BEGINNING)
                             st = PartitionState(offset=max(cp.offset, 0), position=cp.position)
                             self.states[(v, p)] = st
-                            tps.append(TopicPartition(self.views[v].changelog_topic, p, cp.offset))
+                            tps.append(TopicPartition(self.topics[v], p, cp.offset))
                         consumer.incremental_assign(tps)
                     assigned = wanted
                 if not assigned:
@@ -162,7 +163,7 @@ class Materializer:
                 continue
             try:
                 _, high = consumer.get_watermark_offsets(
-                    TopicPartition(self.views[v].changelog_topic, p), cached=True)
+                    TopicPartition(self.topics[v], p), cached=True)
             except Exception:
                 continue
             if high is not None and high >= 0:

@@ -38,6 +38,7 @@ class Node:
         self.endpoint = settings.endpoint
         self.kafka_conf = settings.kafka()
         self.partitions: dict[str, int] = {}
+        self.topics: dict[str, str] = {}
         self.stores: dict[str, Store] = {}
         self.materializer: Materializer | None = None
         self.membership: Membership | None = None
@@ -55,15 +56,17 @@ class Node:
 
     def _open(self) -> None:
         s = self.settings
-        wanted = {v.changelog_topic: s.partitions for v in self.views.values()}
-        wanted[members_topic(s.cluster)] = 1
+        self.topics = {name: s.topic(v.changelog_topic) for name, v in self.views.items()}
+        wanted = dict.fromkeys(self.topics.values(), s.partitions)
+        wanted[s.topic(members_topic(s.cluster))] = 1
         counts = ensure_topics(self.kafka_conf, wanted)
-        self.partitions = {name: counts[v.changelog_topic] for name, v in self.views.items()}
+        self.partitions = {name: counts[t] for name, t in self.topics.items()}
         root = _state_path(s.state_dir, self.endpoint)
         self.stores = {name: RocksDBStore(root / name) for name in self.views}
-        self.materializer = Materializer(self.kafka_conf, self.views, self.stores)
+        self.materializer = Materializer(self.kafka_conf, self.views, self.stores, self.topics)
         self.materializer.start()
-        self.membership = Membership(self.kafka_conf, s.cluster, self.endpoint, self.report,
+        self.membership = Membership(self.kafka_conf, s.topic(members_topic(s.cluster)),
+                                     self.endpoint, self.report,
                                      s.heartbeat_ms, s.member_timeout_ms)
         self.router = Router(self.membership, self.partitions, s.standby_replicas)
 

@@ -1,0 +1,147 @@
+"""Real processes for integration tests: nodes, ingest and pipeline, stopped by PID."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+
+__all__ = ["Proc", "wait_http"]
+
+
+def wait_http(url: str, timeout: float, proc: subprocess.Popen[bytes] | None = None) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            return False
+        try:
+            if httpx.get(url, timeout=1.0).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    return False
+
+
+class Proc:
+    """``python -m streamiq <command> <args>`` with its output in a log file."""
+
+    def __init__(self, command: str, args: list[str], log_dir: Path, name: str) -> None:
+        self.command = command
+        self.args = args
+        self.name = name
+        self.log_path = log_dir / f"{name}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Proc:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")  # noqa: SIM115 - kept open for the child's lifetime
+        env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen([sys.executable, "-m", "streamiq", self.command, *self.args],
+                                     stdout=log, stderr=subprocess.STDOUT, env=env)
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def wait_ready(self, url: str, timeout: float = 60) -> None:
+        if not wait_http(url, timeout, self.proc):
+            raise AssertionError(f"{self.name} not ready at {url}; log:\n{self.log()[-4000:]}")
+
+    def wait_line(self, text: str, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if text in self.log():
+                return
+            if not self.alive():
+                break
+            time.sleep(0.2)
+        raise AssertionError(f"{self.name}: no {text!r}; log:\n{self.log()[-4000:]}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def kill(self) -> None:
+        """SIGKILL: no goodbye heartbeat, no flush."""
+        if self.alive():
+            assert self.proc is not None
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def stop(self, timeout: float = 20) -> None:
+        if self.alive():
+            assert self.proc is not None
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+class Deployment:
+    """Ingest, pipeline and nodes sharing one cluster name and topic prefix."""
+
+    def __init__(self, bootstrap: str, root: Path, procs: Callable[..., Proc],
+                 free_port: Callable[[], int]) -> None:
+        self.bootstrap = bootstrap
+        self.name = f"c{uuid.uuid4().hex[:6]}"
+        self.prefix = f"{self.name}-"
+        self.root = root
+        self._procs = procs
+        self._free_port = free_port
+        self.ports: list[int] = []
+
+    def common(self, app: str) -> list[str]:
+        return ["--bootstrap-servers", self.bootstrap, "--cluster", self.name,
+                "--topic-prefix", self.prefix, "--app", app, "--log-level", "info"]
+
+    def topic(self, name: str) -> str:
+        return self.prefix + name
+
+    def node(self, app: str = "bank", port: int | None = None, extra: list[str] | None = None,
+             wait: bool = True) -> tuple[int, Proc]:
+        port = port or self._free_port()
+        args = [*self.common(app), "--port", str(port), "--state-dir",
+                str(self.root / "state"), *(extra or [])]
+        p = self._procs("node", args, name=f"node-{port}")
+        if wait:
+            p.wait_ready(f"http://127.0.0.1:{port}/health", 60)
+        if port not in self.ports:
+            self.ports.append(port)
+        return port, p
+
+    def nodes(self, n: int = 3, app: str = "bank", extra: list[str] | None = None
+              ) -> list[tuple[int, Proc]]:
+        out = [self.node(app, extra=extra, wait=False) for _ in range(n)]
+        for port, p in out:
+            p.wait_ready(f"http://127.0.0.1:{port}/health", 60)
+        return out
+
+    def ingest(self, app: str = "bank") -> tuple[int, Proc]:
+        port = self._free_port()
+        p = self._procs("ingest", [*self.common(app), "--ingest-port", str(port)],
+                        name=f"ingest-{port}")
+        p.wait_ready(f"http://127.0.0.1:{port}/health", 60)
+        return port, p
+
+    def pipeline(self, app: str = "bank", extra: list[str] | None = None,
+                 wait: bool = True) -> Proc:
+        p = self._procs("pipeline", [*self.common(app), "--master", "local[2]",
+                                     "--checkpoint-dir", str(self.root / "checkpoints"),
+                                     *(extra or [])], name="pipeline")
+        if wait:
+            p.wait_line("pipeline ready", 180)
+        return p
