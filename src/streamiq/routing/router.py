@@ -64,7 +64,7 @@ class Router:
             if state is None:
                 continue
             lag = int(state.get("lag", -1))
-            if lag < 0 or lag > max_lag:
+            if not state.get("restored") or lag < 0 or lag > max_lag:
                 continue
             role = ("active" if assigned and assigned[0] == address
                     else "standby" if address in assigned else "previous")
@@ -95,7 +95,7 @@ class Router:
         for address in assigned:
             m = members.get(address)
             state = m.partitions.get(view, {}).get(p) if m else None
-            if state is None or not 0 <= int(state.get("lag", -1)) <= HANDOVER_LAG:
+            if state is None or not state.get("restored"):
                 return False
         return bool(assigned)
 

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from streamiq.routing.router import HANDOVER_LAG
 from streamiq.state.base import Checkpoint, Store
 from streamiq.views.base import MARKER_HEADER, View, store_key
 
@@ -33,6 +34,9 @@ class PartitionState:
     high_watermark: int = -1
     position: dict[str, dict[int, int]] = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
+    #: Set once the initial restore reached the changelog end (within HANDOVER_LAG); a
+    #: replica still restoring never answers, so a missing key is never "not found".
+    restored: bool = False
 
     @property
     def lag(self) -> int:
@@ -168,3 +172,7 @@ class Materializer:
                 continue
             if high is not None and high >= 0:
                 st.high_watermark = high
+                if not st.restored and 0 <= st.lag <= HANDOVER_LAG:
+                    st.restored = True
+                    log.info("%s partition %d restored (%.2fs)", v, p,
+                             time.monotonic() - st.started)

@@ -12,7 +12,7 @@ from typing import Any
 from streamiq.config import Settings
 from streamiq.kafka.admin import ensure_topics
 from streamiq.routing.membership import Membership, members_topic
-from streamiq.routing.router import HANDOVER_LAG, Router
+from streamiq.routing.router import Router
 from streamiq.serving.consistency import Token, reflects
 from streamiq.serving.materializer import Materializer
 from streamiq.state.base import Store
@@ -102,11 +102,16 @@ class Node:
         if self.materializer is None:
             return out
         for (view, p), st in self.materializer.holding().items():
-            out.setdefault(view, {})[p] = {"offset": st.offset, "lag": st.lag}
+            out.setdefault(view, {})[p] = {"offset": st.offset, "lag": st.lag,
+                                           "restored": int(st.restored)}
         return out
 
     def holds(self, view: str, partition: int) -> bool:
-        return self.materializer is not None and (view, partition) in self.materializer.states
+        """True when this node can answer for the partition (held and restored)."""
+        if self.materializer is None:
+            return False
+        st = self.materializer.states.get((view, partition))
+        return st is not None and st.restored
 
     def lag(self, view: str, partition: int) -> int:
         assert self.materializer is not None
@@ -117,7 +122,7 @@ class Node:
         """Assigned and every held partition restored to within the handover lag."""
         if not self.assigning or self.materializer is None:
             return False
-        return all(0 <= st.lag <= HANDOVER_LAG for st in self.materializer.holding().values())
+        return all(st.restored for st in self.materializer.holding().values())
 
     async def wait_position(self, view: str, partition: int, tokens: list[Token],
                             timeout: float) -> bool:

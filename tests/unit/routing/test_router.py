@@ -1,0 +1,81 @@
+"""Routing decisions from heartbeat state (membership faked; no Kafka)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from streamiq.routing.membership import Member
+from streamiq.routing.router import Router
+
+A, B, C = "127.0.0.1:9001", "127.0.0.1:9002", "127.0.0.1:9003"
+
+
+class FakeMembership:
+    def __init__(self, me: str, members: dict[str, dict[str, Any]]) -> None:
+        self.endpoint = me
+        self.members = members
+
+    def live(self) -> dict[str, Member]:
+        return {a: Member(a, "x", time.monotonic(), parts) for a, parts in self.members.items()}
+
+
+def _state(lag: int, restored: bool = True) -> dict[str, int]:
+    return {"offset": 100 - lag, "lag": lag, "restored": int(restored)}
+
+
+def _router(members: dict[str, dict[str, Any]], me: str = A, standbys: int = 1) -> Router:
+    return Router(FakeMembership(me, members), {"v": 3}, standbys)  # type: ignore[arg-type]
+
+
+def _all_hold(lag: int = 0) -> dict[str, dict[str, Any]]:
+    return {m: {"v": {p: _state(lag) for p in range(3)}} for m in (A, B, C)}
+
+
+def test_active_preferred_then_standby_then_previous() -> None:
+    r = _router(_all_hold())
+    for p in range(3):
+        reps = r.replicas("v", p, max_lag=10)
+        assigned = r.assigned("v", p)
+        assert [e.address for e in reps][:2] == assigned
+        assert [e.role for e in reps] == ["active", "standby", "previous"]
+
+
+def test_lagging_active_is_skipped_for_fresh_standby() -> None:
+    members = _all_hold()
+    r = _router(members)
+    active, standby = r.assigned("v", 0)
+    members[active]["v"][0] = _state(lag=500)
+    reps = r.replicas("v", 0, max_lag=10)
+    assert reps[0].address == standby and reps[0].role == "standby"
+    assert r.replicas("v", 0, max_lag=1000)[0].address == active
+
+
+def test_restoring_replica_never_answers() -> None:
+    members = _all_hold()
+    r = _router(members)
+    active = r.assigned("v", 1)[0]
+    members[active]["v"][1] = _state(lag=0, restored=False)
+    assert active not in [e.address for e in r.replicas("v", 1, max_lag=10**9)]
+
+
+def test_no_replica_means_none() -> None:
+    r = _router({A: {}, B: {}, C: {}})
+    assert r.owner("v", 0, max_lag=10) is None
+
+
+def test_previous_owner_kept_until_new_replicas_restored() -> None:
+    members = {A: {"v": {p: _state(0) for p in range(3)}}, B: {}, C: {}}
+    r = _router(members, me=A, standbys=0)
+    held = {("v", p) for p in range(3)}
+    wanted = r.wanted_local(held)
+    assert wanted == held  # nobody else has restored anything yet: A keeps it all
+    for m in (B, C):
+        members[m] = {"v": {p: _state(0) for p in range(3)}}
+    mine = {("v", p) for p in range(3) if r.assigned("v", p)[0] == A}
+    assert r.wanted_local(held) == mine  # handover complete: A keeps only its own
+
+
+def test_all_nodes_compute_the_same_map() -> None:
+    maps = [_router(_all_hold(), me=m).assignment() for m in (A, B, C)]
+    assert maps[0] == maps[1] == maps[2]
