@@ -1,0 +1,66 @@
+"""Shared bench plumbing: an embedded broker, node processes, percentiles."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+__all__ = ["NodeProc", "free_port", "pct", "wait_ready"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
+
+
+def wait_ready(port: int, timeout: float = 600) -> float:
+    """Seconds until GET /health answers 200."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                return time.monotonic() - t0
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.02)
+    raise TimeoutError(f"node {port} not ready in {timeout}s")
+
+
+class NodeProc:
+    def __init__(self, port: int, args: list[str], log: Path) -> None:
+        self.port = port
+        log.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(log, "ab")  # noqa: SIM115 - child's output for its lifetime
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "streamiq", "node", "--port", str(port), *args],
+            stdout=self._log, stderr=subprocess.STDOUT)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.kill()
