@@ -39,9 +39,9 @@ class Settings(BaseSettings):
                          description="Cluster name: scopes membership (node discovery).")
     topic_prefix: str = Field("", pattern=r"^[A-Za-z0-9._-]{0,100}$",
                               description="Prefix of every topic streamiq reads or writes.")
-    app: str = Field("bank", description="Example app whose views are served (bank, orders).")
+    app: str = Field("bank", description="Built-in app(s) to run: bank, orders or bank,orders.")
     views_module: str | None = Field(
-        None, description="Python module defining VIEWS (overrides --app), e.g. myapp.views."
+        None, description="Python module defining APP, a streamiq.App (overrides --app)."
     )
     partitions: int = Field(3, ge=1, le=1024, description="Partitions of created topics.")
 
