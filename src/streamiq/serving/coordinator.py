@@ -36,6 +36,7 @@ _PASS_HEADERS = ("authorization",)
 LocalCall = Callable[[], Awaitable[Response]]
 LocalPart = Callable[[list[int]], Awaitable[dict[str, Any]]]
 Partial = dict[str, Any]
+Params = list[tuple[str, str]]
 
 
 class Coordinator:
@@ -63,10 +64,10 @@ class Coordinator:
                 h[name] = request.headers[name]
         return h
 
-    async def _call(self, address: str, request: Request, params: dict[str, Any],
+    async def _call(self, address: str, request: Request, params: Params,
                     body: Any = None) -> httpx.Response:
         url = f"http://{address}{request.url.path}"
-        return await self.client.request(request.method, url, params=params, json=body,
+        return await self.client.request(request.method, url, params=tuple(params), json=body,
                                          headers=self._headers(request))
 
     async def serve_internal(self, local: LocalCall) -> Response:
@@ -82,6 +83,11 @@ class Coordinator:
             resp.headers[HOPS] = "0"
             return resp
         assert self.node.router is not None and self.node.membership is not None
+        if self._active_here(view, partition, max_lag):
+            resp = await local()  # fast path: this node is the partition's active owner
+            if resp.status_code != 421:
+                resp.headers[HOPS] = "0"
+                return resp
         tried: list[str] = []
         for ep in self.node.router.replicas(view, partition, max_lag):
             tried.append(ep.address)
@@ -98,7 +104,8 @@ class Coordinator:
                     target += "?" + request.url.query
                 return RedirectResponse(target, status_code=307)
             try:
-                r = await self._call(ep.address, request, dict(request.query_params), body)
+                r = await self._call(ep.address, request, request.query_params.multi_items(),
+                                     body)
             except httpx.TransportError as exc:
                 log.warning("replica %s unreachable (%s); trying the next", ep.address, exc)
                 self.node.membership.suspect(ep.address)
@@ -116,13 +123,23 @@ class Coordinator:
                                       f"within max_lag={max_lag}", "tried": tried},
                             status_code=503)
 
+    def _active_here(self, view: str, partition: int, max_lag: int) -> bool:
+        """This node is assigned active for the partition, holds it, and is fresh enough."""
+        assert self.node.router is not None
+        assigned = self.node.router.assigned(view, partition)
+        return (bool(assigned) and assigned[0] == self.node.endpoint
+                and 0 <= self.node.lag(view, partition) <= max_lag)
+
     # -- many partitions (scatter-gather) --
     async def gather(self, request: Request, view: str, partitions: Sequence[int], max_lag: int,
-                     local: LocalPart, params: dict[str, Any] | None = None,
+                     local: LocalPart, params: Params | None = None,
                      body: Callable[[list[int]], Any] | None = None
                      ) -> tuple[list[Partial], list[int], int]:
         """Answer each partition exactly once; return (partials, missing, hops)."""
-        params = dict(params if params is not None else request.query_params)
+        # a list of pairs keeps repeated parameters (agg=...&agg=...)
+        params = [(k, v) for k, v in (params if params is not None
+                                      else request.query_params.multi_items())
+                  if k != "partitions"]
         if self.is_forwarded(request):
             async with self.internal:
                 held = [p for p in partitions if self.node.holds(view, p)]
@@ -164,13 +181,13 @@ class Coordinator:
         return dict(plan)
 
     async def _gather_one(self, view: str, address: str, parts: list[int], request: Request,
-                          params: dict[str, Any], body: Callable[[list[int]], Any] | None,
+                          params: Params, body: Callable[[list[int]], Any] | None,
                           local: LocalPart) -> tuple[Partial | None, list[int]]:
         if address == self.node.endpoint:
             held = [p for p in parts if self.node.holds(view, p)]
             part = await local(held)
             return part, [p for p in parts if p not in held]
-        q = {**params, "partitions": ",".join(map(str, parts))}
+        q = [*params, ("partitions", ",".join(map(str, parts)))]
         try:
             r = await self._call(address, request, q, body(parts) if body else None)
         except httpx.TransportError as exc:

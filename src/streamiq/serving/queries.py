@@ -1,16 +1,262 @@
-"""Multi-key, scan, aggregate and window queries (scatter-gather by partition)."""
+"""Multi-key, scan, aggregate and window queries (scatter-gather by partition).
+
+Every gathered answer carries ``status`` (``OK``, or ``PARTIAL`` with
+``missing_partitions`` when some partitions had no replica able to answer: never a
+silently wrong total) and the ``X-Streamiq-Hops`` header (0 local, 1 forwarded).
+A node answering a forwarded request (``X-Streamiq-Forwarded: 1`` plus the explicit
+``partitions``) returns ``{"partial": ..., "not_active": [...]}`` and never forwards.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+
+from streamiq._http import ApiError, error_response
+from streamiq.serving.aggregate import (
+    aggregate_partitions,
+    finish,
+    merge_partials,
+    parse_aggs,
+    parse_group_by,
+)
+from streamiq.serving.coordinator import HOPS, SERVED_BY
+from streamiq.serving.scan import MAX_LIMIT, KeyRange, decode_cursor, merge_rows, scan_partitions
+from streamiq.views.base import View, window_bounds
 
 if TYPE_CHECKING:
     from streamiq.serving.app import NodeDeps
 
-__all__ = ["query_routes"]
+__all__ = ["MAX_KEYS", "MultiGet", "query_routes"]
+
+MAX_KEYS = 1000
+_FAR = 1 << 62
+
+MaxLag = Annotated[int | None, Query(ge=0, description="Max changelog lag (records) of the "
+                                     "answering replicas; default: the node's --max-lag.")]
+Limit = Annotated[int, Query(ge=1, le=MAX_LIMIT, description="Page size (rows).")]
+Cursor = Annotated[str | None, Query(description="Resume after the page that returned it.")]
+Prefix = Annotated[str | None, Query(description="Only keys starting with this.")]
+Parts = Annotated[str | None, Query(include_in_schema=False)]  # set on forwarded requests
+FromMs = Annotated[int, Query(alias="from", ge=0, description="Window start >= (epoch ms).")]
+ToMs = Annotated[int, Query(alias="to", ge=0, description="Window start < (epoch ms).")]
+
+
+class MultiGet(BaseModel):
+    """Keys to look up (columns joined by ``|``)."""
+
+    model_config = {"extra": "forbid"}
+    keys: list[str] = Field(min_length=1, max_length=MAX_KEYS)
+
+
+def _bad(message: str, field: str) -> ApiError:
+    return ApiError(400, "BAD_REQUEST", message, field=field)
+
+
+def _key_ok(view: View, key: str, field: str) -> None:
+    try:
+        view.parse_key(key)
+    except ValueError as exc:
+        raise _bad(f"{field}: {exc}", field) from None
+
+
+class _Gather:
+    """Runs one scatter-gather query for a route and shapes its response."""
+
+    def __init__(self, deps: NodeDeps, request: Request, view: View, max_lag: int | None,
+                 partitions: str | None) -> None:
+        self.deps = deps
+        self.request = request
+        self.view = view
+        self.max_lag = deps.max_lag(max_lag)
+        self.forwarded = deps.coordinator.is_forwarded(request)
+        n = deps.node.partitions[view.name]
+        self.all = list(range(n))
+        if self.forwarded and partitions:
+            try:
+                self.all = sorted({int(p) for p in partitions.split(",")})
+            except ValueError:
+                raise _bad(f"partitions: expected integers, got {partitions!r}",
+                           "partitions") from None
+            if any(not 0 <= p < n for p in self.all):
+                raise _bad(f"partitions: out of range 0..{n - 1}", "partitions")
+
+    async def run(self, local: Callable[[list[int]], Awaitable[dict[str, Any]]],
+                  finish: Callable[[list[dict[str, Any]]], dict[str, Any]],
+                  partitions: list[int] | None = None,
+                  body: Callable[[list[int]], Any] | None = None) -> Response:
+        wanted = self.all if partitions is None else partitions
+        partials, missing, hops = await self.deps.coordinator.gather(
+            self.request, self.view.name, wanted, self.max_lag, local, body=body)
+        node = self.deps.node.endpoint
+        if self.forwarded:
+            return JSONResponse({"partial": partials[0] if partials else None,
+                                 "not_active": missing}, headers={HOPS: "0", SERVED_BY: node})
+        doc = {"status": "PARTIAL" if missing else "OK", "view": self.view.name,
+               **finish(partials), "partitions": len(wanted), "missing_partitions": missing,
+               "served_by": node}
+        return JSONResponse(doc, headers={HOPS: str(hops), SERVED_BY: node})
 
 
 def query_routes(deps: NodeDeps) -> APIRouter:
-    return APIRouter()
+    r = APIRouter(tags=["queries"])
+    node = deps.node
+
+    @r.post("/v1/views/{view}/keys", summary="Multi-get: many keys, one call per owner")
+    async def multi_get(request: Request, view: str, body: MultiGet, max_lag: MaxLag = None,
+                        partitions: Parts = None) -> Response:
+        v = deps.view(view)
+        if v.windowed:
+            raise _bad(f"view {v.name!r} is windowed: use /v1/views/{v.name}/windows", "view")
+        keys = list(dict.fromkeys(body.keys))
+        for i, k in enumerate(keys):
+            _key_ok(v, k, f"keys[{i}]")
+        n = node.partitions[v.name]
+        part_of = {k: v.partition_of(k, n) for k in keys}
+        g = _Gather(deps, request, v, max_lag, partitions)
+        store = node.stores[v.name]
+
+        async def local(held: list[int]) -> dict[str, Any]:
+            hs = set(held)
+            mine = [k for k in keys if part_of[k] in hs]
+            by_p: dict[int, list[str]] = {}
+            for k in mine:
+                by_p.setdefault(part_of[k], []).append(k)
+            found: dict[str, Any] = {}
+            for p, ks in by_p.items():
+                for k, raw in zip(ks, store.multi_get(p, [k.encode() for k in ks]), strict=True):
+                    if raw is not None:
+                        found[k] = json.loads(raw)
+            return {"found": found, "keys": mine}
+
+        def shape(partials: list[dict[str, Any]]) -> dict[str, Any]:
+            found: dict[str, Any] = {}
+            answered: set[str] = set()
+            for part in partials:
+                found.update(part.get("found", {}))
+                answered.update(part.get("keys", []))
+            results = [{"key": k, "partition": part_of[k], "found": k in found,
+                        "value": found.get(k)} for k in keys if k in answered]
+            return {"results": results, "missing_keys": [k for k in keys if k not in answered]}
+
+        wanted = sorted(p for p in set(part_of.values()) if p in set(g.all))
+        return await g.run(local, shape, partitions=wanted,
+                           body=lambda ps: {"keys": [k for k in keys if part_of[k] in ps]})
+
+    async def _scan(request: Request, v: View, rng: KeyRange, limit: int, max_lag: int | None,
+                    partitions: str | None, extra: dict[str, Any]) -> Response:
+        g = _Gather(deps, request, v, max_lag, partitions)
+        store = node.stores[v.name]
+
+        async def local(held: list[int]) -> dict[str, Any]:
+            return await asyncio.to_thread(scan_partitions, v, store, held, rng, limit)
+
+        def shape(partials: list[dict[str, Any]]) -> dict[str, Any]:
+            rows, cursor = merge_rows(v, partials, limit)
+            return {**extra, "rows": rows, "count": len(rows), "next_cursor": cursor}
+
+        return await g.run(local, shape)
+
+    def _after(v: View, cursor: str | None) -> bytes | None:
+        if cursor is None:
+            return None
+        try:
+            return decode_cursor(v.name, cursor)
+        except ValueError as exc:
+            raise _bad(str(exc), "cursor") from None
+
+    @r.get("/v1/views/{view}/scan", summary="Range / prefix scan in key order, paged")
+    async def scan(request: Request, view: str,
+                   start: Annotated[str | None, Query(alias="from",
+                                                      description="First key (inclusive).")] = None,
+                   to: Annotated[str | None, Query(description="End key (exclusive).")] = None,
+                   prefix: Prefix = None, limit: Limit = 100, cursor: Cursor = None,
+                   max_lag: MaxLag = None, partitions: Parts = None) -> Response:
+        v = deps.view(view)
+        if start is not None and to is not None and start > to:
+            raise _bad(f"from {start!r} is after to {to!r}", "from")
+        rng = KeyRange.build(start, to, prefix, _after(v, cursor))
+        return await _scan(request, v, rng, limit, max_lag, partitions,
+                           {"from": start, "to": to, "prefix": prefix, "limit": limit})
+
+    @r.get("/v1/views/{view}/windows", summary="Windows of all keys starting in [from, to)")
+    async def windows_range(request: Request, view: str, start: FromMs = 0, end: ToMs = _FAR,
+                            prefix: Prefix = None, limit: Limit = 100, cursor: Cursor = None,
+                            max_lag: MaxLag = None, partitions: Parts = None) -> Response:
+        v = _windowed(view)
+        if start > end:
+            raise _bad(f"from {start} is after to {end}", "from")
+        rng = KeyRange.build(prefix=prefix, after=_after(v, cursor), wfrom=start, wto=end)
+        return await _scan(request, v, rng, limit, max_lag, partitions,
+                           {"from": start, "to": end, "prefix": prefix, "limit": limit})
+
+    def _windowed(view: str) -> View:
+        v = deps.view(view)
+        if not v.windowed:
+            raise _bad(f"view {v.name!r} is not windowed: use /v1/views/{v.name}/scan or "
+                       f"/v1/views/{v.name}/keys/{{key}}", "view")
+        return v
+
+    @r.get("/v1/views/{view}/keys/{key}/windows", summary="One key's windows in [from, to)")
+    async def key_windows(request: Request, view: str, key: str, start: FromMs = 0,
+                          end: ToMs = _FAR, max_lag: MaxLag = None) -> Response:
+        v = _windowed(view)
+        _key_ok(v, key, "key")
+        if start > end:
+            raise _bad(f"from {start} is after to {end}", "from")
+        p = v.partition_of(key, node.partitions[v.name])
+        lo, hi = window_bounds(key, start, end)
+
+        async def local() -> Response:
+            if not node.holds(v.name, p):
+                return deps.not_active(v.name, p)
+            windows = [json.loads(raw) for _, raw in node.stores[v.name].scan(p, lo, hi)]
+            return JSONResponse({"status": "OK", "view": v.name, "key": key, "partition": p,
+                                 "from": start, "to": end, "windows": windows,
+                                 **deps.stamp(v.name, p)},
+                                headers={SERVED_BY: node.endpoint})
+
+        return await deps.coordinator.route(request, v.name, p, deps.max_lag(max_lag), local)
+
+    @r.get("/v1/views/{view}/aggregate",
+           summary="Group by columns with count/sum/min/max/avg, across all partitions")
+    async def aggregate(request: Request, view: str,
+                        group_by: Annotated[list[str] | None, Query(
+                            description="Column(s) to group by (repeat or comma-separate); "
+                                        "none: one group.")] = None,
+                        agg: Annotated[list[str] | None, Query(
+                            description="FUNC(COLUMN), repeatable; FUNC is count, sum, min, "
+                                        "max or avg; count(*) counts rows. Default count(*)."
+                        )] = None,
+                        prefix: Prefix = None, max_lag: MaxLag = None,
+                        partitions: Parts = None) -> Response:
+        v = deps.view(view)
+        try:
+            cols = parse_group_by(v, group_by)
+            aggs = parse_aggs(v, agg)
+        except ValueError as exc:
+            raise _bad(str(exc), str(exc).split(":", 1)[0]) from None
+        rng = KeyRange.build(prefix=prefix)
+        g = _Gather(deps, request, v, max_lag, partitions)
+        store = node.stores[v.name]
+
+        async def local(held: list[int]) -> dict[str, Any]:
+            return await asyncio.to_thread(aggregate_partitions, v, store, held, cols, aggs, rng)
+
+        def shape(partials: list[dict[str, Any]]) -> dict[str, Any]:
+            merged, rows = merge_partials(aggs, partials)
+            return {"group_by": cols, "aggregates": [a.name for a in aggs],
+                    "groups": finish(cols, aggs, merged), "rows": rows}
+
+        try:
+            return await g.run(local, shape)
+        except ValueError as exc:  # data that does not fit the aggregate (e.g. text sum)
+            return error_response(400, "BAD_REQUEST", str(exc), field="agg")
+
+    return r
