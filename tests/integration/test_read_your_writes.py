@@ -1,0 +1,52 @@
+"""Read-your-writes through the real pipeline: ingest token -> query on a non-owner."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+def _non_owner(nodes: list[tuple[int, Any]], account: str) -> int:
+    port = nodes[0][0]
+    meta = httpx.get(f"http://127.0.0.1:{port}/v1/metadata/balances/{account}").json()
+    return next(p for p, _ in nodes if f"127.0.0.1:{p}" != meta["active"])
+
+
+def test_query_with_position_sees_the_write(cluster: Any) -> None:
+    ingest, _ = cluster.ingest("bank")
+    nodes = cluster.nodes(3, "bank")
+    cluster.pipeline("bank")
+    rng = random.Random(3)
+    totals: dict[str, int] = {}
+    with httpx.Client(timeout=30) as c:
+        for i in range(30):
+            account = f"ryw{rng.randrange(6)}"
+            amount = rng.randint(1, 100)
+            w = c.post(f"http://127.0.0.1:{ingest}/account/{account}", params={"amount": amount})
+            assert w.status_code == 200, w.text
+            totals[account] = totals.get(account, 0) + amount
+            port = _non_owner(nodes, account)
+            r = c.get(f"http://127.0.0.1:{port}/account/{account}",
+                      params={"position": w.json()["position"], "wait_ms": 20_000})
+            assert r.status_code == 200, (i, r.text)
+            assert r.json()["value"]["balance"] == totals[account], (i, account, r.json())
+            assert r.headers["x-streamiq-hops"] == "1"
+
+
+def test_unreachable_position_is_not_up_to_bound(cluster: Any) -> None:
+    ingest, _ = cluster.ingest("bank")
+    (port, _), = cluster.nodes(1, "bank")
+    w = httpx.post(f"http://127.0.0.1:{ingest}/account/ryw", params={"amount": 1}).json()
+    future = f"{w['topic']}:{w['partition']}:{w['offset'] + 1_000_000}"
+    # No pipeline runs, so the write itself is never reflected either.
+    for token in (future, w["position"]):
+        r = httpx.get(f"http://127.0.0.1:{port}/v1/views/balances/keys/ryw",
+                      params={"position": token, "wait_ms": 300})
+        assert r.status_code == 503 and r.json()["status"] == "NOT_UP_TO_BOUND", r.text
+    r = httpx.get(f"http://127.0.0.1:{port}/account/ryw", params={"position": "nonsense"})
+    assert r.status_code == 400 and "position" in r.json()["error"]
