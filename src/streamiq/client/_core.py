@@ -1,0 +1,182 @@
+"""What the sync and async clients share: cluster metadata, owner choice, request specs.
+
+The client caches ``/v1/views`` (partition counts) and ``/v1/cluster`` (who holds
+which partition), computes a key's partition with Kafka's murmur2 partitioner and
+sends key requests straight to the partition's active owner, so a fresh cache means
+no extra hop. Anything else goes to any node. A connection error or NOT_ACTIVE (421)
+marks the cache stale; the request is retried on the next candidate node.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from streamiq.kafka.partitioner import partition_for
+
+__all__ = ["QueryError", "Served", "Spec"]
+
+#: A node that refused a connection is tried last for this long (seconds).
+DOWN_S = 5.0
+
+
+class QueryError(Exception):
+    """A 4xx/5xx answer (``status`` is the body's machine-readable code)."""
+
+    def __init__(self, http_status: int, body: Any) -> None:
+        self.http_status = http_status
+        self.body = body
+        self.status = body.get("status", "ERROR") if isinstance(body, dict) else "ERROR"
+        message = body.get("error", body) if isinstance(body, dict) else body
+        super().__init__(f"{http_status} {self.status}: {message}")
+
+
+@dataclass(frozen=True)
+class Served:
+    """Who answered the last request: node address, hops (0 direct), HTTP status."""
+
+    node: str
+    hops: int
+    http_status: int
+
+
+@dataclass
+class Spec:
+    """One logical request: path, params, body and the view/key that pick its node."""
+
+    method: str
+    path: str
+    params: list[tuple[str, Any]] = field(default_factory=list)
+    json: Any = None
+    view: str | None = None
+    keys: Sequence[str] = ()
+
+
+def _address(node: str) -> str:
+    node = node.strip()
+    for scheme in ("http://", "https://"):
+        if node.startswith(scheme):
+            node = node[len(scheme):]
+    return node.rstrip("/")
+
+
+def _params(**kw: Any) -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = []
+    for k, v in kw.items():
+        if v is None:
+            continue
+        name = {"start": "from", "end": "to"}.get(k, k)
+        if isinstance(v, list | tuple):
+            out += [(name, x) for x in v]
+        else:
+            out.append((name, v))
+    return out
+
+
+class _Base:
+    def __init__(self, nodes: str | Iterable[str], metadata_ttl: float) -> None:
+        seeds = nodes.split(",") if isinstance(nodes, str) else list(nodes)
+        self._nodes: list[str] = [_address(n) for n in seeds if n.strip()]
+        if not self._nodes:
+            raise ValueError("give at least one node address (host:port)")
+        self.metadata_ttl = metadata_ttl
+        self._counts: dict[str, int] = {}
+        self._owners: dict[str, dict[int, str]] = {}
+        self._fetched = 0.0
+        self._stale = True
+        self._down: dict[str, float] = {}
+        self._rr = 0
+        self.last: Served | None = None
+
+    # -- metadata --
+    def _needs_refresh(self) -> bool:
+        return self._stale or time.monotonic() - self._fetched > self.metadata_ttl
+
+    def _apply(self, views: dict[str, Any], cluster: dict[str, Any]) -> None:
+        self._counts = {v["name"]: int(v["partitions"]) for v in views.get("views", [])}
+        owners: dict[str, dict[int, str]] = {}
+        for view, parts in cluster.get("views", {}).items():
+            for p, pv in parts.items():
+                reps = [r["address"] for r in pv.get("replicas", [])]
+                owner = reps[0] if reps else (pv.get("assigned") or [None])[0]
+                if owner:
+                    owners.setdefault(view, {})[int(p)] = owner
+        self._owners = owners
+        known = [n["endpoint"] for n in cluster.get("nodes", [])]
+        self._nodes = list(dict.fromkeys([*known, *self._nodes]))
+        self._fetched = time.monotonic()
+        self._stale = False
+
+    def _meta_order(self) -> list[str]:
+        now = time.monotonic()
+        return sorted(self._nodes, key=lambda n: self._down.get(n, 0) > now - DOWN_S)
+
+    def partition(self, view: str, key: str) -> int | None:
+        """A key's partition (None until the view's partition count is known)."""
+        n = self._counts.get(view)
+        return partition_for(key.encode(), n) if n else None
+
+    def owner(self, view: str, key: str) -> str | None:
+        p = self.partition(view, key)
+        return None if p is None else self._owners.get(view, {}).get(p)
+
+    def _candidates(self, spec: Spec, tried: set[str]) -> list[str]:
+        preferred: list[str] = []
+        if spec.view is not None and spec.keys:
+            votes: dict[str, int] = {}
+            for k in spec.keys:
+                o = self.owner(spec.view, k)
+                if o is not None:
+                    votes[o] = votes.get(o, 0) + 1
+            preferred = sorted(votes, key=lambda o: -votes[o])
+        self._rr = (self._rr + 1) % len(self._nodes)
+        rotated = self._nodes[self._rr:] + self._nodes[:self._rr]
+        now = time.monotonic()
+        rest = sorted(rotated, key=lambda n: self._down.get(n, 0) > now - DOWN_S)
+        return [n for n in dict.fromkeys([*preferred, *rest]) if n not in tried]
+
+    def _failed(self, node: str) -> None:
+        self._down[node] = time.monotonic()
+        self._stale = True
+
+    def _result(self, node: str, r: httpx.Response, not_found_ok: bool) -> Any:
+        self.last = Served(node, int(r.headers.get("x-streamiq-hops", "0")), r.status_code)
+        try:
+            body = r.json()
+        except ValueError:
+            body = r.text
+        if r.status_code == 404 and not_found_ok and isinstance(body, dict) \
+                and body.get("status") == "NOT_FOUND":
+            return None
+        if r.status_code >= 400:
+            raise QueryError(r.status_code, body)
+        return body
+
+    # -- request specs --
+    @staticmethod
+    def _key_path(view: str, key: str, suffix: str = "") -> str:
+        return f"/v1/views/{quote(view, safe='')}/keys/{quote(key, safe='|')}{suffix}"
+
+    def _get_spec(self, view: str, key: str, max_lag: int | None, position: str | None,
+                  wait_ms: int | None) -> Spec:
+        return Spec("GET", self._key_path(view, key),
+                    _params(max_lag=max_lag, position=position, wait_ms=wait_ms), None, view,
+                    (key,))
+
+    def _multi_spec(self, view: str, keys: Sequence[str], max_lag: int | None) -> Spec:
+        return Spec("POST", f"/v1/views/{quote(view, safe='')}/keys", _params(max_lag=max_lag),
+                    {"keys": list(keys)}, view, list(keys))
+
+    @staticmethod
+    def _view_spec(view: str, what: str, **params: Any) -> Spec:
+        return Spec("GET", f"/v1/views/{quote(view, safe='')}/{what}", _params(**params))
+
+    def _windows_spec(self, view: str, key: str, start: int, end: int | None,
+                      max_lag: int | None) -> Spec:
+        return Spec("GET", self._key_path(view, key, "/windows"),
+                    _params(start=start, end=end, max_lag=max_lag), None, view, (key,))

@@ -1,0 +1,153 @@
+"""The synchronous client: ``Client("127.0.0.1:9001,127.0.0.1:9002")``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import httpx
+
+from streamiq.client._core import QueryError, Spec, _Base
+
+__all__ = ["Client"]
+
+
+class Client(_Base):
+    """Query a streamiq cluster; key requests go straight to the partition's owner.
+
+    ``nodes`` are seed addresses (``host:port``, comma-separated or a list); the rest
+    of the cluster is learned from ``/v1/cluster``. ``headers`` (e.g. Authorization)
+    go with every request. ``client.last`` says who answered the last request and
+    with how many hops. One connection pool with keep-alive per client.
+    """
+
+    def __init__(self, nodes: str | Iterable[str], *, headers: dict[str, str] | None = None,
+                 timeout: float = 10.0, metadata_ttl: float = 30.0, retries: int = 3,
+                 max_connections: int = 100, transport: httpx.BaseTransport | None = None) -> None:
+        super().__init__(nodes, metadata_ttl)
+        self.retries = retries
+        self._http = httpx.Client(headers=headers, timeout=httpx.Timeout(timeout, connect=1.0),
+                                  limits=httpx.Limits(max_connections=max_connections,
+                                                      max_keepalive_connections=max_connections),
+                                  transport=transport)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    # -- plumbing --
+    def refresh(self) -> None:
+        """Reload partition counts and ownership from the first node that answers."""
+        for node in self._meta_order():
+            try:
+                views = self._http.get(f"http://{node}/v1/views").json()
+                cluster = self._http.get(f"http://{node}/v1/cluster").json()
+            except (httpx.HTTPError, ValueError):
+                self._failed(node)
+                continue
+            self._apply(views, cluster)
+            return
+
+    def _run(self, spec: Spec, not_found_ok: bool = False) -> Any:
+        if self._needs_refresh():
+            self.refresh()
+        tried: set[str] = set()
+        error: Exception | None = None
+        for _ in range(self.retries + 1):
+            candidates = self._candidates(spec, tried)
+            if not candidates:
+                break
+            node = candidates[0]
+            tried.add(node)
+            try:
+                r = self._http.request(spec.method, f"http://{node}{spec.path}",
+                                       params=tuple(spec.params), json=spec.json)
+            except httpx.TransportError as exc:
+                error = exc
+                self._failed(node)
+                self.refresh()
+                continue
+            if r.status_code == 421:  # the node does not hold it: our map is stale
+                error = QueryError(421, r.json())
+                self._stale = True
+                self.refresh()
+                continue
+            return self._result(node, r, not_found_ok)
+        raise ConnectionError(f"no streamiq node answered ({error})")
+
+    # -- queries --
+    def views(self) -> list[dict[str, Any]]:
+        views: list[dict[str, Any]] = self._run(Spec("GET", "/v1/views"))["views"]
+        return views
+
+    def cluster(self) -> dict[str, Any]:
+        doc: dict[str, Any] = self._run(Spec("GET", "/v1/cluster"))
+        return doc
+
+    def metadata(self, view: str, key: str) -> dict[str, Any]:
+        doc: dict[str, Any] = self._run(Spec("GET", f"/v1/metadata/{view}/{key}"))
+        return doc
+
+    def get(self, view: str, key: str, *, max_lag: int | None = None,
+            position: str | None = None, wait_ms: int | None = None) -> dict[str, Any] | None:
+        """The row of ``key`` (body with ``value``), or None if the view has no such key."""
+        doc: dict[str, Any] | None = self._run(
+            self._get_spec(view, key, max_lag, position, wait_ms), not_found_ok=True)
+        return doc
+
+    def multi_get(self, view: str, keys: Sequence[str], *, max_lag: int | None = None
+                  ) -> dict[str, Any]:
+        doc: dict[str, Any] = self._run(self._multi_spec(view, keys, max_lag))
+        return doc
+
+    def scan(self, view: str, *, start: str | None = None, end: str | None = None,
+             prefix: str | None = None, limit: int = 100, cursor: str | None = None,
+             max_lag: int | None = None) -> dict[str, Any]:
+        """One page of rows in key order; pass ``next_cursor`` back to continue."""
+        doc: dict[str, Any] = self._run(self._view_spec(
+            view, "scan", start=start, end=end, prefix=prefix, limit=limit, cursor=cursor,
+            max_lag=max_lag))
+        return doc
+
+    def scan_all(self, view: str, *, start: str | None = None, end: str | None = None,
+                 prefix: str | None = None, page: int = 500, allow_partial: bool = False
+                 ) -> Iterator[dict[str, Any]]:
+        """Every row of the range, following cursors; raises QueryError on PARTIAL."""
+        cursor = None
+        while True:
+            doc = self.scan(view, start=start, end=end, prefix=prefix, limit=page, cursor=cursor)
+            if doc["status"] != "OK" and not allow_partial:
+                raise QueryError(200, doc)
+            yield from doc["rows"]
+            cursor = doc["next_cursor"]
+            if cursor is None:
+                return
+
+    def aggregate(self, view: str, aggs: Sequence[str] = ("count(*)",), *,
+                  group_by: str | Sequence[str] | None = None, prefix: str | None = None,
+                  max_lag: int | None = None) -> dict[str, Any]:
+        """``aggregate("order_counts", ["sum(count)"], group_by="type")``."""
+        doc: dict[str, Any] = self._run(self._view_spec(
+            view, "aggregate", group_by=group_by, agg=list(aggs), prefix=prefix,
+            max_lag=max_lag))
+        return doc
+
+    def windows(self, view: str, key: str, start: int = 0, end: int | None = None, *,
+                max_lag: int | None = None) -> dict[str, Any]:
+        """``key``'s windows starting in [start, end) (epoch ms)."""
+        doc: dict[str, Any] = self._run(self._windows_spec(view, key, start, end, max_lag))
+        return doc
+
+    def windows_range(self, view: str, start: int = 0, end: int | None = None, *,
+                      prefix: str | None = None, limit: int = 100, cursor: str | None = None,
+                      max_lag: int | None = None) -> dict[str, Any]:
+        """One page of every key's windows starting in [start, end)."""
+        doc: dict[str, Any] = self._run(self._view_spec(
+            view, "windows", start=start, end=end, prefix=prefix, limit=limit, cursor=cursor,
+            max_lag=max_lag))
+        return doc
