@@ -1,0 +1,280 @@
+"""Kafka I/O of the source: the driver-side end-offset probe and the executor-side reader.
+
+Offsets are exact on Apache Kafka and on the embedded broker (Tansu). Tansu answers
+ListOffsets(latest) with the last batch's *base* offset + 1, so end offsets never come
+from ListOffsets: the probe fetches each partition at the last known end and reads the
+high watermark carried by the Fetch response (librdkafka ``get_watermark_offsets(tp,
+cached=True)``), which is correct on both. Only one fetch per partition per probe is
+made (it stops fetching right after), so the driver never re-reads the stream.
+
+``confluent_kafka`` is imported inside functions: these objects are pickled to Spark
+workers and clients are created lazily where they run.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from streamiq.pipeline.options import TP, KafkaOptions, Offsets
+
+__all__ = [
+    "PROBE_DEFAULTS", "READER_DEFAULTS", "DataLossError", "EndProbe", "arrow_schema",
+    "read_range",
+]
+
+log = logging.getLogger(__name__)
+
+#: librdkafka settings of the driver-side probe (user ``kafka.*`` options override them).
+PROBE_DEFAULTS: dict[str, Any] = {
+    "enable.partition.eof": True, "enable.auto.commit": False, "fetch.wait.max.ms": 10,
+    "auto.offset.reset": "earliest", "queued.min.messages": 1, "fetch.queue.backoff.ms": 1,
+    "fetch.error.backoff.ms": 10, "max.partition.fetch.bytes": 1024,
+    "isolation.level": "read_uncommitted", "topic.metadata.refresh.interval.ms": 5000,
+}
+#: librdkafka settings of executor readers (low latency fetches: Tansu re-checks on a timer).
+READER_DEFAULTS: dict[str, Any] = {
+    "enable.partition.eof": False, "enable.auto.commit": False,
+    "enable.auto.offset.store": False, "fetch.wait.max.ms": 10, "auto.offset.reset": "error",
+    "fetch.error.backoff.ms": 10, "fetch.queue.backoff.ms": 1,
+    "isolation.level": "read_uncommitted", "queued.max.messages.kbytes": 32768,
+}
+
+
+class DataLossError(RuntimeError):
+    """Offsets the query needs are gone (and ``failOnDataLoss`` is true)."""
+
+
+def _client_conf(defaults: Mapping[str, Any], kafka: Mapping[str, str], role: str
+                 ) -> dict[str, Any]:
+    conf: dict[str, Any] = dict(defaults)
+    conf["group.id"] = f"streamiq-{role}-{uuid.uuid4().hex[:8]}"
+    conf["client.id"] = f"streamiq-{role}"
+    conf.update(kafka)
+    for k in ("auto.offset.reset", "enable.auto.commit"):  # managed here, never by the user
+        conf[k] = defaults[k]
+    return conf
+
+
+class EndProbe:
+    """Driver-side view of the subscribed partitions and their exact end offsets."""
+
+    def __init__(self, opts: KafkaOptions, timeout: float = 5.0) -> None:
+        self.opts = opts
+        self.timeout = timeout
+        self._consumer: Any = None
+        self._ends: Offsets = {}  # last probed high watermark per partition
+        self._lows: Offsets = {}
+
+    @property
+    def consumer(self) -> Any:
+        if self._consumer is None:
+            from confluent_kafka import Consumer
+
+            self._consumer = Consumer(_client_conf(PROBE_DEFAULTS, self.opts.kafka, "probe"))
+        return self._consumer
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_consumer"] = None
+        return state
+
+    def partitions(self) -> list[TP]:
+        """Partitions this source reads now (added partitions appear here)."""
+        if self.opts.assign:
+            return list(self.opts.assign)
+        md = self.consumer.list_topics(timeout=self.timeout)
+        pat = re.compile(self.opts.pattern) if self.opts.pattern is not None else None
+        out: list[TP] = []
+        for name, tmd in md.topics.items():
+            if tmd.error is not None and not tmd.partitions:
+                continue
+            if (name in self.opts.subscribe if pat is None else pat.fullmatch(name)
+                    and not name.startswith("__")):
+                out.extend((name, p) for p in tmd.partitions)
+        return sorted(out)
+
+    def low(self, tp: TP) -> int:
+        """Earliest offset: log start offset of the last probe's fetch, else ListOffsets."""
+        lo = self._lows.get(tp, -1)
+        if lo < 0:
+            from confluent_kafka import TopicPartition
+
+            lo, _ = self.consumer.get_watermark_offsets(TopicPartition(*tp), timeout=self.timeout)
+            self._lows[tp] = lo
+        return max(lo, 0)
+
+    def ends(self, tps: list[TP], hint: Mapping[TP, int] | None = None) -> Offsets:
+        """High watermark of each partition, from one fresh Fetch response per partition."""
+        from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
+
+        if not tps:
+            return {}
+        hint = hint or {}
+        start: dict[TP, int] = {}
+        for tp in tps:
+            s = self._ends.get(tp, hint.get(tp, 0))
+            start[tp] = s if s >= 0 else 0
+        c = self.consumer
+        c.assign([TopicPartition(t, p, start[(t, p)] or OFFSET_BEGINNING) for t, p in tps])
+        pending = set(tps)
+        deadline = time.monotonic() + self.timeout
+        try:
+            while pending and time.monotonic() < deadline:
+                for m in c.consume(500, timeout=0.002):
+                    err = m.error()
+                    if (err is not None and err.code() != KafkaError._PARTITION_EOF
+                            and m.topic() is None):
+                        log.debug("probe: %s", err)
+                        continue
+                    pending.discard((m.topic(), m.partition()))
+                for tp in list(pending):  # a response showing a lower end is fresh too
+                    lo, hi = c.get_watermark_offsets(TopicPartition(*tp), cached=True)
+                    if hi >= 0 and hi < start[tp]:
+                        pending.discard(tp)
+            out: Offsets = {}
+            for tp in tps:
+                lo, hi = c.get_watermark_offsets(TopicPartition(*tp), cached=True)
+                if hi < 0:  # no response at all: keep what we knew
+                    hi = self._ends.get(tp, hint.get(tp, 0))
+                    log.warning("probe: no fetch response for %s-%d within %.1fs", *tp,
+                                self.timeout)
+                out[tp] = hi
+                if lo >= 0:
+                    self._lows[tp] = lo
+            if pending:
+                log.warning("probe: stale end offsets for %s", sorted(pending))
+        finally:
+            c.unassign()
+        self._ends.update(out)
+        return out
+
+
+def arrow_schema(include_headers: bool) -> Any:
+    """Arrow schema matching Spark's kafka source columns."""
+    import pyarrow as pa
+
+    fields = [
+        pa.field("key", pa.binary()), pa.field("value", pa.binary()),
+        pa.field("topic", pa.string()), pa.field("partition", pa.int32()),
+        pa.field("offset", pa.int64()), pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+        pa.field("timestampType", pa.int32()),
+    ]
+    if include_headers:
+        fields.append(pa.field("headers", pa.list_(pa.struct(
+            [pa.field("key", pa.string()), pa.field("value", pa.binary())]))))
+    return pa.schema(fields)
+
+
+_CONSUMERS: dict[tuple[tuple[str, str], ...], Any] = {}
+# librdkafka timestamp types -> Java TimestampType ids (NO_TIMESTAMP=-1, CREATE=0, APPEND=1)
+_TS_TYPE = {0: -1, 1: 0, 2: 1}
+
+
+def _reader(kafka: Mapping[str, str]) -> Any:
+    """One pooled consumer per worker process and configuration (workers are reused)."""
+    from confluent_kafka import Consumer
+
+    key = tuple(sorted(kafka.items()))
+    c = _CONSUMERS.get(key)
+    if c is None:
+        c = _CONSUMERS[key] = Consumer(_client_conf(READER_DEFAULTS, kafka, "reader"))
+    return c
+
+
+def _batch(msgs: list[Any], topic: str, partition: int, headers: bool, schema: Any) -> Any:
+    import numpy as np
+    import pyarrow as pa
+
+    n = len(msgs)
+    ts = [m.timestamp() for m in msgs]
+    cols = [
+        pa.array([m.key() for m in msgs], pa.binary()),
+        pa.array([m.value() for m in msgs], pa.binary()),
+        pa.array([topic] * n, pa.string()),
+        pa.array(np.full(n, partition, dtype=np.int32)),
+        pa.array([m.offset() for m in msgs], pa.int64()),
+        pa.array(np.fromiter((t[1] for t in ts), np.int64, n) * 1000,
+                 pa.timestamp("us", tz="UTC")),
+        pa.array([_TS_TYPE.get(t[0], -1) for t in ts], pa.int32()),
+    ]
+    if headers:
+        cols.append(pa.array([[{"key": k, "value": v} for k, v in (m.headers() or ())]
+                              for m in msgs], schema.field("headers").type))
+    return pa.RecordBatch.from_arrays(cols, schema=schema)
+
+
+def read_range(kafka: Mapping[str, str], topic: str, partition: int, start: int, end: int,
+               fail_on_data_loss: bool, include_headers: bool, poll_timeout_ms: int,
+               chunk: int = 20_000) -> Iterator[Any]:
+    """Yield Arrow record batches of offsets [start, end) of one partition (executor side)."""
+    from confluent_kafka import KafkaError, TopicPartition
+
+    schema = arrow_schema(include_headers)
+    if start < 0:
+        raise ValueError(f"{topic}-{partition}: unresolved start offset {start}")
+    if end <= start:
+        return
+    c = _reader(kafka)
+    c.assign([TopicPartition(topic, partition, start)])
+    nxt = start
+    idle_deadline = time.monotonic() + poll_timeout_ms / 1000
+    try:
+        while nxt < end:
+            want = min(chunk, end - nxt)
+            msgs = c.consume(want, timeout=0.5)
+            good = []
+            for m in msgs:
+                err = m.error()
+                if err is None:
+                    good.append(m)
+                    continue
+                if err.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+                    lo, _ = c.get_watermark_offsets(TopicPartition(topic, partition),
+                                                    timeout=10)
+                    msg = (f"{topic}-{partition}: offsets [{nxt}, {end}) are no longer "
+                           f"available (earliest is {lo}); some data may have been lost")
+                    if fail_on_data_loss:
+                        raise DataLossError(msg + ". Set failOnDataLoss=false to skip it.")
+                    log.warning(msg)
+                    if lo >= end:
+                        return
+                    nxt = max(lo, nxt)
+                    c.assign([TopicPartition(topic, partition, nxt)])
+                    break
+                if err.code() != KafkaError._PARTITION_EOF:
+                    raise RuntimeError(f"{topic}-{partition}: {err}")
+            if good:
+                if good[0].offset() > nxt:
+                    msg = (f"{topic}-{partition}: expected offset {nxt}, got "
+                           f"{good[0].offset()}; records may have been deleted")
+                    if fail_on_data_loss and good[0].offset() < end:
+                        raise DataLossError(msg + ". Set failOnDataLoss=false to skip it.")
+                if good[-1].offset() >= end:
+                    good = [m for m in good if m.offset() < end]
+                if good:
+                    nxt = good[-1].offset() + 1
+                    yield _batch(good, topic, partition, include_headers, schema)
+                idle_deadline = time.monotonic() + poll_timeout_ms / 1000
+            if nxt < end and not good:
+                pos = c.position([TopicPartition(topic, partition)])[0].offset
+                if pos >= end:  # compacted / transactional gap up to the end
+                    return
+                if time.monotonic() > idle_deadline:
+                    msg = (f"{topic}-{partition}: no records for {poll_timeout_ms} ms while "
+                           f"reading offsets [{nxt}, {end})")
+                    if fail_on_data_loss:
+                        raise DataLossError(msg)
+                    log.warning(msg)
+                    return
+    finally:
+        c.unassign()

@@ -1,0 +1,64 @@
+"""A SparkSession tuned for low-latency micro-batches on a small machine.
+
+Measured on 2 cores: the defaults (200 shuffle partitions, UI, 3 s locality wait,
+no-data batches, FIFO scheduling across queries) cost seconds per micro-batch.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+__all__ = ["SESSION_CONF", "spark_session"]
+
+SESSION_CONF: dict[str, str] = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.session.timeZone": "UTC",
+    # a state store task per input partition, not 200
+    "spark.sql.shuffle.partitions": "3",
+    "spark.default.parallelism": "2",
+    "spark.sql.adaptive.enabled": "false",
+    # update mode emits on every batch; watermark-only batches are not needed
+    "spark.sql.streaming.noDataMicroBatches.enabled": "false",
+    # state store tasks prefer "their" executor; never wait for it
+    "spark.locality.wait": "0",
+    # several queries (one per view) share the cores: don't let one starve the others
+    "spark.scheduler.mode": "FAIR",
+    "spark.python.worker.reuse": "true",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.sql.streaming.minBatchesToRetain": "20",
+    "spark.sql.streaming.stateStore.minDeltasForSnapshot": "20",
+    "spark.sql.streaming.numRecentProgressUpdates": "200",
+    "spark.sql.pyspark.jvmStacktrace.enabled": "false",
+    "spark.driver.memory": "1g",
+    "spark.driver.extraJavaOptions": "-XX:+UseParallelGC -XX:TieredStopAtLevel=4",
+    "spark.executor.extraJavaOptions": "-XX:+UseParallelGC",
+}
+
+
+def spark_session(master: str = "local[2]", app_name: str = "streamiq",
+                  shuffle_partitions: int | None = None, **conf: Any) -> Any:
+    """Build (or get) the SparkSession and register the ``streamiq-kafka`` data source.
+
+    ``conf`` entries (real Spark keys: ``spark_session(**{"spark.x": v})``) override
+    :data:`SESSION_CONF`.
+    """
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    from streamiq.pipeline.source import KafkaDataSource
+
+    settings = dict(SESSION_CONF)
+    if shuffle_partitions is not None:
+        settings["spark.sql.shuffle.partitions"] = str(shuffle_partitions)
+    settings.update({k: str(v) for k, v in conf.items()})
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for k, v in settings.items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    spark.dataSource.register(KafkaDataSource)
+    return spark
