@@ -1,0 +1,187 @@
+"""Parsing, validation and the dead-letter path of a view's input.
+
+The hot path stays in the JVM and reads the input once: each view's query parses the
+value with ``from_json`` (PERMISSIVE, with a corrupt-record column), keeps the valid
+rows and counts the invalid ones with an observed metric (``streamiq_dead_letters``).
+Only when a micro-batch reports invalid records is that batch's exact offset range
+(from the query progress, or the offset log after a restart) re-read as a *batch*
+query to find them, give each a reason and write them to ``streamiq-dead-letters``:
+
+``{"reason", "view", "topic", "partition", "offset", "timestamp", "key", "value"}``
+
+Delivery to the dead-letter topic is at-least-once: after a crash the batches since
+the last recorded one are scanned again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from streamiq.pipeline.source import FORMAT
+from streamiq.views.base import View
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+__all__ = [
+    "CORRUPT", "DEAD_LETTER_TOPIC", "METRIC", "RAW_VALUE", "DeadLetters", "field_names",
+    "parse_input", "reason_column", "valid_column",
+]
+
+log = logging.getLogger(__name__)
+
+DEAD_LETTER_TOPIC = "streamiq-dead-letters"
+METRIC = "streamiq_dead_letters"
+CORRUPT = "_streamiq_corrupt"
+RAW_VALUE = "_streamiq_value"
+
+
+def parse_input(raw: DataFrame, view: View) -> DataFrame:
+    """Kafka rows -> the value's fields (top level), :data:`CORRUPT`, ``kafka_timestamp``
+    and the raw record as ``_streamiq_key/value/topic/partition/offset``."""
+    from pyspark.sql import functions as F
+
+    schema = f"{view.value_schema}, {CORRUPT} STRING"
+    return raw.select(
+        F.from_json(F.col("value").cast("string"), schema,
+                    {"columnNameOfCorruptRecord": CORRUPT, "mode": "PERMISSIVE"}).alias("v"),
+        F.col("timestamp").alias("kafka_timestamp"),
+        *[F.col(c).alias(f"_streamiq_{c}") for c in ("key", "value", "topic", "partition",
+                                                      "offset")],
+    ).select("v.*", "kafka_timestamp", *[f"_streamiq_{c}" for c in (
+        "key", "value", "topic", "partition", "offset")])
+
+
+def field_names(view: View) -> list[str]:
+    """Top-level field names of the view's value schema."""
+    from pyspark.sql.types import StructType, _parse_datatype_string
+
+    schema = _parse_datatype_string(view.value_schema)
+    assert isinstance(schema, StructType)
+    return [f.name for f in schema.fields]
+
+
+def valid_column(view: View) -> Column:
+    """True for records the view accepts (JSON object of the right types, required, checks)."""
+    from pyspark.sql import functions as F
+
+    cond = F.col(RAW_VALUE).isNotNull() & F.col(CORRUPT).isNull()
+    for c in view.required:
+        cond = cond & F.col(f"`{c}`").isNotNull()
+    for sql, _ in view.checks:
+        cond = cond & F.coalesce(F.expr(sql), F.lit(False))
+    return cond
+
+
+def reason_column(view: View) -> Column:
+    """Why a record is invalid (null for valid ones), on :func:`parse_input`'s output."""
+    from pyspark.sql import functions as F
+
+    names = field_names(view)
+    loose = "STRUCT<" + ", ".join(f"`{n}`: STRING" for n in names) + ">"
+    as_text = F.from_json(F.col(RAW_VALUE).cast("string"), loose)
+    wrong = F.concat_ws(", ", *[F.when(F.col(f"`{n}`").isNull() & as_text[n].isNotNull(),
+                                       F.lit(n)) for n in names])
+    r = F.when(F.col(RAW_VALUE).isNull(), F.lit("null value"))
+    r = r.when(as_text.isNull() | (F.col(CORRUPT).isNotNull() & (wrong == "")),
+               F.lit("invalid JSON (not a JSON object)"))
+    r = r.when(wrong != "", F.concat(F.lit("wrong type for field(s): "), wrong))
+    if view.required:
+        missing = F.concat_ws(", ", *[F.when(F.col(f"`{n}`").isNull(), F.lit(n))
+                                      for n in view.required])
+        r = r.when(missing != "", F.concat(F.lit("missing field(s): "), missing))
+    for sql, reason in view.checks:
+        r = r.when(~F.coalesce(F.expr(sql), F.lit(False)), F.lit(f"check failed: {reason}"))
+    return r
+
+
+class DeadLetters:
+    """Finds and writes the invalid records of given offset ranges; counts them."""
+
+    def __init__(self, spark: SparkSession, view: View, kafka: Mapping[str, Any],
+                 checkpoint: str) -> None:
+        self.spark = spark
+        self.view = view
+        self.kafka = dict(kafka)
+        self.state_file = Path(checkpoint) / "streamiq-dead-letters.json"
+        self.count = 0  # invalid records seen by the query (observed metric)
+        self.written = 0  # dead letters written by this process
+        self._producer: Any = None
+        self._lock = threading.Lock()
+
+    # -- progress of the dead-letter scan: last micro-batch whose bad records were written
+    def last_batch(self) -> int:
+        try:
+            return int(json.loads(self.state_file.read_text())["batch_id"])
+        except (OSError, ValueError, KeyError):
+            return -1
+
+    def record(self, batch_id: int) -> None:
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps({"batch_id": batch_id}))
+        os.replace(tmp, self.state_file)
+
+    def scan(self, start: Mapping[str, Any] | None, end: Mapping[str, Any]) -> int:
+        """Write the invalid records of offsets [start, end) (start None: earliest)."""
+        from pyspark.sql import functions as F
+
+        start_json = json.dumps(start) if start else "earliest"
+        opts = {f"kafka.{k}": str(v) for k, v in self.kafka.items()}
+        raw = (self.spark.read.format(FORMAT).options(**opts)
+               .option("subscribe", ",".join(self.view.source_topics))
+               .option("startingOffsets", start_json)
+               .option("endingOffsets", json.dumps(end))
+               .option("failOnDataLoss", "false").load())
+        parsed = parse_input(raw, self.view)
+        key = F.col("_streamiq_key").cast("string")
+        bad = parsed.where(~valid_column(self.view)).select(
+            key.alias("key"),
+            F.to_json(F.struct(
+                reason_column(self.view).alias("reason"),
+                F.lit(self.view.name).alias("view"),
+                F.col("_streamiq_topic").alias("topic"),
+                F.col("_streamiq_partition").alias("partition"),
+                F.col("_streamiq_offset").alias("offset"),
+                F.unix_millis("kafka_timestamp").alias("timestamp"),
+                key.alias("key"),
+                F.col(RAW_VALUE).cast("string").alias("value"),
+            ), {"ignoreNullFields": "false"}).alias("value"))
+        table = bad.toArrow()
+        keys = table.column("key").to_pylist()
+        values = table.column("value").to_pylist()
+        self._write(keys, values)
+        return len(values)
+
+    def _write(self, keys: list[str | None], values: list[str]) -> None:
+        if not values:
+            return
+        if self._producer is None:
+            from confluent_kafka import Producer
+
+            self._producer = Producer({**self.kafka, "enable.idempotence": True,
+                                       "linger.ms": 5, "client.id": "streamiq-dead-letters"})
+        errors: list[str] = []
+
+        def cb(err: Any, msg: Any) -> None:
+            if err is not None:
+                errors.append(str(err))
+
+        for k, v in zip(keys, values, strict=True):
+            self._producer.produce(DEAD_LETTER_TOPIC, value=v, key=k, on_delivery=cb)
+        left = self._producer.flush(30)
+        if left or errors:
+            raise RuntimeError(f"dead-letter write failed: {left} undelivered, {errors[:3]}")
+        with self._lock:
+            self.written += len(values)
+        for v in values[:5]:
+            log.warning("dead letter (view %s): %s", self.view.name, v[:300])
+        if len(values) > 5:
+            log.warning("... and %d more dead letters (view %s)", len(values) - 5,
+                        self.view.name)

@@ -1,0 +1,290 @@
+"""``streamiq pipeline``: one streaming query per view, changelogs out, dead letters aside.
+
+Per view: ``streamiq-kafka`` source (earliest, exact ranges) -> ``from_json`` + validation
+(invalid records counted by an observed metric, kept out of the view) -> the view's
+``transform`` -> ``update`` output -> :class:`~streamiq.pipeline.sink.ChangelogSink`.
+Checkpoints live in ``<checkpoint_dir>/<view>``: aggregation state and offsets commit
+together, the sink writes absolute values, so a replayed batch rewrites the same rows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from streamiq.config import Settings
+from streamiq.kafka.admin import ensure_topics
+from streamiq.pipeline.deadletter import (
+    DEAD_LETTER_TOPIC,
+    METRIC,
+    DeadLetters,
+    field_names,
+    parse_input,
+    valid_column,
+)
+from streamiq.pipeline.sink import ChangelogSink, batch_offsets, changelog_columns
+from streamiq.pipeline.source import FORMAT
+from streamiq.views.base import App, View, load_app
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+__all__ = ["READY_LINE", "Pipeline", "build_view_stream", "run_pipeline"]
+
+log = logging.getLogger("streamiq.pipeline")
+
+READY_LINE = "pipeline ready"
+_RECORD_EVERY_S = 2.0
+
+
+def build_view_stream(spark: SparkSession, view: View, kafka: dict[str, Any],
+                      max_offsets_per_trigger: int | None = None) -> DataFrame:
+    """The view's streaming frame: ``key``/``value`` changelog columns, metric attached."""
+    from pyspark.sql import functions as F
+
+    reader = (spark.readStream.format(FORMAT)
+              .options(**{f"kafka.{k}": str(v) for k, v in kafka.items()})
+              .option("subscribe", ",".join(view.source_topics))
+              .option("startingOffsets", "earliest"))
+    if max_offsets_per_trigger:
+        reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
+    valid = valid_column(view)
+    parsed = parse_input(reader.load(), view).observe(
+        METRIC, F.count_if(~valid).alias("bad"), F.count(F.lit(1)).alias("records"))
+    good = parsed.where(valid).select(*[F.col(f"`{n}`") for n in field_names(view)],
+                                      "kafka_timestamp")
+    if view.event_time:
+        good = good.withColumn("event_time", F.timestamp_millis(F.col(view.event_time)))
+    return changelog_columns(view.transform(good), view)
+
+
+@dataclass
+class _ViewRun:
+    view: View
+    checkpoint: str
+    sink: ChangelogSink
+    dead: DeadLetters | None  # None: another view with the same input reports them
+    query: StreamingQuery | None = None
+    bad: int = 0
+    records: int = 0
+    recorded_at: float = field(default_factory=time.monotonic)
+    pending_batch: int = -1
+
+
+class Pipeline:
+    """Starts, watches and stops the queries of an :class:`App`."""
+
+    def __init__(self, spark: SparkSession, settings: Settings, app: App) -> None:
+        self.spark = spark
+        self.settings = settings
+        self.app = app
+        self.kafka = settings.kafka()
+        self.runs: dict[str, _ViewRun] = {}
+        self.events: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.error: BaseException | None = None
+        self._listener: Any = None
+
+    @property
+    def dead_letters(self) -> int:
+        """Invalid input records seen so far (each counted once, not once per view)."""
+        return sum(r.bad for r in self.runs.values() if r.dead is not None)
+
+    def ensure_topics(self) -> dict[str, int]:
+        n = self.settings.partitions
+        parts = ensure_topics(self.kafka, dict.fromkeys(self.app.topics, n))
+        for v in self.app.views:
+            parts.update(ensure_topics(self.kafka, dict.fromkeys(v.source_topics, n)))
+        want = {v.changelog_topic: max(parts[t] for t in v.source_topics) for v in self.app.views}
+        want[DEAD_LETTER_TOPIC] = n
+        parts.update(ensure_topics(self.kafka, want))
+        return parts
+
+    def start(self) -> None:
+        parts = self.ensure_topics()
+        self._register_listener()
+        root = Path(self.settings.checkpoint_dir).resolve()
+        seen: set[tuple[Any, ...]] = set()
+        for view in self.app.views:
+            sig = (view.source_topics, view.value_schema, view.required, view.checks)
+            ckpt = str(root / view.name)
+            dead = None if sig in seen else DeadLetters(self.spark, view, self.kafka, ckpt)
+            seen.add(sig)
+            sink = ChangelogSink(view, self.kafka, parts[view.changelog_topic], ckpt, self.spark)
+            self.runs[view.name] = _ViewRun(view, ckpt, sink, dead)
+        for run in self.runs.values():
+            if run.dead is not None:
+                self._recover_dead_letters(run)
+        for run in self.runs.values():
+            self._start_query(run)
+
+    def _start_query(self, run: _ViewRun) -> None:
+        s = self.settings
+        df = build_view_stream(self.spark, run.view, self.kafka, s.max_offsets_per_trigger)
+        self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", run.view.name)
+        run.query = (df.writeStream.queryName(run.view.name).outputMode("update")
+                     .foreachBatch(run.sink).option("checkpointLocation", run.checkpoint)
+                     .trigger(processingTime=f"{s.trigger_ms} milliseconds").start())
+        self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)  # type: ignore[arg-type]
+        log.info("view %s: query started (checkpoint %s, changelog %s)", run.view.name,
+                 run.checkpoint, run.view.changelog_topic)
+
+    def _register_listener(self) -> None:
+        from pyspark.sql.streaming import StreamingQueryListener
+
+        events = self.events
+
+        class _Listener(StreamingQueryListener):
+            def onQueryStarted(self, event: Any) -> None:
+                pass
+
+            def onQueryProgress(self, event: Any) -> None:
+                p = event.progress
+                metric = p.observedMetrics.get(METRIC)
+                if metric is None or (p.numInputRows == 0 and metric["records"] == 0):
+                    return
+                src = p.sources[0] if p.sources else None
+                events.put({"name": p.name, "batch_id": p.batchId, "bad": int(metric["bad"]),
+                            "records": int(metric["records"]),
+                            "start": src.startOffset if src else None,
+                            "end": src.endOffset if src else None})
+
+            def onQueryIdle(self, event: Any) -> None:
+                pass
+
+            def onQueryTerminated(self, event: Any) -> None:
+                events.put({"name": None, "terminated": str(event.id),
+                            "exception": event.exception})
+
+        self._listener = _Listener()
+        self.spark.streams.addListener(self._listener)
+
+    def _recover_dead_letters(self, run: _ViewRun) -> None:
+        """Scan batches committed after the last recorded dead-letter scan (crash window)."""
+        assert run.dead is not None
+        commits = Path(run.checkpoint) / "commits"
+        done = [int(p.name) for p in commits.iterdir() if p.name.isdigit()] \
+            if commits.is_dir() else []
+        if not done:
+            return
+        last, committed = run.dead.last_batch(), max(done)
+        if committed <= last:
+            return
+        start = batch_offsets(run.checkpoint, last) if last >= 0 else None
+        end = batch_offsets(run.checkpoint, committed)
+        if end is None:
+            return
+        n = run.dead.scan(start, end)
+        log.info("view %s: re-scanned batches %d..%d for dead letters: %d", run.view.name,
+                 last + 1, committed, n)
+        run.dead.record(committed)
+
+    def poll(self, timeout: float = 0.2) -> None:
+        """Handle query progress (dead letters, counters); raise if a query failed."""
+        try:
+            ev = self.events.get(timeout=timeout)
+        except queue.Empty:
+            ev = None
+        while ev is not None:
+            self._handle(ev)
+            try:
+                ev = self.events.get_nowait()
+            except queue.Empty:
+                ev = None
+        now = time.monotonic()
+        for run in self.runs.values():
+            if run.dead is not None and run.pending_batch >= 0 \
+                    and now - run.recorded_at > _RECORD_EVERY_S:
+                run.dead.record(run.pending_batch)
+                run.pending_batch, run.recorded_at = -1, now
+            if run.query is not None and not run.query.isActive:
+                exc = run.query.exception()
+                raise RuntimeError(f"view {run.view.name!r}: query stopped: {exc}")
+
+    def _handle(self, ev: dict[str, Any]) -> None:
+        import json
+
+        if ev.get("name") is None:
+            if ev.get("exception"):
+                log.error("query %s terminated: %s", ev.get("terminated"), ev["exception"])
+            return
+        run = self.runs.get(ev["name"])
+        if run is None:
+            return
+        run.records += ev["records"]
+        if run.dead is None:
+            return
+        if ev["bad"]:
+            run.bad += ev["bad"]
+            start = json.loads(ev["start"]) if ev["start"] else None
+            n = run.dead.scan(start, json.loads(ev["end"]))
+            log.warning("view %s batch %d: %d invalid record(s) -> %s (%d written; total %d)",
+                        run.view.name, ev["batch_id"], ev["bad"], DEAD_LETTER_TOPIC, n,
+                        self.dead_letters)
+            run.dead.record(ev["batch_id"])
+            run.pending_batch, run.recorded_at = -1, time.monotonic()
+        else:
+            run.pending_batch = ev["batch_id"]
+
+    def stop(self) -> None:
+        for run in self.runs.values():
+            if run.query is not None and run.query.isActive:
+                try:
+                    run.query.stop()
+                except Exception as exc:  # stopping is best effort
+                    log.warning("view %s: stop: %s", run.view.name, exc)
+        with contextlib.suppress(RuntimeError):
+            self.poll(timeout=0)
+        for run in self.runs.values():
+            if run.dead is not None and run.pending_batch >= 0:
+                run.dead.record(run.pending_batch)
+            run.sink.close()
+        if self._listener is not None:
+            self.spark.streams.removeListener(self._listener)
+            self._listener = None
+
+
+def run_pipeline(settings: Settings) -> None:
+    """Run the app's views until SIGTERM/SIGINT (blocking); exit 1 if a query fails."""
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    app = load_app(settings.app, settings.views_module)
+    from streamiq.pipeline.session import spark_session
+
+    spark = spark_session(settings.master, app_name=f"streamiq-{app.name}",
+                          shuffle_partitions=settings.partitions)
+    stop = threading.Event()
+
+    def _on_signal(signum: int, frame: Any) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    pipeline = Pipeline(spark, settings, app)
+    failed = False
+    try:
+        pipeline.start()
+        views = ", ".join(v.name for v in app.views)
+        print(f"{READY_LINE}: app={app.name} views={views} "
+              f"bootstrap={settings.bootstrap_servers} checkpoint={settings.checkpoint_dir}",
+              flush=True)
+        while not stop.is_set():
+            pipeline.poll(0.2)
+    except Exception as exc:
+        failed = True
+        log.error("pipeline failed: %s", exc)
+    finally:
+        pipeline.stop()
+        log.info("pipeline stopped (%d dead letters seen)", pipeline.dead_letters)
+        spark.stop()
+    if failed:
+        raise SystemExit(1)
