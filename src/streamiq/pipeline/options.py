@@ -117,6 +117,9 @@ def _offset_spec(opts: Mapping[str, str], name: str, default: str, allowed: tupl
             raise ValueError(f"option '{name}': {v.lower()!r} is not allowed here "
                              f"(use {' or '.join(allowed)} or per-partition JSON)")
         return v.lower()
+    if not v.startswith("{"):
+        raise ValueError(f"option '{name}': expected {' or '.join(repr(a) for a in allowed)} or "
+                         f'per-partition JSON {{"topic": {{"0": offset}}}}, got {v!r}')
     spec = offsets_from_json(v, name)
     bad = EARLIEST if "earliest" not in allowed else LATEST if "latest" not in allowed else None
     if bad is not None and bad in spec.values():
