@@ -1,0 +1,75 @@
+"""The forwarded-lookup fast path answers exactly like the regular route, or defers to it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from streamiq.config import Settings
+from streamiq.serving.app import create_app
+from streamiq.state.base import Checkpoint
+from streamiq.state.rocksdb import RocksDBStore
+from streamiq.views.bank import BALANCES
+from streamiq.views.orders import ORDER_COUNTS
+
+ME = "127.0.0.1:1"
+
+
+class Router:
+    def assigned(self, view: str, p: int, members: Any = None) -> list[str]:
+        return [ME]
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> Any:
+    stores = {"balances": RocksDBStore(tmp_path / "b"),
+              "order_counts": RocksDBStore(tmp_path / "o")}
+    row = {"account": "a1", "balance": 5, "count": 1, "last_update": 9}
+    p = BALANCES.partition_of("a1", 3)
+    stores["balances"].apply(p, [(b"a1", json.dumps(row).encode())], Checkpoint(offset=1))
+    node = SimpleNamespace(
+        settings=Settings(), views={"balances": BALANCES, "order_counts": ORDER_COUNTS},
+        partitions={"balances": 3, "order_counts": 3}, stores=stores, router=Router(),
+        endpoint=ME, membership=SimpleNamespace(), holds=lambda v, q: v != "order_counts",
+        lag=lambda v, q: 0)
+    return create_app(Settings(), node=node)  # type: ignore[arg-type]
+
+
+async def call(app: Any, path: str, forwarded: bool, query: bytes = b"") -> tuple[int, Any, dict]:
+    headers = [(b"host", b"x")] + ([(b"x-streamiq-forwarded", b"1")] if forwarded else [])
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
+             "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": query,
+             "root_path": "", "headers": headers, "client": ("127.0.0.1", 1),
+             "server": ("127.0.0.1", 2)}
+    out: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(m: dict[str, Any]) -> None:
+        out.append(m)
+
+    await app(scope, receive, send)
+    hdrs = {k.decode(): v.decode() for k, v in out[0]["headers"]}
+    return out[0]["status"], json.loads(b"".join(m.get("body", b"") for m in out[1:])), hdrs
+
+
+async def test_same_answer_as_the_route(app: Any) -> None:
+    fast = await call(app, "/v1/views/balances/keys/a1", forwarded=True)
+    slow = await call(app, "/v1/views/balances/keys/a1", forwarded=True, query=b"wait_ms=1")
+    assert fast[0] == slow[0] == 200 and fast[1] == slow[1]
+    assert fast[1]["value"]["balance"] == 5 and fast[2]["x-streamiq-hops"] == "0"
+    assert int(fast[2]["content-length"]) > 0
+
+
+@pytest.mark.parametrize(("path", "status"), [
+    ("/v1/views/balances/keys/nobody", 404), ("/v1/views/nope/keys/a1", 404),
+    ("/v1/views/order_counts/keys/s1", 400), ("/v1/views/order_counts/keys/s1|GENERAL", 421),
+])
+async def test_everything_else_goes_to_the_route(app: Any, path: str, status: int) -> None:
+    got = await call(app, path, forwarded=True)
+    assert got[0] == status and "status" in got[1]
