@@ -125,6 +125,15 @@ class _Base:
         p = self.partition(view, key)
         return None if p is None else self._owners.get(view, {}).get(p)
 
+    def _first(self, spec: Spec) -> str:
+        """The node to try first: the key's owner when known and not down (hot path)."""
+        if spec.view is not None and len(spec.keys) == 1:
+            owner = self.owner(spec.view, spec.keys[0])
+            if owner is not None and (owner not in self._down
+                                      or self._down[owner] < time.monotonic() - DOWN_S):
+                return owner
+        return self._candidates(spec, set())[0]
+
     def _candidates(self, spec: Spec, tried: set[str]) -> list[str]:
         preferred: list[str] = []
         if spec.view is not None and spec.keys:

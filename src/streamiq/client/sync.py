@@ -58,11 +58,14 @@ class Client(_Base):
             self.refresh()
         tried: set[str] = set()
         error: Exception | None = None
-        for _ in range(self.retries + 1):
-            candidates = self._candidates(spec, tried)
-            if not candidates:
-                break
-            node = candidates[0]
+        for attempt in range(self.retries + 1):
+            if attempt == 0:
+                node = self._first(spec)
+            else:
+                candidates = self._candidates(spec, tried)
+                if not candidates:
+                    break
+                node = candidates[0]
             tried.add(node)
             try:
                 r = self._http.request(spec.method, f"http://{node}{spec.path}",
