@@ -1,0 +1,334 @@
+"""Query benchmark, one run (~2 minutes): lookups, multi-get, scatter-gather aggregate.
+
+Setup: an embedded broker on a free port, 100k ``balances`` rows produced straight to
+the changelog (3 partitions), 3 nodes (``--standby-replicas 0``, ``--log-level
+warning``) and a *ceiling* server: the same HTTP stack (FastAPI + uvicorn, same
+settings as a node) answering the same lookup path from an in-process dict.
+
+Load: ``wrk`` (C, one thread, keep-alive) cycling through key paths, so the load
+generator is not the bottleneck; every HTTP variant is measured the same way, at
+saturation (``-c 16``: throughput, p50, p99) and unloaded (``-c 1``: latency).
+The smart client is Python, so it is compared with raw keep-alive httpx calls to the
+owner made by the same asyncio load generator (ratio of both).
+
+Usage: .venv/bin/python bench/bench_queries.py [--keys 100000] [--seconds 5]
+Needs ``wrk`` (Debian: ``apt-get install -y wrk``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from _common import NodeProc, free_port, pct, wait_ready
+from changelog import produce_rows
+
+from streamiq.client import AsyncClient
+from streamiq.kafka.admin import ensure_topics
+from streamiq.kafka.broker import EmbeddedBroker
+from streamiq.views.bank import BALANCES
+
+LUA = """
+local paths = {}
+local i = 0
+init = function(args)
+  for line in io.lines(args[1]) do paths[#paths + 1] = line end
+  i = math.random(#paths)
+end
+request = function()
+  i = i % #paths + 1
+  return wrk.format(nil, paths[i])
+end
+"""
+
+
+def rows(n: int) -> list[dict[str, Any]]:
+    rnd = random.Random(42)
+    return [{"account": f"acct-{i:06d}", "balance": rnd.randint(-1000, 100_000),
+             "count": rnd.randint(1, 20), "last_update": 1_700_000_000_000 + i}
+            for i in range(n)]
+
+
+# -- the ceiling: same stack, in-process dict --
+def serve_ceiling(port: int, n: int) -> None:
+    import uvicorn
+    from fastapi import FastAPI
+    from fastapi.responses import JSONResponse
+
+    from streamiq._http import install_error_handlers
+    from streamiq.serving.app import MaxLag, Position, WaitMs
+
+    data = {r["account"]: r for r in rows(n)}
+    app = FastAPI()
+    install_error_handlers(app)
+
+    # the node's lookup route declaration (same parameters), answered from a dict
+    @app.get("/v1/views/{view}/keys/{key}")
+    async def get(view: str, key: str, max_lag: MaxLag = None, position: Position = None,
+                  wait_ms: WaitMs = None) -> JSONResponse:
+        row = data.get(key)
+        if row is None:
+            return JSONResponse({"status": "NOT_FOUND"}, status_code=404)
+        return JSONResponse({"view": view, "key": key, "partition": 0, "value": row,
+                             "served_by": f"127.0.0.1:{port}", "role": "active", "lag": 0},
+                            headers={"x-streamiq-served-by": f"127.0.0.1:{port}",
+                                     "x-streamiq-hops": "0"})
+
+    @app.get("/health")
+    async def health() -> dict[str, bool]:
+        return {"ok": True}
+
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False,
+                lifespan="on")
+
+
+# -- wrk --
+def cpu_s(pids: list[int]) -> float:
+    """CPU seconds (user + system) used so far by these processes."""
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def wrk(url: str, paths: list[str], tmp: Path, conns: int, seconds: float,
+        body: Any = None, pids: list[int] | None = None) -> dict[str, float]:
+    """Throughput, p50/p99 (ms) and server CPU per request (us, summed over ``pids``)."""
+    pfile = tmp / f"paths-{random.randrange(1 << 30)}.txt"
+    pfile.write_text("\n".join(paths) + "\n")
+    script = tmp / "paths.lua"
+    lua = LUA
+    if body is not None:
+        lua = (f"wrk.method = 'POST'\nwrk.body = [[{json.dumps(body)}]]\n"
+               "wrk.headers['Content-Type'] = 'application/json'\n" + LUA)
+    script.write_text(lua)
+    c0 = cpu_s(pids or [])
+    out = subprocess.run(["wrk", "-t1", f"-c{conns}", f"-d{max(1, round(seconds))}s",
+                          "--latency", "-s", str(script), url, "--", str(pfile)],
+                         capture_output=True, text=True, check=False).stdout
+    bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    if bad or "Socket errors" in out:
+        print(out)
+        raise SystemExit("wrk saw errors")
+
+    def ms(label: str) -> float:
+        m = re.search(rf"^\s+{label}%\s+([\d.]+)(us|ms|s)\s*$", out, re.M)
+        assert m, out
+        return float(m.group(1)) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[m.group(2)]
+
+    cpu = cpu_s(pids or []) - c0
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
+    n = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
+    return {"rps": rps, "p50": ms("50"), "p99": ms("99"), "cpu_us": cpu / max(n, 1) * 1e6}
+
+
+# -- Python generator for smart client vs raw httpx --
+async def pyload(call: Any, keys: list[str], conns: int, seconds: float) -> dict[str, float]:
+    lat: list[float] = []
+    stop = time.perf_counter() + seconds
+
+    async def worker(i: int) -> None:
+        j = i * 7919
+        while time.perf_counter() < stop:
+            j += 1
+            t = time.perf_counter()
+            await call(keys[j % len(keys)])
+            lat.append((time.perf_counter() - t) * 1e3)
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker(i) for i in range(conns)))
+    return {"rps": len(lat) / (time.perf_counter() - t0), "p50": pct(lat, 50),
+            "p99": pct(lat, 99)}
+
+
+async def smart_vs_raw(seeds: str, owner_url: str, keys: list[str], conns: int,
+                       seconds: float, rounds: int) -> tuple[dict[str, float], dict[str, float]]:
+    async with httpx.AsyncClient(limits=httpx.Limits(max_keepalive_connections=64)) as raw, \
+            AsyncClient(seeds) as smart:
+        await smart.refresh()
+
+        async def raw_get(k: str) -> None:
+            r = await raw.get(f"{owner_url}/v1/views/balances/keys/{k}")
+            assert r.status_code == 200 and r.headers["x-streamiq-hops"] == "0"
+            assert r.json()["key"] == k
+
+        async def smart_get(k: str) -> None:
+            doc = await smart.get("balances", k)
+            assert doc is not None and smart.last is not None and smart.last.hops == 0
+
+        await pyload(raw_get, keys, conns, 1.0)  # warm both pools
+        await pyload(smart_get, keys, conns, 1.0)
+        rs: list[dict[str, float]] = []
+        ss: list[dict[str, float]] = []
+        for _ in range(rounds):  # interleaved, median: neighbours hit both alike
+            rs.append(await pyload(raw_get, keys, conns, seconds))
+            ss.append(await pyload(smart_get, keys, conns, seconds))
+
+        def med(runs: list[dict[str, float]]) -> dict[str, float]:
+            return {m: pct([x[m] for x in runs], 50) for m in runs[0]}
+
+        return med(rs), med(ss)
+
+
+def fmt(name: str, m: dict[str, float]) -> str:
+    cpu = f"   server CPU {m['cpu_us']:6.0f} us/req" if "cpu_us" in m else ""
+    return (f"  {name:<34} {m['rps']:>7.0f} req/s   p50 {m['p50']:7.3f} ms   "
+            f"p99 {m['p99']:7.3f} ms{cpu}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--keys", type=int, default=100_000)
+    ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median)")
+    ap.add_argument("--serve-ceiling", type=int, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.serve_ceiling:
+        serve_ceiling(a.serve_ceiling, a.keys)
+        return
+    if shutil.which("wrk") is None:
+        raise SystemExit("wrk not found (Debian: apt-get install -y wrk)")
+    root = Path(tempfile.mkdtemp(prefix="bench-queries-"))
+    broker = EmbeddedBroker("127.0.0.1", free_port()).start()
+    procs: list[NodeProc] = []
+    ceiling: subprocess.Popen[bytes] | None = None
+    try:
+        bootstrap = broker.bootstrap_servers
+        topic = f"bq-{BALANCES.changelog_topic}"
+        ensure_topics({"bootstrap.servers": bootstrap}, {topic: 3})
+        data = rows(a.keys)
+        produce_rows(bootstrap, topic, BALANCES, data)
+        ports = [free_port() for _ in range(3)]
+        args = ["--bootstrap-servers", bootstrap, "--cluster", "bq", "--topic-prefix", "bq-",
+                "--app", "bank", "--state-dir", str(root / "state"), "--log-level", "warning",
+                "--standby-replicas", "0"]
+        procs = [NodeProc(p, args, root / f"node-{p}.log") for p in ports]
+        cport = free_port()
+        ceiling = subprocess.Popen([sys.executable, __file__, "--serve-ceiling", str(cport),
+                                    "--keys", str(a.keys)])
+        for p in ports:
+            wait_ready(p, 120)
+        wait_ready(cport, 60)
+        owners = wait_loaded(ports[0], a.keys)
+        run(a, root, data, ports, cport, owners,
+            [n.proc.pid for n in procs], ceiling.pid)
+    finally:
+        if ceiling is not None:
+            ceiling.terminate()
+            ceiling.wait(20)
+        for n in procs:
+            n.stop()
+        broker.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def wait_loaded(port: int, n: int) -> dict[int, str]:
+    deadline = time.monotonic() + 180
+    while True:
+        d = httpx.get(f"http://127.0.0.1:{port}/v1/views/balances/aggregate", timeout=30).json()
+        meta = httpx.get(f"http://127.0.0.1:{port}/v1/cluster").json()
+        parts = meta["views"]["balances"]
+        if d["status"] == "OK" and d["groups"] and d["groups"][0]["count(*)"] == n and all(
+                len(pv["replicas"]) == 1 for pv in parts.values()) and len(meta["nodes"]) == 3:
+            return {int(p): pv["replicas"][0]["address"] for p, pv in parts.items()}
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"not loaded: {d} {meta}")
+        time.sleep(0.5)
+
+
+def run(a: argparse.Namespace, root: Path, data: list[dict[str, Any]], ports: list[int],
+        cport: int, owners: dict[int, str], node_pids: list[int], ceiling_pid: int) -> None:
+    secs = a.seconds
+    node_a, node_b = f"127.0.0.1:{ports[0]}", f"127.0.0.1:{ports[1]}"
+    keys = [r["account"] for r in data]
+    sample = random.Random(1).sample(keys, min(len(keys), 20_000))
+    own_a = [k for k in sample if owners[BALANCES.partition_of(k, 3)] == node_a]
+    own_b = [k for k in sample if owners[BALANCES.partition_of(k, 3)] == node_b]
+    assert own_a and own_b, owners
+
+    def paths(ks: list[str]) -> list[str]:
+        return [f"/v1/views/balances/keys/{k}" for k in ks]
+
+    # interleaved rounds, median per variant: the machine is shared, so a neighbour's burst
+    # hits all variants alike instead of one of them
+    runs: dict[str, list[dict[str, float]]] = {}
+    for _round in range(a.rounds):
+        for conns, tag in ((16, "loaded"), (1, "unloaded")):
+            for name, url, ks, pids in (
+                    ("ceiling", f"http://127.0.0.1:{cport}", own_a, [ceiling_pid]),
+                    ("local", f"http://{node_a}", own_a, node_pids),
+                    ("forwarded", f"http://{node_a}", own_b, node_pids)):
+                runs.setdefault(f"{name} {tag}", []).append(
+                    wrk(url, paths(ks), root, conns, secs, pids=pids))
+    res: dict[str, dict[str, float]] = {
+        k: {m: pct([r[m] for r in v], 50) for m in ("rps", "p50", "p99", "cpu_us")}
+        for k, v in runs.items()}
+    mg_keys = random.Random(2).sample(keys, 100)
+    res["multi-get 100 keys (c=4)"] = wrk(f"http://{node_a}", ["/v1/views/balances/keys"],
+                                          root, 4, secs, body={"keys": mg_keys},
+                                          pids=node_pids)
+    seeds = ",".join(f"127.0.0.1:{p}" for p in ports)
+    raw, smart = asyncio.run(smart_vs_raw(seeds, f"http://{node_a}", own_a, 8, secs,
+                                               a.rounds))
+    res["python raw httpx -> owner (c=8)"] = raw
+    res["python smart client (c=8)"] = smart
+
+    agg_lat = []
+    url = f"http://{node_a}/v1/views/balances/aggregate"
+    params = [("group_by", "count"), ("agg", "sum(balance)"), ("agg", "avg(balance)"),
+              ("agg", "count(*)")]
+    with httpx.Client(timeout=60) as c:
+        for _ in range(8):
+            t = time.perf_counter()
+            d = c.get(url, params=params).json()
+            agg_lat.append((time.perf_counter() - t) * 1e3)
+            assert d["status"] == "OK" and d["rows"] == a.keys, d
+    truth = sum(r["balance"] for r in data)
+    assert sum(g["sum(balance)"] for g in d["groups"]) == truth
+
+    print(f"\nbench_queries: {a.keys} keys, 3 partitions, 3 nodes, wrk -t1, {secs:.0f}s per "
+          f"run, median of {a.rounds} interleaved rounds (lookups)\n")
+    for name, m in res.items():
+        print(fmt(name, m))
+    print(f"  {'aggregate over all keys (3 nodes)':<34} p50 {pct(agg_lat, 50):.1f} ms   "
+          f"max {max(agg_lat):.1f} ms   ({a.keys / pct(agg_lat, 50) * 1e3:,.0f} rows/s)")
+    ratios = [
+        ("local / ceiling throughput (loaded, wall)",
+         res["local loaded"]["rps"] / res["ceiling loaded"]["rps"], ">= 0.70"),
+        ("local / ceiling capacity (server CPU/req)",
+         res["ceiling loaded"]["cpu_us"] / res["local loaded"]["cpu_us"], ">= 0.70"),
+        ("forwarded / local server CPU per request",
+         res["forwarded loaded"]["cpu_us"] / res["local loaded"]["cpu_us"], "(info)"),
+        ("forwarded / local p50 (unloaded)",
+         res["forwarded unloaded"]["p50"] / res["local unloaded"]["p50"], "<= 2.0"),
+        ("forwarded / local p50 (loaded)",
+         res["forwarded loaded"]["p50"] / res["local loaded"]["p50"], "(info)"),
+        ("smart client / raw owner p50",
+         smart["p50"] / raw["p50"], "<= 1.10"),
+        ("raw owner / smart client throughput",
+         raw["rps"] / smart["rps"], "<= 1.10"),
+    ]
+    print("  (server CPU: all 3 nodes summed for node variants, so forwarded counts both hops)")
+    print("\nratios:")
+    for name, value, target in ratios:
+        print(f"  {name:<40} {value:6.2f}   target {target}")
+
+
+if __name__ == "__main__":
+    main()
