@@ -133,6 +133,8 @@ class DeadLetters:
         from pyspark.sql import functions as F
 
         start_json = json.dumps(start) if start else "earliest"
+        # an end still at "earliest" (-2) means nothing was read from that partition
+        end = {t: {p: max(int(o), 0) for p, o in po.items()} for t, po in end.items()}
         opts = {f"kafka.{k}": str(v) for k, v in self.kafka.items()}
         raw = (self.spark.read.format(FORMAT).options(**opts)
                .option("subscribe", ",".join(self.view.source_topics))

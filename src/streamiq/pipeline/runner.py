@@ -224,7 +224,7 @@ class Pipeline:
             return
         if ev["bad"]:
             run.bad += ev["bad"]
-            start = json.loads(ev["start"]) if ev["start"] else None
+            start = json.loads(ev["start"]) if ev["start"] not in (None, "", "None") else None
             n = run.dead.scan(start, json.loads(ev["end"]))
             log.warning("view %s batch %d: %d invalid record(s) -> %s (%d written; total %d)",
                         run.view.name, ev["batch_id"], ev["bad"], DEAD_LETTER_TOPIC, n,
@@ -281,7 +281,7 @@ def run_pipeline(settings: Settings) -> None:
             pipeline.poll(0.2)
     except Exception as exc:
         failed = True
-        log.error("pipeline failed: %s", exc)
+        log.error("pipeline failed: %s", exc, exc_info=True)
     finally:
         pipeline.stop()
         log.info("pipeline stopped (%d dead letters seen)", pipeline.dead_letters)

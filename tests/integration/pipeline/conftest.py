@@ -33,30 +33,3 @@ def produce(bootstrap: str) -> Callable[..., None]:
         assert p.flush(15) == 0
 
     return run
-
-
-def read_topic(bootstrap: str, topic: str, timeout: float = 15.0) -> list[Any]:
-    """Every record of ``topic`` (up to its high watermark), in partition/offset order."""
-    import time
-
-    from confluent_kafka import Consumer, TopicPartition
-
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "streamiq-test-read",
-                  "enable.partition.eof": True, "fetch.wait.max.ms": 20})
-    try:
-        md = c.list_topics(topic, timeout=10)
-        parts = sorted(md.topics[topic].partitions)
-        c.assign([TopicPartition(topic, p, 0) for p in parts])
-        done: set[int] = set()
-        out: list[Any] = []
-        deadline = time.monotonic() + timeout
-        while len(done) < len(parts) and time.monotonic() < deadline:
-            for m in c.consume(1000, timeout=0.2):
-                if m.error():
-                    done.add(m.partition())
-                else:
-                    out.append(m)
-        assert len(done) == len(parts), f"could not read {topic} to its end"
-        return sorted(out, key=lambda m: (m.partition(), m.offset()))
-    finally:
-        c.close()
