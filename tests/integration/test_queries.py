@@ -238,3 +238,56 @@ def test_redirect_mode_answers_307_to_the_owner(cluster: Any) -> None:
     assert r.status_code == 307
     owner = owners[str(BALANCES.partition_of(other, 3))]
     assert r.headers["location"] == f"http://{owner}/v1/views/balances/keys/{other}"
+
+
+@pytest.mark.xfail(strict=False, reason="pipeline/runner.py ignores --topic-prefix (reads "
+                   "view.source_topics, writes view.changelog_topic unprefixed) while ingest and "
+                   "nodes use the prefixed names: nothing reaches the nodes yet")
+def test_end_to_end_through_ingest_and_pipeline(cluster: Any) -> None:
+    """POST /orders and /account/{id} -> Spark pipeline -> changelog -> nodes -> queries."""
+    ingest, _ = cluster.ingest("bank,orders")
+    nodes = cluster.nodes(3, app="bank,orders")
+    cluster.pipeline("bank,orders")
+    rnd = random.Random(11)
+    counts: dict[str, int] = {}
+    revenue: dict[str, float] = {}
+    balances: dict[str, int] = {}
+    with httpx.Client(base_url=f"http://127.0.0.1:{ingest}", timeout=30) as c:
+        for i in range(40):
+            store, typ = f"e{rnd.randrange(5)}", rnd.choice(["GENERAL", "RESTAURANT"])
+            amount = rnd.randint(1, 50)
+            r = c.post("/orders", json={"order_id": f"o{i}", "store": store, "type": typ,
+                                        "amount": amount})
+            assert r.status_code == 200, r.text
+            counts[f"{store}|{typ}"] = counts.get(f"{store}|{typ}", 0) + 1
+            revenue[f"{store}|{typ}"] = revenue.get(f"{store}|{typ}", 0) + amount
+        for _ in range(20):
+            account, amount = f"e-acc{rnd.randrange(6)}", rnd.randint(-20, 100)
+            assert c.post(f"/account/{account}", params={"amount": amount}).status_code == 200
+            balances[account] = balances.get(account, 0) + amount
+    ports = [p for p, _ in nodes]
+    by_type = [{"type": t, "sum(count)": sum(n for k, n in counts.items() if k.endswith(t))}
+               for t in ("GENERAL", "RESTAURANT") if any(k.endswith(t) for k in counts)]
+    deadline = time.monotonic() + 180
+    while True:
+        d = get(ports[0], "/v1/views/order_counts/aggregate", group_by="type",
+                agg="sum(count)").json()
+        b = get(ports[0], "/v1/views/balances/aggregate", agg="sum(balance)").json()
+        if d["groups"] == by_type and b["groups"] == [{"sum(balance)": sum(balances.values())}]:
+            break
+        assert time.monotonic() < deadline, (d["groups"], by_type, b["groups"], balances)
+        time.sleep(0.5)
+    for port in ports:
+        r = get(port, "/v1/views/order_counts/aggregate", group_by="type", agg="sum(count)")
+        assert r.json()["status"] == "OK" and r.json()["groups"] == by_type
+        for key, n in counts.items():
+            v = get(port, f"/v1/views/order_counts/keys/{key}").json()["value"]
+            assert v["count"] == n and v["revenue"] == pytest.approx(revenue[key])
+        d = httpx.post(f"http://127.0.0.1:{port}/v1/views/balances/keys",
+                       json={"keys": list(balances)}).json()
+        assert {x["key"]: x["value"]["balance"] for x in d["results"]} == balances
+        rows = scan_all(port, "/v1/views/order_counts_1m/windows", 1000)
+        per_key: dict[str, int] = {}
+        for x in rows:
+            per_key[x["key"]] = per_key.get(x["key"], 0) + x["value"]["count"]
+        assert per_key == counts
