@@ -224,8 +224,9 @@ def test_redirect_mode_answers_307_to_the_owner(cluster: Any) -> None:
     deadline = time.monotonic() + 30
     while True:
         meta = get(port, "/v1/cluster").json()
-        if len(meta["nodes"]) == 2 and all(
-                pv["replicas"] for pv in meta["views"]["balances"].values()):
+        if len(meta["nodes"]) == 2 and all(  # settled: active first, standby restored
+                len(pv["replicas"]) == 2 and pv["replicas"][0]["role"] == "active"
+                for pv in meta["views"]["balances"].values()):
             break
         assert time.monotonic() < deadline
         time.sleep(0.2)

@@ -183,9 +183,9 @@ def create_app(settings: Settings, node: Node | None = None) -> FastAPI:
     app = FastAPI(title="streamiq node", version="0.1.0", lifespan=lifespan,
                   description=__doc__)
     install_error_handlers(app)
-    from streamiq.serving.fastpath import InternalLookups
+    from streamiq.serving.fastpath import LeanLookups
 
-    app.add_middleware(InternalLookups, deps=deps)  # forwarded key lookups: lean path
+    app.add_middleware(LeanLookups, deps=deps)  # key lookups answered here: lean path
     app.include_router(_routes(deps))
     from streamiq.serving.queries import query_routes
 

@@ -123,7 +123,7 @@ class Coordinator:
             resp.headers[HOPS] = "0"
             return resp
         assert self.node.router is not None and self.node.membership is not None
-        if self._active_here(view, partition, max_lag):
+        if self.active_here(view, partition, max_lag):
             resp = await local()  # fast path: this node is the partition's active owner
             if resp.status_code != 421:
                 resp.headers[HOPS] = "0"
@@ -163,7 +163,7 @@ class Coordinator:
                                       f"within max_lag={max_lag}", "tried": tried},
                             status_code=503)
 
-    def _active_here(self, view: str, partition: int, max_lag: int) -> bool:
+    def active_here(self, view: str, partition: int, max_lag: int) -> bool:
         """This node is assigned active for the partition, holds it, and is fresh enough.
 
         Which partitions this node is active for is re-derived from membership at most

@@ -1,16 +1,23 @@
-"""A lean ASGI path for forwarded key lookups (the internal hop of a forwarded GET).
+"""A lean ASGI path for the hottest query: a key lookup this node can answer itself.
 
-A forwarded lookup (``X-Streamiq-Forwarded: 1``, no query string) for a key this node
-holds is answered straight from the store, before FastAPI routing and parameter
-validation, with the exact body and headers of the regular route. Anything else
-(unknown view, malformed key, windowed view, a partition not held, a missing key,
-position waits) falls through to the regular route, which owns the error answers.
-Client-facing requests never take this path, so every client request still goes
-through the documented FastAPI route.
+A ``GET /v1/views/{view}/keys/{key}`` without query parameters is answered straight
+from the store, before FastAPI routing and parameter validation, with the exact body
+and headers of the regular route, when either
 
-Why: forwarding costs a second full HTTP request; measured with bench/bench_queries.py
-the FastAPI route is most of a node's CPU per lookup, so the owner's half of a
-forwarded lookup is where the hop's cost can be cut without changing the protocol.
+* it is a forwarded lookup (``X-Streamiq-Forwarded: 1``) for a partition this node
+  holds (the owner's half of a forwarded lookup), or
+* this node is the partition's active owner within the default ``--max-lag`` (what
+  the regular route would answer locally with hops 0), or
+* another node is: one forwarded call to the preferred replica (hops 1), its 200 or
+  404 relayed; a refused connection, 421 or 503 defers to the regular route, which
+  tries the next replica and marks the dead one.
+
+Anything else (unknown view, malformed key, windowed view, a missing local key,
+redirect mode, ``max_lag`` / ``position`` / ``wait_ms`` parameters) falls through to
+the regular FastAPI route, which owns the error answers.
+
+Why: measured with bench/bench_queries.py, FastAPI's routing, parameter validation and
+JSONResponse were most of a node's CPU per lookup; the answer itself is a RocksDB get.
 """
 
 from __future__ import annotations
@@ -19,12 +26,13 @@ import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
 
-from streamiq.serving.coordinator import FORWARDED, HOPS, SERVED_BY
+from streamiq.serving.coordinator import FORWARDED, HOPS, SERVED_BY, TRANSPORT_ERRORS
+from streamiq.views.base import View
 
 if TYPE_CHECKING:
     from streamiq.serving.app import NodeDeps
 
-__all__ = ["InternalLookups"]
+__all__ = ["LeanLookups"]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -32,14 +40,17 @@ ASGIApp = Callable[[Scope, Callable[[], Awaitable[Message]],
                     Callable[[Message], Awaitable[None]]], Awaitable[None]]
 
 _FWD = (FORWARDED.encode(), b"1")
+_HOPS = HOPS.encode()
+_SERVED_BY = SERVED_BY.encode()
+_Answer = tuple[int, bytes, list[tuple[bytes, bytes]]]  # status, body, headers
 
 
 def _dumps(v: Any) -> bytes:
     return json.dumps(v, ensure_ascii=False).encode()
 
 
-class InternalLookups:
-    """ASGI middleware: ``app.add_middleware(InternalLookups, deps=deps)``."""
+class LeanLookups:
+    """ASGI middleware: ``app.add_middleware(LeanLookups, deps=deps)``."""
 
     def __init__(self, app: ASGIApp, deps: NodeDeps) -> None:
         self.app = app
@@ -47,17 +58,17 @@ class InternalLookups:
 
     async def __call__(self, scope: Scope, receive: Callable[[], Awaitable[Message]],
                        send: Callable[[Message], Awaitable[None]]) -> None:
-        if (scope["type"] == "http" and scope["method"] == "GET" and not scope["query_string"]
-                and _FWD in scope["headers"]):
-            answer = self.answer(scope["path"])
+        if scope["type"] == "http" and scope["method"] == "GET" and not scope["query_string"]:
+            answer = await self.answer(scope["path"], scope["headers"])
             if answer is not None:
-                body, headers = answer
-                await send({"type": "http.response.start", "status": 200, "headers": headers})
+                status, body, headers = answer
+                await send({"type": "http.response.start", "status": status,
+                            "headers": headers})
                 await send({"type": "http.response.body", "body": body})
                 return
         await self.app(scope, receive, send)
 
-    def answer(self, path: str) -> tuple[bytes, list[tuple[bytes, bytes]]] | None:
+    async def answer(self, path: str, headers: list[tuple[bytes, bytes]]) -> _Answer | None:
         parts = path.split("/")
         if len(parts) != 6 or parts[1] != "v1" or parts[2] != "views" or parts[4] != "keys":
             return None
@@ -71,8 +82,18 @@ class InternalLookups:
         except ValueError:
             return None
         p = view.partition_of(key, node.partitions[view.name])
-        if not node.holds(view.name, p):
+        co = self.deps.coordinator
+        if _FWD in headers:
+            return self.local(view, key, p) if node.holds(view.name, p) else None
+        max_lag = node.settings.max_lag
+        if co.active_here(view.name, p, max_lag):
+            return self.local(view, key, p)
+        if co.redirect or node.router is None:
             return None
+        return await self.forward(path, view, p, max_lag, headers)
+
+    def local(self, view: View, key: str, p: int) -> _Answer | None:
+        node = self.deps.node
         raw = node.stores[view.name].get(p, key.encode())
         if raw is None:
             return None
@@ -82,7 +103,29 @@ class InternalLookups:
             b',"partition":', str(p).encode(), b',"value":', raw,
             b',"served_by":', _dumps(stamp["served_by"]), b',"role":', _dumps(stamp["role"]),
             b',"lag":', str(stamp["lag"]).encode(), b"}"))
-        headers = [(b"content-type", b"application/json"),
-                   (b"content-length", str(len(body)).encode()),
-                   (SERVED_BY.encode(), node.endpoint.encode()), (HOPS.encode(), b"0")]
-        return body, headers
+        return 200, body, [(b"content-type", b"application/json"),
+                           (b"content-length", str(len(body)).encode()),
+                           (_SERVED_BY, node.endpoint.encode()), (_HOPS, b"0")]
+
+    async def forward(self, path: str, view: View, p: int, max_lag: int,
+                      headers: list[tuple[bytes, bytes]]) -> _Answer | None:
+        """One hop to the preferred replica; any trouble defers to the regular route."""
+        assert self.deps.node.router is not None
+        owner = self.deps.node.router.owner(view.name, p, max_lag)
+        if owner is None or owner.address == self.deps.node.endpoint:
+            return None
+        out = {FORWARDED: "1"}
+        for k, v in headers:
+            if k == b"authorization":
+                out["authorization"] = v.decode("latin-1")
+        try:
+            reply = await self.deps.coordinator._send("GET", owner.address, path, [], None, out)
+        except TRANSPORT_ERRORS:
+            return None  # the regular route retries the next replica and marks this one
+        if reply.status_code not in (200, 404):  # 421 / 503: let the route try the next
+            return None
+        hdrs = [(k.encode(), v.encode()) for k, v in reply.headers.items()
+                if k.startswith("x-streamiq-") and k != HOPS]
+        return reply.status_code, reply.content, [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(reply.content)).encode()), *hdrs, (_HOPS, b"1")]

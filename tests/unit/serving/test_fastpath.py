@@ -1,4 +1,4 @@
-"""The forwarded-lookup fast path answers exactly like the regular route, or defers to it."""
+"""The lean lookup path answers exactly like the regular route, or defers to it."""
 
 from __future__ import annotations
 
@@ -39,8 +39,11 @@ def app(tmp_path: Path) -> Any:
     return create_app(Settings(), node=node)  # type: ignore[arg-type]
 
 
-async def call(app: Any, path: str, forwarded: bool, query: bytes = b"") -> tuple[int, Any, dict]:
+async def call(app: Any, path: str, forwarded: bool, query: bytes = b"",
+               auth: str | None = None) -> tuple[int, Any, dict]:
     headers = [(b"host", b"x")] + ([(b"x-streamiq-forwarded", b"1")] if forwarded else [])
+    if auth:
+        headers.append((b"authorization", auth.encode()))
     scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
              "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": query,
              "root_path": "", "headers": headers, "client": ("127.0.0.1", 1),
@@ -58,11 +61,15 @@ async def call(app: Any, path: str, forwarded: bool, query: bytes = b"") -> tupl
     return out[0]["status"], json.loads(b"".join(m.get("body", b"") for m in out[1:])), hdrs
 
 
-async def test_same_answer_as_the_route(app: Any) -> None:
-    fast = await call(app, "/v1/views/balances/keys/a1", forwarded=True)
-    slow = await call(app, "/v1/views/balances/keys/a1", forwarded=True, query=b"wait_ms=1")
+@pytest.mark.parametrize("forwarded", [True, False])
+async def test_same_answer_as_the_route(app: Any, forwarded: bool) -> None:
+    fast = await call(app, "/v1/views/balances/keys/a1", forwarded=forwarded)
+    slow = await call(app, "/v1/views/balances/keys/a1", forwarded=forwarded,
+                      query=b"wait_ms=1")
     assert fast[0] == slow[0] == 200 and fast[1] == slow[1]
-    assert fast[1]["value"]["balance"] == 5 and fast[2]["x-streamiq-hops"] == "0"
+    assert fast[1]["value"]["balance"] == 5 and fast[1]["role"] == "active"
+    assert fast[2]["x-streamiq-hops"] == slow[2]["x-streamiq-hops"] == "0"
+    assert fast[2]["x-streamiq-served-by"] == slow[2]["x-streamiq-served-by"]
     assert int(fast[2]["content-length"]) > 0
 
 
@@ -73,3 +80,28 @@ async def test_same_answer_as_the_route(app: Any) -> None:
 async def test_everything_else_goes_to_the_route(app: Any, path: str, status: int) -> None:
     got = await call(app, path, forwarded=True)
     assert got[0] == status and "status" in got[1]
+
+
+async def test_lean_forward_carries_authorization_and_says_one_hop(app: Any) -> None:
+    from streamiq.routing.router import Endpoint
+    from streamiq.serving.coordinator import Reply
+
+    other = "127.0.0.1:2"
+    deps = app.state.deps
+    deps.node.router.assigned = lambda v, p, members=None: [other]
+    deps.node.router.owner = lambda v, p, lag: Endpoint(other, "active", 0)
+    deps.coordinator._active_at = -1e9
+    sent: list[tuple[str, str, dict[str, str]]] = []
+
+    async def send(method: str, address: str, path: str, params: Any, body: Any,
+                   headers: dict[str, str]) -> Reply:
+        sent.append((address, path, headers))
+        return Reply(200, {"x-streamiq-served-by": other, "x-streamiq-hops": "0"}, b'{"k":1}')
+
+    deps.coordinator._send = send
+    status, body, headers = await call(app, "/v1/views/balances/keys/zz", forwarded=False,
+                                       auth="Bearer t")
+    assert (status, body) == (200, {"k": 1})
+    assert headers["x-streamiq-hops"] == "1" and headers["x-streamiq-served-by"] == other
+    assert sent == [(other, "/v1/views/balances/keys/zz",
+                     {"x-streamiq-forwarded": "1", "authorization": "Bearer t"})]
