@@ -91,6 +91,7 @@ class Pipeline:
         self.runs: dict[str, _ViewRun] = {}
         self.events: queue.Queue[dict[str, Any]] = queue.Queue()
         self.error: BaseException | None = None
+        self._recovered = True
         self._listener: Any = None
 
     @property
@@ -121,10 +122,8 @@ class Pipeline:
             sink = ChangelogSink(view, self.kafka, parts[view.changelog_topic], ckpt, self.spark)
             self.runs[view.name] = _ViewRun(view, ckpt, sink, dead)
         for run in self.runs.values():
-            if run.dead is not None:
-                self._recover_dead_letters(run)
-        for run in self.runs.values():
             self._start_query(run)
+        self._recovered = False  # the crash-window dead-letter scan runs on the first poll
 
     def _start_query(self, run: _ViewRun) -> None:
         s = self.settings
@@ -189,6 +188,11 @@ class Pipeline:
 
     def poll(self, timeout: float = 0.2) -> None:
         """Handle query progress (dead letters, counters); raise if a query failed."""
+        if not self._recovered:
+            self._recovered = True
+            for run in self.runs.values():
+                if run.dead is not None:
+                    self._recover_dead_letters(run)
         try:
             ev = self.events.get(timeout=timeout)
         except queue.Empty:

@@ -89,7 +89,7 @@ def test_run_pipeline_bank(bootstrap: str, tmp_path: Path, produce: Callable[...
 
 
 def test_exactly_once_across_kills(bootstrap: str, tmp_path: Path) -> None:
-    """SIGKILL the pipeline 3 times while transactions stream in; balances stay exact."""
+    """SIGKILL the pipeline twice while transactions stream in; balances stay exact."""
     from confluent_kafka import Producer
 
     suffix = uuid.uuid4().hex[:8]
@@ -122,7 +122,7 @@ def test_exactly_once_across_kills(bootstrap: str, tmp_path: Path) -> None:
     producer.start()
     kills = 0
     try:
-        for _ in range(3):
+        for _ in range(2):
             pipe.start()
             time.sleep(rnd.uniform(2.0, 8.0))  # mid-stream, at a random point of a batch
             pipe.kill()
@@ -140,4 +140,4 @@ def test_exactly_once_across_kills(bootstrap: str, tmp_path: Path) -> None:
     finally:
         stop.set()
         rc = pipe.terminate() if pipe.proc else None
-    assert kills == 3 and rc == 0, pipe.tail()
+    assert kills == 2 and rc == 0, pipe.tail()
