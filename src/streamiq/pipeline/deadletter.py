@@ -105,9 +105,12 @@ class DeadLetters:
     """Finds and writes the invalid records of given offset ranges; counts them."""
 
     def __init__(self, spark: SparkSession, view: View, kafka: Mapping[str, Any],
-                 checkpoint: str) -> None:
+                 checkpoint: str, source_topics: tuple[str, ...] | None = None,
+                 topic: str = DEAD_LETTER_TOPIC) -> None:
         self.spark = spark
         self.view = view
+        self.source_topics = source_topics or view.source_topics  # real (prefixed) names
+        self.topic = topic
         self.kafka = dict(kafka)
         self.state_file = Path(checkpoint) / "streamiq-dead-letters.json"
         self.count = 0  # invalid records seen by the query (observed metric)
@@ -137,7 +140,7 @@ class DeadLetters:
         end = {t: {p: max(int(o), 0) for p, o in po.items()} for t, po in end.items()}
         opts = {f"kafka.{k}": str(v) for k, v in self.kafka.items()}
         raw = (self.spark.read.format(FORMAT).options(**opts)
-               .option("subscribe", ",".join(self.view.source_topics))
+               .option("subscribe", ",".join(self.source_topics))
                .option("startingOffsets", start_json)
                .option("endingOffsets", json.dumps(end))
                .option("failOnDataLoss", "false").load())
@@ -176,7 +179,7 @@ class DeadLetters:
                 errors.append(str(err))
 
         for k, v in zip(keys, values, strict=True):
-            self._producer.produce(DEAD_LETTER_TOPIC, value=v, key=k, on_delivery=cb)
+            self._producer.produce(self.topic, value=v, key=k, on_delivery=cb)
         left = self._producer.flush(30)
         if left or errors:
             raise RuntimeError(f"dead-letter write failed: {left} undelivered, {errors[:3]}")

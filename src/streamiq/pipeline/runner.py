@@ -47,13 +47,17 @@ _RECORD_EVERY_S = 2.0
 
 
 def build_view_stream(spark: SparkSession, view: View, kafka: dict[str, Any],
-                      max_offsets_per_trigger: int | None = None) -> DataFrame:
-    """The view's streaming frame: ``key``/``value`` changelog columns, metric attached."""
+                      max_offsets_per_trigger: int | None = None,
+                      topics: tuple[str, ...] | None = None) -> DataFrame:
+    """The view's streaming frame: ``key``/``value`` changelog columns, metric attached.
+
+    ``topics``: the real input topic names (default ``view.source_topics``, unprefixed).
+    """
     from pyspark.sql import functions as F
 
     reader = (spark.readStream.format(FORMAT)
               .options(**{f"kafka.{k}": str(v) for k, v in kafka.items()})
-              .option("subscribe", ",".join(view.source_topics))
+              .option("subscribe", ",".join(topics or view.source_topics))
               .option("startingOffsets", "earliest"))
     if max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
@@ -99,13 +103,19 @@ class Pipeline:
         """Invalid input records seen so far (each counted once, not once per view)."""
         return sum(r.bad for r in self.runs.values() if r.dead is not None)
 
+    def topics_of(self, view: View) -> tuple[str, ...]:
+        """The view's real input topics (``--topic-prefix`` applied)."""
+        return tuple(self.settings.topic(t) for t in view.source_topics)
+
     def ensure_topics(self) -> dict[str, int]:
-        n = self.settings.partitions
-        parts = ensure_topics(self.kafka, dict.fromkeys(self.app.topics, n))
+        """Inputs (``partitions``), changelogs (as many as their input), dead letters."""
+        n, topic = self.settings.partitions, self.settings.topic
+        parts = ensure_topics(self.kafka, {topic(t): n for t in self.app.topics})
         for v in self.app.views:
-            parts.update(ensure_topics(self.kafka, dict.fromkeys(v.source_topics, n)))
-        want = {v.changelog_topic: max(parts[t] for t in v.source_topics) for v in self.app.views}
-        want[DEAD_LETTER_TOPIC] = n
+            parts.update(ensure_topics(self.kafka, dict.fromkeys(self.topics_of(v), n)))
+        want = {topic(v.changelog_topic): max(parts[t] for t in self.topics_of(v))
+                for v in self.app.views}
+        want[topic(DEAD_LETTER_TOPIC)] = n
         parts.update(ensure_topics(self.kafka, want))
         return parts
 
@@ -117,9 +127,13 @@ class Pipeline:
         for view in self.app.views:
             sig = (view.source_topics, view.value_schema, view.required, view.checks)
             ckpt = str(root / view.name)
-            dead = None if sig in seen else DeadLetters(self.spark, view, self.kafka, ckpt)
+            dead = None if sig in seen else DeadLetters(
+                self.spark, view, self.kafka, ckpt, self.topics_of(view),
+                self.settings.topic(DEAD_LETTER_TOPIC))
             seen.add(sig)
-            sink = ChangelogSink(view, self.kafka, parts[view.changelog_topic], ckpt, self.spark)
+            changelog = self.settings.topic(view.changelog_topic)
+            sink = ChangelogSink(view, self.kafka, parts[changelog], ckpt, self.spark,
+                                 topic=changelog)
             self.runs[view.name] = _ViewRun(view, ckpt, sink, dead)
         for run in self.runs.values():
             self._start_query(run)
@@ -127,14 +141,15 @@ class Pipeline:
 
     def _start_query(self, run: _ViewRun) -> None:
         s = self.settings
-        df = build_view_stream(self.spark, run.view, self.kafka, s.max_offsets_per_trigger)
+        df = build_view_stream(self.spark, run.view, self.kafka, s.max_offsets_per_trigger,
+                               self.topics_of(run.view))
         self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", run.view.name)
         run.query = (df.writeStream.queryName(run.view.name).outputMode("update")
                      .foreachBatch(run.sink).option("checkpointLocation", run.checkpoint)
                      .trigger(processingTime=f"{s.trigger_ms} milliseconds").start())
         self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)  # type: ignore[arg-type]
         log.info("view %s: query started (checkpoint %s, changelog %s)", run.view.name,
-                 run.checkpoint, run.view.changelog_topic)
+                 run.checkpoint, run.sink.topic)
 
     def _register_listener(self) -> None:
         from pyspark.sql.streaming import StreamingQueryListener
@@ -231,7 +246,7 @@ class Pipeline:
             start = json.loads(ev["start"]) if ev["start"] not in (None, "", "None") else None
             n = run.dead.scan(start, json.loads(ev["end"]))
             log.warning("view %s batch %d: %d invalid record(s) -> %s (%d written; total %d)",
-                        run.view.name, ev["batch_id"], ev["bad"], DEAD_LETTER_TOPIC, n,
+                        run.view.name, ev["batch_id"], ev["bad"], run.dead.topic, n,
                         self.dead_letters)
             run.dead.record(ev["batch_id"])
             run.pending_batch, run.recorded_at = -1, time.monotonic()

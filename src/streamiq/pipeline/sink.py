@@ -109,9 +109,9 @@ class ChangelogSink:
 
     def __init__(self, view: View, kafka: Mapping[str, Any], partitions: int,
                  checkpoint: str, spark: SparkSession | None = None,
-                 flush_timeout: float = 30.0) -> None:
+                 flush_timeout: float = 30.0, topic: str | None = None) -> None:
         self.view = view
-        self.topic = view.changelog_topic
+        self.topic = topic or view.changelog_topic  # real name (with any topic prefix)
         self.partitions = partitions
         self.checkpoint = checkpoint
         self.spark = spark

@@ -25,10 +25,12 @@ HERE = Path(__file__).parent
 class PipelineProcess:
     """One pipeline subprocess (its own session: JVM and Python workers die with it)."""
 
-    def __init__(self, bootstrap: str, checkpoint: Path, suffix: str, log: Path) -> None:
+    def __init__(self, bootstrap: str, checkpoint: Path, suffix: str, log: Path,
+                 topic_prefix: str = "") -> None:
         self.cmd = [sys.executable, "-m", "streamiq", "pipeline", "--bootstrap-servers",
                     bootstrap, "--checkpoint-dir", str(checkpoint), "--views-module",
-                    "views_for_tests", "--master", "local[2]", "--partitions", "3"]
+                    "views_for_tests", "--master", "local[2]", "--partitions", "3",
+                    "--topic-prefix", topic_prefix]
         self.env = {**os.environ, "SIQ_TEST_SUFFIX": suffix,
                     "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
         self.log = log

@@ -29,13 +29,16 @@ pytestmark = pytest.mark.integration
 
 def test_run_pipeline_bank(bootstrap: str, tmp_path: Path, produce: Callable[..., None]) -> None:
     suffix = uuid.uuid4().hex[:8]
-    topic, view, changelog = f"bank-{suffix}", f"balances-{suffix}", f"balances-{suffix}-changelog"
+    prefix = f"e2e{suffix}."  # --topic-prefix applies to inputs, changelog and dead letters
+    topic, view = f"{prefix}bank-{suffix}", f"balances-{suffix}"
+    changelog = f"{prefix}balances-{suffix}-changelog"
     ensure_topics({"bootstrap.servers": bootstrap}, {topic: 3})
     rnd = random.Random(7)
     txns = [{"account": f"acct-{rnd.randrange(25)}", "amount": rnd.randrange(-50, 100),
              "ts": 1_700_000_000_000 + i} for i in range(600)]
     produce(topic, txns[:300], keys=[t["account"] for t in txns[:300]])  # before start
-    pipe = PipelineProcess(bootstrap, tmp_path / "ck", suffix, tmp_path / "pipeline.log").start()
+    pipe = PipelineProcess(bootstrap, tmp_path / "ck", suffix, tmp_path / "pipeline.log",
+                           topic_prefix=prefix).start()
     try:
         bad = [b"{not json", json.dumps({"account": "a", "ts": 1}).encode(),
                json.dumps({"account": "a", "amount": "ten", "ts": 1}).encode(),
@@ -68,7 +71,8 @@ def test_run_pipeline_bank(bootstrap: str, tmp_path: Path, produce: Callable[...
 
         deadline = time.monotonic() + 60
         while True:
-            dead = [json.loads(m.value()) for m in read_topic(bootstrap, DEAD_LETTER_TOPIC)]
+            dead = [json.loads(m.value())
+                    for m in read_topic(bootstrap, prefix + DEAD_LETTER_TOPIC)]
             dead = [d for d in dead if d["view"] == view]
             if len(dead) >= len(bad) or time.monotonic() > deadline:
                 break
