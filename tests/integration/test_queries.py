@@ -241,9 +241,6 @@ def test_redirect_mode_answers_307_to_the_owner(cluster: Any) -> None:
     assert r.headers["location"] == f"http://{owner}/v1/views/balances/keys/{other}"
 
 
-@pytest.mark.xfail(strict=False, reason="pipeline/runner.py ignores --topic-prefix (reads "
-                   "view.source_topics, writes view.changelog_topic unprefixed) while ingest and "
-                   "nodes use the prefixed names: nothing reaches the nodes yet")
 def test_end_to_end_through_ingest_and_pipeline(cluster: Any) -> None:
     """POST /orders and /account/{id} -> Spark pipeline -> changelog -> nodes -> queries."""
     ingest, _ = cluster.ingest("bank,orders")
