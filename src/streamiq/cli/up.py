@@ -132,6 +132,7 @@ def run_up(settings: Settings, nodes: int = 3, node_port: int = 9001) -> None:
         except BrokerError as exc:
             _fail(str(exc))
         settings = settings.model_copy(update={"bootstrap_servers": broker.bootstrap_servers})
+        _fresh_state(settings)
         _say(f"embedded Kafka-protocol broker ready on {broker.bootstrap_servers}")
     else:
         _say(f"using Kafka at {settings.bootstrap_servers}")
@@ -169,14 +170,28 @@ def _supervise(children: list[Child], s: Settings, stopping: threading.Event) ->
                 return 1
             if c.name in pending and c.ready():
                 pending.discard(c.name)
-                where = {"ingest": f"http://{s.ingest_host}:{s.ingest_port}",
-                         "pipeline": "Spark " + s.master}.get(c.name, f"http://{s.host}:"
-                                                             f"{c.name.split(':')[1]}")
-                _say(f"{c.name} ready ({where})")
+                _say(f"{c.name} ready ({_where(c.name, s)})")
                 if not pending:
                     _say(f"all parts ready: POST http://{s.ingest_host}:{s.ingest_port}"
                          "/account/{id}?amount=N, then GET any node /account/{id}")
     return 0
+
+
+def _where(name: str, s: Settings) -> str:
+    if name == "ingest":
+        return f"http://{s.ingest_host}:{s.ingest_port}"
+    if name == "pipeline":
+        return f"Spark {s.master}"
+    return f"http://{s.host}:{name.partition(':')[2]}"
+
+
+def _fresh_state(s: Settings) -> None:
+    """The embedded broker keeps its log in memory: local state from an earlier run
+    (node stores, Spark checkpoints) describes a log that no longer exists."""
+    for d in (Path(s.state_dir), Path(s.checkpoint_dir)):
+        if d.exists() and any(d.iterdir()):
+            _say(f"embedded broker starts empty: clearing stale local state in {d}")
+            shutil.rmtree(d)
 
 
 def run_broker(settings: Settings) -> None:

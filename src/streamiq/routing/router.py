@@ -16,10 +16,7 @@ from typing import Any
 from streamiq.routing.assignment import assign
 from streamiq.routing.membership import Member, Membership
 
-__all__ = ["HANDOVER_LAG", "Endpoint", "Router"]
-
-#: A newly assigned replica counts as restored once it is within this many records.
-HANDOVER_LAG = 100
+__all__ = ["Endpoint", "Router"]
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from streamiq.routing.router import HANDOVER_LAG
 from streamiq.state.base import Checkpoint, Store
 from streamiq.views.base import MARKER_HEADER, View, store_key
 
@@ -34,8 +33,10 @@ class PartitionState:
     high_watermark: int = -1
     position: dict[str, dict[int, int]] = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
-    #: Set once the initial restore reached the changelog end (within HANDOVER_LAG); a
-    #: replica still restoring never answers, so a missing key is never "not found".
+    #: The changelog end seen when restoring began; the restore is complete once the
+    #: partition's offset reaches it. A replica still restoring never answers, so a
+    #: missing key is never reported "not found".
+    target: int = -1
     restored: bool = False
 
     @property
@@ -100,6 +101,8 @@ class Materializer:
                         for v, p in sorted(new):
                             cp = self.stores[v].checkpoint(p) or Checkpoint(offset=OFFSET_BEGINNING)
                             st = PartitionState(offset=max(cp.offset, 0), position=cp.position)
+                            log.info("%s partition %d: resuming from changelog offset %d",
+                                     v, p, st.offset)
                             self.states[(v, p)] = st
                             tps.append(TopicPartition(self.topics[v], p, cp.offset))
                         consumer.incremental_assign(tps)
@@ -130,6 +133,10 @@ class Materializer:
             st = self.states.get((view, p))
             if st is None:
                 continue
+            if records[0].offset() < st.offset:
+                # The consumer was reset below our checkpoint (topic re-created or
+                # truncated): our rows describe a log that is gone.
+                self._rebuild(view, p, st, records[0].offset())
             puts: list[tuple[bytes, bytes | None]] = []
             position = {t: dict(po) for t, po in st.position.items()}
             windowed = self.views[view].windowed
@@ -158,8 +165,14 @@ class Materializer:
             st.offset = next_offset
             st.position = position
 
+    def _rebuild(self, view: str, p: int, st: PartitionState, seen: int) -> None:
+        log.warning("%s partition %d: changelog restarted (offset %d is below checkpoint %d); "
+                    "rebuilding the partition from the log", view, p, seen, st.offset)
+        self.stores[view].drop(p)
+        st.offset, st.position, st.restored, st.target = 0, {}, False, -1
+
     def _refresh_watermarks(self, consumer: Any, assigned: set[tuple[str, int]]) -> None:
-        from confluent_kafka import TopicPartition
+        from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
         for v, p in assigned:
             st = self.states.get((v, p))
@@ -170,9 +183,20 @@ class Materializer:
                     TopicPartition(self.topics[v], p), cached=True)
             except Exception:
                 continue
-            if high is not None and high >= 0:
-                st.high_watermark = high
-                if not st.restored and 0 <= st.lag <= HANDOVER_LAG:
-                    st.restored = True
-                    log.info("%s partition %d restored (%.2fs)", v, p,
-                             time.monotonic() - st.started)
+            if high is None or high < 0:
+                continue
+            if high < st.offset:  # the log is now shorter than our checkpoint
+                self._rebuild(v, p, st, high)
+                try:
+                    consumer.seek(TopicPartition(self.topics[v], p, OFFSET_BEGINNING))
+                except Exception:  # not fetching yet: re-assign from the beginning
+                    consumer.incremental_unassign([TopicPartition(self.topics[v], p)])
+                    consumer.incremental_assign(
+                        [TopicPartition(self.topics[v], p, OFFSET_BEGINNING)])
+            st.high_watermark = high
+            if st.target < 0:
+                st.target = high
+            if not st.restored and st.offset >= st.target:
+                st.restored = True
+                log.info("%s partition %d restored (%.2fs)", v, p,
+                         time.monotonic() - st.started)

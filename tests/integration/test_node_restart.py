@@ -1,0 +1,69 @@
+"""A restarted node resumes from its RocksDB checkpoint; a stale checkpoint is rebuilt."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from changelog import produce_rows
+from conftest import free_port
+
+from streamiq.kafka.admin import ensure_topics
+from streamiq.kafka.broker import EmbeddedBroker
+from streamiq.views.bank import BALANCES
+
+pytestmark = pytest.mark.integration
+
+
+def _rows(n: int, bump: int = 0) -> list[dict[str, Any]]:
+    return [{"account": f"r{i}", "balance": i + bump, "count": 1, "last_update": 0}
+            for i in range(n)]
+
+
+def _node_args(bootstrap: str, port: int, state: Path) -> list[str]:
+    return ["--bootstrap-servers", bootstrap, "--cluster", "restart", "--port", str(port),
+            "--state-dir", str(state), "--standby-replicas", "0"]
+
+
+def _balance(port: int, account: str) -> int | None:
+    r = httpx.get(f"http://127.0.0.1:{port}/account/{account}")
+    return r.json()["value"]["balance"] if r.status_code == 200 else None
+
+
+def test_restart_resumes_from_checkpoint(bootstrap: str, tmp_path: Path, procs: Any) -> None:
+    topic = BALANCES.changelog_topic
+    ensure_topics({"bootstrap.servers": bootstrap}, {topic: 3})
+    produce_rows(bootstrap, topic, BALANCES, _rows(300))
+    port, state = free_port(), tmp_path / "state"
+    first = procs("node", _node_args(bootstrap, port, state), name="first")
+    first.wait_ready(f"http://127.0.0.1:{port}/health")
+    assert _balance(port, "r42") == 42
+    first.stop()
+    produce_rows(bootstrap, topic, BALANCES, _rows(10, bump=1000))  # r0..r9 change
+    second = procs("node", _node_args(bootstrap, port, state), name="second")
+    second.wait_ready(f"http://127.0.0.1:{port}/health")
+    assert _balance(port, "r5") == 1005 and _balance(port, "r42") == 42
+    resumed = [int(o) for o in re.findall(r"resuming from changelog offset (\d+)", second.log())]
+    assert len(resumed) == 3 and sum(resumed) == 300, resumed  # not from 0: from the checkpoint
+
+
+def test_checkpoint_beyond_a_new_log_is_rebuilt(tmp_path: Path, procs: Any) -> None:
+    port, state = free_port(), tmp_path / "state"
+    with EmbeddedBroker("127.0.0.1", free_port()) as old:
+        ensure_topics({"bootstrap.servers": old.bootstrap_servers}, {BALANCES.changelog_topic: 3})
+        produce_rows(old.bootstrap_servers, BALANCES.changelog_topic, BALANCES, _rows(200))
+        n = procs("node", _node_args(old.bootstrap_servers, port, state), name="old")
+        n.wait_ready(f"http://127.0.0.1:{port}/health")
+        assert _balance(port, "r150") == 150
+        n.stop()
+    with EmbeddedBroker("127.0.0.1", free_port()) as new:  # memory-only: an empty log
+        ensure_topics({"bootstrap.servers": new.bootstrap_servers}, {BALANCES.changelog_topic: 3})
+        produce_rows(new.bootstrap_servers, BALANCES.changelog_topic, BALANCES, _rows(5, 7))
+        n = procs("node", _node_args(new.bootstrap_servers, port, state), name="new")
+        n.wait_ready(f"http://127.0.0.1:{port}/health")
+        assert _balance(port, "r3") == 10
+        assert _balance(port, "r150") is None  # the old log's rows are gone, not served
+        n.stop()
