@@ -151,4 +151,4 @@ def run_ingest(settings: Settings) -> None:
     print(f"streamiq ingest listening on http://{settings.ingest_host}:{settings.ingest_port}",
           flush=True)
     uvicorn.run(create_ingest_app(settings), host=settings.ingest_host, port=settings.ingest_port,
-                log_level="warning", access_log=False)
+                log_level="warning", access_log=False, timeout_graceful_shutdown=5)

@@ -52,6 +52,11 @@ def spark_session(master: str = "local[2]", app_name: str = "streamiq",
     from streamiq.pipeline.source import KafkaDataSource
 
     settings = dict(SESSION_CONF)
+    if master.startswith("local"):
+        # Local mode talks to itself only: bind the driver to loopback, never to a NIC.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        settings.update({"spark.driver.host": "127.0.0.1",
+                         "spark.driver.bindAddress": "127.0.0.1"})
     if shuffle_partitions is not None:
         settings["spark.sql.shuffle.partitions"] = str(shuffle_partitions)
     settings.update({k: str(v) for k, v in conf.items()})

@@ -46,6 +46,7 @@ class Node:
         self._sync_task: asyncio.Task[None] | None = None
         self.started = time.monotonic()
         self.assigning = False
+        self.stopping = False
 
     # -- lifecycle --
     async def start(self) -> None:
@@ -71,6 +72,7 @@ class Node:
         self.router = Router(self.membership, self.partitions, s.standby_replicas)
 
     async def stop(self) -> None:
+        self.stopping = True
         if self._sync_task is not None:
             self._sync_task.cancel()
         if self.membership is not None:
@@ -133,7 +135,7 @@ class Node:
             st = self.materializer.states.get((view, partition))
             if st is not None and reflects(st.position, tokens):
                 return True
-            if time.monotonic() >= deadline:
+            if time.monotonic() >= deadline or self.stopping:
                 return False
             await asyncio.sleep(0.005)
 
@@ -154,4 +156,4 @@ def run_node(settings: Settings) -> None:
     print(f"streamiq node {settings.endpoint} listening on http://{settings.host}:{settings.port}",
           flush=True)
     uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning",
-                access_log=False, lifespan="on")
+                access_log=False, lifespan="on", timeout_graceful_shutdown=5)
