@@ -33,7 +33,11 @@ lint: $(STAMP)
 	$(BIN)/mypy src
 
 bench: $(STAMP)
-	$(BIN)/python bench/run_all.py
+	@command -v wrk >/dev/null || { echo "bench_queries needs wrk: apt-get install -y wrk"; exit 2; }
+	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python bench/bench_queries.py
+	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python bench/bench_ha.py
+	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python bench/bench_freshness.py
+	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python bench/bench_pipeline.py
 
 clean:
 	rm -rf $(VENV) .streamiq .pytest_cache .mypy_cache .ruff_cache

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from streamiq.client import AsyncClient, Client, QueryError
 from streamiq.config import Settings
 from streamiq.views.base import App, View
 
-__all__ = ["App", "Settings", "View"]
+__all__ = ["App", "AsyncClient", "Client", "QueryError", "Settings", "View"]
 __version__ = "0.1.0"
