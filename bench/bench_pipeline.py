@@ -21,14 +21,17 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import socket
 import statistics
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import free_port, pct
 
 from streamiq.kafka.admin import ensure_topics
 from streamiq.kafka.broker import EmbeddedBroker
@@ -37,19 +40,6 @@ from streamiq.pipeline.sink import ChangelogSink
 from streamiq.views import bank
 
 __all__ = ["main"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def pct(xs: list[float], q: float) -> float:
-    if not xs:
-        return float("nan")
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, round(q / 100 * (len(xs) - 1)))]
 
 
 def produce(bs: str, topic: str, n: int, accounts: int = 1000) -> None:
