@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import uuid
 from collections.abc import Callable, Iterator
@@ -11,18 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from procs import free_port
 
 from streamiq.kafka.admin import ensure_topics
 from streamiq.kafka.broker import EmbeddedBroker
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="session")

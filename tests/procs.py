@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -13,7 +14,14 @@ from pathlib import Path
 
 import httpx
 
-__all__ = ["Proc", "wait_http"]
+__all__ = ["Deployment", "Proc", "free_port", "wait_http"]
+
+
+def free_port() -> int:
+    """A free loopback TCP port (tests never use the fixed default ports)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def wait_http(url: str, timeout: float, proc: subprocess.Popen[bytes] | None = None) -> bool:

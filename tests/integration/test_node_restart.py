@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 from changelog import produce_rows
-from conftest import free_port
+from procs import free_port
 
 from streamiq.kafka.admin import ensure_topics
 from streamiq.kafka.broker import EmbeddedBroker
