@@ -94,7 +94,15 @@ def _fold(agg: Agg, state: Any, value: Any) -> Any:
         return state
     if state is None:
         return value
-    return min(state, value) if agg.func == "min" else max(state, value)
+    return _pick(agg, state, value)
+
+
+def _pick(agg: Agg, a: Any, b: Any) -> Any:
+    try:
+        return min(a, b) if agg.func == "min" else max(a, b)
+    except TypeError:  # e.g. a number and a string: no order between them
+        raise ValueError(f"agg: {agg.name}: values of different types cannot be "
+                         f"compared ({a!r}, {b!r})") from None
 
 
 def _combine(agg: Agg, a: Any, b: Any) -> Any:
@@ -104,7 +112,7 @@ def _combine(agg: Agg, a: Any, b: Any) -> Any:
         return [a[0] + b[0], a[1] + b[1]]
     if a is None or b is None:
         return b if a is None else a
-    return min(a, b) if agg.func == "min" else max(a, b)
+    return _pick(agg, a, b)
 
 
 def aggregate_partitions(view: View, store: Store, partitions: Iterable[int],
