@@ -47,6 +47,7 @@ class Node:
         self.started = time.monotonic()
         self.assigning = False
         self.stopping = False
+        self.wanted: set[tuple[str, int]] = set()
 
     # -- lifecycle --
     async def start(self) -> None:
@@ -95,6 +96,7 @@ class Node:
             if wanted != held:
                 log.info("materialising %s", sorted(wanted))
             self.materializer.want(wanted)
+            self.wanted = wanted
             await asyncio.sleep(0.1)
 
     # -- state --
@@ -121,10 +123,11 @@ class Node:
         return -1 if st is None else st.lag
 
     def ready(self) -> bool:
-        """Assigned and every held partition restored to within the handover lag."""
+        """Every partition this node should hold is held and restored."""
         if not self.assigning or self.materializer is None:
             return False
-        return all(st.restored for st in self.materializer.holding().values())
+        held = self.materializer.holding()
+        return all(vp in held and held[vp].restored for vp in self.wanted)
 
     async def wait_position(self, view: str, partition: int, tokens: list[Token],
                             timeout: float) -> bool:

@@ -1,0 +1,45 @@
+"""Readiness: a node is ready only when every partition it should hold is restored."""
+
+from __future__ import annotations
+
+from streamiq.config import Settings
+from streamiq.serving.materializer import PartitionState
+from streamiq.serving.node import Node
+
+
+class FakeMaterializer:
+    def __init__(self) -> None:
+        self.states: dict[tuple[str, int], PartitionState] = {}
+
+    def holding(self) -> dict[tuple[str, int], PartitionState]:
+        return dict(self.states)
+
+
+def _node() -> Node:
+    node = Node(Settings(app="bank"))
+    node.materializer = FakeMaterializer()  # type: ignore[assignment]
+    node.assigning = True
+    return node
+
+
+def test_not_ready_before_the_assignment_is_picked_up() -> None:
+    node = _node()
+    node.wanted = {("balances", 0), ("balances", 1)}
+    assert not node.ready()  # nothing held yet: must not report ready (was all([]) == True)
+
+
+def test_ready_only_when_every_wanted_partition_is_restored() -> None:
+    node = _node()
+    node.wanted = {("balances", 0), ("balances", 1)}
+    assert node.materializer is not None
+    node.materializer.states[("balances", 0)] = PartitionState(restored=True)
+    node.materializer.states[("balances", 1)] = PartitionState(restored=False)
+    assert not node.ready()
+    node.materializer.states[("balances", 1)].restored = True
+    assert node.ready()
+
+
+def test_a_node_with_no_partitions_to_hold_is_ready() -> None:
+    node = _node()
+    node.wanted = set()  # e.g. more nodes than partitions
+    assert node.ready()
