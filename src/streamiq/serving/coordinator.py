@@ -134,7 +134,7 @@ class Coordinator:
             if ep.address == self.node.endpoint:
                 resp = await local()
                 if resp.status_code != 421:
-                    log.debug("%s p%d answered locally", view, partition)
+                    log.info("%s partition %d: answered locally", view, partition)
                     resp.headers[HOPS] = "0"
                     return resp
                 continue
@@ -152,7 +152,7 @@ class Coordinator:
                 continue
             if r.status_code == 421:
                 continue
-            log.debug("%s p%d forwarded to %s", view, partition, ep.address)
+            log.info("%s partition %d: forwarded to owner %s", view, partition, ep.address)
             headers = {k: v for k, v in r.headers.items()
                        if k.startswith("x-streamiq-") and k != HOPS}
             headers[HOPS] = "1"

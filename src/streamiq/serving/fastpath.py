@@ -23,6 +23,7 @@ JSONResponse were most of a node's CPU per lookup; the answer itself is a RocksD
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +39,8 @@ Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 ASGIApp = Callable[[Scope, Callable[[], Awaitable[Message]],
                     Callable[[Message], Awaitable[None]]], Awaitable[None]]
+
+log = logging.getLogger("streamiq.routing")
 
 _FWD = (FORWARDED.encode(), b"1")
 _HOPS = HOPS.encode()
@@ -87,6 +90,8 @@ class LeanLookups:
             return self.local(view, key, p) if node.holds(view.name, p) else None
         max_lag = node.settings.max_lag
         if co.active_here(view.name, p, max_lag):
+            if log.isEnabledFor(logging.INFO):
+                log.info("%s partition %d: answered locally", view.name, p)
             return self.local(view, key, p)
         if co.redirect or node.router is None:
             return None
@@ -124,6 +129,8 @@ class LeanLookups:
             return None  # the regular route retries the next replica and marks this one
         if reply.status_code not in (200, 404):  # 421 / 503: let the route try the next
             return None
+        if log.isEnabledFor(logging.INFO):
+            log.info("%s partition %d: forwarded to owner %s", view.name, p, owner.address)
         hdrs = [(k.encode(), v.encode()) for k, v in reply.headers.items()
                 if k.startswith("x-streamiq-") and k != HOPS]
         return reply.status_code, reply.content, [
