@@ -45,6 +45,12 @@ Params = list[tuple[str, str]]
 _ACTIVE_TTL = 0.05
 #: A replica that cannot be reached (refused, reset, timed out).
 TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+#: Of those, the ones that say the replica is gone (not merely slow): only these make it
+#: a suspect. A slow answer (e.g. a long position wait) is retried elsewhere, not blamed.
+CONNECTION_LOST = (aiohttp.ClientConnectorError, aiohttp.ClientOSError,
+                   aiohttp.ServerDisconnectedError, ConnectionError)
+#: Time a forwarded request may take beyond the position wait it carries.
+_FORWARD_SLACK_S = 10.0
 
 
 @dataclass
@@ -96,17 +102,35 @@ class Coordinator:
                 h[name] = request.headers[name]
         return h
 
+    def _budget(self, request: Request) -> float:
+        """Seconds a forwarded request may take: its own position wait plus slack."""
+        if "position" not in request.query_params:
+            return _FORWARD_SLACK_S
+        raw = request.query_params.get("wait_ms")
+        wait_ms = int(raw) if raw and raw.isdigit() else self.node.settings.wait_timeout_ms
+        return wait_ms / 1000 + _FORWARD_SLACK_S
+
     async def _call(self, address: str, request: Request, params: Params,
                     body: Any = None) -> Reply:
         return await self._send(request.method, address, request.url.path, params, body,
-                                self._headers(request))
+                                self._headers(request), self._budget(request))
+
+    def _unreachable(self, address: str, exc: BaseException) -> None:
+        assert self.node.membership is not None
+        if isinstance(exc, CONNECTION_LOST):
+            log.warning("replica %s unreachable (%r); trying the next", address, exc)
+            self.node.membership.suspect(address)
+        else:
+            log.warning("replica %s did not answer (%r); trying the next", address, exc)
 
     async def _send(self, method: str, address: str, path: str, params: Params, body: Any,
-                    headers: dict[str, str]) -> Reply:
+                    headers: dict[str, str], timeout: float = _FORWARD_SLACK_S) -> Reply:
         host, _, port = address.rpartition(":")
         url = URL.build(scheme="http", host=host, port=int(port), path=path)
         async with self.session().request(method, url, params=params, json=body,
-                                          headers=headers) as r:
+                                          headers=headers,
+                                          timeout=aiohttp.ClientTimeout(total=timeout,
+                                                                        connect=1.0)) as r:
             content = await r.read()
             return Reply(r.status, {k.lower(): v for k, v in r.headers.items()}, content)
 
@@ -147,8 +171,7 @@ class Coordinator:
                 r = await self._call(ep.address, request, request.query_params.multi_items(),
                                      body)
             except TRANSPORT_ERRORS as exc:
-                log.warning("replica %s unreachable (%r); trying the next", ep.address, exc)
-                self.node.membership.suspect(ep.address)
+                self._unreachable(ep.address, exc)
                 continue
             if r.status_code == 421:
                 continue
@@ -241,9 +264,7 @@ class Coordinator:
         try:
             r = await self._call(address, request, q, body(parts) if body else None)
         except TRANSPORT_ERRORS as exc:
-            log.warning("replica %s unreachable (%r)", address, exc)
-            assert self.node.membership is not None
-            self.node.membership.suspect(address)
+            self._unreachable(address, exc)
             return None, parts
         if r.status_code != 200:
             return None, parts

@@ -33,7 +33,7 @@ def make(handler: Any) -> tuple[Coordinator, list[str]]:
     co = Coordinator(node)  # type: ignore[arg-type]
 
     async def send(method: str, address: str, path: str, params: Params, body: Any,
-                   headers: dict[str, str]) -> Reply:
+                   headers: dict[str, str], timeout: float = 10.0) -> Reply:
         return handler(Sent(address, path, params, headers))
 
     co._send = send  # type: ignore[method-assign]

@@ -1,0 +1,41 @@
+"""A slow replica is retried elsewhere but not blamed; forwarded budgets cover waits."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import aiohttp
+from starlette.requests import Request
+
+from streamiq.config import Settings
+from streamiq.serving.coordinator import Coordinator
+
+
+def _coordinator() -> tuple[Coordinator, list[str]]:
+    suspects: list[str] = []
+    node: Any = SimpleNamespace(settings=Settings(wait_timeout_ms=5000),
+                                membership=SimpleNamespace(suspect=suspects.append))
+    return Coordinator(node), suspects
+
+
+def _request(query: str) -> Request:
+    return Request({"type": "http", "method": "GET", "path": "/v1/views/v/keys/k",
+                    "query_string": query.encode(), "headers": []})
+
+
+def test_only_lost_connections_make_a_suspect() -> None:
+    co, suspects = _coordinator()
+    co._unreachable("slow:1", TimeoutError())
+    co._unreachable("slow:2", aiohttp.ServerTimeoutError())
+    assert suspects == []
+    co._unreachable("dead:1", ConnectionRefusedError())
+    co._unreachable("dead:2", aiohttp.ServerDisconnectedError())
+    assert suspects == ["dead:1", "dead:2"]
+
+
+def test_forward_budget_covers_the_position_wait() -> None:
+    co, _ = _coordinator()
+    plain = co._budget(_request(""))
+    assert co._budget(_request("position=t:0:1&wait_ms=20000")) == plain + 20
+    assert co._budget(_request("position=t:0:1")) == plain + 5  # the node's default wait
