@@ -125,6 +125,9 @@ def wrk(url: str, paths: list[str], tmp: Path, conns: int, seconds: float,
     bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     if bad or "Socket errors" in out:
         print(out)
+        for log in sorted(tmp.glob("node-*.log")):
+            print(f"--- {log.name} (last lines) ---")
+            print("\n".join(log.read_text(errors="replace").splitlines()[-15:]))
         raise SystemExit("wrk saw errors")
 
     def ms(label: str) -> float:

@@ -24,6 +24,8 @@ __all__ = ["Member", "Membership", "members_topic"]
 
 log = logging.getLogger("streamiq.membership")
 
+_SELF_TTL = 0.05  # seconds this node's own report may be reused by live()
+
 
 def members_topic(cluster: str) -> str:
     return f"_streamiq-{cluster}-members"
@@ -56,6 +58,7 @@ class Membership:
         self._members: dict[str, Member] = {}
         self._suspects: dict[str, float] = {}
         self._lock = threading.Lock()
+        self._own: Member | None = None
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=self._publish, name="heartbeat", daemon=True),
                          threading.Thread(target=self._listen, name="members", daemon=True)]
@@ -77,9 +80,16 @@ class Membership:
             out = {e: m for e, m in self._members.items()
                    if now - m.seen <= self._timeout and self._suspects.get(e, 0) < m.seen}
         if self.endpoint not in out:
-            out[self.endpoint] = Member(self.endpoint, self.incarnation, now,
-                                        self._report(), self.started_at)
+            out[self.endpoint] = self._me(now)
         return out
+
+    def _me(self, now: float) -> Member:
+        """This node's own entry, rebuilt at most every ``_SELF_TTL`` seconds: routing
+        asks for the members on every query, and the report walks every partition."""
+        if self._own is None or now - self._own.seen > _SELF_TTL:
+            self._own = Member(self.endpoint, self.incarnation, now, self._report(),
+                               self.started_at)
+        return self._own
 
     def suspect(self, endpoint: str) -> None:
         """Route around a member that refused a connection until it heartbeats again."""

@@ -21,10 +21,11 @@ from streamiq._http import ApiError, error_response, install_error_handlers
 from streamiq.config import Settings
 from streamiq.serving.consistency import Token, parse_tokens
 from streamiq.serving.coordinator import SERVED_BY, Coordinator
+from streamiq.serving.fastpath import LeanLookups
 from streamiq.serving.node import Node
 from streamiq.views.base import View, store_key
 
-__all__ = ["NodeDeps", "create_app"]
+__all__ = ["NodeDeps", "create_app", "create_asgi"]
 
 log = logging.getLogger("streamiq.node")
 
@@ -166,6 +167,17 @@ def _routes(deps: NodeDeps) -> APIRouter:
     return r
 
 
+def create_asgi(settings: Settings, node: Node | None = None) -> LeanLookups:
+    """What a node serves: the FastAPI app behind the lean key-lookup path.
+
+    The lean path sits outside FastAPI's own middleware stack (error, telemetry and
+    body-limit wrappers) so that the hottest query pays for none of it; everything it
+    does not answer goes through the full app unchanged.
+    """
+    app = create_app(settings, node)
+    return LeanLookups(app, deps=app.state.deps)
+
+
 def create_app(settings: Settings, node: Node | None = None) -> FastAPI:
     node = node or Node(settings)
     coordinator = Coordinator(node)
@@ -183,9 +195,6 @@ def create_app(settings: Settings, node: Node | None = None) -> FastAPI:
     app = FastAPI(title="streamiq node", version="0.1.0", lifespan=lifespan,
                   description=__doc__)
     install_error_handlers(app)
-    from streamiq.serving.fastpath import LeanLookups
-
-    app.add_middleware(LeanLookups, deps=deps)  # key lookups answered here: lean path
     app.include_router(_routes(deps))
     from streamiq.serving.queries import query_routes
 

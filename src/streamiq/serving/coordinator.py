@@ -26,6 +26,7 @@ from fastapi.responses import JSONResponse, RedirectResponse
 from yarl import URL
 
 from streamiq.routing.router import Endpoint
+from streamiq.serving.hop import HopClient
 from streamiq.serving.node import Node
 
 __all__ = ["FORWARDED", "HOPS", "SERVED_BY", "TRANSPORT_ERRORS", "Coordinator", "Partial",
@@ -72,6 +73,7 @@ class Coordinator:
         # aiohttp, not httpx, for node-to-node calls: measured ~0.2 ms of client CPU per
         # call against ~1.7 ms for httpx (bench/bench_queries.py, forwarded lookups).
         self._session: aiohttp.ClientSession | None = None
+        self.hop = HopClient()  # the lean path's key-lookup hop (serving/fastpath.py)
         self.internal = asyncio.Semaphore(s.internal_concurrency)
         self._active: set[tuple[str, int]] = set()
         self._active_at = -1e9
@@ -88,6 +90,7 @@ class Coordinator:
         return self._session
 
     async def close(self) -> None:
+        self.hop.close()
         if self._session is not None:
             await self._session.close()
 

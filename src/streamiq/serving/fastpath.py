@@ -26,6 +26,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from streamiq.serving.coordinator import FORWARDED, HOPS, SERVED_BY, TRANSPORT_ERRORS
 from streamiq.views.base import View
@@ -53,7 +54,7 @@ def _dumps(v: Any) -> bytes:
 
 
 class LeanLookups:
-    """ASGI middleware: ``app.add_middleware(LeanLookups, deps=deps)``."""
+    """ASGI wrapper around the node's FastAPI app: ``LeanLookups(app, deps=deps)``."""
 
     def __init__(self, app: ASGIApp, deps: NodeDeps) -> None:
         self.app = app
@@ -62,7 +63,11 @@ class LeanLookups:
     async def __call__(self, scope: Scope, receive: Callable[[], Awaitable[Message]],
                        send: Callable[[Message], Awaitable[None]]) -> None:
         if scope["type"] == "http" and scope["method"] == "GET" and not scope["query_string"]:
-            answer = await self.answer(scope["path"], scope["headers"])
+            try:
+                answer = await self.answer(scope["path"], scope["headers"])
+            except Exception:  # never a bare 500 from here: the full app answers instead
+                log.exception("lean lookup path failed; answering through the full app")
+                answer = None
             if answer is not None:
                 status, body, headers = answer
                 await send({"type": "http.response.start", "status": status,
@@ -124,15 +129,15 @@ class LeanLookups:
             if k == b"authorization":
                 out["authorization"] = v.decode("latin-1")
         try:
-            reply = await self.deps.coordinator._send("GET", owner.address, path, [], None, out)
+            reply = await self.deps.coordinator.hop.get(owner.address, quote(path), out)
         except TRANSPORT_ERRORS:
             return None  # the regular route retries the next replica and marks this one
-        if reply.status_code not in (200, 404):  # 421 / 503: let the route try the next
+        if reply.status not in (200, 404):  # 421 / 503: let the route try the next
             return None
         if log.isEnabledFor(logging.INFO):
             log.info("%s partition %d: forwarded to owner %s", view.name, p, owner.address)
         hdrs = [(k.encode(), v.encode()) for k, v in reply.headers.items()
                 if k.startswith("x-streamiq-") and k != HOPS]
-        return reply.status_code, reply.content, [
+        return reply.status, reply.body, [
             (b"content-type", b"application/json"),
-            (b"content-length", str(len(reply.content)).encode()), *hdrs, (_HOPS, b"1")]
+            (b"content-length", str(len(reply.body)).encode()), *hdrs, (_HOPS, b"1")]

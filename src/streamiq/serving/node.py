@@ -151,12 +151,12 @@ def run_node(settings: Settings) -> None:
     """Serve one node until SIGINT/SIGTERM (uvicorn handles both)."""
     import uvicorn
 
-    from streamiq.serving.app import create_app
+    from streamiq.serving.app import create_asgi
     from streamiq.serving.logs import configure_logging
 
     configure_logging(settings.log_level)
-    app = create_app(settings)
+    app = create_asgi(settings)
     print(f"streamiq node {settings.endpoint} listening on http://{settings.host}:{settings.port}",
           flush=True)
     uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning",
-                access_log=False, lifespan="on", timeout_graceful_shutdown=5)
+                access_log=False, lifespan="on", proxy_headers=False, timeout_graceful_shutdown=5)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from streamiq.config import Settings
-from streamiq.serving.app import create_app
+from streamiq.serving.app import create_asgi
 from streamiq.state.base import Checkpoint
 from streamiq.state.rocksdb import RocksDBStore
 from streamiq.views.bank import BALANCES
@@ -36,7 +36,7 @@ def app(tmp_path: Path) -> Any:
         partitions={"balances": 3, "order_counts": 3}, stores=stores, router=Router(),
         endpoint=ME, membership=SimpleNamespace(), holds=lambda v, q: v != "order_counts",
         lag=lambda v, q: 0)
-    return create_app(Settings(), node=node)  # type: ignore[arg-type]
+    return create_asgi(Settings(), node=node)  # type: ignore[arg-type]
 
 
 async def call(app: Any, path: str, forwarded: bool, query: bytes = b"",
@@ -84,24 +84,55 @@ async def test_everything_else_goes_to_the_route(app: Any, path: str, status: in
 
 async def test_lean_forward_carries_authorization_and_says_one_hop(app: Any) -> None:
     from streamiq.routing.router import Endpoint
-    from streamiq.serving.coordinator import Reply
+    from streamiq.serving.hop import HopReply
 
     other = "127.0.0.1:2"
-    deps = app.state.deps
+    deps = app.deps
     deps.node.router.assigned = lambda v, p, members=None: [other]
     deps.node.router.owner = lambda v, p, lag: Endpoint(other, "active", 0)
     deps.coordinator._active_at = -1e9
     sent: list[tuple[str, str, dict[str, str]]] = []
 
-    async def send(method: str, address: str, path: str, params: Any, body: Any,
-                   headers: dict[str, str]) -> Reply:
+    async def get(address: str, path: str, headers: dict[str, str]) -> HopReply:
         sent.append((address, path, headers))
-        return Reply(200, {"x-streamiq-served-by": other, "x-streamiq-hops": "0"}, b'{"k":1}')
+        return HopReply(200, {"x-streamiq-served-by": other, "x-streamiq-hops": "0"},
+                        b'{"k":1}')
 
-    deps.coordinator._send = send
+    deps.coordinator.hop.get = get
     status, body, headers = await call(app, "/v1/views/balances/keys/zz", forwarded=False,
                                        auth="Bearer t")
     assert (status, body) == (200, {"k": 1})
     assert headers["x-streamiq-hops"] == "1" and headers["x-streamiq-served-by"] == other
     assert sent == [(other, "/v1/views/balances/keys/zz",
                      {"x-streamiq-forwarded": "1", "authorization": "Bearer t"})]
+
+
+async def test_lean_forward_quotes_the_key_it_relays(app: Any) -> None:
+    from streamiq.routing.router import Endpoint
+    from streamiq.serving.hop import HopReply
+
+    deps = app.deps
+    deps.node.router.assigned = lambda v, p, members=None: ["127.0.0.1:2"]
+    deps.node.router.owner = lambda v, p, lag: Endpoint("127.0.0.1:2", "active", 0)
+    sent: list[str] = []
+
+    async def get(address: str, path: str, headers: dict[str, str]) -> HopReply:
+        sent.append(path)
+        return HopReply(404, {}, b'{"status":"NOT_FOUND"}')
+
+    deps.coordinator.hop.get = get
+    await call(app, "/v1/views/balances/keys/a b/ü", forwarded=False)
+    # a key with "/" is not a single path segment: the route answers, not the lean path
+    assert sent == []
+    status, _, headers = await call(app, "/v1/views/balances/keys/a bü", forwarded=False)
+    assert sent == ["/v1/views/balances/keys/a%20b%C3%BC"]
+    assert status == 404 and headers["x-streamiq-hops"] == "1"
+
+
+async def test_a_failing_lean_path_falls_back_to_the_full_app(app: Any) -> None:
+    async def broken(path: str, headers: Any) -> None:
+        raise RuntimeError("boom")
+
+    app.answer = broken
+    status, body, headers = await call(app, "/v1/views/balances/keys/a1", forwarded=True)
+    assert status == 200 and body["value"]["balance"] == 5 and headers["x-streamiq-hops"] == "0"

@@ -1,0 +1,167 @@
+"""A minimal keep-alive HTTP/1.1 client for the node-to-node hop of a key lookup.
+
+Why not aiohttp here: bench/bench_queries.py measured a forwarded lookup at ~5x the
+server CPU of a local one, most of it in the general-purpose client on the entry node
+(request building, cookie and redirect handling, response objects, timers). A key
+lookup hop needs none of that: one GET on a pooled connection, the reply parsed by
+httptools (the parser uvicorn already uses) in ``data_received``.
+
+Failures are plain ``OSError`` subclasses (``ConnectionError`` when the connection was
+refused or lost) or ``asyncio.TimeoutError``, so callers can treat them like any other
+transport error. A request on a reused idle connection that the server had already
+closed (uvicorn drops idle keep-alive connections after a few seconds) is retried once
+on a fresh connection: safe, because only idempotent GETs go through here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import cast
+
+import httptools
+
+__all__ = ["HopClient", "HopReply"]
+
+
+@dataclass(frozen=True, slots=True)
+class HopReply:
+    status: int
+    headers: dict[str, str]  # lower-case names
+    body: bytes
+
+
+class _Conn(asyncio.Protocol):
+    """One connection; at most one request in flight."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self._parser = httptools.HttpResponseParser(self)
+        self._waiter: asyncio.Future[HopReply] | None = None
+        self._headers: dict[str, str] = {}
+        self._body: list[bytes] = []
+        self._got_bytes = False
+
+    # -- asyncio.Protocol --
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+
+    def data_received(self, data: bytes) -> None:
+        self._got_bytes = True
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self._fail(ConnectionError(f"malformed HTTP reply: {exc}"))
+            self.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._fail(ConnectionResetError("connection closed by the peer")
+                   if exc is None else ConnectionResetError(str(exc)))
+
+    # -- httptools callbacks --
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+
+    def on_body(self, body: bytes) -> None:
+        self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        reply = HopReply(self._parser.get_status_code(), self._headers, b"".join(self._body))
+        if not self._parser.should_keep_alive():
+            self.close()
+        w, self._waiter = self._waiter, None
+        if w is not None and not w.done():
+            w.set_result(reply)
+
+    # -- use --
+    def _fail(self, exc: Exception) -> None:
+        w, self._waiter = self._waiter, None
+        if w is not None and not w.done():
+            w.set_exception(exc)
+
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+    def request(self, raw: bytes) -> asyncio.Future[HopReply]:
+        assert self.transport is not None and self._waiter is None
+        self._headers, self._body, self._got_bytes = {}, [], False
+        self._waiter = asyncio.get_running_loop().create_future()
+        self.transport.write(raw)
+        return self._waiter
+
+    @property
+    def silent(self) -> bool:
+        """True when the last request failed before the server sent a single byte."""
+        return not self._got_bytes
+
+
+class HopClient:
+    """Pooled keep-alive GETs: ``await client.get("host:port", "/path", headers)``."""
+
+    def __init__(self, *, max_idle_per_host: int = 32, connect_timeout: float = 1.0) -> None:
+        self._idle: dict[str, list[_Conn]] = {}
+        self._max_idle = max_idle_per_host
+        self._connect_timeout = connect_timeout
+
+    async def get(self, address: str, path: str, headers: dict[str, str],
+                  timeout: float = 10.0) -> HopReply:
+        raw = _request(address, path, headers)
+        async with asyncio.timeout(timeout):
+            conn, reused = await self._checkout(address)
+            try:
+                reply = await _roundtrip(conn, raw)
+            except ConnectionError:
+                if not (reused and conn.silent):
+                    raise
+                conn = await self._connect(address)  # a stale idle connection: once more
+                reply = await _roundtrip(conn, raw)
+        self._checkin(address, conn)
+        return reply
+
+    async def _checkout(self, address: str) -> tuple[_Conn, bool]:
+        idle = self._idle.get(address)
+        while idle:
+            conn = idle.pop()
+            if not conn.closed:
+                return conn, True
+        return await self._connect(address), False
+
+    async def _connect(self, address: str) -> _Conn:
+        host, _, port = address.rpartition(":")
+        loop = asyncio.get_running_loop()
+        async with asyncio.timeout(self._connect_timeout):
+            _, conn = await loop.create_connection(_Conn, host, int(port))
+        return conn
+
+    def _checkin(self, address: str, conn: _Conn) -> None:
+        if conn.closed:
+            return
+        idle = self._idle.setdefault(address, [])
+        if len(idle) < self._max_idle:
+            idle.append(conn)
+        else:
+            conn.close()
+
+    def close(self) -> None:
+        for idle in self._idle.values():
+            for conn in idle:
+                conn.close()
+        self._idle.clear()
+
+
+async def _roundtrip(conn: _Conn, raw: bytes) -> HopReply:
+    try:
+        return await conn.request(raw)
+    except BaseException:
+        conn.close()  # failed, cancelled or timed out mid-request: never reuse it
+        raise
+
+
+def _request(address: str, path: str, headers: dict[str, str]) -> bytes:
+    lines = [f"GET {path} HTTP/1.1", f"host: {address}"]
+    lines += [f"{k}: {v}" for k, v in headers.items()]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")

@@ -1,0 +1,124 @@
+"""The node-to-node hop client against a real socket server written for each case."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+
+from streamiq.serving.hop import HopClient
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+async def read_request(reader: asyncio.StreamReader) -> bytes:
+    return await reader.readuntil(b"\r\n\r\n")
+
+
+def reply(body: bytes, status: str = "200 OK", extra: str = "") -> bytes:
+    return (f"HTTP/1.1 {status}\r\ncontent-length: {len(body)}\r\n"
+            f"x-streamiq-served-by: s\r\n{extra}\r\n").encode() + body
+
+
+@pytest.fixture
+async def serve() -> AsyncIterator[Callable[[Handler], Awaitable[str]]]:
+    servers: list[asyncio.Server] = []
+
+    async def start(handler: Handler) -> str:
+        server = await asyncio.start_server(handler, "127.0.0.1", 0)
+        servers.append(server)
+        return f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
+
+    yield start
+    for s in servers:
+        s.close()
+
+
+async def test_keep_alive_reuses_one_connection(serve: Callable[..., Awaitable[str]]) -> None:
+    connections, requests = [], []
+
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        connections.append(w)
+        while not r.at_eof():
+            try:
+                requests.append(await read_request(r))
+            except asyncio.IncompleteReadError:
+                return
+            w.write(reply(b'{"n":%d}' % len(requests)))
+
+    address = await serve(handler)
+    hop = HopClient()
+    for i in range(1, 4):
+        got = await hop.get(address, "/v1/x%20y", {"x-streamiq-forwarded": "1"})
+        assert (got.status, got.body) == (200, b'{"n":%d}' % i)
+        assert got.headers["x-streamiq-served-by"] == "s"
+    assert len(connections) == 1
+    assert requests[0].startswith(b"GET /v1/x%20y HTTP/1.1\r\n")
+    assert b"x-streamiq-forwarded: 1\r\n" in requests[0]
+    hop.close()
+
+
+async def test_stale_idle_connection_is_retried_once(serve: Callable[..., Awaitable[str]]) -> None:
+    served = []
+
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await read_request(r)
+        served.append(1)
+        w.write(reply(b"ok"))
+        await w.drain()
+        w.close()  # the server drops the keep-alive connection after each answer
+
+    address = await serve(handler)
+    hop = HopClient()
+    assert (await hop.get(address, "/", {})).body == b"ok"
+    await asyncio.sleep(0.05)
+    assert (await hop.get(address, "/", {})).body == b"ok"
+    assert len(served) == 2
+    hop.close()
+
+
+async def test_chunked_reply_and_connection_close(serve: Callable[..., Awaitable[str]]) -> None:
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await read_request(r)
+        w.write(b"HTTP/1.1 404 Not Found\r\ntransfer-encoding: chunked\r\n"
+                b"connection: close\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n")
+        await w.drain()
+        w.close()
+
+    address = await serve(handler)
+    hop = HopClient()
+    got = await hop.get(address, "/", {})
+    assert (got.status, got.body) == (404, b"abcde")
+    assert not hop._idle.get(address)  # closed connections are not pooled
+    hop.close()
+
+
+async def test_peer_dying_mid_request_is_a_connection_error(
+        serve: Callable[..., Awaitable[str]]) -> None:
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await read_request(r)
+        w.write(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\npartial")
+        await w.drain()
+        w.close()
+
+    address = await serve(handler)
+    with pytest.raises(ConnectionError):
+        await HopClient().get(address, "/", {})
+
+
+async def test_refused_and_slow_peers(serve: Callable[..., Awaitable[str]]) -> None:
+    async def silent(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await asyncio.sleep(5)
+
+    address = await serve(silent)
+    hop = HopClient()
+    with pytest.raises(TimeoutError):
+        await hop.get(address, "/", {}, timeout=0.2)
+    assert not hop._idle.get(address)
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    server.close()
+    await server.wait_closed()
+    with pytest.raises(ConnectionError):
+        await hop.get(f"127.0.0.1:{port}", "/", {})
