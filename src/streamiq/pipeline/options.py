@@ -40,14 +40,14 @@ OffsetSpec = str | Offsets
 # Source options understood (lower-case, as Spark compares option names case-insensitively).
 _KNOWN = {
     "subscribe", "subscribepattern", "assign", "startingoffsets", "endingoffsets",
-    "maxoffsetspertrigger", "failondataloss", "includeheaders",
+    "maxoffsetspertrigger", "failondataloss", "includeheaders", "minpartitions",
     "kafkaconsumer.polltimeoutms",
 }
 # Built-in kafka-format options this source does not implement: fail loudly, not silently.
 _UNSUPPORTED = {
     "startingoffsetsbytimestamp", "endingoffsetsbytimestamp", "startingtimestamp",
     "endingtimestamp", "startingoffsetsbytimestampstrategy", "minoffsetspertrigger",
-    "maxtriggerdelay", "minpartitions", "maxrecordsperpartition", "groupidprefix",
+    "maxtriggerdelay", "maxrecordsperpartition", "groupidprefix",
     "fetchoffset.numretries", "fetchoffset.retryintervalms",
 }
 # Spark rejects these kafka.* settings for its source because it manages them itself.
@@ -128,6 +128,16 @@ def _offset_spec(opts: Mapping[str, str], name: str, default: str, allowed: tupl
     return spec
 
 
+def _positive(opts: Mapping[str, str], name: str) -> int | None:
+    raw = opts.get(name.lower())
+    if raw is None:
+        return None
+    n = int(raw) if raw.strip().isdigit() else 0
+    if n <= 0:
+        raise ValueError(f"option '{name}' must be a positive integer, got {raw!r}")
+    return n
+
+
 @dataclass(frozen=True)
 class KafkaOptions:
     """Validated source options. ``kafka`` holds the librdkafka settings (``kafka.`` removed)."""
@@ -139,6 +149,7 @@ class KafkaOptions:
     starting: OffsetSpec = "latest"
     ending: OffsetSpec = "latest"
     max_offsets_per_trigger: int | None = None
+    min_partitions: int | None = None
     fail_on_data_loss: bool = True
     include_headers: bool = False
     poll_timeout_ms: int = 120_000
@@ -232,22 +243,15 @@ def parse_options(options: Mapping[str, Any], streaming: bool | None) -> KafkaOp
             if missing:
                 raise ValueError(f"option '{name}': {missing} are not in 'assign'")
 
-    mopt: int | None = None
-    if "maxoffsetspertrigger" in opts:
-        try:
-            mopt = int(opts["maxoffsetspertrigger"])
-        except ValueError:
-            mopt = 0
-        if mopt <= 0:
-            raise ValueError("option 'maxOffsetsPerTrigger' must be a positive integer, got "
-                             f"{opts['maxoffsetspertrigger']!r}")
     poll = opts.get("kafkaconsumer.polltimeoutms", "120000")
     if not poll.isdigit() or int(poll) <= 0:
         raise ValueError(f"option 'kafkaConsumer.pollTimeoutMs' must be a positive integer, "
                          f"got {poll!r}")
     return KafkaOptions(
         kafka=kafka, subscribe=subscribe, pattern=pattern, assign=assign,
-        starting=starting, ending=ending, max_offsets_per_trigger=mopt,
+        starting=starting, ending=ending,
+        max_offsets_per_trigger=_positive(opts, "maxOffsetsPerTrigger"),
+        min_partitions=_positive(opts, "minPartitions"),
         fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
         include_headers=_bool(opts, "includeHeaders", False),
         poll_timeout_ms=int(poll),

@@ -54,6 +54,7 @@ __all__ = [
     "KafkaStreamReader",
     "rate_limit",
     "schema_ddl",
+    "split_ranges",
     "to_offset_dict",
 ]
 
@@ -109,6 +110,31 @@ def rate_limit(start: Mapping[TP, int], end: Mapping[TP, int], max_rows: int,
     return out
 
 
+#: ``minPartitions`` never cuts a range into pieces shorter than this: a Spark task
+#: costs more than reading a few thousand records.
+MIN_SPLIT = 4096
+
+
+def split_ranges(ranges: Sequence[tuple[TP, int, int]], min_partitions: int | None,
+                 min_split: int = MIN_SPLIT) -> list[tuple[TP, int, int]]:
+    """Spark's ``minPartitions``: cut ``(tp, start, end)`` ranges into about
+    ``min_partitions`` pieces, each range in proportion to its share of all offsets.
+
+    Ranges already at least as many as asked for are returned as they are, and a range
+    is never cut into pieces shorter than ``min_split`` offsets.
+    """
+    if not min_partitions or len(ranges) >= min_partitions:
+        return list(ranges)
+    total = sum(e - s for _, s, e in ranges)
+    out: list[tuple[TP, int, int]] = []
+    for tp, s, e in ranges:
+        size = e - s
+        pieces = max(1, min(round(size / total * min_partitions), size // min_split))
+        for i in range(pieces):  # contiguous, sizes differ by at most one
+            out.append((tp, s + size * i // pieces, s + size * (i + 1) // pieces))
+    return out
+
+
 class KafkaPartition(InputPartition):
     """One Spark task: offsets ``[start, end)`` of one topic partition."""
 
@@ -147,7 +173,7 @@ class _Reader:
         log.warning("%s (failOnDataLoss=false: continuing)", msg)
 
     def _plan(self, start: Mapping[TP, int], end: Mapping[TP, int]) -> list[KafkaPartition]:
-        parts: list[KafkaPartition] = []
+        ranges: list[tuple[TP, int, int]] = []
         for tp, e in sorted(end.items()):
             if e == EARLIEST:  # still nothing read from an initially empty partition
                 continue
@@ -157,8 +183,9 @@ class _Reader:
                            "may have been lost")
                 continue
             if e > s:
-                parts.append(KafkaPartition(tp[0], tp[1], s, e))
-        return parts
+                ranges.append((tp, s, e))
+        return [KafkaPartition(tp[0], tp[1], s, e)
+                for tp, s, e in split_ranges(ranges, self.opts.min_partitions)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, KafkaPartition)

@@ -74,6 +74,18 @@ def test_batch_read_starting_ending_offsets(spark: Any, bootstrap: str,
     assert row.topic == topic and row.timestampType == 0 and row.timestamp is not None
 
 
+def test_min_partitions_splits_ranges_without_losing_or_repeating(
+        spark: Any, bootstrap: str, make_topic: Callable[..., str],
+        produce: Callable[..., None]) -> None:
+    topic = make_topic(partitions=1)
+    produce(topic, [str(i) for i in range(10_000)], partition=0, linger_ms=100)
+    df = (spark.read.format("streamiq-kafka").option("kafka.bootstrap.servers", bootstrap)
+          .option("subscribe", topic).option("minPartitions", "2").load())
+    assert df.rdd.getNumPartitions() == 2  # one Kafka partition, two Spark tasks
+    got = [(r.offset, r.value.decode()) for r in df.select("offset", "value").collect()]
+    assert sorted(got) == [(i, str(i)) for i in range(10_000)]
+
+
 def test_invalid_option_fails_at_load_naming_it(spark: Any, bootstrap: str) -> None:
     from pyspark.errors import AnalysisException
 

@@ -123,3 +123,41 @@ def test_rate_limit_prorates_and_progresses() -> None:
 def test_schema_matches_kafka_format() -> None:
     assert schema_ddl(False).startswith("key BINARY, value BINARY, topic STRING, partition INT")
     assert "headers ARRAY<STRUCT<key: STRING, value: BINARY>>" in schema_ddl(True)
+
+
+@pytest.mark.parametrize("raw", ["0", "-3", "two", ""])
+def test_min_partitions_must_be_positive(raw: str) -> None:
+    with pytest.raises(ValueError, match="'minPartitions'"):
+        opts(True, minPartitions=raw)
+
+
+def test_min_partitions_parsed_for_batch_and_stream() -> None:
+    assert opts(True, minPartitions="6").min_partitions == 6
+    assert opts(False, minpartitions="4").min_partitions == 4
+    assert opts(True).min_partitions is None
+
+
+def test_split_ranges_is_proportional_contiguous_and_exact() -> None:
+    from streamiq.pipeline.source import split_ranges
+
+    a, b = ("t", 0), ("t", 1)
+    ranges = [(a, 0, 90_000), (b, 100, 30_100)]
+    out = split_ranges(ranges, 4, min_split=1000)
+    assert [r for r in out if r[0] == a] == [(a, 0, 30_000), (a, 30_000, 60_000),
+                                             (a, 60_000, 90_000)]
+    assert [r for r in out if r[0] == b] == [(b, 100, 30_100)]
+    # every offset exactly once
+    for tp, s, e in ranges:
+        got = sorted((x, y) for t, x, y in out if t == tp)
+        assert got[0][0] == s and got[-1][1] == e
+        assert all(got[i][1] == got[i + 1][0] for i in range(len(got) - 1))
+
+
+def test_split_ranges_leaves_small_or_enough_ranges_alone() -> None:
+    from streamiq.pipeline.source import split_ranges
+
+    small = [(("t", 0), 0, 5000), (("t", 1), 0, 3)]
+    assert split_ranges(small, 8, min_split=4096) == small  # pieces would be too short
+    three = [(("t", p), 0, 100_000) for p in range(3)]
+    assert split_ranges(three, 3) == three and split_ranges(three, None) == three
+    assert len(split_ranges(three, 7, min_split=1)) == 6  # round(7/3) = 2 each
