@@ -71,7 +71,7 @@ class AsyncClient(_Base):
             tried.add(node)
             try:
                 r = await self._http.request(spec.method, f"http://{node}{spec.path}",
-                                             params=tuple(spec.params), json=spec.json)
+                                             params=tuple(spec.params) or None, json=spec.json)
             except httpx.TransportError as exc:
                 error = exc
                 self._failed(node)
