@@ -87,6 +87,9 @@ class NodeDeps:
 
     async def lookup(self, request: Request, view: View, key: str, max_lag: int | None,
                      position: str | None, wait_ms: int | None) -> Response:
+        if view.windowed:  # before any position wait or forwarding: the answer is known
+            raise ApiError(400, "BAD_REQUEST", f"view {view.name!r} is windowed: use "
+                           f"/v1/views/{view.name}/keys/{{key}}/windows")
         try:
             view.parse_key(key)
         except ValueError as exc:
@@ -99,9 +102,6 @@ class NodeDeps:
                 return self.not_active(view.name, p)
             await self.check_position(view.name, p, tokens, self.wait_s(wait_ms))
             stamp = self.stamp(view.name, p)
-            if view.windowed:
-                return error_response(400, "BAD_REQUEST", f"view {view.name!r} is windowed: "
-                                      f"use /v1/views/{view.name}/keys/{{key}}/windows")
             raw = self.node.stores[view.name].get(p, store_key(key))
             headers = {SERVED_BY: self.node.endpoint}
             if raw is None:

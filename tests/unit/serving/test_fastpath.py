@@ -14,7 +14,7 @@ from streamiq.serving.app import create_asgi
 from streamiq.state.base import Checkpoint
 from streamiq.state.rocksdb import RocksDBStore
 from streamiq.views.bank import BALANCES
-from streamiq.views.orders import ORDER_COUNTS
+from streamiq.views.orders import ORDER_COUNTS, ORDER_COUNTS_1M
 
 ME = "127.0.0.1:1"
 
@@ -27,13 +27,16 @@ class Router:
 @pytest.fixture
 def app(tmp_path: Path) -> Any:
     stores = {"balances": RocksDBStore(tmp_path / "b"),
-              "order_counts": RocksDBStore(tmp_path / "o")}
+              "order_counts": RocksDBStore(tmp_path / "o"),
+              "order_counts_1m": RocksDBStore(tmp_path / "w")}
     row = {"account": "a1", "balance": 5, "count": 1, "last_update": 9}
     p = BALANCES.partition_of("a1", 3)
     stores["balances"].apply(p, [(b"a1", json.dumps(row).encode())], Checkpoint(offset=1))
     node = SimpleNamespace(
-        settings=Settings(), views={"balances": BALANCES, "order_counts": ORDER_COUNTS},
-        partitions={"balances": 3, "order_counts": 3}, stores=stores, router=Router(),
+        settings=Settings(), views={"balances": BALANCES, "order_counts": ORDER_COUNTS,
+                                    "order_counts_1m": ORDER_COUNTS_1M},
+        partitions={"balances": 3, "order_counts": 3, "order_counts_1m": 3}, stores=stores,
+        router=Router(),
         endpoint=ME, membership=SimpleNamespace(), holds=lambda v, q: v != "order_counts",
         lag=lambda v, q: 0)
     return create_asgi(Settings(), node=node)  # type: ignore[arg-type]
@@ -136,3 +139,15 @@ async def test_a_failing_lean_path_falls_back_to_the_full_app(app: Any) -> None:
     app.answer = broken
     status, body, headers = await call(app, "/v1/views/balances/keys/a1", forwarded=True)
     assert status == 200 and body["value"]["balance"] == 5 and headers["x-streamiq-hops"] == "0"
+
+
+async def test_windowed_view_lookup_is_refused_before_any_position_wait(app: Any) -> None:
+    async def never(*_: Any) -> bool:
+        raise AssertionError("waited on a position for a lookup that cannot succeed")
+
+    app.deps.node.wait_position = never
+    status, body, _ = await call(app, "/v1/views/order_counts_1m/keys/s1|GENERAL",
+                                 forwarded=False,
+                                 query=b"position=orders:0:999999&wait_ms=60000")
+    assert status == 400 and body["status"] == "BAD_REQUEST"
+    assert "/v1/views/order_counts_1m/keys/{key}/windows" in body["error"]
