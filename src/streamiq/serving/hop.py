@@ -100,25 +100,38 @@ class _Conn(asyncio.Protocol):
 
 
 class HopClient:
-    """Pooled keep-alive GETs: ``await client.get("host:port", "/path", headers)``."""
+    """Pooled keep-alive GETs: ``await client.get("host:port", "/path", headers)``.
 
-    def __init__(self, *, max_idle_per_host: int = 32, connect_timeout: float = 1.0) -> None:
+    At most ``max_per_host`` requests per node are in flight (each on its own
+    connection); further ones wait for a slot within their timeout.
+    """
+
+    def __init__(self, *, max_per_host: int = 64, max_idle_per_host: int = 32,
+                 connect_timeout: float = 1.0) -> None:
         self._idle: dict[str, list[_Conn]] = {}
+        self._slots: dict[str, asyncio.Semaphore] = {}
+        self._max_per_host = max_per_host  # connections in use; more requests queue
         self._max_idle = max_idle_per_host
         self._connect_timeout = connect_timeout
 
     async def get(self, address: str, path: str, headers: dict[str, str],
                   timeout: float = 10.0) -> HopReply:
         raw = _request(address, path, headers)
-        async with asyncio.timeout(timeout):
-            conn, reused = await self._checkout(address)
-            try:
-                reply = await _roundtrip(conn, raw)
-            except ConnectionError:
-                if not (reused and conn.silent):
-                    raise
-                conn = await self._connect(address)  # a stale idle connection: once more
-                reply = await _roundtrip(conn, raw)
+        slots = self._slots.get(address)
+        if slots is None:
+            slots = self._slots[address] = asyncio.Semaphore(self._max_per_host)
+        async with asyncio.timeout(timeout), slots:
+            return await self._get(address, raw)
+
+    async def _get(self, address: str, raw: bytes) -> HopReply:
+        conn, reused = await self._checkout(address)
+        try:
+            reply = await _roundtrip(conn, raw)
+        except ConnectionError:
+            if not (reused and conn.silent):
+                raise
+            conn = await self._connect(address)  # a stale idle connection: once more
+            reply = await _roundtrip(conn, raw)
         self._checkin(address, conn)
         return reply
 

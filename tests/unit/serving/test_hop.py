@@ -122,3 +122,28 @@ async def test_refused_and_slow_peers(serve: Callable[..., Awaitable[str]]) -> N
     await server.wait_closed()
     with pytest.raises(ConnectionError):
         await hop.get(f"127.0.0.1:{port}", "/", {})
+
+
+async def test_connections_per_host_are_capped(serve: Callable[..., Awaitable[str]]) -> None:
+    open_now, peak = 0, 0
+    release = asyncio.Event()
+
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        nonlocal open_now, peak
+        open_now += 1
+        peak = max(peak, open_now)
+        await read_request(r)
+        await release.wait()
+        w.write(reply(b"ok", extra="connection: close\r\n"))
+        await w.drain()
+        w.close()
+        open_now -= 1
+
+    address = await serve(handler)
+    hop = HopClient(max_per_host=2)
+    calls = [asyncio.create_task(hop.get(address, "/", {})) for _ in range(5)]
+    await asyncio.sleep(0.2)
+    assert peak == 2  # three requests wait for a slot
+    release.set()
+    assert [r.body for r in await asyncio.gather(*calls)] == [b"ok"] * 5
+    assert peak == 2
