@@ -48,8 +48,7 @@ _RECORD_EVERY_S = 2.0
 
 def build_view_stream(spark: SparkSession, view: View, kafka: dict[str, Any],
                       max_offsets_per_trigger: int | None = None,
-                      topics: tuple[str, ...] | None = None,
-                      min_partitions: int | None = None) -> DataFrame:
+                      topics: tuple[str, ...] | None = None) -> DataFrame:
     """The view's streaming frame: ``key``/``value`` changelog columns, metric attached.
 
     ``topics``: the real input topic names (default ``view.source_topics``, unprefixed).
@@ -62,8 +61,6 @@ def build_view_stream(spark: SparkSession, view: View, kafka: dict[str, Any],
               .option("startingOffsets", "earliest"))
     if max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
-    if min_partitions:
-        reader = reader.option("minPartitions", str(min_partitions))
     valid = valid_column(view)
     parsed = parse_input(reader.load(), view).observe(
         METRIC, F.count_if(~valid).alias("bad"), F.count(F.lit(1)).alias("records"))

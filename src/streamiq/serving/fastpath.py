@@ -136,8 +136,8 @@ class LeanLookups:
             return None
         if log.isEnabledFor(logging.INFO):
             log.info("%s partition %d: forwarded to owner %s", view.name, p, owner.address)
-        hdrs = [(k.encode(), v.encode()) for k, v in reply.headers.items()
-                if k.startswith("x-streamiq-") and k != HOPS]
+        hdrs = [(k, v) for k, v in reply.headers.items()
+                if k.startswith(b"x-streamiq-") and k != _HOPS]
         return reply.status, reply.body, [
             (b"content-type", b"application/json"),
             (b"content-length", str(len(reply.body)).encode()), *hdrs, (_HOPS, b"1")]

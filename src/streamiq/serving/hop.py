@@ -27,7 +27,7 @@ __all__ = ["HopClient", "HopReply"]
 @dataclass(frozen=True, slots=True)
 class HopReply:
     status: int
-    headers: dict[str, str]  # lower-case names
+    headers: dict[bytes, bytes]  # lower-case names, raw bytes (relayed as they came)
     body: bytes
 
 
@@ -39,7 +39,7 @@ class _Conn(asyncio.Protocol):
         self.closed = False
         self._parser = httptools.HttpResponseParser(self)
         self._waiter: asyncio.Future[HopReply] | None = None
-        self._headers: dict[str, str] = {}
+        self._headers: dict[bytes, bytes] = {}
         self._body: list[bytes] = []
         self._got_bytes = False
 
@@ -62,7 +62,7 @@ class _Conn(asyncio.Protocol):
 
     # -- httptools callbacks --
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+        self._headers[name.lower()] = value
 
     def on_body(self, body: bytes) -> None:
         self._body.append(body)

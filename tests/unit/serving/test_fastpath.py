@@ -98,8 +98,8 @@ async def test_lean_forward_carries_authorization_and_says_one_hop(app: Any) -> 
 
     async def get(address: str, path: str, headers: dict[str, str]) -> HopReply:
         sent.append((address, path, headers))
-        return HopReply(200, {"x-streamiq-served-by": other, "x-streamiq-hops": "0"},
-                        b'{"k":1}')
+        return HopReply(200, {b"x-streamiq-served-by": other.encode(),
+                              b"x-streamiq-hops": b"0"}, b'{"k":1}')
 
     deps.coordinator.hop.get = get
     status, body, headers = await call(app, "/v1/views/balances/keys/zz", forwarded=False,

@@ -52,7 +52,7 @@ async def test_keep_alive_reuses_one_connection(serve: Callable[..., Awaitable[s
     for i in range(1, 4):
         got = await hop.get(address, "/v1/x%20y", {"x-streamiq-forwarded": "1"})
         assert (got.status, got.body) == (200, b'{"n":%d}' % i)
-        assert got.headers["x-streamiq-served-by"] == "s"
+        assert got.headers[b"x-streamiq-served-by"] == b"s"
     assert len(connections) == 1
     assert requests[0].startswith(b"GET /v1/x%20y HTTP/1.1\r\n")
     assert b"x-streamiq-forwarded: 1\r\n" in requests[0]
