@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, MutableMapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -63,11 +63,7 @@ class LeanLookups:
     async def __call__(self, scope: Scope, receive: Callable[[], Awaitable[Message]],
                        send: Callable[[Message], Awaitable[None]]) -> None:
         if scope["type"] == "http" and scope["method"] == "GET" and not scope["query_string"]:
-            try:
-                answer = await self.answer(scope["path"], scope["headers"])
-            except Exception:  # never a bare 500 from here: the full app answers instead
-                log.exception("lean lookup path failed; answering through the full app")
-                answer = None
+            answer = await self.answer(scope["path"], scope["headers"])
             if answer is not None:
                 status, body, headers = answer
                 await send({"type": "http.response.start", "status": status,
@@ -76,7 +72,37 @@ class LeanLookups:
                 return
         await self.app(scope, receive, send)
 
-    async def answer(self, path: str, headers: list[tuple[bytes, bytes]]) -> _Answer | None:
+    async def answer(self, path: str, headers: Iterable[tuple[bytes, bytes]]) -> _Answer | None:
+        """The lean answer, or None when the full app must answer."""
+        pending = self.begin(path, headers)
+        if pending is None or isinstance(pending, tuple):
+            return pending
+        return await self.settle(pending)
+
+    @staticmethod
+    async def settle(pending: Coroutine[Any, Any, _Answer | None]) -> _Answer | None:
+        """Await what ``begin`` started; a failure means the full app answers."""
+        try:
+            return await pending
+        except Exception:
+            log.exception("lean lookup path failed; answering through the full app")
+            return None
+
+    def begin(self, path: str, headers: Iterable[tuple[bytes, bytes]]
+              ) -> _Answer | Coroutine[Any, Any, _Answer | None] | None:
+        """Answer now (a local lookup), later (a coroutine: the forwarded hop), or None.
+
+        Never raises: if the lean path itself fails, the full app answers instead
+        (no bare 500s from here).
+        """
+        try:
+            return self._begin(path, headers)
+        except Exception:
+            log.exception("lean lookup path failed; answering through the full app")
+            return None
+
+    def _begin(self, path: str, headers: Iterable[tuple[bytes, bytes]]
+               ) -> _Answer | Coroutine[Any, Any, _Answer | None] | None:
         parts = path.split("/")
         if len(parts) != 6 or parts[1] != "v1" or parts[2] != "views" or parts[4] != "keys":
             return None
@@ -100,7 +126,7 @@ class LeanLookups:
             return self.local(view, key, p)
         if co.redirect or node.router is None:
             return None
-        return await self.forward(path, view, p, max_lag, headers)
+        return self.forward(path, view, p, max_lag, headers)
 
     def local(self, view: View, key: str, p: int) -> _Answer | None:
         node = self.deps.node
@@ -118,7 +144,7 @@ class LeanLookups:
                            (_SERVED_BY, node.endpoint.encode()), (_HOPS, b"0")]
 
     async def forward(self, path: str, view: View, p: int, max_lag: int,
-                      headers: list[tuple[bytes, bytes]]) -> _Answer | None:
+                      headers: Iterable[tuple[bytes, bytes]]) -> _Answer | None:
         """One hop to the preferred replica; any trouble defers to the regular route."""
         assert self.deps.node.router is not None
         owner = self.deps.node.router.owner(view.name, p, max_lag)

@@ -153,10 +153,13 @@ def run_node(settings: Settings) -> None:
 
     from streamiq.serving.app import create_asgi
     from streamiq.serving.logs import configure_logging
+    from streamiq.serving.protocol import NodeHttpProtocol
 
     configure_logging(settings.log_level)
     app = create_asgi(settings)
     print(f"streamiq node {settings.endpoint} listening on http://{settings.host}:{settings.port}",
           flush=True)
+    # proxy_headers=False: NodeHttpProtocol's lean path needs LeanLookups as the app itself
     uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning",
-                access_log=False, lifespan="on", proxy_headers=False, timeout_graceful_shutdown=5)
+                http=NodeHttpProtocol, access_log=False, lifespan="on", proxy_headers=False,
+                timeout_graceful_shutdown=5)

@@ -3,43 +3,9 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
-
-from streamiq.config import Settings
-from streamiq.serving.app import create_asgi
-from streamiq.state.base import Checkpoint
-from streamiq.state.rocksdb import RocksDBStore
-from streamiq.views.bank import BALANCES
-from streamiq.views.orders import ORDER_COUNTS, ORDER_COUNTS_1M
-
-ME = "127.0.0.1:1"
-
-
-class Router:
-    def assigned(self, view: str, p: int, members: Any = None) -> list[str]:
-        return [ME]
-
-
-@pytest.fixture
-def app(tmp_path: Path) -> Any:
-    stores = {"balances": RocksDBStore(tmp_path / "b"),
-              "order_counts": RocksDBStore(tmp_path / "o"),
-              "order_counts_1m": RocksDBStore(tmp_path / "w")}
-    row = {"account": "a1", "balance": 5, "count": 1, "last_update": 9}
-    p = BALANCES.partition_of("a1", 3)
-    stores["balances"].apply(p, [(b"a1", json.dumps(row).encode())], Checkpoint(offset=1))
-    node = SimpleNamespace(
-        settings=Settings(), views={"balances": BALANCES, "order_counts": ORDER_COUNTS,
-                                    "order_counts_1m": ORDER_COUNTS_1M},
-        partitions={"balances": 3, "order_counts": 3, "order_counts_1m": 3}, stores=stores,
-        router=Router(),
-        endpoint=ME, membership=SimpleNamespace(), holds=lambda v, q: v != "order_counts",
-        lag=lambda v, q: 0)
-    return create_asgi(Settings(), node=node)  # type: ignore[arg-type]
 
 
 async def call(app: Any, path: str, forwarded: bool, query: bytes = b"",
@@ -133,11 +99,18 @@ async def test_lean_forward_quotes_the_key_it_relays(app: Any) -> None:
 
 
 async def test_a_failing_lean_path_falls_back_to_the_full_app(app: Any) -> None:
-    async def broken(path: str, headers: Any) -> None:
+    def broken(path: str, headers: Any) -> None:
         raise RuntimeError("boom")
 
-    app.answer = broken
+    app._begin = broken
     status, body, headers = await call(app, "/v1/views/balances/keys/a1", forwarded=True)
+    assert status == 200 and body["value"]["balance"] == 5 and headers["x-streamiq-hops"] == "0"
+
+
+async def test_a_failing_forward_falls_back_to_the_full_app(app: Any,
+                                                            hop_fails: list[str]) -> None:
+    status, body, headers = await call(app, "/v1/views/balances/keys/a1", forwarded=False)
+    assert hop_fails == ["127.0.0.1:2"]  # the lean hop was tried once, then the full route
     assert status == 200 and body["value"]["balance"] == 5 and headers["x-streamiq-hops"] == "0"
 
 

@@ -1,0 +1,153 @@
+"""The node's HTTP protocol: uvicorn's httptools protocol with two changes.
+
+1. Each response leaves in one write. uvicorn writes a response's status line and
+   headers, then its body, as two ``transport.write`` calls: two ``send`` syscalls
+   and usually two TCP segments, so a peer that is itself a node (the entry node of
+   a forwarded lookup) wakes up twice to read one reply. A transport proxy holds the
+   writes until the response is complete (or, for a streamed body, until the current
+   event-loop step ends) and sends them as one buffer.
+2. Key lookups that ``LeanLookups`` can answer skip ASGI: no task, no ASGI messages,
+   no header re-validation. A local lookup is answered inside the parser callback; a
+   forwarded one runs its hop in a task and writes the relayed reply. Everything else,
+   and any lookup the lean path declines, goes through the app as usual.
+
+Measured with bench/bench_queries.py and ``strace`` (docs/design.md, "Forwarded
+lookups"): uvicorn's per-request task and ASGI plumbing cost more CPU than the lookup
+itself, and more than nginx spends relaying the same request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine
+from typing import Any, cast
+
+from uvicorn.protocols.http.httptools_impl import (
+    STATUS_LINE,
+    HttpToolsProtocol,
+    RequestResponseCycle,
+)
+
+from streamiq.serving.fastpath import LeanLookups
+
+__all__ = ["NodeHttpProtocol"]
+
+log = logging.getLogger("streamiq.routing")
+
+_Answer = tuple[int, bytes, list[tuple[bytes, bytes]]]
+
+
+class _CoalescingTransport:
+    """Transport proxy: writes made within one event-loop step leave as one send."""
+
+    __slots__ = ("_loop", "_pending", "_transport")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._pending: list[bytes] = []
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if not data:
+            return
+        if not self._pending:  # a streamed body must not wait for the response's end
+            self._loop.call_soon(self.flush)
+        self._pending.append(bytes(data))
+
+    def writelines(self, lines: Any) -> None:
+        for data in lines:
+            self.write(data)
+
+    def write_now(self, data: bytes) -> None:
+        """Send at once (one whole response), after anything still pending."""
+        self.flush()
+        self._transport.write(data)
+
+    def flush(self) -> None:
+        if self._pending:
+            data = self._pending[0] if len(self._pending) == 1 else b"".join(self._pending)
+            self._pending = []
+            self._transport.write(data)
+
+    def get_write_buffer_size(self) -> int:
+        return self._transport.get_write_buffer_size() + sum(map(len, self._pending))
+
+    def write_eof(self) -> None:
+        self.flush()
+        self._transport.write_eof()
+
+    def close(self) -> None:
+        self.flush()  # what uvicorn wrote before closing still goes out, in order
+        self._transport.close()
+
+    def abort(self) -> None:
+        self._pending = []
+        self._transport.abort()
+
+    def __getattr__(self, name: str) -> Any:  # is_closing, get_extra_info, pause_reading...
+        return getattr(self._transport, name)
+
+
+class NodeHttpProtocol(HttpToolsProtocol):
+    """``uvicorn.run(create_asgi(settings), http=NodeHttpProtocol)``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._lean = self.app if isinstance(self.app, LeanLookups) else None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(_CoalescingTransport(transport, self.loop))  # type: ignore[arg-type]
+
+    def on_message_begin(self) -> None:
+        # uvicorn cancels the keep-alive timer when bytes arrive; a lean answer can arm
+        # it between two pipelined requests of one read, so cancel it here as well
+        self._unset_keepalive_if_required()
+        super().on_message_begin()
+
+    def on_response_complete(self) -> None:
+        self.transport.flush()  # type: ignore[attr-defined]  # the proxy from connection_made
+        super().on_response_complete()
+
+    def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
+        scope = cycle.scope
+        if (self._lean is not None and app is self.app and scope["method"] == "GET"
+                and not scope["query_string"]):
+            pending = self._lean.begin(scope["path"], scope["headers"])
+            if isinstance(pending, tuple):
+                self._respond(cycle, pending)
+                return
+            if pending is not None:
+                task = self.loop.create_task(self._relay(cycle, pending))
+                task.add_done_callback(self.tasks.discard)
+                self.tasks.add(task)
+                return
+            app = self._lean.app  # declined: the full app answers, without asking again
+        super()._start_asgi_task(cycle, app)
+
+    async def _relay(self, cycle: RequestResponseCycle,
+                     pending: Coroutine[Any, Any, _Answer | None]) -> None:
+        assert self._lean is not None
+        answer = await self._lean.settle(pending)
+        if answer is None:  # the full route answers (and tries the other replicas)
+            await cycle.run_asgi(cast(Any, self._lean.app))
+        else:
+            self._respond(cycle, answer)
+
+    def _respond(self, cycle: RequestResponseCycle, answer: _Answer) -> None:
+        """Write a whole response at once and finish the cycle, as uvicorn's send would."""
+        if cycle.disconnected or cycle.response_complete:
+            return
+        status, body, headers = answer
+        out = [STATUS_LINE[status]]
+        for name, value in (*cycle.default_headers, *headers):
+            out += (name, b": ", value, b"\r\n")
+        if not cycle.keep_alive:
+            out.append(b"connection: close\r\n")
+        out += (b"\r\n", body)
+        self.transport.write_now(b"".join(out))  # type: ignore[attr-defined]
+        cycle.response_started = cycle.response_complete = True
+        cycle.message_event.set()
+        if not cycle.keep_alive:
+            self.transport.close()
+        cycle.on_response()

@@ -1,0 +1,176 @@
+"""The node's HTTP protocol over real sockets: lean answers, fallbacks, keep-alive, order."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest_asyncio
+import uvicorn
+
+from streamiq.routing.router import Endpoint
+from streamiq.serving.hop import HopReply
+from streamiq.serving.protocol import NodeHttpProtocol, _CoalescingTransport
+
+A1 = "/v1/views/balances/keys/a1"
+
+
+@pytest_asyncio.fixture(loop_scope="function")  # the tests' loop serves
+async def server(app: Any) -> AsyncIterator[int]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    # proxy_headers=False as in run_node: the lean path needs LeanLookups as the app itself
+    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="off",
+                                        proxy_headers=False, http=NodeHttpProtocol,
+                                        log_level="warning"))
+    task = asyncio.create_task(srv.serve())
+    while not srv.started:
+        assert not task.done(), "server did not start"
+        await asyncio.sleep(0.01)
+    yield port
+    srv.should_exit = True
+    await task
+
+
+async def read_response(r: asyncio.StreamReader) -> tuple[int, dict[str, str], bytes]:
+    head = (await r.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+    status = int(head[0].split()[1])
+    headers = {k.lower(): v for k, _, v in (h.partition(": ") for h in head[1:] if h)}
+    body = await r.readexactly(int(headers["content-length"]))
+    return status, headers, body
+
+
+def get(path: str, *extra: str) -> bytes:
+    return "\r\n".join([f"GET {path} HTTP/1.1", "host: x", *extra, "", ""]).encode()
+
+
+async def test_lean_answers_keep_the_connection_and_carry_uvicorns_headers(server: int) -> None:
+    r, w = await asyncio.open_connection("127.0.0.1", server)
+    for _ in range(3):  # one connection, several requests
+        w.write(get(A1))
+        status, headers, body = await read_response(r)
+        assert status == 200 and json.loads(body)["value"]["balance"] == 5
+        assert headers["x-streamiq-hops"] == "0" and headers["content-type"] == "application/json"
+        assert "date" in headers and "server" in headers and "connection" not in headers
+    w.close()
+
+
+async def test_pipelined_requests_are_answered_in_order(server: int) -> None:
+    r, w = await asyncio.open_connection("127.0.0.1", server)
+    # lean, full app (a missing key: 404 from the route), lean again, full app (a query)
+    w.write(get(A1) + get("/v1/views/balances/keys/nobody") + get(A1, "x-streamiq-forwarded: 1")
+            + get(A1 + "?wait_ms=1"))
+    got = [await read_response(r) for _ in range(4)]
+    assert [s for s, _, _ in got] == [200, 404, 200, 200]
+    assert json.loads(got[1][2])["status"] == "NOT_FOUND"
+    assert all(json.loads(b)["value"]["balance"] == 5 for s, _, b in got if s == 200)
+    w.close()
+
+
+async def test_connection_close_is_honoured(server: int) -> None:
+    r, w = await asyncio.open_connection("127.0.0.1", server)
+    w.write(get(A1, "connection: close"))
+    status, headers, _ = await read_response(r)
+    assert status == 200 and headers["connection"] == "close"
+    assert await r.read() == b""  # the server closed the connection
+    w.close()
+
+
+async def test_forwarded_lookup_relays_the_owner_reply(app: Any, server: int) -> None:
+    deps = app.deps
+    deps.coordinator.active_here = lambda v, q, lag: False
+    deps.node.router.owner = lambda v, p, lag: Endpoint("127.0.0.1:2", "active", 0)
+
+    async def hop(address: str, path: str, headers: dict[str, str]) -> HopReply:
+        return HopReply(200, {b"x-streamiq-served-by": b"127.0.0.1:2"}, b'{"k":1}')
+
+    deps.coordinator.hop.get = hop
+    r, w = await asyncio.open_connection("127.0.0.1", server)
+    w.write(get(A1) + get(A1))  # pipelined: the second waits for the first's hop
+    for _ in range(2):
+        status, headers, body = await read_response(r)
+        assert (status, body) == (200, b'{"k":1}')
+        assert headers["x-streamiq-hops"] == "1"
+        assert headers["x-streamiq-served-by"] == "127.0.0.1:2"
+    w.close()
+
+
+async def test_failed_hop_is_answered_by_the_full_route_once(server: int,
+                                                             hop_fails: list[str]) -> None:
+    r, w = await asyncio.open_connection("127.0.0.1", server)
+    w.write(get(A1))
+    status, _, body = await read_response(r)
+    assert status == 200 and json.loads(body)["value"]["balance"] == 5
+    assert hop_fails == ["127.0.0.1:2"]  # not retried by the lean path inside the full app
+    w.close()
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
+
+    def close(self) -> None:
+        self.closed = True
+
+    def abort(self) -> None:
+        self.closed = True
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+
+async def test_coalescing_transport_sends_one_buffer_per_step() -> None:
+    rec = _Recorder()
+    t = _CoalescingTransport(rec, asyncio.get_running_loop())  # type: ignore[arg-type]
+    t.write(b"head ")
+    t.write(b"")
+    t.write(b"body")
+    assert rec.writes == [] and t.get_write_buffer_size() == 9
+    await asyncio.sleep(0)  # the end of this step flushes (a streamed body is not held)
+    assert rec.writes == [b"head body"]
+    t.write(b"last")
+    t.close()  # close flushes first: nothing written before it is lost
+    assert rec.writes == [b"head body", b"last"] and rec.closed and t.is_closing()
+    t2 = _CoalescingTransport(_Recorder(), asyncio.get_running_loop())  # type: ignore[arg-type]
+    t2.write(b"x")
+    t2.abort()  # abort drops what is pending, like a transport's abort
+    await asyncio.sleep(0)
+    assert t2._transport.writes == []  # type: ignore[attr-defined]
+
+
+class _Peer(_Recorder):
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"peername": ("127.0.0.1", 5), "sockname": ("127.0.0.1", 6)}.get(name, default)
+
+    def pause_reading(self) -> None: ...
+
+    def resume_reading(self) -> None: ...
+
+
+async def test_a_local_lookup_is_answered_in_the_parser_callback_with_one_write(app: Any) -> None:
+    """No task, no ASGI round: the whole response is written before data_received returns."""
+    from uvicorn.server import ServerState
+
+    proto = NodeHttpProtocol(config=uvicorn.Config(app, lifespan="off", proxy_headers=False),
+                             server_state=ServerState(), app_state={},
+                             _loop=asyncio.get_running_loop())
+    peer = _Peer()
+    proto.connection_made(peer)  # type: ignore[arg-type]
+    proto.data_received(get(A1) + get(A1))
+    assert len(peer.writes) == 2 and not proto.tasks
+    for raw in peer.writes:
+        head, _, body = raw.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 OK\r\n") and json.loads(body)["key"] == "a1"
+        assert f"content-length: {len(body)}".encode() in head
+    proto.connection_lost(None)
