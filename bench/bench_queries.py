@@ -12,7 +12,9 @@ The smart client is Python, so it is compared with raw keep-alive httpx calls to
 owner made by the same asyncio load generator (ratio of both).
 
 Usage: .venv/bin/python bench/bench_queries.py [--keys 100000] [--seconds 5]
-Needs ``wrk`` (Debian: ``apt-get install -y wrk``).
+Needs ``wrk`` (Debian: ``apt-get install -y wrk``). If ``nginx`` is installed (Debian:
+``apt-get install -y nginx-light``), one more variant relays the local lookups through
+nginx to the owner: the cost of a hop made in C, on the same machine, in the same run.
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ def serve_ceiling(port: int, n: int) -> None:
 
     from streamiq._http import install_error_handlers
     from streamiq.serving.app import MaxLag, Position, WaitMs
+    from streamiq.serving.protocol import NodeHttpProtocol
 
     data = {r["account"]: r for r in rows(n)}
     app = FastAPI()
@@ -93,7 +96,41 @@ def serve_ceiling(port: int, n: int) -> None:
         return {"ok": True}
 
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False,
-                lifespan="on")
+                lifespan="on", proxy_headers=False, http=NodeHttpProtocol)
+
+
+# -- the floor of a hop: nginx (C) relaying to the owner, when nginx is installed --
+NGINX_CONF = """
+daemon off;
+master_process off;
+worker_processes 1;
+pid {tmp}/nginx.pid;
+error_log {tmp}/nginx-error.log warn;
+events {{ worker_connections 1024; }}
+http {{
+  access_log off;
+  upstream owner {{ server 127.0.0.1:{upstream}; keepalive 64; }}
+  server {{
+    listen 127.0.0.1:{port};
+    location / {{ proxy_pass http://owner; proxy_http_version 1.1;
+                 proxy_set_header Connection ""; proxy_buffering off; }}
+  }}
+}}
+"""
+
+
+def start_nginx(tmp: Path, upstream: int) -> tuple[subprocess.Popen[bytes], int] | None:
+    """One nginx process relaying every request to ``upstream`` over keep-alive."""
+    if shutil.which("nginx") is None:
+        return None
+    port = free_port()
+    (tmp / "nginx").mkdir(exist_ok=True)
+    conf = tmp / "nginx" / "nginx.conf"
+    conf.write_text(NGINX_CONF.format(tmp=tmp / "nginx", upstream=upstream, port=port))
+    proc = subprocess.Popen(["nginx", "-p", str(tmp / "nginx"), "-c", str(conf)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_ready(port, 30)
+    return proc, port
 
 
 # -- wrk --
@@ -211,6 +248,7 @@ def main() -> None:
     broker = EmbeddedBroker("127.0.0.1", free_port()).start()
     procs: list[NodeProc] = []
     ceiling: subprocess.Popen[bytes] | None = None
+    nginx: tuple[subprocess.Popen[bytes], int] | None = None
     try:
         bootstrap = broker.bootstrap_servers
         topic = f"bq-{BALANCES.changelog_topic}"
@@ -229,9 +267,13 @@ def main() -> None:
             wait_ready(p, 120)
         wait_ready(cport, 60)
         owners = wait_loaded(ports[0], a.keys)
+        nginx = start_nginx(root, ports[0])
         run(a, root, data, ports, cport, owners,
-            [n.proc.pid for n in procs], ceiling.pid)
+            [n.proc.pid for n in procs], ceiling.pid, nginx)
     finally:
+        if nginx is not None:
+            nginx[0].terminate()
+            nginx[0].wait(20)
         if ceiling is not None:
             ceiling.terminate()
             ceiling.wait(20)
@@ -256,7 +298,8 @@ def wait_loaded(port: int, n: int) -> dict[int, str]:
 
 
 def run(a: argparse.Namespace, root: Path, data: list[dict[str, Any]], ports: list[int],
-        cport: int, owners: dict[int, str], node_pids: list[int], ceiling_pid: int) -> None:
+        cport: int, owners: dict[int, str], node_pids: list[int], ceiling_pid: int,
+        nginx: tuple[subprocess.Popen[bytes], int] | None) -> None:
     secs = a.seconds
     node_a, node_b = f"127.0.0.1:{ports[0]}", f"127.0.0.1:{ports[1]}"
     keys = [r["account"] for r in data]
@@ -271,12 +314,15 @@ def run(a: argparse.Namespace, root: Path, data: list[dict[str, Any]], ports: li
     # interleaved rounds, median per variant: the machine is shared, so a neighbour's burst
     # hits all variants alike instead of one of them
     runs: dict[str, list[dict[str, float]]] = {}
+    variants = [("ceiling", f"http://127.0.0.1:{cport}", own_a, [ceiling_pid]),
+                ("local", f"http://{node_a}", own_a, node_pids),
+                ("forwarded", f"http://{node_a}", own_b, node_pids)]
+    if nginx is not None:  # the same local lookups, relayed by nginx: what a C hop costs
+        variants.append(("nginx relay -> local", f"http://127.0.0.1:{nginx[1]}", own_a,
+                         [*node_pids, nginx[0].pid]))
     for _round in range(a.rounds):
         for conns, tag in ((16, "loaded"), (1, "unloaded")):
-            for name, url, ks, pids in (
-                    ("ceiling", f"http://127.0.0.1:{cport}", own_a, [ceiling_pid]),
-                    ("local", f"http://{node_a}", own_a, node_pids),
-                    ("forwarded", f"http://{node_a}", own_b, node_pids)):
+            for name, url, ks, pids in variants:
                 runs.setdefault(f"{name} {tag}", []).append(
                     wrk(url, paths(ks), root, conns, secs, pids=pids))
     res: dict[str, dict[str, float]] = {
@@ -322,6 +368,9 @@ def run(a: argparse.Namespace, root: Path, data: list[dict[str, Any]], ports: li
          res["forwarded unloaded"]["p50"] / res["local unloaded"]["p50"], "<= 2.0"),
         ("forwarded / local p50 (loaded)",
          res["forwarded loaded"]["p50"] / res["local loaded"]["p50"], "(info)"),
+        *([("nginx relay / local p50 (unloaded)",
+            res["nginx relay -> local unloaded"]["p50"] / res["local unloaded"]["p50"],
+            "(info: a hop in C)")] if nginx is not None else []),
         ("smart client / raw owner p50",
          smart["p50"] / raw["p50"], "<= 1.10"),
         ("raw owner / smart client throughput",
