@@ -22,13 +22,16 @@ JSONResponse were most of a node's CPU per lookup; the answer itself is a RocksD
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, MutableMapping
+import time
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from streamiq.serving.coordinator import FORWARDED, HOPS, SERVED_BY, TRANSPORT_ERRORS
+from streamiq.serving.hop import HopReply
 from streamiq.views.base import View
 
 if TYPE_CHECKING:
@@ -47,6 +50,9 @@ _FWD = (FORWARDED.encode(), b"1")
 _HOPS = HOPS.encode()
 _SERVED_BY = SERVED_BY.encode()
 _Answer = tuple[int, bytes, list[tuple[bytes, bytes]]]  # status, body, headers
+# how long a forwarding decision is reused: routing asked membership on every lookup; a
+# stale one costs a 421 or a refused connection, after which the regular route answers
+_ROUTE_TTL = 0.1
 
 
 def _dumps(v: Any) -> bytes:
@@ -59,6 +65,7 @@ class LeanLookups:
     def __init__(self, app: ASGIApp, deps: NodeDeps) -> None:
         self.app = app
         self.deps = deps
+        self._routes: dict[tuple[str, int, int], tuple[float, str | None]] = {}
 
     async def __call__(self, scope: Scope, receive: Callable[[], Awaitable[Message]],
                        send: Callable[[Message], Awaitable[None]]) -> None:
@@ -72,7 +79,8 @@ class LeanLookups:
                 return
         await self.app(scope, receive, send)
 
-    async def answer(self, path: str, headers: Iterable[tuple[bytes, bytes]]) -> _Answer | None:
+    async def answer(self, path: str, headers: Iterable[tuple[bytes, bytes]]
+                     ) -> _Answer | None:
         """The lean answer, or None when the full app must answer."""
         pending = self.begin(path, headers)
         if pending is None or isinstance(pending, tuple):
@@ -80,7 +88,7 @@ class LeanLookups:
         return await self.settle(pending)
 
     @staticmethod
-    async def settle(pending: Coroutine[Any, Any, _Answer | None]) -> _Answer | None:
+    async def settle(pending: Awaitable[_Answer | None]) -> _Answer | None:
         """Await what ``begin`` started; a failure means the full app answers."""
         try:
             return await pending
@@ -89,8 +97,9 @@ class LeanLookups:
             return None
 
     def begin(self, path: str, headers: Iterable[tuple[bytes, bytes]]
-              ) -> _Answer | Coroutine[Any, Any, _Answer | None] | None:
-        """Answer now (a local lookup), later (a coroutine: the forwarded hop), or None.
+              ) -> _Answer | Awaitable[_Answer | None] | None:
+        """Answer now (a local lookup), later (a future or coroutine: the forwarded
+        hop), or None: the full app answers.
 
         Never raises: if the lean path itself fails, the full app answers instead
         (no bare 500s from here).
@@ -102,7 +111,7 @@ class LeanLookups:
             return None
 
     def _begin(self, path: str, headers: Iterable[tuple[bytes, bytes]]
-               ) -> _Answer | Coroutine[Any, Any, _Answer | None] | None:
+               ) -> _Answer | Awaitable[_Answer | None] | None:
         parts = path.split("/")
         if len(parts) != 6 or parts[1] != "v1" or parts[2] != "views" or parts[4] != "keys":
             return None
@@ -143,25 +152,71 @@ class LeanLookups:
                            (b"content-length", str(len(body)).encode()),
                            (_SERVED_BY, node.endpoint.encode()), (_HOPS, b"0")]
 
-    async def forward(self, path: str, view: View, p: int, max_lag: int,
-                      headers: Iterable[tuple[bytes, bytes]]) -> _Answer | None:
-        """One hop to the preferred replica; any trouble defers to the regular route."""
-        assert self.deps.node.router is not None
-        owner = self.deps.node.router.owner(view.name, p, max_lag)
-        if owner is None or owner.address == self.deps.node.endpoint:
+    def forward(self, path: str, view: View, p: int, max_lag: int,
+                headers: Iterable[tuple[bytes, bytes]]) -> Awaitable[_Answer | None] | None:
+        """One hop to the preferred replica; any trouble defers to the regular route.
+
+        On an idle pooled connection the hop is a future settled by callbacks (no
+        task, no coroutine frames); otherwise a coroutine that may wait for a slot or
+        connect first.
+        """
+        owner = self._owner(view.name, p, max_lag)
+        if owner is None:
             return None
         out = {FORWARDED: "1"}
         for k, v in headers:
             if k == b"authorization":
                 out["authorization"] = v.decode("latin-1")
+        target = quote(path)
+        sent = self.deps.coordinator.hop.send(owner, target, out)
+        if sent is None:
+            return self._forward(owner, target, out, view, p, max_lag)
+        done: asyncio.Future[_Answer | None] = sent.get_loop().create_future()
+        sent.add_done_callback(lambda f: self._on_sent(done, f, owner, view, p, max_lag))
+        return done
+
+    def _owner(self, view: str, p: int, max_lag: int) -> str | None:
+        """The node to forward to (None: no other replica), re-derived every _ROUTE_TTL."""
+        now = time.monotonic()
+        hit = self._routes.get((view, p, max_lag))
+        if hit is not None and now - hit[0] < _ROUTE_TTL:
+            return hit[1]
+        assert self.deps.node.router is not None
+        ep = self.deps.node.router.owner(view, p, max_lag)
+        owner = None if ep is None or ep.address == self.deps.node.endpoint else ep.address
+        self._routes[(view, p, max_lag)] = (now, owner)
+        return owner
+
+    async def _forward(self, owner: str, target: str, out: dict[str, str], view: View,
+                       p: int, max_lag: int) -> _Answer | None:
         try:
-            reply = await self.deps.coordinator.hop.get(owner.address, quote(path), out)
+            reply = await self.deps.coordinator.hop.get(owner, target, out)
         except TRANSPORT_ERRORS:
-            return None  # the regular route retries the next replica and marks this one
+            reply = None
+        return self._relayed(reply, owner, view, p, max_lag)
+
+    def _on_sent(self, done: asyncio.Future[_Answer | None], sent: asyncio.Future[HopReply],
+                 owner: str, view: View, p: int, max_lag: int) -> None:
+        answer = None
+        try:
+            failed = sent.cancelled() or sent.exception() is not None
+            answer = self._relayed(None if failed else sent.result(), owner, view, p, max_lag)
+        except Exception:
+            log.exception("lean lookup path failed; answering through the full app")
+        if not done.done():
+            done.set_result(answer)
+
+    def _relayed(self, reply: HopReply | None, owner: str, view: View, p: int,
+                 max_lag: int) -> _Answer | None:
+        """The owner's reply as this node's answer; None lets the regular route retry
+        the next replica (and mark this one, when it could not be reached)."""
+        if reply is None:
+            self._routes.pop((view.name, p, max_lag), None)
+            return None
         if reply.status not in (200, 404):  # 421 / 503: let the route try the next
             return None
         if log.isEnabledFor(logging.INFO):
-            log.info("%s partition %d: forwarded to owner %s", view.name, p, owner.address)
+            log.info("%s partition %d: forwarded to owner %s", view.name, p, owner)
         hdrs = [(k, v) for k, v in reply.headers.items()
                 if k.startswith(b"x-streamiq-") and k != _HOPS]
         return reply.status, reply.body, [

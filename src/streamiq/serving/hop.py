@@ -16,6 +16,7 @@ on a fresh connection: safe, because only idempotent GETs go through here.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from dataclasses import dataclass
 from typing import cast
 
@@ -42,6 +43,7 @@ class _Conn(asyncio.Protocol):
         self._headers: dict[bytes, bytes] = {}
         self._body: list[bytes] = []
         self._got_bytes = False
+        self._timer: asyncio.TimerHandle | None = None
 
     # -- asyncio.Protocol --
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -71,25 +73,39 @@ class _Conn(asyncio.Protocol):
         reply = HopReply(self._parser.get_status_code(), self._headers, b"".join(self._body))
         if not self._parser.should_keep_alive():
             self.close()
+        self._disarm()
         w, self._waiter = self._waiter, None
         if w is not None and not w.done():
             w.set_result(reply)
 
     # -- use --
     def _fail(self, exc: Exception) -> None:
+        self._disarm()
         w, self._waiter = self._waiter, None
         if w is not None and not w.done():
             w.set_exception(exc)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _time_out(self) -> None:
+        self._timer = None
+        self._fail(TimeoutError("no reply from the peer in time"))
+        self.close()  # a late reply must not be read as the next request's
 
     def close(self) -> None:
         self.closed = True
         if self.transport is not None:
             self.transport.close()
 
-    def request(self, raw: bytes) -> asyncio.Future[HopReply]:
+    def request(self, raw: bytes, timeout: float) -> asyncio.Future[HopReply]:
         assert self.transport is not None and self._waiter is None
         self._headers, self._body, self._got_bytes = {}, [], False
-        self._waiter = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        self._waiter = loop.create_future()
+        self._timer = loop.call_later(timeout, self._time_out)
         self.transport.write(raw)
         return self._waiter
 
@@ -99,46 +115,110 @@ class _Conn(asyncio.Protocol):
         return not self._got_bytes
 
 
+class _Host:
+    """One peer: idle connections, requests in flight, requests waiting for a slot."""
+
+    __slots__ = ("busy", "idle", "waiters")
+
+    def __init__(self) -> None:
+        self.idle: list[_Conn] = []
+        self.busy = 0
+        self.waiters: deque[asyncio.Future[None]] = deque()
+
+
 class HopClient:
     """Pooled keep-alive GETs: ``await client.get("host:port", "/path", headers)``.
 
     At most ``max_per_host`` requests per node are in flight (each on its own
-    connection); further ones wait for a slot within their timeout.
+    connection); further ones wait for a slot within their timeout. ``send`` is the
+    same request without a coroutine: a future, or None when it would have to wait
+    or connect (then use ``get``).
     """
 
     def __init__(self, *, max_per_host: int = 64, max_idle_per_host: int = 32,
                  connect_timeout: float = 1.0) -> None:
-        self._idle: dict[str, list[_Conn]] = {}
-        self._slots: dict[str, asyncio.Semaphore] = {}
+        self._hosts: dict[str, _Host] = {}
         self._max_per_host = max_per_host  # connections in use; more requests queue
         self._max_idle = max_idle_per_host
         self._connect_timeout = connect_timeout
 
+    def send(self, address: str, path: str, headers: dict[str, str],
+             timeout: float = 10.0) -> asyncio.Future[HopReply] | None:
+        """The request on an idle pooled connection, if one is free right now.
+
+        No retry here: a failure (a stale idle connection included) fails the future,
+        and the caller falls back to its slower path.
+        """
+        host = self._hosts.get(address)
+        if host is None or not host.idle or host.busy >= self._max_per_host:
+            return None
+        conn = host.idle.pop()
+        if conn.closed:
+            return None
+        host.busy += 1
+        fut = conn.request(_request(address, path, headers), timeout)
+        fut.add_done_callback(lambda f: self._sent(host, conn, f))
+        return fut
+
+    def _sent(self, host: _Host, conn: _Conn, fut: asyncio.Future[HopReply]) -> None:
+        self._release(host)
+        if fut.cancelled() or fut.exception() is not None:
+            conn.close()
+        else:
+            self._checkin(host, conn)
+
     async def get(self, address: str, path: str, headers: dict[str, str],
                   timeout: float = 10.0) -> HopReply:
         raw = _request(address, path, headers)
-        slots = self._slots.get(address)
-        if slots is None:
-            slots = self._slots[address] = asyncio.Semaphore(self._max_per_host)
-        async with asyncio.timeout(timeout), slots:
-            return await self._get(address, raw)
+        host = self._hosts.get(address)
+        if host is None:
+            host = self._hosts[address] = _Host()
+        async with asyncio.timeout(timeout):
+            await self._acquire(host)
+            try:
+                return await self._get(host, address, raw, timeout)
+            finally:
+                self._release(host)
 
-    async def _get(self, address: str, raw: bytes) -> HopReply:
-        conn, reused = await self._checkout(address)
+    async def _acquire(self, host: _Host) -> None:
+        if host.busy < self._max_per_host:
+            host.busy += 1
+            return
+        slot = asyncio.get_running_loop().create_future()
+        host.waiters.append(slot)
         try:
-            reply = await _roundtrip(conn, raw)
+            await slot  # _release hands its slot over
+        except BaseException:
+            if slot.done() and not slot.cancelled():
+                self._release(host)  # handed over just as we gave up: pass it on
+            else:
+                host.waiters.remove(slot)
+            raise
+
+    @staticmethod
+    def _release(host: _Host) -> None:
+        while host.waiters:
+            slot = host.waiters.popleft()
+            if not slot.done():
+                slot.set_result(None)
+                return
+        host.busy -= 1
+
+    async def _get(self, host: _Host, address: str, raw: bytes, timeout: float) -> HopReply:
+        conn, reused = await self._checkout(host, address)
+        try:
+            reply = await _roundtrip(conn, raw, timeout)
         except ConnectionError:
             if not (reused and conn.silent):
                 raise
             conn = await self._connect(address)  # a stale idle connection: once more
-            reply = await _roundtrip(conn, raw)
-        self._checkin(address, conn)
+            reply = await _roundtrip(conn, raw, timeout)
+        self._checkin(host, conn)
         return reply
 
-    async def _checkout(self, address: str) -> tuple[_Conn, bool]:
-        idle = self._idle.get(address)
-        while idle:
-            conn = idle.pop()
+    async def _checkout(self, host: _Host, address: str) -> tuple[_Conn, bool]:
+        while host.idle:
+            conn = host.idle.pop()
             if not conn.closed:
                 return conn, True
         return await self._connect(address), False
@@ -150,25 +230,24 @@ class HopClient:
             _, conn = await loop.create_connection(_Conn, host, int(port))
         return conn
 
-    def _checkin(self, address: str, conn: _Conn) -> None:
+    def _checkin(self, host: _Host, conn: _Conn) -> None:
         if conn.closed:
             return
-        idle = self._idle.setdefault(address, [])
-        if len(idle) < self._max_idle:
-            idle.append(conn)
+        if len(host.idle) < self._max_idle:
+            host.idle.append(conn)
         else:
             conn.close()
 
     def close(self) -> None:
-        for idle in self._idle.values():
-            for conn in idle:
+        for host in self._hosts.values():
+            for conn in host.idle:
                 conn.close()
-        self._idle.clear()
+            host.idle.clear()
 
 
-async def _roundtrip(conn: _Conn, raw: bytes) -> HopReply:
+async def _roundtrip(conn: _Conn, raw: bytes, timeout: float) -> HopReply:
     try:
-        return await conn.request(raw)
+        return await conn.request(raw, timeout)
     except BaseException:
         conn.close()  # failed, cancelled or timed out mid-request: never reuse it
         raise

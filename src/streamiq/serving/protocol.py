@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
+from collections.abc import Awaitable
 from typing import Any, cast
 
 from uvicorn.protocols.http.httptools_impl import (
@@ -117,7 +117,10 @@ class NodeHttpProtocol(HttpToolsProtocol):
             if isinstance(pending, tuple):
                 self._respond(cycle, pending)
                 return
-            if pending is not None:
+            if isinstance(pending, asyncio.Future):  # a hop on a pooled connection
+                pending.add_done_callback(lambda f: self._answered(cycle, f))
+                return
+            if pending is not None:  # a hop that may have to wait or connect first
                 task = self.loop.create_task(self._relay(cycle, pending))
                 task.add_done_callback(self.tasks.discard)
                 self.tasks.add(task)
@@ -125,8 +128,17 @@ class NodeHttpProtocol(HttpToolsProtocol):
             app = self._lean.app  # declined: the full app answers, without asking again
         super()._start_asgi_task(cycle, app)
 
+    def _answered(self, cycle: RequestResponseCycle,
+                  done: asyncio.Future[_Answer | None]) -> None:
+        assert self._lean is not None
+        answer = None if done.cancelled() else done.result()  # never an exception
+        if answer is not None:
+            self._respond(cycle, answer)
+        elif not cycle.disconnected:  # the full route answers (and tries other replicas)
+            HttpToolsProtocol._start_asgi_task(self, cycle, cast(Any, self._lean.app))
+
     async def _relay(self, cycle: RequestResponseCycle,
-                     pending: Coroutine[Any, Any, _Answer | None]) -> None:
+                     pending: Awaitable[_Answer | None]) -> None:
         assert self._lean is not None
         answer = await self._lean.settle(pending)
         if answer is None:  # the full route answers (and tries the other replicas)

@@ -16,6 +16,11 @@ async def read_request(reader: asyncio.StreamReader) -> bytes:
     return await reader.readuntil(b"\r\n\r\n")
 
 
+def idle(hop: HopClient, address: str) -> list[object]:
+    host = hop._hosts.get(address)
+    return list(host.idle) if host else []
+
+
 def reply(body: bytes, status: str = "200 OK", extra: str = "") -> bytes:
     return (f"HTTP/1.1 {status}\r\ncontent-length: {len(body)}\r\n"
             f"x-streamiq-served-by: s\r\n{extra}\r\n").encode() + body
@@ -90,7 +95,7 @@ async def test_chunked_reply_and_connection_close(serve: Callable[..., Awaitable
     hop = HopClient()
     got = await hop.get(address, "/", {})
     assert (got.status, got.body) == (404, b"abcde")
-    assert not hop._idle.get(address)  # closed connections are not pooled
+    assert not idle(hop, address)  # closed connections are not pooled
     hop.close()
 
 
@@ -115,7 +120,7 @@ async def test_refused_and_slow_peers(serve: Callable[..., Awaitable[str]]) -> N
     hop = HopClient()
     with pytest.raises(TimeoutError):
         await hop.get(address, "/", {}, timeout=0.2)
-    assert not hop._idle.get(address)
+    assert not idle(hop, address)
     server = await asyncio.start_server(silent, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     server.close()
@@ -147,3 +152,85 @@ async def test_connections_per_host_are_capped(serve: Callable[..., Awaitable[st
     release.set()
     assert [r.body for r in await asyncio.gather(*calls)] == [b"ok"] * 5
     assert peak == 2
+
+
+async def test_send_uses_an_idle_connection_or_declines(
+        serve: Callable[..., Awaitable[str]]) -> None:
+    connections: list[asyncio.StreamWriter] = []
+
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        connections.append(w)
+        n = 0
+        while True:
+            try:
+                await read_request(r)
+            except asyncio.IncompleteReadError:
+                return
+            n += 1
+            w.write(reply(b'{"n":%d}' % n))
+
+    address = await serve(handler)
+    hop = HopClient(max_per_host=1)
+    assert hop.send(address, "/", {}) is None  # nothing pooled yet: the caller uses get()
+    assert (await hop.get(address, "/", {})).body == b'{"n":1}'
+    fut = hop.send(address, "/", {})
+    assert fut is not None
+    assert hop.send(address, "/", {}) is None  # the one slot is taken
+    assert (await fut).body == b'{"n":2}'
+    await asyncio.sleep(0)  # the done-callback returns the connection to the pool
+    fut = hop.send(address, "/", {})
+    assert fut is not None and (await fut).body == b'{"n":3}'
+    assert len(connections) == 1
+    hop.close()
+
+
+async def test_send_times_out_and_never_pools_that_connection(
+        serve: Callable[..., Awaitable[str]]) -> None:
+    replies = 0
+
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        nonlocal replies
+        await read_request(r)
+        w.write(reply(b"first"))
+        replies += 1
+        await read_request(r)
+        await asyncio.sleep(0.5)  # too late for the second request
+        w.write(reply(b"late"))
+
+    address = await serve(handler)
+    hop = HopClient()
+    await hop.get(address, "/", {})
+    fut = hop.send(address, "/", {}, timeout=0.1)
+    assert fut is not None
+    with pytest.raises(TimeoutError):
+        await fut
+    await asyncio.sleep(0)
+    assert not idle(hop, address) and hop._hosts[address].busy == 0
+    hop.close()
+
+
+async def test_waiters_get_slots_in_turn_and_a_timed_out_waiter_gives_none_away(
+        serve: Callable[..., Awaitable[str]]) -> None:
+    gate = asyncio.Event()
+
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                await read_request(r)
+            except asyncio.IncompleteReadError:
+                return
+            await gate.wait()
+            w.write(reply(b"ok"))
+
+    address = await serve(handler)
+    hop = HopClient(max_per_host=1)
+    first = asyncio.create_task(hop.get(address, "/", {}))
+    await asyncio.sleep(0.05)
+    with pytest.raises(TimeoutError):  # waits for the one slot, gives up
+        await hop.get(address, "/", {}, timeout=0.1)
+    second = asyncio.create_task(hop.get(address, "/", {}))
+    await asyncio.sleep(0.05)
+    gate.set()
+    assert (await first).body == b"ok" and (await second).body == b"ok"
+    assert hop._hosts[address].busy == 0 and not hop._hosts[address].waiters
+    hop.close()

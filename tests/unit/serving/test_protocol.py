@@ -109,6 +109,52 @@ async def test_failed_hop_is_answered_by_the_full_route_once(server: int,
     w.close()
 
 
+async def test_forwarded_lookups_reuse_a_pooled_hop_and_survive_a_dropped_one(
+        app: Any, server: int) -> None:
+    seen: list[bytes] = []
+    connections = 0
+
+    async def owner(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        while True:
+            try:
+                seen.append(await r.readuntil(b"\r\n\r\n"))
+            except asyncio.IncompleteReadError:
+                return
+            body = b'{"n":%d}' % len(seen)
+            w.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n"
+                    b"x-streamiq-served-by: o\r\n\r\n%s" % (len(body), body))
+            if len(seen) == 3:  # drop the pooled connection without saying so
+                w.close()
+                return
+
+    srv = await asyncio.start_server(owner, "127.0.0.1", 0)
+    address = f"127.0.0.1:{srv.sockets[0].getsockname()[1]}"
+    deps = app.deps
+    deps.coordinator.active_here = lambda v, q, lag: False
+    deps.node.router.owner = lambda v, p, lag: Endpoint(address, "active", 0)
+    me = Endpoint(deps.node.endpoint, "active", 0)
+    deps.node.router.replicas = lambda v, p, lag: [me]  # what the full route finds
+    hop, pooled = deps.coordinator.hop, []
+    send = hop.send
+    hop.send = lambda *a, **k: pooled.append(send(*a, **k)) or pooled[-1]
+    r, w = await asyncio.open_connection("127.0.0.1", server)
+    for n in (1, 2, 3):  # the first connects; the next ones go out on the pooled connection
+        w.write(get(A1, "authorization: Bearer t"))
+        status, headers, body = await read_response(r)
+        assert (status, body) == (200, b'{"n":%d}' % n)
+        assert headers["x-streamiq-hops"] == "1" and headers["x-streamiq-served-by"] == "o"
+    assert connections == 1 and all(b"authorization: Bearer t" in req for req in seen)
+    assert [f is not None for f in pooled] == [False, True, True]  # callbacks, no task
+    await asyncio.sleep(0.05)  # the owner's close reaches the pool
+    w.write(get(A1))  # no pooled connection left: connect again
+    status, headers, body = await read_response(r)
+    assert (status, body) == (200, b'{"n":4}') and connections == 2
+    w.close()
+    srv.close()
+
+
 class _Recorder:
     def __init__(self) -> None:
         self.writes: list[bytes] = []
