@@ -22,7 +22,6 @@ JSONResponse were most of a node's CPU per lookup; the answer itself is a RocksD
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
@@ -37,7 +36,7 @@ from streamiq.views.base import View
 if TYPE_CHECKING:
     from streamiq.serving.app import NodeDeps
 
-__all__ = ["LeanLookups"]
+__all__ = ["PENDING", "LeanLookups"]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -53,6 +52,14 @@ _Answer = tuple[int, bytes, list[tuple[bytes, bytes]]]  # status, body, headers
 # how long a forwarding decision is reused: routing asked membership on every lookup; a
 # stale one costs a 421 or a refused connection, after which the regular route answers
 _ROUTE_TTL = 0.1
+Later = Callable[[_Answer | None], None]
+
+
+class _Pending:
+    """``begin`` sent a hop; the answer goes to the callback it was given."""
+
+
+PENDING = _Pending()
 
 
 def _dumps(v: Any) -> bytes:
@@ -82,9 +89,9 @@ class LeanLookups:
     async def answer(self, path: str, headers: Iterable[tuple[bytes, bytes]]
                      ) -> _Answer | None:
         """The lean answer, or None when the full app must answer."""
-        pending = self.begin(path, headers)
-        if pending is None or isinstance(pending, tuple):
-            return pending
+        pending = self.begin(path, headers)  # no callback given: never PENDING
+        if pending is None or isinstance(pending, tuple | _Pending):
+            return None if isinstance(pending, _Pending) else pending
         return await self.settle(pending)
 
     @staticmethod
@@ -96,22 +103,22 @@ class LeanLookups:
             log.exception("lean lookup path failed; answering through the full app")
             return None
 
-    def begin(self, path: str, headers: Iterable[tuple[bytes, bytes]]
-              ) -> _Answer | Awaitable[_Answer | None] | None:
-        """Answer now (a local lookup), later (a future or coroutine: the forwarded
-        hop), or None: the full app answers.
+    def begin(self, path: str, headers: Iterable[tuple[bytes, bytes]],
+              then: Later | None = None) -> _Answer | Awaitable[_Answer | None] | _Pending | None:
+        """Answer now (a local lookup), later (the forwarded hop: PENDING when ``then``
+        will get the answer, else a coroutine), or None: the full app answers.
 
         Never raises: if the lean path itself fails, the full app answers instead
         (no bare 500s from here).
         """
         try:
-            return self._begin(path, headers)
+            return self._begin(path, headers, then)
         except Exception:
             log.exception("lean lookup path failed; answering through the full app")
             return None
 
-    def _begin(self, path: str, headers: Iterable[tuple[bytes, bytes]]
-               ) -> _Answer | Awaitable[_Answer | None] | None:
+    def _begin(self, path: str, headers: Iterable[tuple[bytes, bytes]], then: Later | None
+               ) -> _Answer | Awaitable[_Answer | None] | _Pending | None:
         parts = path.split("/")
         if len(parts) != 6 or parts[1] != "v1" or parts[2] != "views" or parts[4] != "keys":
             return None
@@ -135,7 +142,7 @@ class LeanLookups:
             return self.local(view, key, p)
         if co.redirect or node.router is None:
             return None
-        return self.forward(path, view, p, max_lag, headers)
+        return self.forward(path, view, p, max_lag, headers, then)
 
     def local(self, view: View, key: str, p: int) -> _Answer | None:
         node = self.deps.node
@@ -153,12 +160,13 @@ class LeanLookups:
                            (_SERVED_BY, node.endpoint.encode()), (_HOPS, b"0")]
 
     def forward(self, path: str, view: View, p: int, max_lag: int,
-                headers: Iterable[tuple[bytes, bytes]]) -> Awaitable[_Answer | None] | None:
+                headers: Iterable[tuple[bytes, bytes]], then: Later | None
+                ) -> Awaitable[_Answer | None] | _Pending | None:
         """One hop to the preferred replica; any trouble defers to the regular route.
 
-        On an idle pooled connection the hop is a future settled by callbacks (no
-        task, no coroutine frames); otherwise a coroutine that may wait for a slot or
-        connect first.
+        With ``then`` and an idle pooled connection, the hop runs on callbacks and
+        ``then(answer)`` is called with its outcome (PENDING is returned); otherwise
+        a coroutine that may wait for a slot or connect first.
         """
         owner = self._owner(view.name, p, max_lag)
         if owner is None:
@@ -168,12 +176,18 @@ class LeanLookups:
             if k == b"authorization":
                 out["authorization"] = v.decode("latin-1")
         target = quote(path)
-        sent = self.deps.coordinator.hop.send(owner, target, out)
-        if sent is None:
-            return self._forward(owner, target, out, view, p, max_lag)
-        done: asyncio.Future[_Answer | None] = sent.get_loop().create_future()
-        sent.add_done_callback(lambda f: self._on_sent(done, f, owner, view, p, max_lag))
-        return done
+        if then is not None:
+            def relayed(reply: HopReply | None) -> None:
+                try:
+                    answer = self._relayed(reply, owner, view, p, max_lag)
+                except Exception:
+                    log.exception("lean lookup path failed; answering through the full app")
+                    answer = None
+                then(answer)
+
+            if self.deps.coordinator.hop.send(owner, target, out, relayed):
+                return PENDING
+        return self._forward(owner, target, out, view, p, max_lag)
 
     def _owner(self, view: str, p: int, max_lag: int) -> str | None:
         """The node to forward to (None: no other replica), re-derived every _ROUTE_TTL."""
@@ -194,17 +208,6 @@ class LeanLookups:
         except TRANSPORT_ERRORS:
             reply = None
         return self._relayed(reply, owner, view, p, max_lag)
-
-    def _on_sent(self, done: asyncio.Future[_Answer | None], sent: asyncio.Future[HopReply],
-                 owner: str, view: View, p: int, max_lag: int) -> None:
-        answer = None
-        try:
-            failed = sent.cancelled() or sent.exception() is not None
-            answer = self._relayed(None if failed else sent.result(), owner, view, p, max_lag)
-        except Exception:
-            log.exception("lean lookup path failed; answering through the full app")
-        if not done.done():
-            done.set_result(answer)
 
     def _relayed(self, reply: HopReply | None, owner: str, view: View, p: int,
                  max_lag: int) -> _Answer | None:

@@ -16,13 +16,17 @@ on a fresh connection: safe, because only idempotent GETs go through here.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
 import httptools
 
 __all__ = ["HopClient", "HopReply"]
+
+log = logging.getLogger("streamiq.routing")
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +36,9 @@ class HopReply:
     body: bytes
 
 
+_Settle = Callable[[HopReply | None, Exception | None], None]
+
+
 class _Conn(asyncio.Protocol):
     """One connection; at most one request in flight."""
 
@@ -39,7 +46,7 @@ class _Conn(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self._parser = httptools.HttpResponseParser(self)
-        self._waiter: asyncio.Future[HopReply] | None = None
+        self._then: _Settle | None = None  # the request in flight, if any
         self._headers: dict[bytes, bytes] = {}
         self._body: list[bytes] = []
         self._got_bytes = False
@@ -73,17 +80,17 @@ class _Conn(asyncio.Protocol):
         reply = HopReply(self._parser.get_status_code(), self._headers, b"".join(self._body))
         if not self._parser.should_keep_alive():
             self.close()
-        self._disarm()
-        w, self._waiter = self._waiter, None
-        if w is not None and not w.done():
-            w.set_result(reply)
+        self._settle(reply, None)
 
     # -- use --
     def _fail(self, exc: Exception) -> None:
+        self._settle(None, exc)
+
+    def _settle(self, reply: HopReply | None, exc: Exception | None) -> None:
         self._disarm()
-        w, self._waiter = self._waiter, None
-        if w is not None and not w.done():
-            w.set_exception(exc)
+        then, self._then = self._then, None
+        if then is not None:
+            then(reply, exc)
 
     def _disarm(self) -> None:
         if self._timer is not None:
@@ -100,14 +107,29 @@ class _Conn(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
-    def request(self, raw: bytes, timeout: float) -> asyncio.Future[HopReply]:
-        assert self.transport is not None and self._waiter is None
+    def call(self, raw: bytes, timeout: float, then: _Settle) -> None:
+        """Send one request; ``then(reply, None)`` or ``then(None, error)`` runs exactly
+        once, from the event loop's callbacks. The write is the last thing done here: on
+        loopback it wakes the peer, which may then share this CPU until we yield it."""
+        assert self.transport is not None and self._then is None
         self._headers, self._body, self._got_bytes = {}, [], False
-        loop = asyncio.get_running_loop()
-        self._waiter = loop.create_future()
-        self._timer = loop.call_later(timeout, self._time_out)
+        self._then = then
+        self._timer = asyncio.get_running_loop().call_later(timeout, self._time_out)
         self.transport.write(raw)
-        return self._waiter
+
+    def request(self, raw: bytes, timeout: float) -> asyncio.Future[HopReply]:
+        fut: asyncio.Future[HopReply] = asyncio.get_running_loop().create_future()
+
+        def then(reply: HopReply | None, exc: Exception | None) -> None:
+            if fut.done():
+                return
+            if exc is not None:
+                fut.set_exception(exc)
+            else:
+                fut.set_result(cast(HopReply, reply))
+
+        self.call(raw, timeout, then)
+        return fut
 
     @property
     def silent(self) -> bool:
@@ -143,29 +165,34 @@ class HopClient:
         self._connect_timeout = connect_timeout
 
     def send(self, address: str, path: str, headers: dict[str, str],
-             timeout: float = 10.0) -> asyncio.Future[HopReply] | None:
+             then: Callable[[HopReply | None], None], timeout: float = 10.0) -> bool:
         """The request on an idle pooled connection, if one is free right now.
 
-        No retry here: a failure (a stale idle connection included) fails the future,
-        and the caller falls back to its slower path.
+        True: ``then(reply)`` will run from the event loop's callbacks, ``then(None)``
+        if the request failed (no retry here: a stale idle connection fails too, and
+        the caller falls back to its slower path). False: nothing was sent; use ``get``.
         """
         host = self._hosts.get(address)
         if host is None or not host.idle or host.busy >= self._max_per_host:
-            return None
+            return False
         conn = host.idle.pop()
         if conn.closed:
-            return None
+            return False
         host.busy += 1
-        fut = conn.request(_request(address, path, headers), timeout)
-        fut.add_done_callback(lambda f: self._sent(host, conn, f))
-        return fut
 
-    def _sent(self, host: _Host, conn: _Conn, fut: asyncio.Future[HopReply]) -> None:
-        self._release(host)
-        if fut.cancelled() or fut.exception() is not None:
-            conn.close()
-        else:
-            self._checkin(host, conn)
+        def settled(reply: HopReply | None, exc: Exception | None) -> None:
+            self._release(host)
+            if exc is None:
+                self._checkin(host, conn)
+            else:
+                conn.close()
+            try:
+                then(reply)
+            except Exception:
+                log.exception("hop reply handler failed")
+
+        conn.call(_request(address, path, headers), timeout, settled)
+        return True
 
     async def get(self, address: str, path: str, headers: dict[str, str],
                   timeout: float = 10.0) -> HopReply:

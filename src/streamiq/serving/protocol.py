@@ -29,7 +29,7 @@ from uvicorn.protocols.http.httptools_impl import (
     RequestResponseCycle,
 )
 
-from streamiq.serving.fastpath import LeanLookups
+from streamiq.serving.fastpath import PENDING, LeanLookups
 
 __all__ = ["NodeHttpProtocol"]
 
@@ -113,25 +113,23 @@ class NodeHttpProtocol(HttpToolsProtocol):
         scope = cycle.scope
         if (self._lean is not None and app is self.app and scope["method"] == "GET"
                 and not scope["query_string"]):
-            pending = self._lean.begin(scope["path"], scope["headers"])
+            pending = self._lean.begin(scope["path"], scope["headers"],
+                                       lambda answer: self._answered(cycle, answer))
+            if pending is PENDING:  # a hop on a pooled connection: _answered follows
+                return
             if isinstance(pending, tuple):
                 self._respond(cycle, pending)
                 return
-            if isinstance(pending, asyncio.Future):  # a hop on a pooled connection
-                pending.add_done_callback(lambda f: self._answered(cycle, f))
-                return
             if pending is not None:  # a hop that may have to wait or connect first
-                task = self.loop.create_task(self._relay(cycle, pending))
+                task = self.loop.create_task(self._relay(cycle, cast(Any, pending)))
                 task.add_done_callback(self.tasks.discard)
                 self.tasks.add(task)
                 return
             app = self._lean.app  # declined: the full app answers, without asking again
         super()._start_asgi_task(cycle, app)
 
-    def _answered(self, cycle: RequestResponseCycle,
-                  done: asyncio.Future[_Answer | None]) -> None:
+    def _answered(self, cycle: RequestResponseCycle, answer: _Answer | None) -> None:
         assert self._lean is not None
-        answer = None if done.cancelled() else done.result()  # never an exception
         if answer is not None:
             self._respond(cycle, answer)
         elif not cycle.disconnected:  # the full route answers (and tries other replicas)

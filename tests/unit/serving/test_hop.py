@@ -154,6 +154,11 @@ async def test_connections_per_host_are_capped(serve: Callable[..., Awaitable[st
     assert peak == 2
 
 
+def collect() -> tuple[list[object], Callable[[object], None]]:
+    got: list[object] = []
+    return got, got.append
+
+
 async def test_send_uses_an_idle_connection_or_declines(
         serve: Callable[..., Awaitable[str]]) -> None:
     connections: list[asyncio.StreamWriter] = []
@@ -171,28 +176,26 @@ async def test_send_uses_an_idle_connection_or_declines(
 
     address = await serve(handler)
     hop = HopClient(max_per_host=1)
-    assert hop.send(address, "/", {}) is None  # nothing pooled yet: the caller uses get()
+    got, then = collect()
+    assert not hop.send(address, "/", {}, then)  # nothing pooled yet: the caller uses get()
     assert (await hop.get(address, "/", {})).body == b'{"n":1}'
-    fut = hop.send(address, "/", {})
-    assert fut is not None
-    assert hop.send(address, "/", {}) is None  # the one slot is taken
-    assert (await fut).body == b'{"n":2}'
-    await asyncio.sleep(0)  # the done-callback returns the connection to the pool
-    fut = hop.send(address, "/", {})
-    assert fut is not None and (await fut).body == b'{"n":3}'
+    assert hop.send(address, "/", {}, then)
+    assert not hop.send(address, "/", {}, then)  # the one slot is taken
+    while not got:
+        await asyncio.sleep(0.01)
+    assert hop.send(address, "/", {}, then)  # the connection went back to the pool
+    while len(got) < 2:
+        await asyncio.sleep(0.01)
+    assert [r.body for r in got] == [b'{"n":2}', b'{"n":3}']  # type: ignore[attr-defined]
     assert len(connections) == 1
     hop.close()
 
 
 async def test_send_times_out_and_never_pools_that_connection(
         serve: Callable[..., Awaitable[str]]) -> None:
-    replies = 0
-
     async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        nonlocal replies
         await read_request(r)
         w.write(reply(b"first"))
-        replies += 1
         await read_request(r)
         await asyncio.sleep(0.5)  # too late for the second request
         w.write(reply(b"late"))
@@ -200,12 +203,35 @@ async def test_send_times_out_and_never_pools_that_connection(
     address = await serve(handler)
     hop = HopClient()
     await hop.get(address, "/", {})
-    fut = hop.send(address, "/", {}, timeout=0.1)
-    assert fut is not None
-    with pytest.raises(TimeoutError):
-        await fut
-    await asyncio.sleep(0)
+    got, then = collect()
+    assert hop.send(address, "/", {}, then, timeout=0.1)
+    await asyncio.sleep(0.3)
+    assert got == [None]  # failed, reported once
     assert not idle(hop, address) and hop._hosts[address].busy == 0
+    hop.close()
+
+
+async def test_a_failing_reply_handler_does_not_break_the_pool(
+        serve: Callable[..., Awaitable[str]]) -> None:
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                await read_request(r)
+            except asyncio.IncompleteReadError:
+                return
+            w.write(reply(b"ok"))
+
+    address = await serve(handler)
+    hop = HopClient()
+    await hop.get(address, "/", {})
+
+    def boom(_: object) -> None:
+        raise RuntimeError("handler bug")
+
+    assert hop.send(address, "/", {}, boom)
+    await asyncio.sleep(0.1)
+    assert len(idle(hop, address)) == 1 and hop._hosts[address].busy == 0
+    assert (await hop.get(address, "/", {})).body == b"ok"
     hop.close()
 
 
