@@ -154,6 +154,21 @@ async def test_connections_per_host_are_capped(serve: Callable[..., Awaitable[st
     assert peak == 2
 
 
+def answering(body: bytes, gate: asyncio.Event | None = None) -> Handler:
+    """A keep-alive peer answering every request with ``body`` (after ``gate``, if set)."""
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                await read_request(r)
+            except asyncio.IncompleteReadError:
+                return
+            if gate is not None:
+                await gate.wait()
+            w.write(reply(body))
+
+    return handler
+
+
 def collect() -> tuple[list[object], Callable[[object], None]]:
     got: list[object] = []
     return got, got.append
@@ -213,15 +228,7 @@ async def test_send_times_out_and_never_pools_that_connection(
 
 async def test_a_failing_reply_handler_does_not_break_the_pool(
         serve: Callable[..., Awaitable[str]]) -> None:
-    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        while True:
-            try:
-                await read_request(r)
-            except asyncio.IncompleteReadError:
-                return
-            w.write(reply(b"ok"))
-
-    address = await serve(handler)
+    address = await serve(answering(b"ok"))
     hop = HopClient()
     await hop.get(address, "/", {})
 
@@ -238,17 +245,7 @@ async def test_a_failing_reply_handler_does_not_break_the_pool(
 async def test_waiters_get_slots_in_turn_and_a_timed_out_waiter_gives_none_away(
         serve: Callable[..., Awaitable[str]]) -> None:
     gate = asyncio.Event()
-
-    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        while True:
-            try:
-                await read_request(r)
-            except asyncio.IncompleteReadError:
-                return
-            await gate.wait()
-            w.write(reply(b"ok"))
-
-    address = await serve(handler)
+    address = await serve(answering(b"ok", gate))
     hop = HopClient(max_per_host=1)
     first = asyncio.create_task(hop.get(address, "/", {}))
     await asyncio.sleep(0.05)
