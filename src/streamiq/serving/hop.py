@@ -11,6 +11,10 @@ refused or lost) or ``asyncio.TimeoutError``, so callers can treat them like any
 transport error. A request on a reused idle connection that the server had already
 closed (uvicorn drops idle keep-alive connections after a few seconds) is retried once
 on a fresh connection: safe, because only idempotent GETs go through here.
+
+Two ways to call it: ``await get(...)`` (connects or waits for a slot if it must), and
+``send(..., then)``, which only uses an idle pooled connection and reports the reply
+(or None on any failure, without retrying) to a callback: no coroutine, no future.
 """
 
 from __future__ import annotations
