@@ -129,7 +129,12 @@ def start_nginx(tmp: Path, upstream: int) -> tuple[subprocess.Popen[bytes], int]
     conf.write_text(NGINX_CONF.format(tmp=tmp / "nginx", upstream=upstream, port=port))
     proc = subprocess.Popen(["nginx", "-p", str(tmp / "nginx"), "-c", str(conf)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_ready(port, 30)
+    try:
+        wait_ready(port, 30)
+    except BaseException:
+        proc.terminate()
+        proc.wait(20)
+        raise
     return proc, port
 
 

@@ -40,7 +40,7 @@ from streamiq.views.base import View
 if TYPE_CHECKING:
     from streamiq.serving.app import NodeDeps
 
-__all__ = ["PENDING", "LeanLookups"]
+__all__ = ["PENDING", "Answer", "Later", "LeanLookups"]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -52,11 +52,11 @@ log = logging.getLogger("streamiq.routing")
 _FWD = (FORWARDED.encode(), b"1")
 _HOPS = HOPS.encode()
 _SERVED_BY = SERVED_BY.encode()
-_Answer = tuple[int, bytes, list[tuple[bytes, bytes]]]  # status, body, headers
+Answer = tuple[int, bytes, list[tuple[bytes, bytes]]]  # status, body, headers
 # how long a forwarding decision is reused: routing asked membership on every lookup; a
 # stale one costs a 421 or a refused connection, after which the regular route answers
 _ROUTE_TTL = 0.1
-Later = Callable[[_Answer | None], None]
+Later = Callable[[Answer | None], None]
 
 
 class _Pending:
@@ -91,15 +91,16 @@ class LeanLookups:
         await self.app(scope, receive, send)
 
     async def answer(self, path: str, headers: Iterable[tuple[bytes, bytes]]
-                     ) -> _Answer | None:
+                     ) -> Answer | None:
         """The lean answer, or None when the full app must answer."""
-        pending = self.begin(path, headers)  # no callback given: never PENDING
-        if pending is None or isinstance(pending, tuple | _Pending):
-            return None if isinstance(pending, _Pending) else pending
+        pending = self.begin(path, headers)
+        if pending is None or isinstance(pending, tuple):
+            return pending
+        assert not isinstance(pending, _Pending)  # only for a caller that gave a callback
         return await self.settle(pending)
 
     @staticmethod
-    async def settle(pending: Awaitable[_Answer | None]) -> _Answer | None:
+    async def settle(pending: Awaitable[Answer | None]) -> Answer | None:
         """Await what ``begin`` started; a failure means the full app answers."""
         try:
             return await pending
@@ -108,7 +109,7 @@ class LeanLookups:
             return None
 
     def begin(self, path: str, headers: Iterable[tuple[bytes, bytes]],
-              then: Later | None = None) -> _Answer | Awaitable[_Answer | None] | _Pending | None:
+              then: Later | None = None) -> Answer | Awaitable[Answer | None] | _Pending | None:
         """Answer now (a local lookup), later (the forwarded hop: PENDING when ``then``
         will get the answer, else a coroutine), or None: the full app answers.
 
@@ -122,7 +123,7 @@ class LeanLookups:
             return None
 
     def _begin(self, path: str, headers: Iterable[tuple[bytes, bytes]], then: Later | None
-               ) -> _Answer | Awaitable[_Answer | None] | _Pending | None:
+               ) -> Answer | Awaitable[Answer | None] | _Pending | None:
         parts = path.split("/")
         if len(parts) != 6 or parts[1] != "v1" or parts[2] != "views" or parts[4] != "keys":
             return None
@@ -148,7 +149,7 @@ class LeanLookups:
             return None
         return self.forward(path, view, p, max_lag, headers, then)
 
-    def local(self, view: View, key: str, p: int) -> _Answer | None:
+    def local(self, view: View, key: str, p: int) -> Answer | None:
         node = self.deps.node
         raw = node.stores[view.name].get(p, key.encode())
         if raw is None:
@@ -165,7 +166,7 @@ class LeanLookups:
 
     def forward(self, path: str, view: View, p: int, max_lag: int,
                 headers: Iterable[tuple[bytes, bytes]], then: Later | None
-                ) -> Awaitable[_Answer | None] | _Pending | None:
+                ) -> Awaitable[Answer | None] | _Pending | None:
         """One hop to the preferred replica; any trouble defers to the regular route.
 
         With ``then`` and an idle pooled connection, the hop runs on callbacks and
@@ -206,7 +207,7 @@ class LeanLookups:
         return owner
 
     async def _forward(self, owner: str, target: str, out: dict[str, str], view: View,
-                       p: int, max_lag: int) -> _Answer | None:
+                       p: int, max_lag: int) -> Answer | None:
         try:
             reply = await self.deps.coordinator.hop.get(owner, target, out)
         except TRANSPORT_ERRORS:
@@ -214,13 +215,11 @@ class LeanLookups:
         return self._relayed(reply, owner, view, p, max_lag)
 
     def _relayed(self, reply: HopReply | None, owner: str, view: View, p: int,
-                 max_lag: int) -> _Answer | None:
+                 max_lag: int) -> Answer | None:
         """The owner's reply as this node's answer; None lets the regular route retry
         the next replica (and mark this one, when it could not be reached)."""
-        if reply is None:
-            self._routes.pop((view.name, p, max_lag), None)
-            return None
-        if reply.status not in (200, 404):  # 421 / 503: let the route try the next
+        if reply is None or reply.status not in (200, 404):  # unreachable, 421 or 503:
+            self._routes.pop((view.name, p, max_lag), None)  # choose again next time
             return None
         if log.isEnabledFor(logging.INFO):
             log.info("%s partition %d: forwarded to owner %s", view.name, p, owner)

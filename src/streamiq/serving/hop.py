@@ -157,8 +157,8 @@ class HopClient:
 
     At most ``max_per_host`` requests per node are in flight (each on its own
     connection); further ones wait for a slot within their timeout. ``send`` is the
-    same request without a coroutine: a future, or None when it would have to wait
-    or connect (then use ``get``).
+    same request on callbacks, made only when a pooled connection and a slot are free
+    right now (False otherwise: then use ``get``).
     """
 
     def __init__(self, *, max_per_host: int = 64, max_idle_per_host: int = 32,
@@ -177,10 +177,10 @@ class HopClient:
         the caller falls back to its slower path). False: nothing was sent; use ``get``.
         """
         host = self._hosts.get(address)
-        if host is None or not host.idle or host.busy >= self._max_per_host:
+        if host is None or host.busy >= self._max_per_host:
             return False
-        conn = host.idle.pop()
-        if conn.closed:
+        conn = _pooled(host)
+        if conn is None:
             return False
         host.busy += 1
 
@@ -248,10 +248,9 @@ class HopClient:
         return reply
 
     async def _checkout(self, host: _Host, address: str) -> tuple[_Conn, bool]:
-        while host.idle:
-            conn = host.idle.pop()
-            if not conn.closed:
-                return conn, True
+        conn = _pooled(host)
+        if conn is not None:
+            return conn, True
         return await self._connect(address), False
 
     async def _connect(self, address: str) -> _Conn:
@@ -274,6 +273,15 @@ class HopClient:
             for conn in host.idle:
                 conn.close()
             host.idle.clear()
+
+
+def _pooled(host: _Host) -> _Conn | None:
+    """The most recently used idle connection still open (closed ones are dropped)."""
+    while host.idle:
+        conn = host.idle.pop()
+        if not conn.closed:
+            return conn
+    return None
 
 
 async def _roundtrip(conn: _Conn, raw: bytes, timeout: float) -> HopReply:

@@ -8,8 +8,9 @@
    event-loop step ends) and sends them as one buffer.
 2. Key lookups that ``LeanLookups`` can answer skip ASGI: no task, no ASGI messages,
    no header re-validation. A local lookup is answered inside the parser callback; a
-   forwarded one runs its hop in a task and writes the relayed reply. Everything else,
-   and any lookup the lean path declines, goes through the app as usual.
+   forwarded one on a pooled connection is answered from the hop's parser callback
+   (one that must connect or wait for a slot runs in a task). Everything else, and
+   any lookup the lean path declines, goes through the app as usual.
 
 Measured with bench/bench_queries.py and ``strace`` (docs/design.md, "Forwarded
 lookups"): uvicorn's per-request task and ASGI plumbing cost more CPU than the lookup
@@ -19,7 +20,6 @@ itself, and more than nginx spends relaying the same request.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Awaitable
 from typing import Any, cast
 
@@ -29,13 +29,9 @@ from uvicorn.protocols.http.httptools_impl import (
     RequestResponseCycle,
 )
 
-from streamiq.serving.fastpath import PENDING, LeanLookups
+from streamiq.serving.fastpath import PENDING, Answer, LeanLookups
 
 __all__ = ["NodeHttpProtocol"]
-
-log = logging.getLogger("streamiq.routing")
-
-_Answer = tuple[int, bytes, list[tuple[bytes, bytes]]]
 
 
 class _CoalescingTransport:
@@ -128,7 +124,7 @@ class NodeHttpProtocol(HttpToolsProtocol):
             app = self._lean.app  # declined: the full app answers, without asking again
         super()._start_asgi_task(cycle, app)
 
-    def _answered(self, cycle: RequestResponseCycle, answer: _Answer | None) -> None:
+    def _answered(self, cycle: RequestResponseCycle, answer: Answer | None) -> None:
         assert self._lean is not None
         if answer is not None:
             self._respond(cycle, answer)
@@ -136,15 +132,11 @@ class NodeHttpProtocol(HttpToolsProtocol):
             HttpToolsProtocol._start_asgi_task(self, cycle, cast(Any, self._lean.app))
 
     async def _relay(self, cycle: RequestResponseCycle,
-                     pending: Awaitable[_Answer | None]) -> None:
+                     pending: Awaitable[Answer | None]) -> None:
         assert self._lean is not None
-        answer = await self._lean.settle(pending)
-        if answer is None:  # the full route answers (and tries the other replicas)
-            await cycle.run_asgi(cast(Any, self._lean.app))
-        else:
-            self._respond(cycle, answer)
+        self._answered(cycle, await self._lean.settle(pending))
 
-    def _respond(self, cycle: RequestResponseCycle, answer: _Answer) -> None:
+    def _respond(self, cycle: RequestResponseCycle, answer: Answer) -> None:
         """Write a whole response at once and finish the cycle, as uvicorn's send would."""
         if cycle.disconnected or cycle.response_complete:
             return

@@ -124,3 +124,30 @@ async def test_windowed_view_lookup_is_refused_before_any_position_wait(app: Any
                                  query=b"position=orders:0:999999&wait_ms=60000")
     assert status == 400 and body["status"] == "BAD_REQUEST"
     assert "/v1/views/order_counts_1m/keys/{key}/windows" in body["error"]
+
+
+@pytest.mark.parametrize(("status", "asks"), [(200, 1), (421, 2), (503, 2)])
+async def test_forwarding_choice_is_reused_until_a_hop_says_it_is_stale(
+        app: Any, status: int, asks: int) -> None:
+    from streamiq.routing.router import Endpoint
+    from streamiq.serving.hop import HopReply
+
+    deps = app.deps
+    deps.coordinator.active_here = lambda v, q, lag: False
+    me = Endpoint(deps.node.endpoint, "active", 0)
+    deps.node.router.replicas = lambda v, p, lag: [me]  # what the full route finds
+    asked: list[int] = []
+
+    def owner(v: str, p: int, lag: int) -> Endpoint:
+        asked.append(p)
+        return Endpoint("127.0.0.1:2", "active", 0)
+
+    async def hop(*_: Any) -> HopReply:
+        return HopReply(status, {}, b'{"status":"NOT_ACTIVE"}' if status != 200 else b"{}")
+
+    deps.node.router.owner = owner
+    deps.coordinator.hop.get = hop
+    for _ in range(2):
+        got, _, _ = await call(app, "/v1/views/balances/keys/a1", forwarded=False)
+        assert got == 200  # relayed, or answered by the full route after a 421 / 503
+    assert len(asked) == asks  # a stale choice is made again, a good one reused
