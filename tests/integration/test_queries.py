@@ -175,6 +175,9 @@ def test_every_query_from_every_node_then_partial(cluster: Any) -> None:
         assert rows == sorted(rows, key=sk)
         check_bad_input(port)
     assert hops_seen == {"0", "1"}
+    # forwarded key lookups went node to node over the lookup wire, not HTTP
+    hops = [get(p, "/health").json()["hops"] for p in ports]
+    assert all(h["wire"] > 0 and h["http_only_peers"] == [] for h in hops), hops
 
     # stop one node hard: its partitions have no other replica -> PARTIAL, never a wrong total
     dead_port, dead = nodes[2]

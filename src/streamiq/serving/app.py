@@ -21,7 +21,7 @@ from streamiq._http import ApiError, error_response, install_error_handlers
 from streamiq.config import Settings
 from streamiq.serving.consistency import Token, parse_tokens
 from streamiq.serving.coordinator import SERVED_BY, Coordinator
-from streamiq.serving.fastpath import LeanLookups
+from streamiq.serving.fastpath import LeanLookups, not_found_body
 from streamiq.serving.node import Node
 from streamiq.views.base import View, store_key
 
@@ -105,9 +105,8 @@ class NodeDeps:
             raw = self.node.stores[view.name].get(p, store_key(key))
             headers = {SERVED_BY: self.node.endpoint}
             if raw is None:
-                return JSONResponse({"status": "NOT_FOUND", "error": f"no {view.name} row for "
-                                     f"key {key!r}", "key": key, "partition": p, **stamp},
-                                    status_code=404, headers=headers)
+                return Response(not_found_body(view, key, p, stamp), 404, headers=headers,
+                                media_type="application/json")
             body = {"view": view.name, "key": key, "partition": p,
                     "value": json.loads(raw), **stamp}
             return JSONResponse(body, headers=headers)
@@ -121,7 +120,9 @@ def _routes(deps: NodeDeps) -> APIRouter:
 
     @r.get("/health", tags=["ops"], summary="Liveness and readiness of this node")
     async def health() -> JSONResponse:
-        return JSONResponse(node.describe(), status_code=200 if node.ready() else 503)
+        # hops: lookups this node forwarded, by transport (the wire or HTTP)
+        return JSONResponse({**node.describe(), "hops": deps.coordinator.hop.stats()},
+                            status_code=200 if node.ready() else 503)
 
     @r.get("/account/{account}", tags=["bank"], summary="Balance of an account (seed 000)")
     async def account(request: Request,

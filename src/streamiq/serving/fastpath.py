@@ -10,7 +10,9 @@ and headers of the regular route, when either
   the regular route would answer locally with hops 0), or
 * another node is: one forwarded call to the preferred replica (hops 1), its 200 or
   404 relayed; a refused connection, 421 or 503 defers to the regular route, which
-  tries the next replica and marks the dead one.
+  tries the next replica and marks the dead one. The call goes over the lookup wire
+  (``serving/wire.py``; the owner answers it in ``internal``), or over HTTP when the
+  client sent an Authorization header or the owner does not speak the wire.
 
 Anything else (unknown view, malformed key, windowed view, a missing local key,
 redirect mode, ``max_lag`` / ``position`` / ``wait_ms`` parameters) falls through to
@@ -26,21 +28,24 @@ JSONResponse were most of a node's CPU per lookup; the answer itself is a RocksD
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
+from streamiq._http import error_response
 from streamiq.serving.coordinator import FORWARDED, HOPS, SERVED_BY, TRANSPORT_ERRORS
 from streamiq.serving.hop import HopReply
+from streamiq.serving.wire import WireUnsupported
 from streamiq.views.base import View
 
 if TYPE_CHECKING:
     from streamiq.serving.app import NodeDeps
 
-__all__ = ["PENDING", "Answer", "Later", "LeanLookups"]
+__all__ = ["PENDING", "Answer", "Later", "LeanLookups", "not_found_body"]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -67,7 +72,7 @@ PENDING = _Pending()
 
 
 def _dumps(v: Any) -> bytes:
-    return json.dumps(v, ensure_ascii=False).encode()
+    return json.dumps(v, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 class LeanLookups:
@@ -81,7 +86,7 @@ class LeanLookups:
     async def __call__(self, scope: Scope, receive: Callable[[], Awaitable[Message]],
                        send: Callable[[Message], Awaitable[None]]) -> None:
         if scope["type"] == "http" and scope["method"] == "GET" and not scope["query_string"]:
-            answer = await self.answer(scope["path"], scope["headers"])
+            answer = await self.answer(scope["path"], scope["headers"], scope.get("raw_path"))
             if answer is not None:
                 status, body, headers = answer
                 await send({"type": "http.response.start", "status": status,
@@ -90,10 +95,10 @@ class LeanLookups:
                 return
         await self.app(scope, receive, send)
 
-    async def answer(self, path: str, headers: Iterable[tuple[bytes, bytes]]
-                     ) -> Answer | None:
+    async def answer(self, path: str, headers: Iterable[tuple[bytes, bytes]],
+                     raw_path: bytes | None = None) -> Answer | None:
         """The lean answer, or None when the full app must answer."""
-        pending = self.begin(path, headers)
+        pending = self.begin(path, headers, raw_path=raw_path)
         if pending is None or isinstance(pending, tuple):
             return pending
         assert not isinstance(pending, _Pending)  # only for a caller that gave a callback
@@ -109,7 +114,8 @@ class LeanLookups:
             return None
 
     def begin(self, path: str, headers: Iterable[tuple[bytes, bytes]],
-              then: Later | None = None) -> Answer | Awaitable[Answer | None] | _Pending | None:
+              then: Later | None = None, raw_path: bytes | None = None
+              ) -> Answer | Awaitable[Answer | None] | _Pending | None:
         """Answer now (a local lookup), later (the forwarded hop: PENDING when ``then``
         will get the answer, else a coroutine), or None: the full app answers.
 
@@ -117,25 +123,18 @@ class LeanLookups:
         (no bare 500s from here).
         """
         try:
-            return self._begin(path, headers, then)
+            return self._begin(path, headers, then, raw_path)
         except Exception:
             log.exception("lean lookup path failed; answering through the full app")
             return None
 
-    def _begin(self, path: str, headers: Iterable[tuple[bytes, bytes]], then: Later | None
-               ) -> Answer | Awaitable[Answer | None] | _Pending | None:
-        parts = path.split("/")
-        if len(parts) != 6 or parts[1] != "v1" or parts[2] != "views" or parts[4] != "keys":
+    def _begin(self, path: str, headers: Iterable[tuple[bytes, bytes]], then: Later | None,
+               raw_path: bytes | None) -> Answer | Awaitable[Answer | None] | _Pending | None:
+        target = self._target(path)
+        if target is None:
             return None
+        view, key = target
         node = self.deps.node
-        view = node.views.get(parts[3])
-        key = parts[5]
-        if view is None or view.windowed:
-            return None
-        try:
-            view.parse_key(key)
-        except ValueError:
-            return None
         p = view.partition_of(key, node.partitions[view.name])
         co = self.deps.coordinator
         if _FWD in headers:
@@ -147,40 +146,78 @@ class LeanLookups:
             return self.local(view, key, p)
         if co.redirect or node.router is None:
             return None
-        return self.forward(path, view, p, max_lag, headers, then)
+        if raw_path is None or b" " in raw_path or b"\n" in raw_path:
+            raw_path = quote(path).encode()
+        return self.forward(raw_path, view, p, max_lag, headers, then)
+
+    def _target(self, path: str) -> tuple[View, str] | None:
+        """(view, key) of a lean-able lookup path; None for anything else."""
+        parts = path.split("/")
+        if len(parts) != 6 or parts[1] != "v1" or parts[2] != "views" or parts[4] != "keys":
+            return None
+        view = self.deps.node.views.get(parts[3])
+        key = parts[5]
+        if view is None or view.windowed:
+            return None
+        try:
+            view.parse_key(key)
+        except ValueError:
+            return None
+        return view, key
 
     def local(self, view: View, key: str, p: int) -> Answer | None:
-        node = self.deps.node
-        raw = node.stores[view.name].get(p, key.encode())
+        raw = self.deps.node.stores[view.name].get(p, key.encode())
         if raw is None:
             return None
+        body = self._found(view, key, p, raw)
+        return 200, body, [(b"content-type", b"application/json"),
+                           (b"content-length", str(len(body)).encode()),
+                           (_SERVED_BY, self.deps.node.endpoint.encode()), (_HOPS, b"0")]
+
+    def _found(self, view: View, key: str, p: int, raw: bytes) -> bytes:
         stamp = self.deps.stamp(view.name, p)
-        body = b"".join((
+        return b"".join((
             b'{"view":', _dumps(view.name), b',"key":', _dumps(key),
             b',"partition":', str(p).encode(), b',"value":', raw,
             b',"served_by":', _dumps(stamp["served_by"]), b',"role":', _dumps(stamp["role"]),
             b',"lag":', str(stamp["lag"]).encode(), b"}"))
-        return 200, body, [(b"content-type", b"application/json"),
-                           (b"content-length", str(len(body)).encode()),
-                           (_SERVED_BY, node.endpoint.encode()), (_HOPS, b"0")]
 
-    def forward(self, path: str, view: View, p: int, max_lag: int,
+    def internal(self, p: int, raw_path: bytes) -> tuple[int, bytes]:
+        """The owner's answer to a lookup that came over the wire (``serving/wire.py``):
+        status and body as the regular route would give them to a forwarded request."""
+        path = raw_path.decode("latin-1")
+        if "%" in path:
+            path = unquote(path)
+        target = self._target(path)
+        if target is None:
+            return 400, bytes(error_response(400, "BAD_REQUEST",
+                                             f"not a key lookup of a keyed view: {path!r}").body)
+        view, key = target
+        node = self.deps.node
+        if view.partition_of(key, node.partitions[view.name]) != p or not node.holds(view.name, p):
+            return 421, bytes(self.deps.not_active(view.name, p).body)
+        raw = node.stores[view.name].get(p, key.encode())
+        if raw is None:
+            return 404, not_found_body(view, key, p, self.deps.stamp(view.name, p))
+        return 200, self._found(view, key, p, raw)
+
+    def forward(self, raw_path: bytes, view: View, p: int, max_lag: int,
                 headers: Iterable[tuple[bytes, bytes]], then: Later | None
                 ) -> Awaitable[Answer | None] | _Pending | None:
         """One hop to the preferred replica; any trouble defers to the regular route.
 
-        With ``then`` and an idle pooled connection, the hop runs on callbacks and
-        ``then(answer)`` is called with its outcome (PENDING is returned); otherwise
+        Over the lookup wire (``serving/wire.py``), or over HTTP when the client sent
+        an Authorization header (it travels to the owner's HTTP stack) or the owner does
+        not speak the wire. With ``then`` and an idle pooled connection, the hop runs on
+        callbacks and ``then(answer)`` gets its outcome (PENDING is returned); otherwise
         a coroutine that may wait for a slot or connect first.
         """
         owner = self._owner(view.name, p, max_lag)
         if owner is None:
             return None
-        out = {FORWARDED: "1"}
-        for k, v in headers:
-            if k == b"authorization":
-                out["authorization"] = v.decode("latin-1")
-        target = quote(path)
+        hop = self.deps.coordinator.hop
+        auth = next((v for k, v in headers if k == b"authorization"), None)
+        wire = auth is None and hop.speaks_wire(owner)
         if then is not None:
             def relayed(reply: HopReply | None) -> None:
                 try:
@@ -190,9 +227,10 @@ class LeanLookups:
                     answer = None
                 then(answer)
 
-            if self.deps.coordinator.hop.send(owner, target, out, relayed):
+            if (hop.lookup(owner, p, raw_path, relayed) if wire
+                    else hop.send(owner, raw_path.decode("latin-1"), _hop_headers(auth), relayed)):
                 return PENDING
-        return self._forward(owner, target, out, view, p, max_lag)
+        return self._forward(owner, raw_path, auth, wire, view, p, max_lag)
 
     def _owner(self, view: str, p: int, max_lag: int) -> str | None:
         """The node to forward to (None: no other replica), re-derived every _ROUTE_TTL."""
@@ -206,10 +244,17 @@ class LeanLookups:
         self._routes[(view, p, max_lag)] = (now, owner)
         return owner
 
-    async def _forward(self, owner: str, target: str, out: dict[str, str], view: View,
-                       p: int, max_lag: int) -> Answer | None:
+    async def _forward(self, owner: str, raw_path: bytes, auth: bytes | None, wire: bool,
+                       view: View, p: int, max_lag: int) -> Answer | None:
+        hop = self.deps.coordinator.hop
+        reply = None
         try:
-            reply = await self.deps.coordinator.hop.get(owner, target, out)
+            if wire:
+                # an older node or an HTTP-only proxy: WireUnsupported, then HTTP hops
+                with contextlib.suppress(WireUnsupported):
+                    reply = await hop.fetch(owner, p, raw_path)
+            if reply is None:
+                reply = await hop.get(owner, raw_path.decode("latin-1"), _hop_headers(auth))
         except TRANSPORT_ERRORS:
             reply = None
         return self._relayed(reply, owner, view, p, max_lag)
@@ -223,8 +268,22 @@ class LeanLookups:
             return None
         if log.isEnabledFor(logging.INFO):
             log.info("%s partition %d: forwarded to owner %s", view.name, p, owner)
-        hdrs = [(k, v) for k, v in reply.headers.items()
-                if k.startswith(b"x-streamiq-") and k != _HOPS]
+        hdrs = ([(k, v) for k, v in reply.headers.items()
+                 if k.startswith(b"x-streamiq-") and k != _HOPS]
+                if reply.headers else [(_SERVED_BY, owner.encode())])  # a wire reply
         return reply.status, reply.body, [
             (b"content-type", b"application/json"),
             (b"content-length", str(len(reply.body)).encode()), *hdrs, (_HOPS, b"1")]
+
+
+def _hop_headers(auth: bytes | None) -> dict[str, str]:
+    out = {FORWARDED: "1"}
+    if auth is not None:
+        out["authorization"] = auth.decode("latin-1")
+    return out
+
+
+def not_found_body(view: View, key: str, p: int, stamp: dict[str, Any]) -> bytes:
+    """The body of a lookup's 404 (the regular route and the wire give the same)."""
+    return _dumps({"status": "NOT_FOUND", "error": f"no {view.name} row for key {key!r}",
+                   "key": key, "partition": p, **stamp})

@@ -21,16 +21,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 import httptools
+
+from streamiq.serving.wire import PREFACE, WireUnsupported, request_frame
 
 __all__ = ["HopClient", "HopReply"]
 
 log = logging.getLogger("streamiq.routing")
+
+_NO_WIRE_S = 60.0  # how long a peer that answered the preface with HTTP gets HTTP hops
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,17 +49,16 @@ _Settle = Callable[[HopReply | None, Exception | None], None]
 
 
 class _Conn(asyncio.Protocol):
-    """One connection; at most one request in flight."""
+    """One connection; at most one request in flight. Subclasses parse the replies."""
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self.closed = False
-        self._parser = httptools.HttpResponseParser(self)
         self._then: _Settle | None = None  # the request in flight, if any
-        self._headers: dict[bytes, bytes] = {}
-        self._body: list[bytes] = []
         self._got_bytes = False
         self._timer: asyncio.TimerHandle | None = None
+        self._deadline = 0.0
+        self._prefix = b""  # sent with the first request (the wire's preface)
 
     # -- asyncio.Protocol --
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -63,51 +67,50 @@ class _Conn(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self._got_bytes = True
         try:
-            self._parser.feed_data(data)
-        except httptools.HttpParserError as exc:
-            self._fail(ConnectionError(f"malformed HTTP reply: {exc}"))
+            self._feed(data)
+        except ConnectionError as exc:
+            self._fail(exc)
             self.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
+        self.close()
         self._fail(ConnectionResetError("connection closed by the peer")
                    if exc is None else ConnectionResetError(str(exc)))
 
-    # -- httptools callbacks --
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self._headers[name.lower()] = value
+    def _feed(self, data: bytes) -> None:
+        """Parse reply bytes; ``_settle`` a whole reply; raise ConnectionError if malformed."""
+        raise NotImplementedError
 
-    def on_body(self, body: bytes) -> None:
-        self._body.append(body)
-
-    def on_message_complete(self) -> None:
-        reply = HopReply(self._parser.get_status_code(), self._headers, b"".join(self._body))
-        if not self._parser.should_keep_alive():
-            self.close()
-        self._settle(reply, None)
+    def _begin(self) -> None:
+        """Reset the parse state for the next reply."""
 
     # -- use --
     def _fail(self, exc: Exception) -> None:
         self._settle(None, exc)
 
     def _settle(self, reply: HopReply | None, exc: Exception | None) -> None:
-        self._disarm()
         then, self._then = self._then, None
         if then is not None:
             then(reply, exc)
 
-    def _disarm(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-
-    def _time_out(self) -> None:
+    def _check(self) -> None:
+        """The timer: a request in flight past its deadline fails; the timer stays armed
+        while requests keep coming (no timer per request)."""
         self._timer = None
+        if self._then is None or self.closed:
+            return
+        loop = asyncio.get_running_loop()
+        if loop.time() < self._deadline:
+            self._timer = loop.call_at(self._deadline, self._check)
+            return
         self._fail(TimeoutError("no reply from the peer in time"))
         self.close()  # a late reply must not be read as the next request's
 
     def close(self) -> None:
         self.closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self.transport is not None:
             self.transport.close()
 
@@ -116,9 +119,17 @@ class _Conn(asyncio.Protocol):
         once, from the event loop's callbacks. The write is the last thing done here: on
         loopback it wakes the peer, which may then share this CPU until we yield it."""
         assert self.transport is not None and self._then is None
-        self._headers, self._body, self._got_bytes = {}, [], False
+        self._begin()
+        self._got_bytes = False
         self._then = then
-        self._timer = asyncio.get_running_loop().call_later(timeout, self._time_out)
+        loop = asyncio.get_running_loop()
+        self._deadline = loop.time() + timeout
+        if self._timer is None or self._timer.when() > self._deadline:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = loop.call_at(self._deadline, self._check)
+        if self._prefix:
+            raw, self._prefix = self._prefix + raw, b""
         self.transport.write(raw)
 
     def request(self, raw: bytes, timeout: float) -> asyncio.Future[HopReply]:
@@ -141,42 +152,140 @@ class _Conn(asyncio.Protocol):
         return not self._got_bytes
 
 
-class _Host:
-    """One peer: idle connections, requests in flight, requests waiting for a slot."""
-
-    __slots__ = ("busy", "idle", "waiters")
+class _HttpConn(_Conn):
+    """An HTTP/1.1 keep-alive connection; replies parsed by httptools."""
 
     def __init__(self) -> None:
+        super().__init__()
+        self._parser = httptools.HttpResponseParser(self)
+        self._headers: dict[bytes, bytes] = {}
+        self._body: list[bytes] = []
+
+    def _begin(self) -> None:
+        self._headers, self._body = {}, []
+
+    def _feed(self, data: bytes) -> None:
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            raise ConnectionError(f"malformed HTTP reply: {exc}") from None
+
+    # -- httptools callbacks --
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers[name.lower()] = value
+
+    def on_body(self, body: bytes) -> None:
+        self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        reply = HopReply(self._parser.get_status_code(), self._headers, b"".join(self._body))
+        if not self._parser.should_keep_alive():
+            self.close()
+        self._settle(reply, None)
+
+
+class _WireConn(_Conn):
+    """A lookup-wire connection (``serving/wire.py``): preface, then frames."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._buf = b""
+        self._prefix = PREFACE
+
+    def _begin(self) -> None:
+        self._buf = b""
+
+    def _feed(self, data: bytes) -> None:
+        buf = self._buf + data if self._buf else data
+        head, sep, body = buf.partition(b"\n")
+        if not sep:
+            if len(buf) > 64 or buf.startswith(b"HTTP/"):
+                raise WireUnsupported(f"not a wire reply: {buf[:32]!r}")
+            self._buf = buf
+            return
+        status, _, length = head.partition(b" ")
+        if not (status.isdigit() and length.isdigit()):
+            raise WireUnsupported(f"not a wire reply: {head[:32]!r}")
+        size = int(length)
+        if len(body) < size:
+            self._buf = buf
+            return
+        if len(body) > size or self._then is None:
+            raise ConnectionError("unexpected bytes after a wire reply")
+        self._buf = b""
+        self._settle(HopReply(int(status), {}, body), None)
+
+class _Host:
+    """One peer over one kind of connection: idle connections, requests in flight,
+    requests waiting for a slot."""
+
+    __slots__ = ("address", "answered", "busy", "idle", "kind", "waiters")
+
+    def __init__(self, address: str, kind: type[_Conn]) -> None:
+        self.address = address
+        self.kind = kind
         self.idle: list[_Conn] = []
         self.busy = 0
         self.waiters: deque[asyncio.Future[None]] = deque()
+        self.answered = 0  # requests that got a reply
 
 
 class HopClient:
-    """Pooled keep-alive GETs: ``await client.get("host:port", "/path", headers)``.
+    """Pooled keep-alive requests to other nodes.
 
-    At most ``max_per_host`` requests per node are in flight (each on its own
-    connection); further ones wait for a slot within their timeout. ``send`` is the
-    same request on callbacks, made only when a pooled connection and a slot are free
-    right now (False otherwise: then use ``get``).
+    ``await get("host:port", "/path", headers)`` is an HTTP GET; ``await
+    fetch("host:port", partition, raw_path)`` is a key lookup over the lookup wire
+    (``serving/wire.py``). At most ``max_per_host`` requests per node and kind are in
+    flight (each on its own connection); further ones wait for a slot within their
+    timeout. ``send`` and ``lookup`` are the same requests on callbacks, made only when
+    a pooled connection and a slot are free right now (False otherwise).
     """
 
     def __init__(self, *, max_per_host: int = 64, max_idle_per_host: int = 32,
                  connect_timeout: float = 1.0) -> None:
-        self._hosts: dict[str, _Host] = {}
+        self._hosts: dict[str, _Host] = {}  # HTTP connections
+        self._wire_hosts: dict[str, _Host] = {}
+        self._no_wire: dict[str, float] = {}  # peer -> until when it gets HTTP hops only
         self._max_per_host = max_per_host  # connections in use; more requests queue
         self._max_idle = max_idle_per_host
         self._connect_timeout = connect_timeout
 
+    def stats(self) -> dict[str, Any]:
+        """Replies received per transport, and the peers getting HTTP hops only for now."""
+        return {"wire": sum(h.answered for h in self._wire_hosts.values()),
+                "http": sum(h.answered for h in self._hosts.values()),
+                "http_only_peers": sorted(a for a in list(self._no_wire)
+                                          if not self.speaks_wire(a))}
+
+    def speaks_wire(self, address: str) -> bool:
+        """False for a while after the peer answered the wire's preface with HTTP."""
+        until = self._no_wire.get(address)
+        if until is None:
+            return True
+        if time.monotonic() < until:
+            return False
+        del self._no_wire[address]
+        return True
+
     def send(self, address: str, path: str, headers: dict[str, str],
              then: Callable[[HopReply | None], None], timeout: float = 10.0) -> bool:
-        """The request on an idle pooled connection, if one is free right now.
+        """The GET on an idle pooled connection, if one is free right now.
 
         True: ``then(reply)`` will run from the event loop's callbacks, ``then(None)``
         if the request failed (no retry here: a stale idle connection fails too, and
         the caller falls back to its slower path). False: nothing was sent; use ``get``.
         """
-        host = self._hosts.get(address)
+        return self._send(self._hosts.get(address),
+                          lambda: _request(address, path, headers), then, timeout)
+
+    def lookup(self, address: str, partition: int, raw_path: bytes,
+               then: Callable[[HopReply | None], None], timeout: float = 10.0) -> bool:
+        """``send`` over the lookup wire (False as well while the peer does not speak it)."""
+        return self._send(self._wire_hosts.get(address),
+                          lambda: request_frame(partition, raw_path), then, timeout)
+
+    def _send(self, host: _Host | None, raw: Callable[[], bytes],
+              then: Callable[[HopReply | None], None], timeout: float) -> bool:
         if host is None or host.busy >= self._max_per_host:
             return False
         conn = _pooled(host)
@@ -187,27 +296,52 @@ class HopClient:
         def settled(reply: HopReply | None, exc: Exception | None) -> None:
             self._release(host)
             if exc is None:
+                host.answered += 1
                 self._checkin(host, conn)
             else:
                 conn.close()
+                self._failed(host, exc)
             try:
                 then(reply)
             except Exception:
                 log.exception("hop reply handler failed")
 
-        conn.call(_request(address, path, headers), timeout, settled)
+        conn.call(raw(), timeout, settled)
         return True
 
     async def get(self, address: str, path: str, headers: dict[str, str],
                   timeout: float = 10.0) -> HopReply:
-        raw = _request(address, path, headers)
-        host = self._hosts.get(address)
+        return await self._fetch(self._host(self._hosts, address, _HttpConn),
+                                 _request(address, path, headers), timeout)
+
+    async def fetch(self, address: str, partition: int, raw_path: bytes,
+                    timeout: float = 10.0) -> HopReply:
+        """``get`` over the lookup wire; ``WireUnsupported`` if the peer does not speak it."""
+        host = self._host(self._wire_hosts, address, _WireConn)
+        try:
+            return await self._fetch(host, request_frame(partition, raw_path), timeout)
+        except WireUnsupported as exc:
+            self._failed(host, exc)
+            raise
+
+    def _failed(self, host: _Host, exc: Exception) -> None:
+        if isinstance(exc, WireUnsupported) and host.address not in self._no_wire:
+            log.warning("%s does not speak the lookup wire (%s); HTTP hops for %.0f s",
+                        host.address, exc, _NO_WIRE_S)
+            self._no_wire[host.address] = time.monotonic() + _NO_WIRE_S
+
+    @staticmethod
+    def _host(hosts: dict[str, _Host], address: str, kind: type[_Conn]) -> _Host:
+        host = hosts.get(address)
         if host is None:
-            host = self._hosts[address] = _Host()
+            host = hosts[address] = _Host(address, kind)
+        return host
+
+    async def _fetch(self, host: _Host, raw: bytes, timeout: float) -> HopReply:
         async with asyncio.timeout(timeout):
             await self._acquire(host)
             try:
-                return await self._get(host, address, raw, timeout)
+                return await self._get(host, raw, timeout)
             finally:
                 self._release(host)
 
@@ -235,29 +369,30 @@ class HopClient:
                 return
         host.busy -= 1
 
-    async def _get(self, host: _Host, address: str, raw: bytes, timeout: float) -> HopReply:
-        conn, reused = await self._checkout(host, address)
+    async def _get(self, host: _Host, raw: bytes, timeout: float) -> HopReply:
+        conn, reused = await self._checkout(host)
         try:
             reply = await _roundtrip(conn, raw, timeout)
         except ConnectionError:
             if not (reused and conn.silent):
                 raise
-            conn = await self._connect(address)  # a stale idle connection: once more
+            conn = await self._connect(host)  # a stale idle connection: once more
             reply = await _roundtrip(conn, raw, timeout)
+        host.answered += 1
         self._checkin(host, conn)
         return reply
 
-    async def _checkout(self, host: _Host, address: str) -> tuple[_Conn, bool]:
+    async def _checkout(self, host: _Host) -> tuple[_Conn, bool]:
         conn = _pooled(host)
         if conn is not None:
             return conn, True
-        return await self._connect(address), False
+        return await self._connect(host), False
 
-    async def _connect(self, address: str) -> _Conn:
-        host, _, port = address.rpartition(":")
+    async def _connect(self, host: _Host) -> _Conn:
+        name, _, port = host.address.rpartition(":")
         loop = asyncio.get_running_loop()
         async with asyncio.timeout(self._connect_timeout):
-            _, conn = await loop.create_connection(_Conn, host, int(port))
+            _, conn = await loop.create_connection(host.kind, name, int(port))
         return conn
 
     def _checkin(self, host: _Host, conn: _Conn) -> None:
@@ -269,7 +404,7 @@ class HopClient:
             conn.close()
 
     def close(self) -> None:
-        for host in self._hosts.values():
+        for host in (*self._hosts.values(), *self._wire_hosts.values()):
             for conn in host.idle:
                 conn.close()
             host.idle.clear()

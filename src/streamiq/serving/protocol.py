@@ -1,4 +1,4 @@
-"""The node's HTTP protocol: uvicorn's httptools protocol with two changes.
+"""The node's HTTP protocol: uvicorn's httptools protocol with three changes.
 
 1. Each response leaves in one write. uvicorn writes a response's status line and
    headers, then its body, as two ``transport.write`` calls: two ``send`` syscalls
@@ -11,6 +11,8 @@
    forwarded one on a pooled connection is answered from the hop's parser callback
    (one that must connect or wait for a slot runs in a task). Everything else, and
    any lookup the lean path declines, goes through the app as usual.
+3. A connection that opens with the lookup wire's preface (``serving/wire.py``: other
+   nodes forwarding key lookups) is served by a ``WireServer`` instead of HTTP.
 
 Measured with bench/bench_queries.py and ``strace`` (docs/design.md, "Forwarded
 lookups"): uvicorn's per-request task and ASGI plumbing cost more CPU than the lookup
@@ -30,6 +32,7 @@ from uvicorn.protocols.http.httptools_impl import (
 )
 
 from streamiq.serving.fastpath import PENDING, Answer, LeanLookups
+from streamiq.serving.wire import PREFACE, WireServer
 
 __all__ = ["NodeHttpProtocol"]
 
@@ -91,9 +94,34 @@ class NodeHttpProtocol(HttpToolsProtocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._lean = self.app if isinstance(self.app, LeanLookups) else None
+        self._head: bytes | None = b""  # a new connection's first bytes, until known
+        self._wire: WireServer | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        self._raw_transport = transport  # the wire writes whole replies itself
         super().connection_made(_CoalescingTransport(transport, self.loop))  # type: ignore[arg-type]
+
+    def data_received(self, data: bytes) -> None:
+        if self._wire is not None:
+            self._wire.feed(data)
+            return
+        if self._head is not None and self._lean is not None:  # a lookup wire, or HTTP?
+            data = self._head + data
+            if len(data) < len(PREFACE) and PREFACE.startswith(data):
+                self._head = data
+                return
+            self._head = None
+            if data.startswith(PREFACE):
+                self._wire = WireServer(self._lean.internal, self._raw_transport, self.loop,
+                                        self.timeout_keep_alive)
+                self._wire.feed(data[len(PREFACE):])
+                return
+        super().data_received(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._wire is not None:
+            self._wire.close()
+        super().connection_lost(exc)
 
     def on_message_begin(self) -> None:
         # uvicorn cancels the keep-alive timer when bytes arrive; a lean answer can arm
@@ -110,7 +138,8 @@ class NodeHttpProtocol(HttpToolsProtocol):
         if (self._lean is not None and app is self.app and scope["method"] == "GET"
                 and not scope["query_string"]):
             pending = self._lean.begin(scope["path"], scope["headers"],
-                                       lambda answer: self._answered(cycle, answer))
+                                       lambda answer: self._answered(cycle, answer),
+                                       scope["raw_path"])
             if pending is PENDING:  # a hop on a pooled connection: _answered follows
                 return
             if isinstance(pending, tuple):

@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
+from streamiq.views.bank import BALANCES
+
 
 async def call(app: Any, path: str, forwarded: bool, query: bytes = b"",
-               auth: str | None = None) -> tuple[int, Any, dict]:
+               auth: str | None = None, raw_path: bytes | None = None) -> tuple[int, Any, dict]:
     headers = [(b"host", b"x")] + ([(b"x-streamiq-forwarded", b"1")] if forwarded else [])
     if auth:
         headers.append((b"authorization", auth.encode()))
     scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
-             "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": query,
+             "scheme": "http", "path": path, "raw_path": raw_path or path.encode(),
+             "query_string": query,
              "root_path": "", "headers": headers, "client": ("127.0.0.1", 1),
              "server": ("127.0.0.1", 2)}
     out: list[dict[str, Any]] = []
@@ -76,26 +80,51 @@ async def test_lean_forward_carries_authorization_and_says_one_hop(app: Any) -> 
                      {"x-streamiq-forwarded": "1", "authorization": "Bearer t"})]
 
 
-async def test_lean_forward_quotes_the_key_it_relays(app: Any) -> None:
+async def test_lean_forward_goes_over_the_wire_with_the_raw_path(app: Any) -> None:
     from streamiq.routing.router import Endpoint
     from streamiq.serving.hop import HopReply
 
     deps = app.deps
     deps.node.router.assigned = lambda v, p, members=None: ["127.0.0.1:2"]
     deps.node.router.owner = lambda v, p, lag: Endpoint("127.0.0.1:2", "active", 0)
-    sent: list[str] = []
+    sent: list[tuple[str, int, bytes]] = []
 
-    async def get(address: str, path: str, headers: dict[str, str]) -> HopReply:
-        sent.append(path)
-        return HopReply(404, {}, b'{"status":"NOT_FOUND"}')
+    async def fetch(address: str, partition: int, raw_path: bytes) -> HopReply:
+        sent.append((address, partition, raw_path))
+        return HopReply(404, {}, b'{"status":"NOT_FOUND"}')  # a wire reply: no headers
 
-    deps.coordinator.hop.get = get
+    deps.coordinator.hop.fetch = fetch
     await call(app, "/v1/views/balances/keys/a b/ü", forwarded=False)
     # a key with "/" is not a single path segment: the route answers, not the lean path
     assert sent == []
-    status, _, headers = await call(app, "/v1/views/balances/keys/a bü", forwarded=False)
-    assert sent == ["/v1/views/balances/keys/a%20b%C3%BC"]
-    assert status == 404 and headers["x-streamiq-hops"] == "1"
+    status, body, headers = await call(app, "/v1/views/balances/keys/a bü", forwarded=False)
+    p = BALANCES.partition_of("a bü", 3)
+    assert sent == [("127.0.0.1:2", p, b"/v1/views/balances/keys/a%20b%C3%BC")]  # quoted
+    assert (status, body) == (404, {"status": "NOT_FOUND"})
+    assert headers["x-streamiq-hops"] == "1" and headers["x-streamiq-served-by"] == "127.0.0.1:2"
+    raw = "/v1/views/balances/keys/%61bc"  # as the client sent it: relayed unchanged
+    await call(app, "/v1/views/balances/keys/abc", forwarded=False, raw_path=raw.encode())
+    assert sent[-1][2] == raw.encode()
+
+
+def wire_lookup(app: Any, key: str, p: int | None = None) -> tuple[int, Any]:
+    p = BALANCES.partition_of(key, 3) if p is None else p
+    status, body = app.internal(p, f"/v1/views/balances/keys/{quote(key)}".encode())
+    return status, json.loads(body)
+
+
+async def test_wire_lookup_answers_like_the_route(app: Any) -> None:
+    for key in ("a1", "nobody"):
+        route = await call(app, f"/v1/views/balances/keys/{key}", forwarded=True,
+                           query=b"wait_ms=1")
+        assert wire_lookup(app, key) == route[:2]  # 200 with the row; 404, same body
+    wrong = (BALANCES.partition_of("a1", 3) + 1) % 3
+    status, body = wire_lookup(app, "a1", wrong)  # never "not found" for a key not held
+    assert status == 421 and body["status"] == "NOT_ACTIVE"
+    app.deps.node.holds = lambda v, q: False
+    assert wire_lookup(app, "a1")[0] == 421
+    status, body = app.internal(0, b"/v1/views/order_counts_1m/keys/s1%7CGENERAL")
+    assert status == 400 and json.loads(body)["status"] == "BAD_REQUEST"  # windowed
 
 
 async def test_a_failing_lean_path_falls_back_to_the_full_app(app: Any) -> None:
@@ -146,7 +175,7 @@ async def test_forwarding_choice_is_reused_until_a_hop_says_it_is_stale(
         return HopReply(status, {}, b'{"status":"NOT_ACTIVE"}' if status != 200 else b"{}")
 
     deps.node.router.owner = owner
-    deps.coordinator.hop.get = hop
+    deps.coordinator.hop.fetch = hop  # the lookup wire
     for _ in range(2):
         got, _, _ = await call(app, "/v1/views/balances/keys/a1", forwarded=False)
         assert got == 200  # relayed, or answered by the full route after a 421 / 503

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-from collections.abc import AsyncIterator
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest_asyncio
 import uvicorn
+from fakes import RecordingTransport
 
 from streamiq.routing.router import Endpoint
 from streamiq.serving.hop import HopReply
@@ -19,21 +19,8 @@ A1 = "/v1/views/balances/keys/a1"
 
 
 @pytest_asyncio.fixture(loop_scope="function")  # the tests' loop serves
-async def server(app: Any) -> AsyncIterator[int]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    # proxy_headers=False as in run_node: the lean path needs LeanLookups as the app itself
-    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="off",
-                                        proxy_headers=False, http=NodeHttpProtocol,
-                                        log_level="warning"))
-    task = asyncio.create_task(srv.serve())
-    while not srv.started:
-        assert not task.done(), "server did not start"
-        await asyncio.sleep(0.01)
-    yield port
-    srv.should_exit = True
-    await task
+async def server(app: Any, serve_node: Callable[..., Awaitable[int]]) -> int:
+    return await serve_node(app)
 
 
 async def read_response(r: asyncio.StreamReader) -> tuple[int, dict[str, str], bytes]:
@@ -85,10 +72,10 @@ async def test_forwarded_lookup_relays_the_owner_reply(app: Any, server: int) ->
     deps.coordinator.active_here = lambda v, q, lag: False
     deps.node.router.owner = lambda v, p, lag: Endpoint("127.0.0.1:2", "active", 0)
 
-    async def hop(address: str, path: str, headers: dict[str, str]) -> HopReply:
-        return HopReply(200, {b"x-streamiq-served-by": b"127.0.0.1:2"}, b'{"k":1}')
+    async def hop(address: str, partition: int, raw_path: bytes) -> HopReply:
+        return HopReply(200, {}, b'{"k":1}')  # over the lookup wire: no headers
 
-    deps.coordinator.hop.get = hop
+    deps.coordinator.hop.fetch = hop
     r, w = await asyncio.open_connection("127.0.0.1", server)
     w.write(get(A1) + get(A1))  # pipelined: the second waits for the first's hop
     for _ in range(2):
@@ -148,36 +135,15 @@ async def test_forwarded_lookups_reuse_a_pooled_hop_and_survive_a_dropped_one(
     assert connections == 1 and all(b"authorization: Bearer t" in req for req in seen)
     assert pooled == [False, True, True]  # the first connects; then callbacks, no task
     await asyncio.sleep(0.05)  # the owner's close reaches the pool
-    w.write(get(A1))  # no pooled connection left: connect again
+    w.write(get(A1, "authorization: Bearer t"))  # no pooled connection left: connect again
     status, headers, body = await read_response(r)
     assert (status, body) == (200, b'{"n":4}') and connections == 2
     w.close()
     srv.close()
 
 
-class _Recorder:
-    def __init__(self) -> None:
-        self.writes: list[bytes] = []
-        self.closed = False
-
-    def write(self, data: bytes) -> None:
-        self.writes.append(data)
-
-    def close(self) -> None:
-        self.closed = True
-
-    def abort(self) -> None:
-        self.closed = True
-
-    def get_write_buffer_size(self) -> int:
-        return 0
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-
 async def test_coalescing_transport_sends_one_buffer_per_step() -> None:
-    rec = _Recorder()
+    rec = RecordingTransport()
     t = _CoalescingTransport(rec, asyncio.get_running_loop())  # type: ignore[arg-type]
     t.write(b"head ")
     t.write(b"")
@@ -188,14 +154,14 @@ async def test_coalescing_transport_sends_one_buffer_per_step() -> None:
     t.write(b"last")
     t.close()  # close flushes first: nothing written before it is lost
     assert rec.writes == [b"head body", b"last"] and rec.closed and t.is_closing()
-    t2 = _CoalescingTransport(_Recorder(), asyncio.get_running_loop())  # type: ignore[arg-type]
+    t2 = _CoalescingTransport(RecordingTransport(), asyncio.get_running_loop())  # type: ignore[arg-type]
     t2.write(b"x")
     t2.abort()  # abort drops what is pending, like a transport's abort
     await asyncio.sleep(0)
     assert t2._transport.writes == []  # type: ignore[attr-defined]
 
 
-class _Peer(_Recorder):
+class _Peer(RecordingTransport):
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         return {"peername": ("127.0.0.1", 5), "sockname": ("127.0.0.1", 6)}.get(name, default)
 

@@ -1,0 +1,107 @@
+"""The node-to-node lookup wire: a forwarded key lookup without HTTP on the owner.
+
+A hop connection opens with ``PREFACE`` on the node's own HTTP port (no second port to
+configure, advertise or open in a firewall). The node's HTTP protocol sees the preface
+in the connection's first bytes and hands the connection to a ``WireServer``; anything
+else stays HTTP. Frames, one lookup at a time per connection, in order::
+
+    request  b"<partition> <raw path>\\n"        raw path: the client's request path,
+                                                  still percent-encoded (no spaces)
+    reply    b"<status> <body length>\\n<body>"   status and body exactly as the HTTP
+                                                  route would answer (200, 404, 421...)
+
+Why: a forwarded lookup costs the owner what a client's lookup costs it, and most of
+that is HTTP serving (uvicorn's per-request parsing, scope, cycle, headers and timers),
+which the entry node's request already paid once. Measured with
+bench/bench_queries.py (docs/design.md, "Forwarded lookups").
+
+A peer that does not speak the wire (an older node, or an HTTP-only proxy in front of
+it) answers the preface with an HTTP error; the client raises ``WireUnsupported`` and
+the caller uses an HTTP hop instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+__all__ = ["MAX_LINE", "PREFACE", "WireServer", "WireUnsupported", "reply_frame",
+           "request_frame"]
+
+log = logging.getLogger("streamiq.routing")
+
+PREFACE = b"STREAMIQ-HOP/1\n"
+MAX_LINE = 8192  # a request line longer than this closes the connection
+Lookup = Callable[[int, bytes], tuple[int, bytes]]  # (partition, raw path) -> status, body
+
+
+class WireUnsupported(ConnectionError):
+    """The peer answered the preface with something else (HTTP): use an HTTP hop."""
+
+
+def request_frame(partition: int, raw_path: bytes) -> bytes:
+    return b"%d %s\n" % (partition, raw_path)
+
+
+def reply_frame(status: int, body: bytes) -> bytes:
+    return b"%d %d\n%s" % (status, len(body), body)
+
+
+class WireServer:
+    """The owner's side of one wire connection: lines in, frames out.
+
+    Lookups are answered synchronously (a store read), so replies leave in request
+    order; all the replies to one read leave in one write. A connection with no
+    request for ``idle_timeout`` to twice that long is closed, like an idle HTTP
+    keep-alive connection.
+    """
+
+    __slots__ = ("_buf", "_lookup", "_seen", "_timeout", "_timer", "_transport")
+
+    def __init__(self, lookup: Lookup, transport: asyncio.Transport,
+                 loop: asyncio.AbstractEventLoop, idle_timeout: float) -> None:
+        self._lookup = lookup
+        self._transport = transport
+        self._buf = b""
+        self._seen = True
+        self._timeout = idle_timeout
+        self._timer: asyncio.TimerHandle | None = loop.call_later(idle_timeout, self._idle)
+
+    def feed(self, data: bytes) -> None:
+        self._seen = True
+        buf = self._buf + data if self._buf else data
+        out: list[bytes] = []
+        start = 0
+        while (end := buf.find(b"\n", start)) >= 0:
+            out.append(self._answer(buf[start:end]))
+            start = end + 1
+        self._buf = buf[start:]
+        if out:
+            self._transport.write(out[0] if len(out) == 1 else b"".join(out))
+        if len(self._buf) > MAX_LINE:
+            log.warning("wire request line over %d bytes; closing the connection", MAX_LINE)
+            self._transport.close()
+
+    def _answer(self, line: bytes) -> bytes:
+        p, sep, raw_path = line.partition(b" ")
+        if not sep or not p.isdigit() or not raw_path:
+            return reply_frame(400, b'{"status":"BAD_REQUEST","error":"malformed wire request"}')
+        try:
+            return reply_frame(*self._lookup(int(p), raw_path))
+        except Exception:
+            log.exception("wire lookup failed")
+            return reply_frame(500, b'{"status":"ERROR","error":"lookup failed"}')
+
+    def _idle(self) -> None:
+        if not self._seen:
+            self._timer = None
+            self._transport.close()
+            return
+        self._seen = False
+        self._timer = asyncio.get_running_loop().call_later(self._timeout, self._idle)
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None

@@ -1,0 +1,174 @@
+"""The lookup wire (serving/wire.py): the owner's side on the node port, the entry's
+side in the hop client, and the fall back to HTTP hops for a peer that does not speak it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from fakes import RecordingTransport
+
+from streamiq.routing.router import Endpoint
+from streamiq.serving.hop import HopClient
+from streamiq.serving.wire import MAX_LINE, PREFACE, WireServer, WireUnsupported, request_frame
+from streamiq.views.bank import BALANCES
+
+A1 = "/v1/views/balances/keys/a1"
+P1 = BALANCES.partition_of("a1", 3)
+Serve = Callable[..., Awaitable[int]]
+
+
+async def read_frame(r: asyncio.StreamReader) -> tuple[int, bytes]:
+    status, length = (await r.readuntil(b"\n")).split()
+    return int(status), await r.readexactly(int(length))
+
+
+async def http_get(port: int, path: str, *extra: str) -> tuple[int, dict[str, str], bytes]:
+    r, w = await asyncio.open_connection("127.0.0.1", port)
+    w.write("\r\n".join([f"GET {path} HTTP/1.1", "host: x", *extra, "", ""]).encode())
+    head = (await r.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+    headers = {k.lower(): v for k, _, v in (h.partition(": ") for h in head[1:] if h)}
+    body = await r.readexactly(int(headers["content-length"]))
+    w.close()
+    return int(head[0].split()[1]), headers, body
+
+
+async def test_the_node_port_speaks_the_wire_after_its_preface(app: Any, serve_node: Serve
+                                                               ) -> None:
+    port = await serve_node(app)
+    r, w = await asyncio.open_connection("127.0.0.1", port)
+    w.write(PREFACE[:5])  # the preface may arrive in pieces
+    await asyncio.sleep(0.05)
+    w.write(PREFACE[5:] + request_frame(P1, A1.encode())  # four lookups in one write
+            + request_frame(BALANCES.partition_of("nobody", 3), b"/v1/views/balances/keys/nobody")
+            + request_frame((P1 + 1) % 3, A1.encode()) + b"nonsense\n")
+    got = [await read_frame(r) for _ in range(4)]
+    assert [s for s, _ in got] == [200, 404, 421, 400]  # in order
+    _, headers, body = await http_get(port, A1, "x-streamiq-forwarded: 1")
+    assert got[0][1] == body  # byte for byte what an HTTP hop gets
+    assert json.loads(got[1][1])["status"] == "NOT_FOUND"
+    assert json.loads(got[2][1])["status"] == "NOT_ACTIVE"
+    w.write(request_frame(P1, A1.encode()))  # the connection stays open for more
+    assert await read_frame(r) == (200, body)
+    w.close()
+    status, headers, _ = await http_get(port, A1)  # HTTP on the same port is unaffected
+    assert status == 200 and headers["x-streamiq-hops"] == "0"
+
+
+def entry_for(entry: Any, owner_port: int) -> Any:
+    """The node app as an entry node that sees the owner as every partition's active."""
+    deps = entry.deps
+    deps.coordinator.active_here = lambda v, q, lag: False
+    deps.node.router.owner = lambda v, p, lag: Endpoint(f"127.0.0.1:{owner_port}", "active", 0)
+    return entry
+
+
+def spy(obj: Any, name: str) -> list[Any]:
+    calls: list[Any] = []
+    real = getattr(obj, name)
+
+    def wrapper(*a: Any, **k: Any) -> Any:
+        calls.append(real(*a, **k))
+        return calls[-1]
+
+    setattr(obj, name, wrapper)
+    return calls
+
+
+async def test_an_entry_node_forwards_lookups_over_the_wire(app: Any, second_app: Any,
+                                                            serve_node: Serve) -> None:
+    owner = await serve_node(app)
+    entry = entry_for(second_app, owner)
+    hop = entry.deps.coordinator.hop
+    wire, http = spy(hop, "lookup"), spy(hop, "send")
+    port = await serve_node(entry)
+    _, _, direct = await http_get(owner, A1, "x-streamiq-forwarded: 1")
+    r, w = await asyncio.open_connection("127.0.0.1", port)
+    for _ in range(3):
+        w.write(f"GET {A1} HTTP/1.1\r\nhost: x\r\n\r\n".encode())
+        head = (await r.readuntil(b"\r\n\r\n")).decode().split("\r\n")
+        headers = {k: v for k, _, v in (h.partition(": ") for h in head[1:] if h)}
+        body = await r.readexactly(int(headers["content-length"]))
+        assert head[0] == "HTTP/1.1 200 OK" and body == direct
+        assert headers["x-streamiq-hops"] == "1"
+        assert headers["x-streamiq-served-by"] == f"127.0.0.1:{owner}"
+    w.close()
+    assert wire == [False, True, True] and http == []  # connect once, then pooled callbacks
+    assert hop.stats() == {"wire": 3, "http": 0, "http_only_peers": []}
+    status, headers, body = await http_get(port, "/v1/views/balances/keys/nobody")
+    assert status == 404 and headers["x-streamiq-hops"] == "1"
+    assert json.loads(body)["status"] == "NOT_FOUND"
+
+
+async def test_an_owner_without_the_wire_gets_http_hops(app: Any, second_app: Any,
+                                                        serve_node: Serve) -> None:
+    owner = await serve_node(app, http="httptools")  # stock uvicorn: 400 to the preface
+    entry = entry_for(second_app, owner)
+    hop = entry.deps.coordinator.hop
+    http = spy(hop, "send")
+    port = await serve_node(entry)
+    for _ in range(2):
+        status, headers, body = await http_get(port, A1)
+        assert status == 200 and json.loads(body)["value"]["balance"] == 5
+        assert headers["x-streamiq-hops"] == "1"
+    assert not hop.speaks_wire(f"127.0.0.1:{owner}")
+    assert http == [True]  # the second lookup went out on the pooled HTTP connection
+    assert hop.stats() == {"wire": 0, "http": 2, "http_only_peers": [f"127.0.0.1:{owner}"]}
+
+
+async def test_hop_client_reads_a_reply_in_pieces_and_spots_an_http_peer() -> None:
+    async def owner(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        assert await r.readexactly(len(PREFACE)) == PREFACE
+        await r.readuntil(b"\n")
+        for piece in (b"20", b"0 7\n{\"a\"", b":1}"):
+            w.write(piece)
+            await asyncio.sleep(0.02)
+        await r.readuntil(b"\n")
+        w.write(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n")
+
+    srv = await asyncio.start_server(owner, "127.0.0.1", 0)
+    address = f"127.0.0.1:{srv.sockets[0].getsockname()[1]}"
+    hop = HopClient()
+    reply = await hop.fetch(address, 0, b"/x")
+    assert (reply.status, reply.body) == (200, b'{"a":1}')
+    with pytest.raises(WireUnsupported):
+        await hop.fetch(address, 0, b"/x")
+    assert not hop.speaks_wire(address)
+    assert not hop.lookup(address, 0, b"/x", lambda _: None)  # HTTP hops for a while
+    hop.close()
+    srv.close()
+
+
+async def test_wire_server_closes_on_an_overlong_line_and_when_idle() -> None:
+    loop = asyncio.get_running_loop()
+    t = RecordingTransport()
+    server = WireServer(lambda p, path: (200, b"{}"), t, loop, 60)  # type: ignore[arg-type]
+    server.feed(b"1 /a\n1 /b\n1 /c")
+    assert t.writes == [b"200 2\n{}200 2\n{}"] and not t.closed  # one write per read
+    server.feed(b"x" * MAX_LINE)
+    assert t.closed
+    server.close()
+
+    idle = RecordingTransport()
+    server = WireServer(lambda p, path: (200, b"{}"), idle, loop, 0.05)  # type: ignore[arg-type]
+    await asyncio.sleep(0.03)
+    server.feed(request_frame(0, b"/a"))  # activity keeps it open past one period
+    await asyncio.sleep(0.06)
+    assert not idle.closed
+    await asyncio.sleep(0.1)
+    assert idle.closed
+    server.close()
+
+
+async def test_wire_server_answers_a_failing_lookup_with_500() -> None:
+    def broken(p: int, path: bytes) -> tuple[int, bytes]:
+        raise RuntimeError("boom")
+
+    t = RecordingTransport()
+    server = WireServer(broken, t, asyncio.get_running_loop(), 60)  # type: ignore[arg-type]
+    server.feed(request_frame(0, b"/a"))
+    assert t.writes[0].startswith(b"500 ") and not t.closed
+    server.close()
