@@ -33,13 +33,14 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from json.encoder import encode_basestring
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
 
 from streamiq._http import error_response
 from streamiq.serving.coordinator import FORWARDED, HOPS, SERVED_BY, TRANSPORT_ERRORS
 from streamiq.serving.hop import HopReply
-from streamiq.serving.wire import WireUnsupported
+from streamiq.serving.wire import WireUnsupported, request_frame
 from streamiq.views.base import View
 
 if TYPE_CHECKING:
@@ -71,8 +72,12 @@ class _Pending:
 PENDING = _Pending()
 
 
-def _dumps(v: Any) -> bytes:
-    return json.dumps(v, ensure_ascii=False, separators=(",", ":")).encode()
+_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # as JSONResponse renders
+
+
+def _str(s: str) -> bytes:
+    """A JSON string (C encoder; json.dumps with options builds an encoder per call)."""
+    return encode_basestring(s).encode()
 
 
 class LeanLookups:
@@ -177,12 +182,12 @@ class LeanLookups:
     def _found(self, view: View, key: str, p: int, raw: bytes) -> bytes:
         stamp = self.deps.stamp(view.name, p)
         return b"".join((
-            b'{"view":', _dumps(view.name), b',"key":', _dumps(key),
+            b'{"view":', _str(view.name), b',"key":', _str(key),
             b',"partition":', str(p).encode(), b',"value":', raw,
-            b',"served_by":', _dumps(stamp["served_by"]), b',"role":', _dumps(stamp["role"]),
+            b',"served_by":', _str(stamp["served_by"]), b',"role":', _str(stamp["role"]),
             b',"lag":', str(stamp["lag"]).encode(), b"}"))
 
-    def internal(self, p: int, raw_path: bytes) -> tuple[int, bytes]:
+    def internal(self, p: int, partitions: int, raw_path: bytes) -> tuple[int, bytes]:
         """The owner's answer to a lookup that came over the wire (``serving/wire.py``):
         status and body as the regular route would give them to a forwarded request."""
         path = raw_path.decode("latin-1")
@@ -194,7 +199,7 @@ class LeanLookups:
                                              f"not a key lookup of a keyed view: {path!r}").body)
         view, key = target
         node = self.deps.node
-        if view.partition_of(key, node.partitions[view.name]) != p or not node.holds(view.name, p):
+        if partitions != node.partitions[view.name] or not node.holds(view.name, p):
             return 421, bytes(self.deps.not_active(view.name, p).body)
         raw = node.stores[view.name].get(p, key.encode())
         if raw is None:
@@ -216,8 +221,12 @@ class LeanLookups:
         if owner is None:
             return None
         hop = self.deps.coordinator.hop
-        auth = next((v for k, v in headers if k == b"authorization"), None)
-        wire = auth is None and hop.speaks_wire(owner)
+        auth = None
+        for k, v in headers:
+            if k == b"authorization":
+                auth = v
+        frame = (request_frame(p, self.deps.node.partitions[view.name], raw_path)
+                 if auth is None and hop.speaks_wire(owner) else None)
         if then is not None:
             def relayed(reply: HopReply | None) -> None:
                 try:
@@ -227,10 +236,10 @@ class LeanLookups:
                     answer = None
                 then(answer)
 
-            if (hop.lookup(owner, p, raw_path, relayed) if wire
+            if (hop.lookup(owner, frame, relayed) if frame is not None
                     else hop.send(owner, raw_path.decode("latin-1"), _hop_headers(auth), relayed)):
                 return PENDING
-        return self._forward(owner, raw_path, auth, wire, view, p, max_lag)
+        return self._forward(owner, frame, raw_path, auth, view, p, max_lag)
 
     def _owner(self, view: str, p: int, max_lag: int) -> str | None:
         """The node to forward to (None: no other replica), re-derived every _ROUTE_TTL."""
@@ -244,15 +253,15 @@ class LeanLookups:
         self._routes[(view, p, max_lag)] = (now, owner)
         return owner
 
-    async def _forward(self, owner: str, raw_path: bytes, auth: bytes | None, wire: bool,
-                       view: View, p: int, max_lag: int) -> Answer | None:
+    async def _forward(self, owner: str, frame: bytes | None, raw_path: bytes,
+                       auth: bytes | None, view: View, p: int, max_lag: int) -> Answer | None:
         hop = self.deps.coordinator.hop
         reply = None
         try:
-            if wire:
+            if frame is not None:
                 # an older node or an HTTP-only proxy: WireUnsupported, then HTTP hops
                 with contextlib.suppress(WireUnsupported):
-                    reply = await hop.fetch(owner, p, raw_path)
+                    reply = await hop.fetch(owner, frame)
             if reply is None:
                 reply = await hop.get(owner, raw_path.decode("latin-1"), _hop_headers(auth))
         except TRANSPORT_ERRORS:
@@ -285,5 +294,5 @@ def _hop_headers(auth: bytes | None) -> dict[str, str]:
 
 def not_found_body(view: View, key: str, p: int, stamp: dict[str, Any]) -> bytes:
     """The body of a lookup's 404 (the regular route and the wire give the same)."""
-    return _dumps({"status": "NOT_FOUND", "error": f"no {view.name} row for key {key!r}",
-                   "key": key, "partition": p, **stamp})
+    return _JSON.encode({"status": "NOT_FOUND", "error": f"no {view.name} row for key {key!r}",
+                         "key": key, "partition": p, **stamp}).encode()

@@ -29,7 +29,7 @@ from typing import Any, cast
 
 import httptools
 
-from streamiq.serving.wire import PREFACE, WireUnsupported, request_frame
+from streamiq.serving.wire import PREFACE, WireUnsupported
 
 __all__ = ["HopClient", "HopReply"]
 
@@ -234,7 +234,7 @@ class HopClient:
     """Pooled keep-alive requests to other nodes.
 
     ``await get("host:port", "/path", headers)`` is an HTTP GET; ``await
-    fetch("host:port", partition, raw_path)`` is a key lookup over the lookup wire
+    fetch("host:port", frame)`` is a key lookup over the lookup wire
     (``serving/wire.py``). At most ``max_per_host`` requests per node and kind are in
     flight (each on its own connection); further ones wait for a slot within their
     timeout. ``send`` and ``lookup`` are the same requests on callbacks, made only when
@@ -278,11 +278,11 @@ class HopClient:
         return self._send(self._hosts.get(address),
                           lambda: _request(address, path, headers), then, timeout)
 
-    def lookup(self, address: str, partition: int, raw_path: bytes,
-               then: Callable[[HopReply | None], None], timeout: float = 10.0) -> bool:
-        """``send`` over the lookup wire (False as well while the peer does not speak it)."""
-        return self._send(self._wire_hosts.get(address),
-                          lambda: request_frame(partition, raw_path), then, timeout)
+    def lookup(self, address: str, frame: bytes, then: Callable[[HopReply | None], None],
+               timeout: float = 10.0) -> bool:
+        """``send`` of a lookup-wire request (``wire.request_frame``); False as well while
+        the peer does not speak the wire."""
+        return self._send(self._wire_hosts.get(address), lambda: frame, then, timeout)
 
     def _send(self, host: _Host | None, raw: Callable[[], bytes],
               then: Callable[[HopReply | None], None], timeout: float) -> bool:
@@ -314,12 +314,11 @@ class HopClient:
         return await self._fetch(self._host(self._hosts, address, _HttpConn),
                                  _request(address, path, headers), timeout)
 
-    async def fetch(self, address: str, partition: int, raw_path: bytes,
-                    timeout: float = 10.0) -> HopReply:
-        """``get`` over the lookup wire; ``WireUnsupported`` if the peer does not speak it."""
+    async def fetch(self, address: str, frame: bytes, timeout: float = 10.0) -> HopReply:
+        """``get`` of a lookup-wire request; ``WireUnsupported`` if the peer does not speak it."""
         host = self._host(self._wire_hosts, address, _WireConn)
         try:
-            return await self._fetch(host, request_frame(partition, raw_path), timeout)
+            return await self._fetch(host, frame, timeout)
         except WireUnsupported as exc:
             self._failed(host, exc)
             raise

@@ -5,10 +5,15 @@ configure, advertise or open in a firewall). The node's HTTP protocol sees the p
 in the connection's first bytes and hands the connection to a ``WireServer``; anything
 else stays HTTP. Frames, one lookup at a time per connection, in order::
 
-    request  b"<partition> <raw path>\\n"        raw path: the client's request path,
-                                                  still percent-encoded (no spaces)
-    reply    b"<status> <body length>\\n<body>"   status and body exactly as the HTTP
-                                                  route would answer (200, 404, 421...)
+    request  b"<partition> <partitions> <raw path>\\n"
+    reply    b"<status> <body length>\\n<body>"
+
+The raw path is the client's request path, still percent-encoded (no spaces). The
+entry names the partition it computed and the view's partition count it computed it
+with: the owner answers 421 unless it holds that partition and counts the same (the
+same key and count give the same partition, so the owner does not hash the key
+again). Status and body are exactly what the HTTP route answers a forwarded request
+(200, 404, 421...).
 
 Why: a forwarded lookup costs the owner what a client's lookup costs it, and most of
 that is HTTP serving (uvicorn's per-request parsing, scope, cycle, headers and timers),
@@ -33,15 +38,15 @@ log = logging.getLogger("streamiq.routing")
 
 PREFACE = b"STREAMIQ-HOP/1\n"
 MAX_LINE = 8192  # a request line longer than this closes the connection
-Lookup = Callable[[int, bytes], tuple[int, bytes]]  # (partition, raw path) -> status, body
+Lookup = Callable[[int, int, bytes], tuple[int, bytes]]  # (p, partitions, path) -> status, body
 
 
 class WireUnsupported(ConnectionError):
     """The peer answered the preface with something else (HTTP): use an HTTP hop."""
 
 
-def request_frame(partition: int, raw_path: bytes) -> bytes:
-    return b"%d %s\n" % (partition, raw_path)
+def request_frame(partition: int, partitions: int, raw_path: bytes) -> bytes:
+    return b"%d %d %s\n" % (partition, partitions, raw_path)
 
 
 def reply_frame(status: int, body: bytes) -> bytes:
@@ -84,11 +89,11 @@ class WireServer:
             self._transport.close()
 
     def _answer(self, line: bytes) -> bytes:
-        p, sep, raw_path = line.partition(b" ")
-        if not sep or not p.isdigit() or not raw_path:
+        fields = line.split(b" ")
+        if len(fields) != 3 or not (fields[0].isdigit() and fields[1].isdigit()):
             return reply_frame(400, b'{"status":"BAD_REQUEST","error":"malformed wire request"}')
         try:
-            return reply_frame(*self._lookup(int(p), raw_path))
+            return reply_frame(*self._lookup(int(fields[0]), int(fields[1]), fields[2]))
         except Exception:
             log.exception("wire lookup failed")
             return reply_frame(500, b'{"status":"ERROR","error":"lookup failed"}')

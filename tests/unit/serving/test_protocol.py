@@ -72,7 +72,7 @@ async def test_forwarded_lookup_relays_the_owner_reply(app: Any, server: int) ->
     deps.coordinator.active_here = lambda v, q, lag: False
     deps.node.router.owner = lambda v, p, lag: Endpoint("127.0.0.1:2", "active", 0)
 
-    async def hop(address: str, partition: int, raw_path: bytes) -> HopReply:
+    async def hop(address: str, frame: bytes) -> HopReply:
         return HopReply(200, {}, b'{"k":1}')  # over the lookup wire: no headers
 
     deps.coordinator.hop.fetch = hop

@@ -42,16 +42,17 @@ async def test_the_node_port_speaks_the_wire_after_its_preface(app: Any, serve_n
     r, w = await asyncio.open_connection("127.0.0.1", port)
     w.write(PREFACE[:5])  # the preface may arrive in pieces
     await asyncio.sleep(0.05)
-    w.write(PREFACE[5:] + request_frame(P1, A1.encode())  # four lookups in one write
-            + request_frame(BALANCES.partition_of("nobody", 3), b"/v1/views/balances/keys/nobody")
-            + request_frame((P1 + 1) % 3, A1.encode()) + b"nonsense\n")
+    w.write(PREFACE[5:] + request_frame(P1, 3, A1.encode())  # four lookups in one write
+            + request_frame(BALANCES.partition_of("nobody", 3), 3,
+                            b"/v1/views/balances/keys/nobody")
+            + request_frame(P1, 6, A1.encode()) + b"%d /x\n" % P1)
     got = [await read_frame(r) for _ in range(4)]
     assert [s for s, _ in got] == [200, 404, 421, 400]  # in order
     _, headers, body = await http_get(port, A1, "x-streamiq-forwarded: 1")
     assert got[0][1] == body  # byte for byte what an HTTP hop gets
     assert json.loads(got[1][1])["status"] == "NOT_FOUND"
     assert json.loads(got[2][1])["status"] == "NOT_ACTIVE"
-    w.write(request_frame(P1, A1.encode()))  # the connection stays open for more
+    w.write(request_frame(P1, 3, A1.encode()))  # the connection stays open for more
     assert await read_frame(r) == (200, body)
     w.close()
     status, headers, _ = await http_get(port, A1)  # HTTP on the same port is unaffected
@@ -132,12 +133,12 @@ async def test_hop_client_reads_a_reply_in_pieces_and_spots_an_http_peer() -> No
     srv = await asyncio.start_server(owner, "127.0.0.1", 0)
     address = f"127.0.0.1:{srv.sockets[0].getsockname()[1]}"
     hop = HopClient()
-    reply = await hop.fetch(address, 0, b"/x")
+    reply = await hop.fetch(address, request_frame(0, 3, b"/x"))
     assert (reply.status, reply.body) == (200, b'{"a":1}')
     with pytest.raises(WireUnsupported):
-        await hop.fetch(address, 0, b"/x")
+        await hop.fetch(address, request_frame(0, 3, b"/x"))
     assert not hop.speaks_wire(address)
-    assert not hop.lookup(address, 0, b"/x", lambda _: None)  # HTTP hops for a while
+    assert not hop.lookup(address, b"0 3 /x\n", lambda _: None)  # HTTP hops for a while
     hop.close()
     srv.close()
 
@@ -145,17 +146,17 @@ async def test_hop_client_reads_a_reply_in_pieces_and_spots_an_http_peer() -> No
 async def test_wire_server_closes_on_an_overlong_line_and_when_idle() -> None:
     loop = asyncio.get_running_loop()
     t = RecordingTransport()
-    server = WireServer(lambda p, path: (200, b"{}"), t, loop, 60)  # type: ignore[arg-type]
-    server.feed(b"1 /a\n1 /b\n1 /c")
+    server = WireServer(lambda p, n, path: (200, b"{}"), t, loop, 60)  # type: ignore[arg-type]
+    server.feed(b"1 3 /a\n1 3 /b\n1 3 /c")
     assert t.writes == [b"200 2\n{}200 2\n{}"] and not t.closed  # one write per read
     server.feed(b"x" * MAX_LINE)
     assert t.closed
     server.close()
 
     idle = RecordingTransport()
-    server = WireServer(lambda p, path: (200, b"{}"), idle, loop, 0.05)  # type: ignore[arg-type]
+    server = WireServer(lambda p, n, path: (200, b"{}"), idle, loop, 0.05)  # type: ignore[arg-type]
     await asyncio.sleep(0.03)
-    server.feed(request_frame(0, b"/a"))  # activity keeps it open past one period
+    server.feed(request_frame(0, 3, b"/a"))  # activity keeps it open past one period
     await asyncio.sleep(0.06)
     assert not idle.closed
     await asyncio.sleep(0.1)
@@ -164,11 +165,11 @@ async def test_wire_server_closes_on_an_overlong_line_and_when_idle() -> None:
 
 
 async def test_wire_server_answers_a_failing_lookup_with_500() -> None:
-    def broken(p: int, path: bytes) -> tuple[int, bytes]:
+    def broken(p: int, n: int, path: bytes) -> tuple[int, bytes]:
         raise RuntimeError("boom")
 
     t = RecordingTransport()
     server = WireServer(broken, t, asyncio.get_running_loop(), 60)  # type: ignore[arg-type]
-    server.feed(request_frame(0, b"/a"))
+    server.feed(request_frame(0, 3, b"/a"))
     assert t.writes[0].startswith(b"500 ") and not t.closed
     server.close()
