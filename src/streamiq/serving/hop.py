@@ -1,20 +1,26 @@
-"""A minimal keep-alive HTTP/1.1 client for the node-to-node hop of a key lookup.
+"""A minimal keep-alive client for the node-to-node hop of a key lookup.
+
+Two transports: the lookup wire (``serving/wire.py``: a preface, then one framed
+lookup at a time) and HTTP/1.1 (for lookups carrying an Authorization header, and for
+peers that answer the wire's preface with HTTP, which are then left on HTTP for a
+minute). Replies are parsed in ``data_received`` (httptools for HTTP, the parser
+uvicorn already uses).
 
 Why not aiohttp here: bench/bench_queries.py measured a forwarded lookup at ~5x the
 server CPU of a local one, most of it in the general-purpose client on the entry node
 (request building, cookie and redirect handling, response objects, timers). A key
-lookup hop needs none of that: one GET on a pooled connection, the reply parsed by
-httptools (the parser uvicorn already uses) in ``data_received``.
+lookup hop needs none of that: one request on a pooled connection.
 
 Failures are plain ``OSError`` subclasses (``ConnectionError`` when the connection was
 refused or lost) or ``asyncio.TimeoutError``, so callers can treat them like any other
 transport error. A request on a reused idle connection that the server had already
-closed (uvicorn drops idle keep-alive connections after a few seconds) is retried once
-on a fresh connection: safe, because only idempotent GETs go through here.
+closed (nodes drop idle connections after a few seconds) is retried once on a fresh
+connection: safe, because lookups are idempotent.
 
-Two ways to call it: ``await get(...)`` (connects or waits for a slot if it must), and
-``send(..., then)``, which only uses an idle pooled connection and reports the reply
-(or None on any failure, without retrying) to a callback: no coroutine, no future.
+Two ways to call it: ``await get(...)`` / ``await fetch(...)`` (connect or wait for a
+slot if they must), and ``send(..., then)`` / ``lookup(..., then)``, which only use an
+idle pooled connection and report the reply (or None on any failure, without
+retrying) to a callback: no coroutine, no future.
 """
 
 from __future__ import annotations
