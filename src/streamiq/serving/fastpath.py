@@ -155,7 +155,7 @@ class LeanLookups:
             raw_path = quote(path).encode()
         return self.forward(raw_path, view, p, max_lag, headers, then)
 
-    def _target(self, path: str) -> tuple[View, str] | None:
+    def _target(self, path: str, check_key: bool = True) -> tuple[View, str] | None:
         """(view, key) of a lean-able lookup path; None for anything else."""
         parts = path.split("/")
         if len(parts) != 6 or parts[1] != "v1" or parts[2] != "views" or parts[4] != "keys":
@@ -164,10 +164,11 @@ class LeanLookups:
         key = parts[5]
         if view is None or view.windowed:
             return None
-        try:
-            view.parse_key(key)
-        except ValueError:
-            return None
+        if check_key:
+            try:
+                view.parse_key(key)
+            except ValueError:
+                return None
         return view, key
 
     def local(self, view: View, key: str, p: int) -> Answer | None:
@@ -193,7 +194,8 @@ class LeanLookups:
         path = raw_path.decode("latin-1")
         if "%" in path:
             path = unquote(path)
-        target = self._target(path)
+        # the entry checked the key's form; a malformed one is in no store: a plain 404
+        target = self._target(path, check_key=False)
         if target is None:
             return 400, bytes(error_response(400, "BAD_REQUEST",
                                              f"not a key lookup of a keyed view: {path!r}").body)

@@ -30,8 +30,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import httptools
 
@@ -44,8 +43,7 @@ log = logging.getLogger("streamiq.routing")
 _NO_WIRE_S = 60.0  # how long a peer that answered the preface with HTTP gets HTTP hops
 
 
-@dataclass(frozen=True, slots=True)
-class HopReply:
+class HopReply(NamedTuple):  # a tuple: built once per hop, on the hot path
     status: int
     headers: dict[bytes, bytes]  # lower-case names, raw bytes (relayed as they came)
     body: bytes
@@ -64,6 +62,7 @@ class _Conn(asyncio.Protocol):
         self._got_bytes = False
         self._timer: asyncio.TimerHandle | None = None
         self._deadline = 0.0
+        self._timer_at = 0.0  # when self._timer fires
         self._prefix = b""  # sent with the first request (the wire's preface)
 
     # -- asyncio.Protocol --
@@ -108,6 +107,7 @@ class _Conn(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         if loop.time() < self._deadline:
             self._timer = loop.call_at(self._deadline, self._check)
+            self._timer_at = self._deadline
             return
         self._fail(TimeoutError("no reply from the peer in time"))
         self.close()  # a late reply must not be read as the next request's
@@ -130,10 +130,11 @@ class _Conn(asyncio.Protocol):
         self._then = then
         loop = asyncio.get_running_loop()
         self._deadline = loop.time() + timeout
-        if self._timer is None or self._timer.when() > self._deadline:
+        if self._timer is None or self._timer_at > self._deadline:
             if self._timer is not None:
                 self._timer.cancel()
             self._timer = loop.call_at(self._deadline, self._check)
+            self._timer_at = self._deadline
         if self._prefix:
             raw, self._prefix = self._prefix + raw, b""
         self.transport.write(raw)
