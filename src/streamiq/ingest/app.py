@@ -25,14 +25,13 @@ from streamiq.config import Settings
 from streamiq.kafka.admin import ensure_topics
 from streamiq.serving.consistency import token_for
 from streamiq.views import bank, orders
-from streamiq.views.base import App, load_app
+from streamiq.views.base import ID_PATTERN, App, load_app
 
 __all__ = ["Order", "Producer", "create_ingest_app", "run_ingest"]
 
 log = logging.getLogger("streamiq.ingest")
 
 MAX_AMOUNT = 10**12
-ID_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
 
 
 class Order(BaseModel):

@@ -23,7 +23,7 @@ from streamiq.serving.consistency import Token, parse_tokens
 from streamiq.serving.coordinator import SERVED_BY, Coordinator
 from streamiq.serving.fastpath import LeanLookups, not_found_body
 from streamiq.serving.node import Node
-from streamiq.views.base import View, store_key
+from streamiq.views.base import ID_PATTERN, View, store_key
 
 __all__ = ["NodeDeps", "create_app", "create_asgi"]
 
@@ -126,7 +126,7 @@ def _routes(deps: NodeDeps) -> APIRouter:
 
     @r.get("/account/{account}", tags=["bank"], summary="Balance of an account (seed 000)")
     async def account(request: Request,
-                      account: Annotated[str, Path(pattern=r"^[A-Za-z0-9_.-]{1,64}$",
+                      account: Annotated[str, Path(pattern=ID_PATTERN,
                                                    description="Account id")],
                       max_lag: MaxLag = None, position: Position = None,
                       wait_ms: WaitMs = None) -> Response:

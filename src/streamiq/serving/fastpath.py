@@ -1,6 +1,7 @@
 """A lean path for the hottest query: a key lookup, answered or forwarded in one hop.
 
-A ``GET /v1/views/{view}/keys/{key}`` without query parameters is answered straight
+A ``GET /v1/views/{view}/keys/{key}`` (or the seed's ``GET /account/{id}``, the
+``balances`` view's shortcut) without query parameters is answered straight
 from the store, before FastAPI routing and parameter validation, with the exact body
 and headers of the regular route, when either
 
@@ -31,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from json.encoder import encode_basestring
@@ -41,7 +43,7 @@ from streamiq._http import error_response
 from streamiq.serving.coordinator import FORWARDED, HOPS, SERVED_BY, TRANSPORT_ERRORS
 from streamiq.serving.hop import HopReply
 from streamiq.serving.wire import WireUnsupported, request_frame
-from streamiq.views.base import View
+from streamiq.views.base import ID_PATTERN, View
 
 if TYPE_CHECKING:
     from streamiq.serving.app import NodeDeps
@@ -56,6 +58,7 @@ ASGIApp = Callable[[Scope, Callable[[], Awaitable[Message]],
 log = logging.getLogger("streamiq.routing")
 
 _FWD = (FORWARDED.encode(), b"1")
+_ACCOUNT = re.compile(ID_PATTERN)
 _HOPS = HOPS.encode()
 _SERVED_BY = SERVED_BY.encode()
 Answer = tuple[int, bytes, list[tuple[bytes, bytes]]]  # status, body, headers
@@ -158,6 +161,9 @@ class LeanLookups:
     def _target(self, path: str, check_key: bool = True) -> tuple[View, str] | None:
         """(view, key) of a lean-able lookup path; None for anything else."""
         parts = path.split("/")
+        if len(parts) == 3 and parts[1] == "account":  # the seed's /account/{id} shortcut
+            view = self.deps.node.views.get("balances")
+            return None if view is None or not _ACCOUNT.fullmatch(parts[2]) else (view, parts[2])
         if len(parts) != 6 or parts[1] != "v1" or parts[2] != "views" or parts[4] != "keys":
             return None
         view = self.deps.node.views.get(parts[3])

@@ -27,9 +27,13 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 __all__ = [
-    "KEY_SEP", "MARKER_HEADER", "App", "View", "decode_key", "encode_key", "load_app",
-    "store_key", "window_bounds",
+    "ID_PATTERN", "KEY_SEP", "MARKER_HEADER", "App", "View", "decode_key", "encode_key",
+    "load_app", "store_key", "window_bounds",
 ]
+
+#: ids in the examples' URLs (accounts, orders, stores): what ingest accepts and
+#: what the /account/{id} shortcut answers
+ID_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
 
 KEY_SEP = "|"
 MARKER_HEADER = "streamiq-marker"

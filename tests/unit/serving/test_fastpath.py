@@ -34,11 +34,11 @@ async def call(app: Any, path: str, forwarded: bool, query: bytes = b"",
     return out[0]["status"], json.loads(b"".join(m.get("body", b"") for m in out[1:])), hdrs
 
 
+@pytest.mark.parametrize("path", ["/v1/views/balances/keys/a1", "/account/a1"])
 @pytest.mark.parametrize("forwarded", [True, False])
-async def test_same_answer_as_the_route(app: Any, forwarded: bool) -> None:
-    fast = await call(app, "/v1/views/balances/keys/a1", forwarded=forwarded)
-    slow = await call(app, "/v1/views/balances/keys/a1", forwarded=forwarded,
-                      query=b"wait_ms=1")
+async def test_same_answer_as_the_route(app: Any, forwarded: bool, path: str) -> None:
+    fast = await call(app, path, forwarded=forwarded)
+    slow = await call(app, path, forwarded=forwarded, query=b"wait_ms=1")
     assert fast[0] == slow[0] == 200 and fast[1] == slow[1]
     assert fast[1]["value"]["balance"] == 5 and fast[1]["role"] == "active"
     assert fast[2]["x-streamiq-hops"] == slow[2]["x-streamiq-hops"] == "0"
@@ -49,6 +49,7 @@ async def test_same_answer_as_the_route(app: Any, forwarded: bool) -> None:
 @pytest.mark.parametrize(("path", "status"), [
     ("/v1/views/balances/keys/nobody", 404), ("/v1/views/nope/keys/a1", 404),
     ("/v1/views/order_counts/keys/s1", 400), ("/v1/views/order_counts/keys/s1|GENERAL", 421),
+    ("/account/nobody", 404), ("/account/a b", 400), ("/account/a1\n", 400),
 ])
 async def test_everything_else_goes_to_the_route(app: Any, path: str, status: int) -> None:
     got = await call(app, path, forwarded=True)
@@ -118,6 +119,8 @@ async def test_wire_lookup_answers_like_the_route(app: Any) -> None:
         route = await call(app, f"/v1/views/balances/keys/{key}", forwarded=True,
                            query=b"wait_ms=1")
         assert wire_lookup(app, key) == route[:2]  # 200 with the row; 404, same body
+        status, body = app.internal(BALANCES.partition_of(key, 3), 3, f"/account/{key}".encode())
+        assert (status, json.loads(body)) == route[:2]  # the seed's shortcut, the same
     # never "not found" for a key it does not hold: a partition counted differently...
     status, body = wire_lookup(app, "a1", BALANCES.partition_of("a1", 4), n=4)
     assert status == 421 and body["status"] == "NOT_ACTIVE"

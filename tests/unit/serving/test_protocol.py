@@ -7,6 +7,7 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import pytest
 import pytest_asyncio
 import uvicorn
 from fakes import RecordingTransport
@@ -170,7 +171,9 @@ class _Peer(RecordingTransport):
     def resume_reading(self) -> None: ...
 
 
-async def test_a_local_lookup_is_answered_in_the_parser_callback_with_one_write(app: Any) -> None:
+@pytest.mark.parametrize("path", [A1, "/account/a1"])
+async def test_a_local_lookup_is_answered_in_the_parser_callback_with_one_write(
+        app: Any, path: str) -> None:
     """No task, no ASGI round: the whole response is written before data_received returns."""
     from uvicorn.server import ServerState
 
@@ -179,7 +182,7 @@ async def test_a_local_lookup_is_answered_in_the_parser_callback_with_one_write(
                              _loop=asyncio.get_running_loop())
     peer = _Peer()
     proto.connection_made(peer)  # type: ignore[arg-type]
-    proto.data_received(get(A1) + get(A1))
+    proto.data_received(get(path) + get(path))
     assert len(peer.writes) == 2 and not proto.tasks
     for raw in peer.writes:
         head, _, body = raw.partition(b"\r\n\r\n")
