@@ -178,15 +178,18 @@ class LeanLookups:
         return view, key
 
     def local(self, view: View, key: str, p: int) -> Answer | None:
-        raw = self.deps.node.stores[view.name].get(p, key.encode())
-        if raw is None:
+        body = self._body(view, key, p)
+        if body is None:
             return None
-        body = self._found(view, key, p, raw)
         return 200, body, [(b"content-type", b"application/json"),
                            (b"content-length", str(len(body)).encode()),
                            (_SERVED_BY, self.deps.node.endpoint.encode()), (_HOPS, b"0")]
 
-    def _found(self, view: View, key: str, p: int, raw: bytes) -> bytes:
+    def _body(self, view: View, key: str, p: int) -> bytes | None:
+        """The 200 body for a key this node holds in partition ``p``; None if absent."""
+        raw = self.deps.node.stores[view.name].get(p, key.encode())
+        if raw is None:
+            return None
         stamp = self.deps.stamp(view.name, p)
         return b"".join((
             b'{"view":', _str(view.name), b',"key":', _str(key),
@@ -209,10 +212,10 @@ class LeanLookups:
         node = self.deps.node
         if partitions != node.partitions[view.name] or not node.holds(view.name, p):
             return 421, bytes(self.deps.not_active(view.name, p).body)
-        raw = node.stores[view.name].get(p, key.encode())
-        if raw is None:
+        body = self._body(view, key, p)
+        if body is None:
             return 404, not_found_body(view, key, p, self.deps.stamp(view.name, p))
-        return 200, self._found(view, key, p, raw)
+        return 200, body
 
     def forward(self, raw_path: bytes, view: View, p: int, max_lag: int,
                 headers: Iterable[tuple[bytes, bytes]], then: Later | None

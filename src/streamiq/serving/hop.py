@@ -62,7 +62,6 @@ class _Conn(asyncio.Protocol):
         self._got_bytes = False
         self._timer: asyncio.TimerHandle | None = None
         self._deadline = 0.0
-        self._timer_at = 0.0  # when self._timer fires
         self._prefix = b""  # sent with the first request (the wire's preface)
 
     # -- asyncio.Protocol --
@@ -107,7 +106,6 @@ class _Conn(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         if loop.time() < self._deadline:
             self._timer = loop.call_at(self._deadline, self._check)
-            self._timer_at = self._deadline
             return
         self._fail(TimeoutError("no reply from the peer in time"))
         self.close()  # a late reply must not be read as the next request's
@@ -130,11 +128,10 @@ class _Conn(asyncio.Protocol):
         self._then = then
         loop = asyncio.get_running_loop()
         self._deadline = loop.time() + timeout
-        if self._timer is None or self._timer_at > self._deadline:
+        if self._timer is None or self._timer.when() > self._deadline:
             if self._timer is not None:
                 self._timer.cancel()
             self._timer = loop.call_at(self._deadline, self._check)
-            self._timer_at = self._deadline
         if self._prefix:
             raw, self._prefix = self._prefix + raw, b""
         self.transport.write(raw)
@@ -221,6 +218,7 @@ class _WireConn(_Conn):
             raise ConnectionError("unexpected bytes after a wire reply")
         self._buf = b""
         self._settle(HopReply(int(status), {}, body), None)
+
 
 class _Host:
     """One peer over one kind of connection: idle connections, requests in flight,
