@@ -15,6 +15,11 @@ machine skews one pair rather than the whole comparison. The smart client is Pyt
 so it is compared with raw keep-alive httpx calls to the owner made by the same
 asyncio load generator, in pairs the same way.
 
+For scale, the run also times this machine's floor for a hop: a 1-byte round trip
+straight to an echo process and through a relay process in between, both on blocking
+sockets and doing no work. On a 2-vCPU VM the relayed round trip is already about twice
+the direct one, so forwarded / local p50 at c=1 nears that ratio as serving gets faster.
+
 Usage: .venv/bin/python bench/bench_queries.py [--keys 100000] [--seconds 5]
 Needs ``wrk`` (Debian: ``apt-get install -y wrk``). If ``nginx`` is installed (Debian:
 ``apt-get install -y nginx-light``), one more variant relays the local lookups through
@@ -101,6 +106,60 @@ def serve_ceiling(port: int, n: int) -> None:
 
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False,
                 lifespan="on", proxy_headers=False, http=NodeHttpProtocol)
+
+
+# -- this machine's floor for a hop: a round trip through a relay doing no work --
+def serve_echo(port: int, relay_to: int | None) -> None:
+    """Echo every read back on one connection; with ``relay_to``, pass each read to that
+    port and relay its answer instead. Blocking sockets: each side sleeps until woken."""
+    import socket
+
+    ls = socket.create_server(("127.0.0.1", port))
+    print("ready", flush=True)
+    conn, _ = ls.accept()
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    up = None if relay_to is None else socket.create_connection(("127.0.0.1", relay_to))
+    if up is not None:
+        up.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    while data := conn.recv(4096):
+        if up is not None:
+            up.sendall(data)
+            data = up.recv(4096)
+        conn.sendall(data)
+
+
+def hop_floor(n: int = 20_000) -> tuple[float, float]:
+    """Median round trip (us) straight to an echo process and through a relay process,
+    both doing no work: what a hop costs on this machine before any serving code runs."""
+    import socket
+
+    def start(port: int, *relay_to: str) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen([sys.executable, __file__, "--serve-echo", str(port),
+                                 *relay_to], stdout=subprocess.PIPE)
+        assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+        return proc
+
+    out = []
+    for relay in (False, True):
+        echo, front = free_port(), free_port()
+        procs = [start(echo)]
+        try:
+            if relay:
+                procs.append(start(front, "--relay-to", str(echo)))
+            with socket.create_connection(("127.0.0.1", front if relay else echo)) as c:
+                c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                lat = []
+                for _ in range(n):
+                    t = time.perf_counter_ns()
+                    c.sendall(b"x")
+                    c.recv(16)
+                    lat.append((time.perf_counter_ns() - t) / 1e3)
+            out.append(pct(lat, 50))
+        finally:
+            for proc in procs:
+                proc.terminate()
+                proc.wait(20)
+    return out[0], out[1]
 
 
 # -- the floor of a hop: nginx (C) relaying to the owner, when nginx is installed --
@@ -272,9 +331,14 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=8,
                     help="paired unloaded local/forwarded runs for the p50 ratio (median)")
     ap.add_argument("--serve-ceiling", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--serve-echo", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--relay-to", type=int, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.serve_ceiling:
         serve_ceiling(a.serve_ceiling, a.keys)
+        return
+    if a.serve_echo:
+        serve_echo(a.serve_echo, a.relay_to)
         return
     if shutil.which("wrk") is None:
         raise SystemExit("wrk not found (Debian: apt-get install -y wrk)")
@@ -363,6 +427,7 @@ def run(a: argparse.Namespace, root: Path, data: list[dict[str, Any]], ports: li
         k: {m: pct([r[m] for r in v], 50) for m in ("rps", "p50", "p99", "cpu_us")}
         for k, v in runs.items()}
     pair_ratios = paired_ratios(f"http://{node_a}", paths(own_a), paths(own_b), root, a.pairs)
+    direct_us, relayed_us = hop_floor()
     mg_keys = random.Random(2).sample(keys, 100)
     res["multi-get 100 keys (c=4)"] = wrk(f"http://{node_a}", ["/v1/views/balances/keys"],
                                           root, 4, secs, body={"keys": mg_keys},
@@ -406,6 +471,8 @@ def run(a: argparse.Namespace, root: Path, data: list[dict[str, Any]], ports: li
          res["forwarded unloaded"]["p50"] / res["local unloaded"]["p50"], "(info)"),
         ("forwarded / local p50 (loaded)",
          res["forwarded loaded"]["p50"] / res["local loaded"]["p50"], "(info)"),
+        ("zero-work relay / direct round trip (p50)", relayed_us / direct_us,
+         f"(info: this machine's hop floor, {direct_us:.0f} vs {relayed_us:.0f} us)"),
         *([("nginx relay / local p50 (unloaded)",
             res["nginx relay -> local unloaded"]["p50"] / res["local unloaded"]["p50"],
             "(info: a hop in C)")] if nginx is not None else []),

@@ -67,11 +67,7 @@ class NodeDeps:
 
     def stamp(self, view: str, partition: int) -> dict[str, Any]:
         """Who answers: this node, its role for the partition and its lag."""
-        assert self.node.router is not None
-        assigned = self.node.router.assigned(view, partition)
-        role = ("active" if assigned and assigned[0] == self.node.endpoint
-                else "standby" if self.node.endpoint in assigned else "previous")
-        return {"served_by": self.node.endpoint, "role": role,
+        return {"served_by": self.node.endpoint, "role": self.coordinator.role(view, partition),
                 "lag": self.node.lag(view, partition)}
 
     def not_active(self, view: str, partition: int) -> JSONResponse:

@@ -75,8 +75,8 @@ class Coordinator:
         self._session: aiohttp.ClientSession | None = None
         self.hop = HopClient()  # the lean path's key-lookup hop (serving/fastpath.py)
         self.internal = asyncio.Semaphore(s.internal_concurrency)
-        self._active: set[tuple[str, int]] = set()
-        self._active_at = -1e9
+        self._roles: dict[tuple[str, int], str] = {}  # assigned here: "active" or "standby"
+        self._roles_at = -1e9
         self.redirect = s.redirect
 
     def session(self) -> aiohttp.ClientSession:
@@ -190,21 +190,30 @@ class Coordinator:
                             status_code=503)
 
     def active_here(self, view: str, partition: int, max_lag: int) -> bool:
-        """This node is assigned active for the partition, holds it, and is fresh enough.
+        """This node is assigned active for the partition, holds it, and is fresh enough."""
+        return (self.role(view, partition) == "active"
+                and 0 <= self.node.lag(view, partition) <= max_lag)
 
-        Which partitions this node is active for is re-derived from membership at most
-        every ``_ACTIVE_TTL`` seconds (membership itself moves at heartbeat pace), so the
-        hot lookup path is two dict lookups.
+    def role(self, view: str, partition: int) -> str:
+        """This node's role for a partition: "active", "standby" or "previous" (held, or
+        asked about, without being assigned).
+
+        Re-derived from membership at most every ``_ACTIVE_TTL`` seconds (membership
+        itself moves at heartbeat pace), so the hot lookup path is a dict lookup:
+        deriving it per lookup rebuilt the live-member set every time.
         """
         now = time.monotonic()
-        if now - self._active_at > _ACTIVE_TTL:
+        if now - self._roles_at > _ACTIVE_TTL:
             assert self.node.router is not None
             me = self.node.endpoint
-            self._active = {(v, p) for v, n in self.node.partitions.items() for p in range(n)
-                            if (a := self.node.router.assigned(v, p)) and a[0] == me}
-            self._active_at = now
-        return ((view, partition) in self._active
-                and 0 <= self.node.lag(view, partition) <= max_lag)
+            roles = {}
+            for v, n in self.node.partitions.items():
+                for p in range(n):
+                    assigned = self.node.router.assigned(v, p)
+                    if me in assigned:
+                        roles[(v, p)] = "active" if assigned[0] == me else "standby"
+            self._roles, self._roles_at = roles, now
+        return self._roles.get((view, partition), "previous")
 
     # -- many partitions (scatter-gather) --
     async def gather(self, request: Request, view: str, partitions: Sequence[int], max_lag: int,

@@ -190,12 +190,13 @@ class LeanLookups:
         raw = self.deps.node.stores[view.name].get(p, key.encode())
         if raw is None:
             return None
-        stamp = self.deps.stamp(view.name, p)
+        node = self.deps.node
         return b"".join((
             b'{"view":', _str(view.name), b',"key":', _str(key),
             b',"partition":', str(p).encode(), b',"value":', raw,
-            b',"served_by":', _str(stamp["served_by"]), b',"role":', _str(stamp["role"]),
-            b',"lag":', str(stamp["lag"]).encode(), b"}"))
+            b',"served_by":', _str(node.endpoint),
+            b',"role":"', self.deps.coordinator.role(view.name, p).encode(),
+            b'","lag":', str(node.lag(view.name, p)).encode(), b"}"))
 
     def internal(self, p: int, partitions: int, raw_path: bytes) -> tuple[int, bytes]:
         """The owner's answer to a lookup that came over the wire (``serving/wire.py``):

@@ -299,17 +299,18 @@ class HopClient:
         host.busy += 1
 
         def settled(reply: HopReply | None, exc: Exception | None) -> None:
-            self._release(host)
-            if exc is None:
-                host.answered += 1
-                self._checkin(host, conn)
-            else:
-                conn.close()
-                self._failed(host, exc)
             try:
-                then(reply)
+                then(reply)  # first: the reply is on its way before the pool's bookkeeping
             except Exception:
                 log.exception("hop reply handler failed")
+            finally:
+                self._release(host)
+                if exc is None:
+                    host.answered += 1
+                    self._checkin(host, conn)
+                else:
+                    conn.close()
+                    self._failed(host, exc)
 
         conn.call(raw(), timeout, settled)
         return True

@@ -96,6 +96,7 @@ class NodeHttpProtocol(HttpToolsProtocol):
         self._lean = self.app if isinstance(self.app, LeanLookups) else None
         self._head: bytes | None = b""  # a new connection's first bytes, until known
         self._wire: WireServer | None = None
+        self._defaults: tuple[object, bytes] = (None, b"")  # default headers, rendered
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._raw_transport = transport  # the wire writes whole replies itself
@@ -170,8 +171,12 @@ class NodeHttpProtocol(HttpToolsProtocol):
         if cycle.disconnected or cycle.response_complete:
             return
         status, body, headers = answer
-        out = [STATUS_LINE[status]]
-        for name, value in (*cycle.default_headers, *headers):
+        src, defaults = self._defaults
+        if cycle.default_headers is not src:  # uvicorn sets a new list (date) every second
+            defaults = b"".join(b"%s: %s\r\n" % h for h in cycle.default_headers)
+            self._defaults = (cycle.default_headers, defaults)
+        out = [STATUS_LINE[status], defaults]
+        for name, value in headers:
             out += (name, b": ", value, b"\r\n")
         if not cycle.keep_alive:
             out.append(b"connection: close\r\n")

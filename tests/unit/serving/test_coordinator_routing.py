@@ -100,3 +100,25 @@ async def test_forwarded_requests_are_answered_locally_only() -> None:
     resp = await co.route(req, "v", 1, 10, one)
     assert resp.status_code == 421 and resp.headers["x-streamiq-hops"] == "0"
     await co.close()
+
+
+def test_role_is_derived_from_membership_at_most_every_ttl() -> None:
+    """The answer's role stamp: active / standby / previous, from the assignment, which
+    is re-derived at most every _ACTIVE_TTL (not once per lookup) and then followed."""
+    co, _ = make(lambda req: None)
+    assigned = {0: [ME, B], 1: [B, ME], 2: [C, B]}
+    calls: list[tuple[str, int]] = []
+
+    def assigned_to(view: str, p: int) -> list[str]:
+        calls.append((view, p))
+        return assigned[p]
+
+    co.node.router.assigned = assigned_to  # type: ignore[attr-defined]
+    assert [co.role("v", p) for p in range(3)] == ["active", "standby", "previous"]
+    assert co.active_here("v", 0, 0) and not co.active_here("v", 1, 0)
+    assert len(calls) == 3  # one derivation for all the questions above
+    assigned[0], assigned[1] = [B, ME], [ME, B]  # the assignment moves
+    assert co.role("v", 0) == "active"  # cached until the TTL passes
+    co._roles_at -= 1.0
+    assert [co.role("v", p) for p in range(3)] == ["standby", "active", "previous"]
+    assert not co.active_here("v", 0, 0)

@@ -64,7 +64,7 @@ async def test_lean_forward_carries_authorization_and_says_one_hop(app: Any) -> 
     deps = app.deps
     deps.node.router.assigned = lambda v, p, members=None: [other]
     deps.node.router.owner = lambda v, p, lag: Endpoint(other, "active", 0)
-    deps.coordinator._active_at = -1e9
+    deps.coordinator._roles_at = -1e9
     sent: list[tuple[str, str, dict[str, str]]] = []
 
     async def get(address: str, path: str, headers: dict[str, str]) -> HopReply:
