@@ -43,7 +43,7 @@ LocalCall = Callable[[], Awaitable[Response]]
 LocalPart = Callable[[list[int]], Awaitable[dict[str, Any]]]
 Partial = dict[str, Any]
 Params = list[tuple[str, str]]
-_ACTIVE_TTL = 0.05
+_ROLE_TTL = 0.05
 #: A replica that cannot be reached (refused, reset, timed out).
 TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 #: Of those, the ones that say the replica is gone (not merely slow): only these make it
@@ -198,12 +198,12 @@ class Coordinator:
         """This node's role for a partition: "active", "standby" or "previous" (held, or
         asked about, without being assigned).
 
-        Re-derived from membership at most every ``_ACTIVE_TTL`` seconds (membership
+        Re-derived from membership at most every ``_ROLE_TTL`` seconds (membership
         itself moves at heartbeat pace), so the hot lookup path is a dict lookup:
         deriving it per lookup rebuilt the live-member set every time.
         """
         now = time.monotonic()
-        if now - self._roles_at > _ACTIVE_TTL:
+        if now - self._roles_at > _ROLE_TTL:
             assert self.node.router is not None
             me = self.node.endpoint
             roles = {}

@@ -187,10 +187,11 @@ class LeanLookups:
 
     def _body(self, view: View, key: str, p: int) -> bytes | None:
         """The 200 body for a key this node holds in partition ``p``; None if absent."""
-        raw = self.deps.node.stores[view.name].get(p, key.encode())
+        node = self.deps.node
+        raw = node.stores[view.name].get(p, key.encode())
         if raw is None:
             return None
-        node = self.deps.node
+        # the stamp's fields written in place (no dict per lookup); a role is a plain word
         return b"".join((
             b'{"view":', _str(view.name), b',"key":', _str(key),
             b',"partition":', str(p).encode(), b',"value":', raw,

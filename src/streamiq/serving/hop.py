@@ -303,14 +303,13 @@ class HopClient:
                 then(reply)  # first: the reply is on its way before the pool's bookkeeping
             except Exception:
                 log.exception("hop reply handler failed")
-            finally:
-                self._release(host)
-                if exc is None:
-                    host.answered += 1
-                    self._checkin(host, conn)
-                else:
-                    conn.close()
-                    self._failed(host, exc)
+            self._release(host)
+            if exc is None:
+                host.answered += 1
+                self._checkin(host, conn)
+            else:
+                conn.close()
+                self._failed(host, exc)
 
         conn.call(raw(), timeout, settled)
         return True

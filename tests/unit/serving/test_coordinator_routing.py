@@ -104,7 +104,7 @@ async def test_forwarded_requests_are_answered_locally_only() -> None:
 
 def test_role_is_derived_from_membership_at_most_every_ttl() -> None:
     """The answer's role stamp: active / standby / previous, from the assignment, which
-    is re-derived at most every _ACTIVE_TTL (not once per lookup) and then followed."""
+    is re-derived at most every _ROLE_TTL (not once per lookup) and then followed."""
     co, _ = make(lambda req: None)
     assigned = {0: [ME, B], 1: [B, ME], 2: [C, B]}
     calls: list[tuple[str, int]] = []
