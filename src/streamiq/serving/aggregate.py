@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from streamiq.serving._json import loads_row
 from streamiq.serving.scan import KeyRange
 from streamiq.state.base import Store
 from streamiq.views.base import View, decode_key
@@ -82,19 +83,32 @@ def _initial(agg: Agg) -> Any:
 
 
 def _fold(agg: Agg, state: Any, value: Any) -> Any:
+    """Fold one row's value into a partial state (``_folder`` picks this once per query)."""
+    return _folder(agg)(state, value)
+
+
+def _folder(agg: Agg) -> Callable[[Any, Any], Any]:
+    """The fold for ``agg``, chosen once per query rather than tested per row."""
     if agg.func == "count":
-        return state + (1 if agg.column is None or value is not None else 0)
-    if value is None:
-        return state
+        if agg.column is None:
+            return lambda state, _value: state + 1
+        return lambda state, value: state if value is None else state + 1
     if agg.func in ("sum", "avg"):
-        if not isinstance(value, int | float) or isinstance(value, bool):
-            raise ValueError(f"agg: {agg.name}: non-numeric value {value!r}")
-        state[0] += value
-        state[1] += 1
-        return state
-    if state is None:
-        return value
-    return _pick(agg, state, value)
+        def add(state: list[Any], value: Any) -> list[Any]:
+            if value is None:
+                return state
+            if not isinstance(value, int | float) or isinstance(value, bool):
+                raise ValueError(f"agg: {agg.name}: non-numeric value {value!r}")
+            state[0] += value
+            state[1] += 1
+            return state
+        return add
+
+    def pick(state: Any, value: Any) -> Any:
+        if value is None:
+            return state
+        return value if state is None else _pick(agg, state, value)
+    return pick
 
 
 def _pick(agg: Agg, a: Any, b: Any) -> Any:
@@ -123,25 +137,40 @@ def aggregate_partitions(view: View, store: Store, partitions: Iterable[int],
     needs_key = [c for c in [*group_by, *(a.column for a in aggs if a.column)]
                  if c in view.key_columns]
     key_idx = {c: view.key_columns.index(c) for c in view.key_columns}
-    groups: dict[str, list[Any]] = {}
+    folds = [(i, a.column, _folder(a)) for i, a in enumerate(aggs)]
+    groups: dict[Any, list[Any]] = {}
     n = 0
     if rng.empty:
-        return {"groups": groups, "rows": 0}
+        return {"groups": {}, "rows": 0}
     for p in partitions:
         for sk, raw in store.scan(p, rng.lo, rng.hi):
-            row = json.loads(raw)
+            row = loads_row(raw)
             if needs_key and any(c not in row for c in needs_key):
                 parts = decode_key((sk[:-9] if view.windowed else sk).decode())
                 for c in needs_key:
                     row.setdefault(c, parts[key_idx[c]])
-            gk = json.dumps([row.get(c) for c in group_by])
-            states = groups.get(gk)
+            gk: Any = tuple([row.get(c) for c in group_by])
+            try:
+                states = groups.get(gk)
+            except TypeError:  # a value that cannot key a dict (a list, an object)
+                gk = _Unhashable(json.dumps(list(gk)))
+                states = groups.get(gk)
             if states is None:
                 states = groups[gk] = [_initial(a) for a in aggs]
-            for i, a in enumerate(aggs):
-                states[i] = _fold(a, states[i], row.get(a.column) if a.column else None)
+            for i, col, fold in folds:
+                states[i] = fold(states[i], row.get(col) if col else None)
             n += 1
-    return {"groups": groups, "rows": n}
+    return {"groups": {_group_json(gk): st for gk, st in groups.items()}, "rows": n}
+
+
+class _Unhashable(str):
+    """A group whose values cannot key a dict (a list, an object): keyed by its JSON.
+    Other groups are keyed by their values' tuple and serialised once, at the end
+    (``json.dumps`` per row cost as much as decoding the row)."""
+
+
+def _group_json(key: Any) -> str:
+    return str(key) if isinstance(key, _Unhashable) else json.dumps(list(key))
 
 
 def merge_partials(aggs: Sequence[Agg], partials: Sequence[dict[str, Any]]
@@ -158,7 +187,19 @@ def merge_partials(aggs: Sequence[Agg], partials: Sequence[dict[str, Any]]
 
 
 def _sort_key(values: list[Any]) -> tuple[Any, ...]:
-    return tuple((v is None, isinstance(v, str), 0 if v is None else v) for v in values)
+    """Groups in order: numbers, then text, then lists and objects (by their JSON), then
+    null, so any mix of group values sorts without comparing unlike types."""
+    return tuple(_rank(v) for v in values)
+
+
+def _rank(v: Any) -> tuple[int, Any]:
+    if v is None:
+        return (3, 0)
+    if isinstance(v, int | float):
+        return (0, v)
+    if isinstance(v, str):
+        return (1, v)
+    return (2, json.dumps(v, sort_keys=True))
 
 
 def finish(group_by: Sequence[str], aggs: Sequence[Agg], merged: dict[str, list[Any]]

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from streamiq.serving._json import loads_row
 from streamiq.state.base import Store
 from streamiq.views.base import View, store_key
 
@@ -89,7 +90,7 @@ def decode_cursor(view: str, cursor: str) -> bytes:
 
 def _row(view: View, partition: int, sk: bytes, raw: bytes) -> dict[str, Any]:
     key = (sk[:-9] if view.windowed else sk).decode()
-    return {"key": key, "partition": partition, "value": json.loads(raw)}
+    return {"key": key, "partition": partition, "value": loads_row(raw)}
 
 
 def scan_partitions(view: View, store: Store, partitions: Iterable[int], rng: KeyRange,

@@ -116,3 +116,20 @@ def test_window_filter(tmp_path: Path) -> None:
     got, _ = merge_rows(ORDER_COUNTS_1M, [part], 10)
     assert [(r["key"], r["value"]["window_start"]) for r in got] == [
         ("s1|GENERAL", 60_000), ("s2|GENERAL", 60_000)]
+
+
+def test_aggregate_groups_by_values_that_cannot_key_a_dict(tmp_path: Path) -> None:
+    """A group-by column holding lists or objects still groups (by the values' JSON),
+    next to ordinary values, and the partials keep their JSON group keys."""
+    store = RocksDBStore(tmp_path / "oc")
+    rows = [{"store": "s1", "type": t, "count": c, "revenue": 1.0}
+            for t, c in [(["a", "b"], 1), (["a", "b"], 2), ({"k": 1}, 4), ("GENERAL", 8)]]
+    store.apply(0, [(f"k{i}".encode(), json.dumps(r).encode()) for i, r in enumerate(rows)],
+                Checkpoint(offset=len(rows)))
+    aggs = parse_aggs(ORDER_COUNTS, ["sum(count)"])
+    part = aggregate_partitions(ORDER_COUNTS, store, [0], ["type"], aggs)
+    assert part == {"groups": {'[["a", "b"]]': [[3, 2]], '[{"k": 1}]': [[4, 1]],
+                               '["GENERAL"]': [[8, 1]]}, "rows": 4}
+    out = finish(["type"], aggs, merge_partials(aggs, [part, part])[0])
+    assert {json.dumps(r["type"]): r["sum(count)"] for r in out} == {
+        '["a", "b"]': 6, '{"k": 1}': 8, '"GENERAL"': 16}
