@@ -1,4 +1,4 @@
-"""Query benchmark, one run (~3 minutes): lookups, multi-get, scatter-gather aggregate.
+"""Query benchmark, one run (~4 minutes): lookups, multi-get, scatter-gather aggregate.
 
 Setup: an embedded broker on a free port, 100k ``balances`` rows produced straight to
 the changelog (3 partitions), 3 nodes (``--standby-replicas 0``, ``--log-level
