@@ -289,13 +289,10 @@ async def smart_vs_raw(seeds: str, owner_url: str, keys: list[str], conns: int,
         await pyload(smart_get, keys, conns, 1.0)
         rs: list[dict[str, float]] = []
         ss: list[dict[str, float]] = []
+        order = [(raw_get, rs), (smart_get, ss)]
         for i in range(pairs):
-            if i % 2 == 0:
-                rs.append(await pyload(raw_get, keys, conns, seconds))
-                ss.append(await pyload(smart_get, keys, conns, seconds))
-            else:
-                ss.append(await pyload(smart_get, keys, conns, seconds))
-                rs.append(await pyload(raw_get, keys, conns, seconds))
+            for call, runs in (order if i % 2 == 0 else order[::-1]):
+                runs.append(await pyload(call, keys, conns, seconds))
 
         def med(runs: list[dict[str, float]]) -> dict[str, float]:
             return {m: pct([x[m] for x in runs], 50) for m in runs[0]}

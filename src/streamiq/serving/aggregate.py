@@ -82,11 +82,6 @@ def _initial(agg: Agg) -> Any:
     return 0 if agg.func == "count" else [0, 0] if agg.func in ("sum", "avg") else None
 
 
-def _fold(agg: Agg, state: Any, value: Any) -> Any:
-    """Fold one row's value into a partial state (``_folder`` picks this once per query)."""
-    return _folder(agg)(state, value)
-
-
 def _folder(agg: Agg) -> Callable[[Any, Any], Any]:
     """The fold for ``agg``, chosen once per query rather than tested per row."""
     if agg.func == "count":

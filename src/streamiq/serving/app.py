@@ -8,7 +8,6 @@ Every answer says who served it: ``served_by``, ``role`` (active / standby / pre
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -19,6 +18,7 @@ from fastapi.responses import JSONResponse
 
 from streamiq._http import ApiError, error_response, install_error_handlers
 from streamiq.config import Settings
+from streamiq.serving._json import loads_row
 from streamiq.serving.consistency import Token, parse_tokens
 from streamiq.serving.coordinator import SERVED_BY, Coordinator
 from streamiq.serving.fastpath import LeanLookups, not_found_body
@@ -104,7 +104,7 @@ class NodeDeps:
                 return Response(not_found_body(view, key, p, stamp), 404, headers=headers,
                                 media_type="application/json")
             body = {"view": view.name, "key": key, "partition": p,
-                    "value": json.loads(raw), **stamp}
+                    "value": loads_row(raw), **stamp}
             return JSONResponse(body, headers=headers)
 
         return await self.coordinator.route(request, view.name, p, self.max_lag(max_lag), local)

@@ -10,7 +10,6 @@ A node answering a forwarded request (``X-Streamiq-Forwarded: 1`` plus the expli
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -19,6 +18,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from streamiq._http import ApiError, error_response
+from streamiq.serving._json import loads_row
 from streamiq.serving.aggregate import (
     aggregate_partitions,
     finish,
@@ -132,7 +132,7 @@ def query_routes(deps: NodeDeps) -> APIRouter:
             for p, ks in by_p.items():
                 for k, raw in zip(ks, store.multi_get(p, [k.encode() for k in ks]), strict=True):
                     if raw is not None:
-                        found[k] = json.loads(raw)
+                        found[k] = loads_row(raw)
             return {"found": found, "keys": mine}
 
         def shape(partials: list[dict[str, Any]]) -> dict[str, Any]:
@@ -216,7 +216,7 @@ def query_routes(deps: NodeDeps) -> APIRouter:
         async def local() -> Response:
             if not node.holds(v.name, p):
                 return deps.not_active(v.name, p)
-            windows = [json.loads(raw) for _, raw in node.stores[v.name].scan(p, lo, hi)]
+            windows = [loads_row(raw) for _, raw in node.stores[v.name].scan(p, lo, hi)]
             return JSONResponse({"status": "OK", "view": v.name, "key": key, "partition": p,
                                  "from": start, "to": end, "windows": windows,
                                  **deps.stamp(v.name, p)},
