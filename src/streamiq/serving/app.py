@@ -117,7 +117,8 @@ def _routes(deps: NodeDeps) -> APIRouter:
     @r.get("/health", tags=["ops"], summary="Liveness and readiness of this node")
     async def health() -> JSONResponse:
         # hops: lookups this node forwarded, by transport (the wire or HTTP)
-        return JSONResponse({**node.describe(), "hops": deps.coordinator.hop.stats()},
+        return JSONResponse({**node.describe(), "hops": deps.coordinator.hop.stats(),
+                             "traffic": deps.coordinator.traffic.totals()},
                             status_code=200 if node.ready() else 503)
 
     @r.get("/account/{account}", tags=["bank"], summary="Balance of an account (seed 000)")
@@ -159,7 +160,8 @@ def _routes(deps: NodeDeps) -> APIRouter:
            summary="Nodes, endpoints, partitions each holds and how far behind")
     async def cluster() -> dict[str, Any]:
         assert node.router is not None
-        return {"self": node.endpoint, **node.router.metadata()}
+        # health: this node's faults, restarting parts and skipped records (as /health)
+        return {"self": node.endpoint, **node.router.metadata(), "health": node.health()}
 
     return r
 
@@ -183,6 +185,7 @@ def create_app(settings: Settings, node: Node | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await node.start()
+        coordinator.start()
         try:
             yield
         finally:

@@ -28,6 +28,7 @@ from yarl import URL
 from streamiq.routing.router import Endpoint
 from streamiq.serving.hop import HopClient
 from streamiq.serving.node import Node
+from streamiq.serving.traffic import Traffic, log_summaries
 
 __all__ = ["FORWARDED", "HOPS", "SERVED_BY", "TRANSPORT_ERRORS", "Coordinator", "Partial",
            "Reply"]
@@ -78,6 +79,8 @@ class Coordinator:
         self._roles: dict[tuple[str, int], str] = {}  # assigned here: "active" or "standby"
         self._roles_at = -1e9
         self.redirect = s.redirect
+        self.traffic = Traffic()  # counted, not logged, per answer (serving/traffic.py)
+        self._summaries: asyncio.Task[None] | None = None
 
     def session(self) -> aiohttp.ClientSession:
         """The pooled keep-alive session (created inside the running event loop)."""
@@ -89,7 +92,13 @@ class Coordinator:
                 skip_auto_headers=("User-Agent",))
         return self._session
 
+    def start(self, summary_period_s: float = 60.0) -> None:
+        """Start the periodic traffic summary line (one per period with traffic)."""
+        self._summaries = asyncio.create_task(log_summaries(self.traffic, summary_period_s))
+
     async def close(self) -> None:
+        if self._summaries is not None:
+            self._summaries.cancel()
         self.hop.close()
         if self._session is not None:
             await self._session.close()
@@ -139,6 +148,7 @@ class Coordinator:
 
     async def serve_internal(self, local: LocalCall) -> Response:
         """Run a forwarded request under the internal concurrency limit."""
+        self.traffic.for_peers += 1
         async with self.internal:
             return await local()
 
@@ -153,6 +163,7 @@ class Coordinator:
         if self.active_here(view, partition, max_lag):
             resp = await local()  # fast path: this node is the partition's active owner
             if resp.status_code != 421:
+                self.traffic.local += 1
                 resp.headers[HOPS] = "0"
                 return resp
         tried: list[str] = []
@@ -161,7 +172,7 @@ class Coordinator:
             if ep.address == self.node.endpoint:
                 resp = await local()
                 if resp.status_code != 421:
-                    log.info("%s partition %d: answered locally", view, partition)
+                    self.traffic.local += 1
                     resp.headers[HOPS] = "0"
                     return resp
                 continue
@@ -178,12 +189,13 @@ class Coordinator:
                 continue
             if r.status_code == 421:
                 continue
-            log.info("%s partition %d: forwarded to owner %s", view, partition, ep.address)
+            self.traffic.forwarded_to(ep.address)
             headers = {k: v for k, v in r.headers.items()
                        if k.startswith("x-streamiq-") and k != HOPS}
             headers[HOPS] = "1"
             return Response(r.content, r.status_code, headers=headers,
                             media_type=r.headers.get("content-type"))
+        self.traffic.unavailable += 1
         return JSONResponse({"status": "UNAVAILABLE", "view": view, "partition": partition,
                              "error": f"no replica of {view} partition {partition} can answer "
                                       f"within max_lag={max_lag}", "tried": tried},
@@ -226,12 +238,14 @@ class Coordinator:
                                       else request.query_params.multi_items())
                   if k != "partitions"]
         if self.is_forwarded(request):
+            self.traffic.for_peers += 1
             async with self.internal:
                 held = [p for p in partitions if self.node.holds(view, p)]
                 part = await local(held)
             missing = [p for p in partitions if p not in held]
             return [part], missing, 0
         assert self.node.router is not None and self.node.membership is not None
+        self.traffic.fanout += 1
         pending = list(partitions)
         excluded: dict[int, set[str]] = defaultdict(set)
         partials: list[Partial | None] = []

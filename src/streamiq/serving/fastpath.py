@@ -146,11 +146,13 @@ class LeanLookups:
         p = view.partition_of(key, node.partitions[view.name])
         co = self.deps.coordinator
         if _FWD in headers:
-            return self.local(view, key, p) if node.holds(view.name, p) else None
+            if not node.holds(view.name, p):
+                return None
+            co.traffic.for_peers += 1
+            return self.local(view, key, p)
         max_lag = node.settings.max_lag
         if co.active_here(view.name, p, max_lag):
-            if log.isEnabledFor(logging.INFO):
-                log.info("%s partition %d: answered locally", view.name, p)
+            co.traffic.local += 1
             return self.local(view, key, p)
         if co.redirect or node.router is None:
             return None
@@ -214,6 +216,7 @@ class LeanLookups:
         node = self.deps.node
         if partitions != node.partitions[view.name] or not node.holds(view.name, p):
             return 421, bytes(self.deps.not_active(view.name, p).body)
+        self.deps.coordinator.traffic.for_peers += 1
         body = self._body(view, key, p)
         if body is None:
             return 404, not_found_body(view, key, p, self.deps.stamp(view.name, p))
@@ -288,8 +291,7 @@ class LeanLookups:
         if reply is None or reply.status not in (200, 404):  # unreachable, 421 or 503:
             self._routes.pop((view.name, p, max_lag), None)  # choose again next time
             return None
-        if log.isEnabledFor(logging.INFO):
-            log.info("%s partition %d: forwarded to owner %s", view.name, p, owner)
+        self.deps.coordinator.traffic.forwarded_to(owner)
         hdrs = ([(k, v) for k, v in reply.headers.items()
                  if k.startswith(b"x-streamiq-") and k != _HOPS]
                 if reply.headers else [(_SERVED_BY, owner.encode())])  # a wire reply
