@@ -7,12 +7,22 @@ same replica freshness. A member silent for ``member_timeout_ms`` is dead (1.5 s
 default: inside ksqlDB's 2 s detection target, without waiting for a broker session
 timeout); a node that stops cleanly publishes ``leaving`` and is dropped at once.
 Only members of the same cluster topic are ever routed to.
+
+Both threads are supervised (``serving/supervise.py``): a crash restarts the thread with a
+fresh Kafka client. A record on the topic that is not a valid heartbeat (not JSON, not an
+object, wrong types, an endpoint that is not ``host:port``, a partitions map with junk,
+over ``MAX_HEARTBEAT_BYTES``) is skipped and counted in ``skipped``, never fatal: one bad
+record must not make every node believe its peers are dead. While the listener is down
+(between a crash and its restart, or after ``stop``) the members' clocks are frozen: a
+node that cannot hear keeps its last view rather than declaring every peer dead, and
+the time it was deaf is credited back to every member when it hears again.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import time
 import uuid
@@ -20,11 +30,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Member", "Membership", "members_topic"]
+from streamiq.serving.supervise import Supervisor
+
+__all__ = ["MAX_HEARTBEAT_BYTES", "BadHeartbeat", "Member", "Membership", "members_topic",
+           "parse_heartbeat"]
 
 log = logging.getLogger("streamiq.membership")
 
 _SELF_TTL = 0.05  # seconds this node's own report may be reused by live()
+#: A heartbeat is ~60 bytes per partition held: 1 MiB is 1024 partitions of 16 views.
+MAX_HEARTBEAT_BYTES = 1 << 20
+_STATE_FIELDS = ("offset", "lag", "restored")
 
 
 def members_topic(cluster: str) -> str:
@@ -41,12 +57,67 @@ class Member:
     started_at: float = 0.0
 
 
+class BadHeartbeat(ValueError):
+    """A record on the members topic that is not a valid heartbeat."""
+
+
+def _int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def parse_heartbeat(raw: bytes) -> dict[str, Any]:
+    """A validated heartbeat: ``endpoint`` (host:port), ``incarnation``, ``leaving``,
+    ``started_at`` and ``partitions`` (view -> partition -> {offset, lag, restored}).
+    Raises BadHeartbeat for anything else."""
+    if len(raw) > MAX_HEARTBEAT_BYTES:
+        raise BadHeartbeat(f"{len(raw)} bytes (limit {MAX_HEARTBEAT_BYTES})")
+    try:
+        doc = json.loads(raw)
+    except (ValueError, TypeError) as exc:  # UnicodeDecodeError is a ValueError
+        raise BadHeartbeat(f"not JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise BadHeartbeat("not a JSON object")
+    endpoint = doc.get("endpoint")
+    host, _, port = endpoint.rpartition(":") if isinstance(endpoint, str) else ("", "", "")
+    if (not host or not port.isascii() or not port.isdigit() or not 1 <= int(port) <= 65535
+            or any(c.isspace() or c in "/?#@" for c in host)):
+        raise BadHeartbeat(f"endpoint {endpoint!r} is not host:port")
+    incarnation = doc.get("incarnation")
+    if not isinstance(incarnation, str) or not incarnation:
+        raise BadHeartbeat("incarnation is not a string")
+    leaving = doc.get("leaving", False)
+    started_at = doc.get("started_at", 0)
+    if not isinstance(leaving, bool):
+        raise BadHeartbeat("leaving is not a boolean")
+    if (not isinstance(started_at, (int, float)) or isinstance(started_at, bool)
+            or not math.isfinite(started_at)):
+        raise BadHeartbeat("started_at is not a number")
+    raw_parts = doc.get("partitions", {})
+    if not isinstance(raw_parts, dict):
+        raise BadHeartbeat("partitions is not an object")
+    parts: dict[str, dict[int, dict[str, int]]] = {}
+    for view, ps in raw_parts.items():
+        if not isinstance(ps, dict):
+            raise BadHeartbeat(f"partitions of {view!r} is not an object")
+        out = parts[view] = {}
+        for p, st in ps.items():
+            if not (isinstance(p, str) and p.isascii() and p.isdigit()):
+                raise BadHeartbeat(f"{view!r} partition {p!r} is not a number")
+            if not isinstance(st, dict) or not all(_int(st.get(f)) for f in _STATE_FIELDS):
+                raise BadHeartbeat(f"{view!r} partition {p}: expected integer "
+                                   f"offset, lag and restored")
+            out[int(p)] = {f: st[f] for f in _STATE_FIELDS}
+    return {"endpoint": endpoint, "incarnation": incarnation, "leaving": leaving,
+            "started_at": float(started_at), "partitions": parts}
+
+
 class Membership:
     """Publishes this node's heartbeat and tracks the live members of the cluster."""
 
     def __init__(self, kafka_conf: dict[str, Any], topic: str, endpoint: str,
                  report: Callable[[], dict[str, dict[int, dict[str, int]]]],
-                 heartbeat_ms: int = 250, timeout_ms: int = 1500) -> None:
+                 heartbeat_ms: int = 250, timeout_ms: int = 1500,
+                 supervisor: Supervisor | None = None) -> None:
         self._conf = kafka_conf
         self.topic = topic
         self.endpoint = endpoint
@@ -60,25 +131,38 @@ class Membership:
         self._lock = threading.Lock()
         self._own: Member | None = None
         self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._publish, name="heartbeat", daemon=True),
-                         threading.Thread(target=self._listen, name="members", daemon=True)]
+        self.supervisor = supervisor or Supervisor()
+        self._threads = [self.supervisor.thread("heartbeat", self._publish, self._stop),
+                         self.supervisor.thread("members", self._listen, self._stop)]
         self.on_change: Callable[[], None] | None = None
+        self.skipped = 0  # records on the topic that were not valid heartbeats
+        # since when the listener has not been listening (None: it is); set until the
+        # listener first runs, so members cannot expire before anything was heard
+        self._deaf_since: float | None = time.monotonic()
 
     def start(self) -> None:
         for t in self._threads:
             t.start()
 
+    def silence(self) -> None:
+        """Stop heartbeating (a last ``leaving`` heartbeat is sent if the publisher can)
+        and listening, without waiting: callable from any thread, a supervised one too."""
+        self._stop.set()
+
     def stop(self) -> None:
         self._stop.set()
         for t in self._threads:
-            t.join(5)
+            if t.is_alive() and t is not threading.current_thread():
+                t.join(5)
 
     def live(self) -> dict[str, Member]:
         """Members heard from within the timeout (always including this node)."""
         now = time.monotonic()
+        deaf = self._deaf_since
+        horizon = now if deaf is None else deaf  # deaf: judge members as when it last heard
         with self._lock:
             out = {e: m for e, m in self._members.items()
-                   if now - m.seen <= self._timeout and self._suspects.get(e, 0) < m.seen}
+                   if horizon - m.seen <= self._timeout and self._suspects.get(e, 0) < m.seen}
         if self.endpoint not in out:
             out[self.endpoint] = self._me(now)
         return out
@@ -128,16 +212,50 @@ class Membership:
 
         consumer = Consumer({"group.id": "streamiq-membership", "enable.auto.commit": False,
                              "fetch.wait.max.ms": 20, **self._conf})
-        consumer.assign([TopicPartition(self.topic, 0, OFFSET_END)])
         try:
+            consumer.assign([TopicPartition(self.topic, 0, OFFSET_END)])
             while not self._stop.is_set():
-                for m in consumer.consume(100, 0.1):
+                msgs = consumer.consume(100, 0.1)
+                self._hearing()
+                for m in msgs:
                     value = m.value()
-                    if m.error() or value is None:
-                        continue
-                    self._on_heartbeat(json.loads(value))
+                    if not m.error() and value is not None:
+                        self.receive(value)
         finally:
-            consumer.close()
+            self._deaf()
+            try:
+                consumer.close()
+            except Exception as exc:
+                log.warning("members: closing the consumer failed: %r", exc)
+
+    def _deaf(self) -> None:
+        if self._deaf_since is None:
+            self._deaf_since = time.monotonic()
+
+    def _hearing(self) -> None:
+        """The listener hears again: credit the members with the time it was deaf."""
+        deaf = self._deaf_since
+        if deaf is None:
+            return
+        gap = time.monotonic() - deaf
+        with self._lock:
+            for e, m in self._members.items():
+                if self._suspects.get(e, 0) < m.seen:  # a suspect stays one
+                    m.seen += gap
+            self._deaf_since = None
+
+    def receive(self, raw: bytes) -> bool:
+        """Apply one record of the members topic; False (counted) if it was skipped."""
+        try:
+            doc = parse_heartbeat(raw)
+        except BadHeartbeat as exc:
+            self.skipped += 1
+            if self.skipped & (self.skipped - 1) == 0:  # 1st, 2nd, 4th, 8th...
+                log.warning("members: skipped a record that is not a heartbeat (%s; %d "
+                            "skipped so far)", exc, self.skipped)
+            return False
+        self._on_heartbeat(doc)
+        return True
 
     def _on_heartbeat(self, doc: dict[str, Any]) -> None:
         endpoint = doc["endpoint"]
@@ -146,14 +264,12 @@ class Membership:
         now = time.monotonic()
         with self._lock:
             old = self._members.get(endpoint)
-            if doc.get("leaving"):
+            if doc["leaving"]:
                 self._members.pop(endpoint, None)
                 changed = old is not None
             else:
-                parts = {v: {int(p): s for p, s in ps.items()}
-                         for v, ps in doc.get("partitions", {}).items()}
-                self._members[endpoint] = Member(endpoint, doc["incarnation"], now, parts,
-                                                 float(doc.get("started_at", 0)))
+                self._members[endpoint] = Member(endpoint, doc["incarnation"], now,
+                                                 doc["partitions"], doc["started_at"])
                 changed = old is None or now - old.seen > self._timeout
         if changed:
             self._changed()
