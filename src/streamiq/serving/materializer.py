@@ -4,12 +4,25 @@ One thread, one consumer with manual assignment (no group: ownership is decided 
 streamiq's own assignment, not the broker). Each poll's records for a partition are
 written with the partition's checkpoint in one RocksDB batch, so a restarted node
 resumes from its store instead of replaying the changelog.
+
+Fails closed: the thread is supervised (``serving/supervise.py``). When the loop raises,
+``states`` is emptied at once, so the node holds nothing, reports nothing restored in its
+heartbeats and answers no lookup from rows that stopped moving; the restarted loop is a
+fresh consumer resuming from the stores' checkpoints (exactly the rows already applied)
+and each partition answers again once it has restored. A changelog record that cannot be
+decoded (bad marker, windowed row without an integer ``window_start``, non-UTF-8 key of a
+windowed view, no key) is skipped and counted in ``skipped``; its offset still advances.
+
+Test hook: ``STREAMIQ_TEST_FAULT=materializer:<key>[:<times>]`` (read once, when the
+materializer is built) makes the loop raise on applying a record with that key, at most
+``<times>`` times (default: every time). It stands for a bug or an I/O error.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 from collections import defaultdict
@@ -17,12 +30,64 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from streamiq.serving.supervise import Supervisor
 from streamiq.state.base import Checkpoint, Store
 from streamiq.views.base import MARKER_HEADER, View, store_key
 
-__all__ = ["Materializer", "PartitionState"]
+__all__ = ["FAULT_ENV", "Materializer", "PartitionState"]
 
 log = logging.getLogger("streamiq.materializer")
+
+FAULT_ENV = "STREAMIQ_TEST_FAULT"
+
+
+class InjectedFault(RuntimeError):
+    """Raised by the ``STREAMIQ_TEST_FAULT`` test hook."""
+
+
+def _fault_from_env() -> tuple[bytes, int] | None:
+    """(key, times) of a ``materializer:<key>[:<times>]`` test fault, None if unset."""
+    raw = os.environ.get(FAULT_ENV, "")
+    part, _, rest = raw.partition(":")
+    if part != "materializer" or not rest:
+        return None
+    key, _, times = rest.partition(":")
+    return key.encode(), int(times) if times else -1
+
+
+class BadRecord(ValueError):
+    """A changelog record the materializer cannot decode (skipped and counted)."""
+
+
+def _marker_offsets(raw: bytes | None) -> dict[str, dict[int, int]]:
+    """The input offsets a marker names; BadRecord if it is not a valid marker."""
+    try:
+        doc = json.loads(raw) if raw is not None else None
+    except (ValueError, TypeError) as exc:
+        raise BadRecord(f"marker is not JSON: {exc}") from None
+    offsets = doc.get("offsets") if isinstance(doc, dict) else None
+    if not isinstance(offsets, dict):
+        raise BadRecord("marker without an offsets object")
+    out: dict[str, dict[int, int]] = {}
+    for t, po in offsets.items():
+        if not isinstance(po, dict):
+            raise BadRecord(f"marker offsets of {t!r} are not an object")
+        cur = out[t] = {}
+        for part, off in po.items():
+            if not isinstance(off, int) or isinstance(off, bool) or not str(part).isdigit():
+                raise BadRecord(f"marker offset {t!r}[{part!r}] is not a partition: offset")
+            cur[int(part)] = off
+    return out
+
+
+def _window_start(value: bytes) -> int:
+    try:
+        w = json.loads(value).get("window_start")
+    except (ValueError, TypeError, AttributeError):
+        raise BadRecord("windowed row is not a JSON object") from None
+    if not isinstance(w, int) or isinstance(w, bool) or not -(1 << 63) <= w < (1 << 63):
+        raise BadRecord(f"windowed row without an integer window_start: {w!r}")
+    return w
 
 
 @dataclass
@@ -47,7 +112,8 @@ class PartitionState:
 
 class Materializer:
     def __init__(self, kafka_conf: dict[str, Any], views: Mapping[str, View],
-                 stores: Mapping[str, Store], topics: Mapping[str, str]) -> None:
+                 stores: Mapping[str, Store], topics: Mapping[str, str],
+                 supervisor: Supervisor | None = None) -> None:
         self._conf = kafka_conf
         self.views = dict(views)
         self.stores = dict(stores)
@@ -55,9 +121,12 @@ class Materializer:
         self._topic_view = {t: name for name, t in self.topics.items()}
         self.states: dict[tuple[str, int], PartitionState] = {}
         self._wanted: set[tuple[str, int]] = set()
+        self.skipped = 0  # changelog records that could not be decoded
+        self._fault = _fault_from_env()
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="materializer", daemon=True)
+        self.supervisor = supervisor or Supervisor()
+        self._thread = self.supervisor.thread("materializer", self._run, self._stop)
 
     # -- control (any thread) --
     def start(self) -> None:
@@ -65,7 +134,19 @@ class Materializer:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(10)
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(10)
+
+    def halt(self) -> None:
+        """Stop and hold nothing from now on (the node failed): no answers from here."""
+        with self._lock:
+            self._stop.set()
+            self.states = {}
+
+    def _forget(self) -> None:
+        """After a crash: nothing is held until the restarted loop has restored it."""
+        with self._lock:
+            self.states = {}
 
     def want(self, wanted: set[tuple[str, int]]) -> None:
         """Set the (view, partition) pairs to materialise; applied at the next poll."""
@@ -103,7 +184,10 @@ class Materializer:
                             st = PartitionState(offset=max(cp.offset, 0), position=cp.position)
                             log.info("%s partition %d: resuming from changelog offset %d",
                                      v, p, st.offset)
-                            self.states[(v, p)] = st
+                            with self._lock:  # halt() empties states under the same lock
+                                if self._stop.is_set():
+                                    return
+                                self.states[(v, p)] = st
                             tps.append(TopicPartition(self.topics[v], p, cp.offset))
                         consumer.incremental_assign(tps)
                     assigned = wanted
@@ -113,11 +197,14 @@ class Materializer:
                 msgs = consumer.consume(2000, 0.05)
                 self._apply(msgs)
                 self._refresh_watermarks(consumer, assigned)
-        except Exception:  # pragma: no cover - logged, the node reports itself unhealthy
-            log.exception("materializer stopped")
+        except Exception:
+            self._forget()  # before anything else (closing the consumer may take a while)
             raise
         finally:
-            consumer.close()
+            try:
+                consumer.close()
+            except Exception as exc:  # the loop's own exception, if any, is the one told
+                log.warning("materializer: closing the consumer failed: %r", exc)
 
     def _apply(self, msgs: list[Any]) -> None:
         batches: dict[tuple[str, int], list[Any]] = defaultdict(list)
@@ -141,29 +228,46 @@ class Materializer:
             position = {t: dict(po) for t, po in st.position.items()}
             windowed = self.views[view].windowed
             for m in records:
-                headers = m.headers()
-                if headers and any(k == MARKER_HEADER for k, _ in headers):
-                    doc = json.loads(m.value())
-                    for t, po in doc["offsets"].items():
-                        cur = position.setdefault(t, {})
-                        for part, off in po.items():
-                            cur[int(part)] = max(cur.get(int(part), 0), int(off))
-                    continue
-                key = m.key()
-                if key is None:
-                    continue
-                value = m.value()
-                if windowed:
-                    if value is None:
-                        continue
-                    wstart = int(json.loads(value)["window_start"])
-                    puts.append((store_key(key.decode(), wstart), value))
-                else:
-                    puts.append((key, value))
+                try:
+                    self._decode(m, windowed, puts, position)
+                except BadRecord as exc:
+                    self.skipped += 1
+                    if self.skipped & (self.skipped - 1) == 0:  # 1st, 2nd, 4th, 8th...
+                        log.warning("%s partition %d offset %d: skipped a changelog record "
+                                    "(%s; %d skipped so far)", view, p, m.offset(), exc,
+                                    self.skipped)
             next_offset = records[-1].offset() + 1
             self.stores[view].apply(p, puts, Checkpoint(offset=next_offset, position=position))
             st.offset = next_offset
             st.position = position
+
+    def _decode(self, m: Any, windowed: bool, puts: list[tuple[bytes, bytes | None]],
+                position: dict[str, dict[int, int]]) -> None:
+        """Add one record to the batch (a row) or to the position (a marker)."""
+        headers = m.headers()
+        if headers and any(k == MARKER_HEADER for k, _ in headers):
+            for t, po in _marker_offsets(m.value()).items():
+                cur = position.setdefault(t, {})
+                for part, off in po.items():
+                    cur[part] = max(cur.get(part, 0), off)
+            return
+        key = m.key()
+        if key is None:
+            raise BadRecord("row without a key")
+        if self._fault is not None and key == self._fault[0] and self._fault[1] != 0:
+            self._fault = (self._fault[0], self._fault[1] - 1)
+            raise InjectedFault(f"{FAULT_ENV}: injected fault on key {key!r}")
+        value = m.value()
+        if windowed:
+            if value is None:
+                raise BadRecord("windowed row without a value")
+            try:
+                text = key.decode()
+            except UnicodeDecodeError:
+                raise BadRecord("key of a windowed row is not UTF-8") from None
+            puts.append((store_key(text, _window_start(value)), value))
+        else:
+            puts.append((key, value))
 
     def _rebuild(self, view: str, p: int, st: PartitionState, seen: int) -> None:
         log.warning("%s partition %d: changelog restarted (offset %d is below checkpoint %d); "

@@ -1,11 +1,27 @@
-"""A serving node: stores, materializer, membership and router under one lifecycle."""
+"""A serving node: stores, materializer, membership and router under one lifecycle.
+
+The node fails closed. Its background parts (the materializer thread, the heartbeat
+publisher and the members listener threads, the ``sync`` task) run under one
+``Supervisor``: a part that raises is logged, counted (``faults`` in ``describe()``, so in
+``/health``) and restarted with backoff. While the materializer is down it holds nothing,
+so the node reports no partition in its heartbeats, answers no lookup locally (peers
+route to standbys within a heartbeat) and ``/health`` is 503. A part that keeps failing
+is fatal: the node stops answering, stops heartbeating (peers drop it at once through
+its ``leaving`` heartbeat, or within ``member_timeout_ms`` if it cannot send one), turns
+not ready and ``run_node`` exits non-zero, so that ``streamiq up`` or any process
+supervisor starts it again.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
+import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +31,7 @@ from streamiq.routing.membership import Membership, members_topic
 from streamiq.routing.router import Router
 from streamiq.serving.consistency import Token, reflects
 from streamiq.serving.materializer import Materializer
+from streamiq.serving.supervise import Supervisor
 from streamiq.state.base import Store
 from streamiq.state.rocksdb import RocksDBStore
 from streamiq.views.base import App, View, load_app
@@ -48,13 +65,21 @@ class Node:
         self.assigning = False
         self.stopping = False
         self.wanted: set[tuple[str, int]] = set()
+        self.supervisor = Supervisor(on_fatal=self._fatal)
+        #: called once when a part cannot recover (run_node: stop serving, exit non-zero)
+        self.on_fatal: Callable[[], None] | None = None
+
+    @property
+    def failed(self) -> str | None:
+        """The part that could not recover, None while the node is healthy."""
+        return self.supervisor.failed
 
     # -- lifecycle --
     async def start(self) -> None:
         await asyncio.to_thread(self._open)
         assert self.membership is not None
         self.membership.start()
-        self._sync_task = asyncio.create_task(self._sync_loop())
+        self._sync_task = self.supervisor.task("sync", self._sync_loop)
 
     def _open(self) -> None:
         s = self.settings
@@ -65,15 +90,29 @@ class Node:
         self.partitions = {name: counts[t] for name, t in self.topics.items()}
         root = _state_path(s.state_dir, self.endpoint)
         self.stores = {name: RocksDBStore(root / name) for name in self.views}
-        self.materializer = Materializer(self.kafka_conf, self.views, self.stores, self.topics)
+        self.materializer = Materializer(self.kafka_conf, self.views, self.stores, self.topics,
+                                         self.supervisor)
         self.materializer.start()
         self.membership = Membership(self.kafka_conf, s.topic(members_topic(s.cluster)),
                                      self.endpoint, self.report,
-                                     s.heartbeat_ms, s.member_timeout_ms)
+                                     s.heartbeat_ms, s.member_timeout_ms, self.supervisor)
         self.router = Router(self.membership, self.partitions, s.standby_replicas)
+
+    def _fatal(self, part: str, exc: BaseException) -> None:
+        """A part cannot recover (any thread; once): answer nothing, stop heartbeating,
+        then let ``on_fatal`` end the process."""
+        log.critical("node %s failed: %s could not recover (%r); not ready, heartbeat "
+                     "stopped, exiting", self.endpoint, part, exc)
+        if self.materializer is not None:
+            self.materializer.halt()
+        if self.membership is not None:
+            self.membership.silence()
+        if self.on_fatal is not None:
+            self.on_fatal()
 
     async def stop(self) -> None:
         self.stopping = True
+        self.supervisor.stopping = True
         if self._sync_task is not None:
             self._sync_task.cancel()
         if self.membership is not None:
@@ -87,8 +126,9 @@ class Node:
         """Keep what this node materialises equal to what the router wants of it."""
         # Listen for one timeout's worth of heartbeats before claiming partitions, so a
         # node joining a running cluster does not briefly claim everything.
-        await asyncio.sleep(self.settings.heartbeat_ms * 3 / 1000)
-        self.assigning = True
+        if not self.assigning:  # not again when the supervisor restarts the loop
+            await asyncio.sleep(self.settings.heartbeat_ms * 3 / 1000)
+            self.assigning = True
         while True:
             assert self.router is not None and self.materializer is not None
             held = set(self.materializer.holding())
@@ -123,8 +163,9 @@ class Node:
         return -1 if st is None else st.lag
 
     def ready(self) -> bool:
-        """Every partition this node should hold is held and restored."""
-        if not self.assigning or self.materializer is None:
+        """Every partition this node should hold is held and restored (never after a
+        part failed for good; while the materializer restarts it holds nothing)."""
+        if not self.assigning or self.materializer is None or self.failed is not None:
             return False
         held = self.materializer.holding()
         return all(vp in held and held[vp].restored for vp in self.wanted)
@@ -142,13 +183,47 @@ class Node:
                 return False
             await asyncio.sleep(0.005)
 
+    def health(self) -> dict[str, Any]:
+        """Supervision counters: exceptions caught per part, parts restarting now, the
+        part that could not recover, and records skipped because they could not be read."""
+        sup = self.supervisor
+        return {"faults": dict(sup.faults), "down": sorted(sup.down), "failed": sup.failed,
+                "skipped_records": {
+                    "membership": self.membership.skipped if self.membership else 0,
+                    "changelog": self.materializer.skipped if self.materializer else 0}}
+
     def describe(self) -> dict[str, Any]:
         return {"endpoint": self.endpoint, "ready": self.ready(), "app": self.app.name,
-                "views": sorted(self.views), "partitions": self.report()}
+                "views": sorted(self.views), "partitions": self.report(), **self.health()}
+
+
+#: After a fatal failure, the clean shutdown gets this long before the process is ended.
+FATAL_EXIT_GRACE_S = 20.0
+
+
+def _force_exit() -> None:
+    log.critical("shutdown after a fatal failure did not finish in %.0fs: exiting now",
+                 FATAL_EXIT_GRACE_S)
+    for h in logging.getLogger().handlers:
+        h.flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1)
 
 
 def run_node(settings: Settings) -> None:
-    """Serve one node until SIGINT/SIGTERM (uvicorn handles both)."""
+    """Serve one node until SIGINT/SIGTERM (uvicorn handles both) or a fatal failure.
+
+    On a fatal failure (a part of the node that cannot recover, see ``Node._fatal``) the
+    server is asked to exit (``should_exit``, checked by uvicorn's main loop every 0.1 s,
+    safe to set from any thread); uvicorn then stops accepting, finishes in-flight
+    requests, runs the lifespan shutdown (clients closed, stores closed, so RocksDB is
+    left clean) and returns, and the process exits with status 1 for its supervisor to
+    restart it. That clean path is preferred over ``os._exit`` at the failure: RocksDB
+    and the Kafka clients get closed, logs get flushed. ``os._exit(1)`` is only the
+    backstop when that shutdown hangs (a thread stuck in a native call) for
+    ``FATAL_EXIT_GRACE_S``: a failed node must never linger half-alive.
+    """
     import uvicorn
 
     from streamiq.serving.app import create_asgi
@@ -156,10 +231,28 @@ def run_node(settings: Settings) -> None:
     from streamiq.serving.protocol import NodeHttpProtocol
 
     configure_logging(settings.log_level)
-    app = create_asgi(settings)
+    node = Node(settings)
+    app = create_asgi(settings, node)
     print(f"streamiq node {settings.endpoint} listening on http://{settings.host}:{settings.port}",
           flush=True)
     # proxy_headers=False: NodeHttpProtocol's lean path needs LeanLookups as the app itself
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning",
-                http=NodeHttpProtocol, access_log=False, lifespan="on", proxy_headers=False,
-                timeout_graceful_shutdown=5)
+    server = uvicorn.Server(uvicorn.Config(
+        app, host=settings.host, port=settings.port, log_level="warning",
+        http=NodeHttpProtocol, access_log=False, lifespan="on", proxy_headers=False,
+        timeout_graceful_shutdown=5))
+
+    def fatal() -> None:
+        server.should_exit = True
+        watchdog = threading.Timer(FATAL_EXIT_GRACE_S, _force_exit)
+        watchdog.daemon = True
+        watchdog.start()
+
+    node.on_fatal = fatal
+    server.run()
+    if node.failed is not None:
+        log.critical("node %s exiting with status 1: %s could not recover",
+                     settings.endpoint, node.failed)
+        logging.shutdown()
+        sys.exit(1)
+    if not server.started:
+        sys.exit(3)  # as uvicorn.run does when the startup failed
