@@ -114,7 +114,7 @@ def create_ingest_app(settings: Settings, app_def: App | None = None) -> FastAPI
             partition, offset = await state["producer"].send(topic, key, value)
         except Exception as exc:
             raise ApiError(503, "PRODUCE_FAILED", f"write to {topic} failed: {exc}") from None
-        log.info("%s key=%s -> partition %d offset %d", topic, key, partition, offset)
+        log.debug("%s key=%s -> partition %d offset %d", topic, key, partition, offset)
         return {"topic": topic, "partition": partition, "offset": offset,
                 "position": token_for(topic, partition, offset), "key": key, "record": value}
 

@@ -2,27 +2,27 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-__all__ = ["ensure_topics", "topic_partitions"]
+__all__ = ["delete_topics", "ensure_topics", "topic_partitions"]
 
 
 def ensure_topics(conf: dict[str, Any], topics: dict[str, int], timeout: float = 15.0,
-                  compacted: frozenset[str] = frozenset()) -> dict[str, int]:
+                  config: Mapping[str, str] | None = None) -> dict[str, int]:
     """Create missing topics (name -> partitions); return every topic's partition count.
 
     Existing topics are left alone; their real partition count is returned so callers
-    partition with the count the cluster has, not the one they asked for.
+    partition with the count the cluster has, not the one they asked for. ``config``:
+    topic settings for the topics created (e.g. ``retention.ms``).
     """
     admin = AdminClient(conf)
     existing = topic_partitions(admin, list(topics), timeout)
-    missing = [
-        NewTopic(name, n, 1, config={"cleanup.policy": "compact"} if name in compacted else {})
-        for name, n in topics.items() if name not in existing
-    ]
+    missing = [NewTopic(name, n, 1, config=dict(config or {}))
+               for name, n in topics.items() if name not in existing]
     if missing:
         for name, fut in admin.create_topics(missing, operation_timeout=timeout).items():
             try:
@@ -42,3 +42,19 @@ def topic_partitions(admin: AdminClient | dict[str, Any], topics: list[str],
     md = admin.list_topics(timeout=timeout)
     return {t: len(md.topics[t].partitions) for t in topics
             if t in md.topics and md.topics[t].error is None and md.topics[t].partitions}
+
+
+def delete_topics(conf: dict[str, Any], topics: Iterable[str], timeout: float = 10.0) -> list[str]:
+    """Delete topics; returns those deleted. One already gone is not an error."""
+    names = list(topics)
+    if not names:
+        return []
+    deleted = []
+    for name, fut in AdminClient(conf).delete_topics(names, operation_timeout=timeout).items():
+        try:
+            fut.result(timeout)
+            deleted.append(name)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise RuntimeError(f"cannot delete topic {name!r}: {exc}") from exc
+    return deleted

@@ -13,9 +13,9 @@ import contextlib
 import logging
 import queue
 import signal
-import sys
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,6 +32,8 @@ from streamiq.pipeline.deadletter import (
 )
 from streamiq.pipeline.sink import ChangelogSink, batch_offsets, changelog_columns
 from streamiq.pipeline.source import FORMAT
+from streamiq.pipeline.warmup import warm_up
+from streamiq.serving.logs import configure_logging
 from streamiq.views.base import App, View, load_app
 
 if TYPE_CHECKING:
@@ -87,8 +89,10 @@ class _ViewRun:
 class Pipeline:
     """Starts, watches and stops the queries of an :class:`App`."""
 
-    def __init__(self, spark: SparkSession, settings: Settings, app: App) -> None:
+    def __init__(self, spark: SparkSession, settings: Settings, app: App,
+                 stopping: threading.Event | None = None) -> None:
         self.spark = spark
+        self.stopping = stopping or threading.Event()
         self.settings = settings
         self.app = app
         self.kafka = settings.kafka()
@@ -121,6 +125,7 @@ class Pipeline:
 
     def start(self) -> None:
         parts = self.ensure_topics()
+        self.warm_up()
         self._register_listener()
         root = Path(self.settings.checkpoint_dir).resolve()
         seen: set[tuple[Any, ...]] = set()
@@ -138,6 +143,18 @@ class Pipeline:
         for run in self.runs.values():
             self._start_query(run)
         self._recovered = False  # the crash-window dead-letter scan runs on the first poll
+
+    def warm_up(self) -> None:
+        """Run each view's plan once on an example record (see pipeline/warmup.py)."""
+        s = self.settings
+
+        def build(view: View, topics: tuple[str, ...]) -> DataFrame:
+            return build_view_stream(self.spark, view, self.kafka, None, topics)
+
+        topic = s.topic(f"_streamiq-warmup-{uuid.uuid4().hex[:8]}")
+        took = warm_up(self.spark, list(self.app.views), self.kafka, build, topic, s.partitions,
+                       cancelled=self.stopping.is_set)
+        log.info("warmed up in %.1f s (every view's plan ran once on an example record)", took)
 
     def _start_query(self, run: _ViewRun) -> None:
         s = self.settings
@@ -271,24 +288,39 @@ class Pipeline:
             self._listener = None
 
 
-def run_pipeline(settings: Settings) -> None:
-    """Run the app's views until SIGTERM/SIGINT (blocking); exit 1 if a query fails."""
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("py4j").setLevel(logging.WARNING)
-    app = load_app(settings.app, settings.views_module)
+def _start_spark(settings: Settings, app: App) -> SparkSession:
+    """The SparkSession, its JVM deaf to SIGTERM so that only this process stops Spark.
+
+    ``streamiq up``, systemd and a terminal signal the whole process group. A JVM that
+    got SIGTERM ran its shutdown hook, stopping the SparkContext under running queries
+    (stack traces, a failed batch) before this process could stop them in order. HotSpot
+    installs no SIGTERM handler when SIGTERM is ignored at launch (as under ``nohup``),
+    and PySpark already launches it with SIGINT ignored; the JVM still exits when this
+    process does (end of its stdin), SIGKILL included.
+    """
     from streamiq.pipeline.session import spark_session
 
-    spark = spark_session(settings.master, app_name=f"streamiq-{app.name}",
-                          shuffle_partitions=settings.partitions)
+    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)  # inherited by the JVM
+    try:
+        return spark_session(settings.master, app_name=f"streamiq-{app.name}",
+                             shuffle_partitions=settings.partitions)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def run_pipeline(settings: Settings) -> None:
+    """Run the app's views until SIGTERM/SIGINT (blocking); exit 1 if a query fails."""
+    configure_logging(settings.log_level)
+    app = load_app(settings.app, settings.views_module)
     stop = threading.Event()
 
     def _on_signal(signum: int, frame: Any) -> None:
         stop.set()
 
-    signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
-    pipeline = Pipeline(spark, settings, app)
+    spark = _start_spark(settings, app)
+    signal.signal(signal.SIGTERM, _on_signal)
+    pipeline = Pipeline(spark, settings, app, stopping=stop)
     failed = False
     try:
         pipeline.start()

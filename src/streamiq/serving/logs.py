@@ -9,9 +9,8 @@ __all__ = ["configure_logging"]
 
 
 def configure_logging(level: str = "info") -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO), stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s", force=True,
-    )
-    for noisy in ("httpx", "httpcore", "py4j", "uvicorn.access"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    """streamiq's loggers at ``level``; every other library's at WARNING (py4j, for
+    one, logs its connection handling on the root logger at INFO)."""
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s", force=True)
+    logging.getLogger("streamiq").setLevel(getattr(logging, level.upper(), logging.INFO))

@@ -34,6 +34,7 @@ BALANCES = View(
     transform=_balances,
     key_columns=("account",),
     value_columns=("balance", "count", "last_update"),
+    example={"account": "warmup", "amount": 0, "ts": 0},
 )
 
 APP = App(name="bank", topics=(TOPIC,), views=(BALANCES,))

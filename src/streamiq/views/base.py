@@ -64,6 +64,10 @@ class View:
     watermark: str | None = None
     event_time: str | None = None
     description: str = ""
+    #: A valid input record (JSON-able): the pipeline runs the view's plan on it once
+    #: before it says ready, so the first real write does not pay the JVM's and Python
+    #: workers' warm-up. ``None``: one is made from ``value_schema``.
+    example: Mapping[str, Any] | None = field(default=None, compare=False)
 
     @property
     def changelog_topic(self) -> str:
