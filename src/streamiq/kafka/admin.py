@@ -50,7 +50,8 @@ def delete_topics(conf: dict[str, Any], topics: Iterable[str], timeout: float = 
     if not names:
         return []
     deleted = []
-    for name, fut in AdminClient(conf).delete_topics(names, operation_timeout=timeout).items():
+    admin = AdminClient(conf)  # kept referenced until every future is resolved
+    for name, fut in admin.delete_topics(names, operation_timeout=timeout).items():
         try:
             fut.result(timeout)
             deleted.append(name)

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from streamiq.kafka.admin import ensure_topics
+from streamiq.kafka.admin import delete_topics, ensure_topics
 from streamiq.views.base import View
 
 if TYPE_CHECKING:
@@ -66,11 +66,8 @@ def _produce(kafka: Mapping[str, Any], topic: str, records: list[dict[str, Any]]
 
 
 def _delete_topic(kafka: Mapping[str, Any], topic: str) -> None:
-    from confluent_kafka.admin import AdminClient
-
     try:
-        for fut in AdminClient(dict(kafka)).delete_topics([topic]).values():
-            fut.result(10)
+        delete_topics(dict(kafka), [topic])
     except Exception as exc:  # an undeleted warm-up topic is litter, not an error
         log.warning("warm-up: could not delete topic %s: %r", topic, exc)
 
