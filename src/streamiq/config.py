@@ -39,7 +39,8 @@ class Settings(BaseSettings):
                          description="Cluster name: scopes membership (node discovery).")
     topic_prefix: str = Field("", pattern=r"^[A-Za-z0-9._-]{0,100}$",
                               description="Prefix of every topic streamiq reads or writes.")
-    app: str = Field("bank", description="Built-in app(s) to run: bank, orders or bank,orders.")
+    app: str = Field("bank,orders",
+                     description="Built-in app(s) to run: bank, orders or bank,orders.")
     views_module: str | None = Field(
         None, description="Python module defining APP, a streamiq.App (overrides --app)."
     )
@@ -69,6 +70,11 @@ class Settings(BaseSettings):
     heartbeat_ms: int = Field(250, ge=20, le=10_000, description="Membership heartbeat period.")
     member_timeout_ms: int = Field(
         1500, ge=100, le=120_000, description="A member silent this long is considered dead."
+    )
+    membership_period_s: float = Field(
+        60.0, ge=1, le=86_400,
+        description="Heartbeats go to a new membership topic every period, old ones are "
+                    "deleted (same on every node; node clocks within a period).",
     )
     max_lag: int = Field(
         10_000, ge=0, description="Default max changelog lag (records) a standby may answer with."

@@ -24,7 +24,8 @@ _KAFKA = ("bootstrap_servers", "kafka_config", "cluster", "topic_prefix", "app",
 _BROKER = ("broker_host", "broker_port")
 _INGEST = ("ingest_host", "ingest_port")
 _NODE = ("host", "port", "advertised", "state_dir", "standby_replicas", "heartbeat_ms",
-         "member_timeout_ms", "max_lag", "wait_timeout_ms", "internal_concurrency", "redirect")
+         "member_timeout_ms", "membership_period_s", "max_lag", "wait_timeout_ms",
+         "internal_concurrency", "redirect")
 _PIPELINE = ("master", "checkpoint_dir", "trigger_ms", "max_offsets_per_trigger")
 
 COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {

@@ -8,7 +8,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-__all__ = ["delete_topics", "ensure_topics", "topic_partitions"]
+__all__ = ["delete_topics", "ensure_topics", "topic_names", "topic_partitions"]
 
 
 def ensure_topics(conf: dict[str, Any], topics: dict[str, int], timeout: float = 15.0,
@@ -59,3 +59,8 @@ def delete_topics(conf: dict[str, Any], topics: Iterable[str], timeout: float = 
             if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
                 raise RuntimeError(f"cannot delete topic {name!r}: {exc}") from exc
     return deleted
+
+
+def topic_names(conf: dict[str, Any], timeout: float = 10.0) -> list[str]:
+    """Every topic of the cluster."""
+    return list(AdminClient(conf).list_topics(timeout=timeout).topics)

@@ -1,6 +1,8 @@
 """Cluster membership through a heartbeat topic.
 
-Each node publishes a heartbeat every ``heartbeat_ms`` to ``_streamiq-<cluster>-members``
+Each node publishes a heartbeat every ``heartbeat_ms`` to the cluster's membership topic
+of the current epoch, ``_streamiq-<cluster>-members-<epoch>`` (``routing/epochs.py``: a
+new topic every ``membership_period_s``, old ones deleted, so heartbeats never pile up),
 carrying its endpoint and, per view partition it materialises, its changelog offset
 and lag. Every node reads the topic, so every node sees the same members and the
 same replica freshness. A member silent for ``member_timeout_ms`` is dead (1.5 s by
@@ -30,6 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from streamiq.kafka.admin import delete_topics, ensure_topics, topic_names
+from streamiq.routing.epochs import EpochTopics
 from streamiq.serving.supervise import Supervisor
 
 __all__ = ["MAX_HEARTBEAT_BYTES", "BadHeartbeat", "Member", "Membership", "members_topic",
@@ -44,6 +48,7 @@ _STATE_FIELDS = ("offset", "lag", "restored")
 
 
 def members_topic(cluster: str) -> str:
+    """The base name of a cluster's membership topics (one per epoch is ``<base>-<n>``)."""
     return f"_streamiq-{cluster}-members"
 
 
@@ -117,9 +122,9 @@ class Membership:
     def __init__(self, kafka_conf: dict[str, Any], topic: str, endpoint: str,
                  report: Callable[[], dict[str, dict[int, dict[str, int]]]],
                  heartbeat_ms: int = 250, timeout_ms: int = 1500,
-                 supervisor: Supervisor | None = None) -> None:
+                 supervisor: Supervisor | None = None, period_s: float = 60.0) -> None:
         self._conf = kafka_conf
-        self.topic = topic
+        self.topics = EpochTopics(topic, period_s)
         self.endpoint = endpoint
         self.incarnation = uuid.uuid4().hex
         self.started_at = time.time()
@@ -133,7 +138,8 @@ class Membership:
         self._stop = threading.Event()
         self.supervisor = supervisor or Supervisor()
         self._threads = [self.supervisor.thread("heartbeat", self._publish, self._stop),
-                         self.supervisor.thread("members", self._listen, self._stop)]
+                         self.supervisor.thread("members", self._listen, self._stop),
+                         self.supervisor.thread("member-topics", self._keep_topics, self._stop)]
         self.on_change: Callable[[], None] | None = None
         self.skipped = 0  # records on the topic that were not valid heartbeats
         # since when the listener has not been listening (None: it is); set until the
@@ -141,8 +147,31 @@ class Membership:
         self._deaf_since: float | None = time.monotonic()
 
     def start(self) -> None:
+        self.create_topics(time.time())  # before the first heartbeat needs them
         for t in self._threads:
             t.start()
+
+    def create_topics(self, now: float) -> None:
+        """Create the current and next epochs' topics (idempotent)."""
+        config = {"retention.ms": str(self.topics.retention_ms())}
+        ensure_topics(self._conf, dict.fromkeys(self.topics.ahead(now), 1), config=config)
+
+    def _keep_topics(self) -> None:
+        """Create each epoch's topic ahead of time; delete those no node uses any more.
+        In a thread of its own so that slow topic administration never delays a
+        heartbeat; a failure (say, the broker is briefly away) is retried next round,
+        as the next epoch's topic is made a whole period before it is needed."""
+        while not self._stop.is_set():
+            now = time.time()
+            try:
+                self.create_topics(now)
+                expired = self.topics.expired(now, topic_names(self._conf))
+                for t in delete_topics(self._conf, expired):
+                    log.info("members: deleted expired membership topic %s", t)
+            except Exception as exc:
+                log.warning("members: membership topic upkeep failed (retried in %.0f s): %r",
+                            self.topics.period_s / 4, exc)
+            self._stop.wait(self.topics.period_s / 4)
 
     def silence(self) -> None:
         """Stop heartbeating (a last ``leaving`` heartbeat is sent if the publisher can)
@@ -199,10 +228,11 @@ class Membership:
         producer = Producer({"linger.ms": 0, "acks": "1", **self._conf})
         try:
             while not self._stop.is_set():
-                producer.produce(self.topic, key=self.endpoint.encode(), value=self._heartbeat())
+                producer.produce(self.topics.publish(time.time()), key=self.endpoint.encode(),
+                                 value=self._heartbeat())
                 producer.poll(0)
                 self._stop.wait(self._interval)
-            producer.produce(self.topic, key=self.endpoint.encode(),
+            producer.produce(self.topics.publish(time.time()), key=self.endpoint.encode(),
                              value=self._heartbeat(leaving=True))
         finally:
             producer.flush(2)
@@ -212,9 +242,16 @@ class Membership:
 
         consumer = Consumer({"group.id": "streamiq-membership", "enable.auto.commit": False,
                              "fetch.wait.max.ms": 20, **self._conf})
+        heard: set[str] = set()
         try:
-            consumer.assign([TopicPartition(self.topic, 0, OFFSET_END)])
             while not self._stop.is_set():
+                wanted = set(self.topics.listen(time.time()))
+                if wanted != heard:  # a new epoch: heartbeats repeat, so reading from the
+                    # end of a newly listened topic misses nothing that matters
+                    consumer.incremental_unassign([TopicPartition(t, 0) for t in heard - wanted])
+                    consumer.incremental_assign(
+                        [TopicPartition(t, 0, OFFSET_END) for t in sorted(wanted - heard)])
+                    heard = wanted
                 msgs = consumer.consume(100, 0.1)
                 self._hearing()
                 for m in msgs:

@@ -85,7 +85,6 @@ class Node:
         s = self.settings
         self.topics = {name: s.topic(v.changelog_topic) for name, v in self.views.items()}
         wanted = dict.fromkeys(self.topics.values(), s.partitions)
-        wanted[s.topic(members_topic(s.cluster))] = 1
         counts = ensure_topics(self.kafka_conf, wanted)
         self.partitions = {name: counts[t] for name, t in self.topics.items()}
         root = _state_path(s.state_dir, self.endpoint)
@@ -95,7 +94,8 @@ class Node:
         self.materializer.start()
         self.membership = Membership(self.kafka_conf, s.topic(members_topic(s.cluster)),
                                      self.endpoint, self.report,
-                                     s.heartbeat_ms, s.member_timeout_ms, self.supervisor)
+                                     s.heartbeat_ms, s.member_timeout_ms, self.supervisor,
+                                     s.membership_period_s)
         self.router = Router(self.membership, self.partitions, s.standby_replicas)
 
     def _fatal(self, part: str, exc: BaseException) -> None:
