@@ -1,9 +1,16 @@
 """``streamiq up``: broker, ingest, pipeline and nodes as supervised child processes.
 
-Children's output is relayed with a ``[part]`` prefix; each part is announced when
-ready; Ctrl-C or SIGTERM stops them all (nodes first, broker last); if one dies the
-rest are stopped and ``up`` exits non-zero. Preconditions (Java, free ports) are
-checked first so a bad start fails with one clear line.
+Children's output is relayed with a ``[part]`` prefix and each part is announced when
+ready. A part that exits or is killed is restarted with backoff (0.5 s doubling to 8 s,
+back to 0.5 s once it has stayed ready for 30 s) while the others keep running; one
+line says why and when, another when it is ready again. A restarted part resumes from
+its own checkpoint (a node from its RocksDB stores, the pipeline from its Spark
+checkpoints). A part that crash-loops (5 restarts within 60 s, or 5 in a row without
+staying ready) stops everything, and so does the death of the embedded broker (it keeps
+its log in memory only); ``up`` then exits 1. Ctrl-C or SIGTERM, sent to ``up`` alone
+or to its whole process group, stops every part (nodes first, broker last; a part still
+running 30 s later is killed) and ``up`` exits 0. Preconditions (Java, free ports, the
+app) are checked first so a bad start fails with one clear line.
 """
 
 from __future__ import annotations
@@ -14,29 +21,33 @@ import signal
 import subprocess
 import sys
 import threading
+import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
 from streamiq.config import Settings
 from streamiq.kafka.broker import BrokerError, EmbeddedBroker, port_in_use
 
-__all__ = ["run_broker", "run_up"]
+__all__ = ["Part", "RestartPolicy", "Supervisor", "describe_exit", "run_broker", "run_up"]
 
-
-@dataclass
-class Child:
-    name: str
-    argv: list[str]
-    ready: Callable[[], bool]
-    proc: subprocess.Popen[str] | None = None
-    saw_ready_line: threading.Event = field(default_factory=threading.Event)
+_OUT = threading.Lock()  # one line at a time from the relay threads and the supervisor
+#: exit codes a part also shows when Ctrl-C / SIGTERM reached its whole process group
+_STOP_CODES = frozenset({0, -signal.SIGTERM, -signal.SIGINT, 128 + signal.SIGTERM,
+                         128 + signal.SIGINT})
+#: how long such an exit waits for ``up``'s own signal handler before it counts as a crash
+_SETTLE_S = 1.0
+#: how long a restart waits for the old process tree to let go of its output
+_DRAIN_S = 20.0
 
 
 def _say(msg: str) -> None:
-    print(f"streamiq: {msg}", flush=True)
+    with _OUT:
+        print(f"streamiq: {msg}", flush=True)
 
 
 def _fail(msg: str) -> None:
@@ -44,13 +55,239 @@ def _fail(msg: str) -> None:
     raise SystemExit(2)
 
 
-def _http_ok(url: str) -> Callable[[], bool]:
-    def check() -> bool:
+def describe_exit(returncode: int) -> str:
+    """``killed by SIGKILL`` or ``code 1``."""
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"code {returncode}"
+
+
+@dataclass
+class RestartPolicy:
+    """When to restart a part that exited, and when to give up on it.
+
+    The first restart waits ``first_delay``, each next one twice as long up to
+    ``max_delay``; a part that stayed ready ``stable_after`` seconds starts over. It is
+    crash-looping (``exited`` answers None) when it already had ``max_restarts``
+    restarts within ``window`` seconds, or ``max_restarts`` in a row without staying
+    ready that long (a part slower to start than ``window`` / ``max_restarts``).
+    """
+
+    first_delay: float = 0.5
+    max_delay: float = 8.0
+    stable_after: float = 30.0
+    max_restarts: int = 5
+    window: float = 60.0
+    _recent: deque[float] = field(default_factory=deque, repr=False)
+    _streak: int = 0
+    _ready_at: float | None = None
+
+    def ready(self, now: float) -> None:
+        self._ready_at = now
+
+    def exited(self, now: float) -> float | None:
+        """Seconds to wait before the restart, or None: crash loop, give up."""
+        if self._ready_at is not None and now - self._ready_at >= self.stable_after:
+            self._streak = 0
+        self._ready_at = None
+        while self._recent and now - self._recent[0] >= self.window:
+            self._recent.popleft()
+        if len(self._recent) >= self.max_restarts or self._streak >= self.max_restarts:
+            return None
+        delay = min(self.first_delay * 2 ** self._streak, self.max_delay)
+        self._streak += 1
+        self._recent.append(now)
+        return delay
+
+    def gave_up_because(self) -> str:
+        if len(self._recent) >= self.max_restarts:
+            return f"{len(self._recent)} restarts within {self.window:g} s"
+        return (f"{self._streak} restarts in a row without staying ready "
+                f"{self.stable_after:g} s")
+
+
+@dataclass(eq=False)
+class Part:
+    """One supervised child: how to start it, how to tell it is ready, its state."""
+
+    name: str
+    argv: list[str]
+    where: str
+    probe: Callable[[Part], bool]
+    policy: RestartPolicy = field(default_factory=RestartPolicy)
+    proc: Any = None  # subprocess.Popen[str] while running
+    relay: threading.Thread | None = None
+    ready_line: threading.Event = field(default_factory=threading.Event)
+    started_at: float = 0.0
+    ready: bool = False
+    ever_ready: bool = False
+    restarts: int = 0
+    exit_seen: float | None = None
+    restart_at: float | None = None
+
+
+def _http_ok(url: str) -> Callable[[Part], bool]:
+    def probe(_: Part) -> bool:
         try:
             return httpx.get(url, timeout=0.5).status_code == 200
         except httpx.HTTPError:
             return False
-    return check
+    return probe
+
+
+def _saw_ready_line(part: Part) -> bool:
+    return part.ready_line.is_set()
+
+
+def _relay(part: Part, stdout: Any) -> None:
+    for line in stdout:
+        if "pipeline ready" in line:
+            part.ready_line.set()
+        with _OUT:
+            sys.stdout.write(f"[{part.name}] {line}")
+            sys.stdout.flush()
+
+
+def _spawn(part: Part, env: dict[str, str]) -> None:
+    part.proc = subprocess.Popen(part.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 text=True, encoding="utf-8", errors="replace", env=env)
+    part.relay = threading.Thread(target=_relay, args=(part, part.proc.stdout),
+                                  name=f"relay-{part.name}", daemon=True)
+    part.relay.start()
+
+
+class Supervisor:
+    """Starts the parts, restarts the ones that exit, stops them all.
+
+    ``step`` is one pass over the parts (the run loop calls it every 0.25 s); it
+    answers an exit code when everything must stop. ``spawn`` and ``clock`` are
+    replaceable so the rules can be tested without processes.
+    """
+
+    def __init__(self, parts: list[Part], broker: EmbeddedBroker | None = None,
+                 all_ready: str = "all parts ready",
+                 spawn: Callable[[Part], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.parts = parts
+        self.broker = broker
+        self.all_ready = all_ready
+        self.clock = clock
+        env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONUNBUFFERED": "1"}
+        self._spawn = spawn or (lambda part: _spawn(part, env))
+        self._announced = False
+
+    def start(self, part: Part) -> None:
+        part.ready_line.clear()
+        part.ready = False
+        part.exit_seen = part.restart_at = None
+        part.started_at = self.clock()
+        self._spawn(part)
+
+    def start_all(self) -> None:
+        for part in self.parts:
+            self.start(part)
+
+    def step(self) -> int | None:
+        now = self.clock()
+        if self.broker is not None and self.broker.proc is not None:
+            rc = self.broker.proc.poll()
+            if rc is not None:
+                _say(f"the embedded broker exited at {_clock()} ({describe_exit(rc)}); "
+                     "it kept every topic in memory only, so nothing can resume: "
+                     "stopping everything")
+                return 1
+        for part in self.parts:
+            if part.proc is None:
+                if part.restart_at is not None and now >= part.restart_at and self._drained(
+                        part, now):
+                    self.start(part)
+                continue
+            rc = part.proc.poll()
+            if rc is not None:
+                if self._exited(part, rc, now):
+                    return 1
+            elif not part.ready and part.probe(part):
+                self._ready(part, now)
+        return None
+
+    def _exited(self, part: Part, rc: int, now: float) -> bool:
+        """Schedule the part's restart; True when it is crash-looping."""
+        if part.exit_seen is None:
+            part.exit_seen = now
+        if rc in _STOP_CODES and now - part.exit_seen < _SETTLE_S:
+            return False  # maybe Ctrl-C / SIGTERM to the group: let up's handler run first
+        up_s = part.exit_seen - part.started_at
+        why = f"{part.name} exited at {_clock()} ({describe_exit(rc)}, up {up_s:.0f} s)"
+        delay = part.policy.exited(now)
+        if delay is None:
+            _say(f"{why}: it is crash-looping ({part.policy.gave_up_because()}); "
+                 "stopping everything")
+            return True
+        part.restarts += 1
+        _say(f"{why}; restarting in {delay:g} s (restart {part.restarts})")
+        part.proc, part.ready = None, False
+        part.restart_at = now + delay
+        return False
+
+    def _drained(self, part: Part, now: float) -> bool:
+        """The old process and whatever it started (Spark's JVM) let go of the output:
+        a new pipeline never runs beside the remains of the old one on one checkpoint."""
+        if part.relay is None or not part.relay.is_alive():
+            return True
+        assert part.restart_at is not None
+        if now - part.restart_at < _DRAIN_S:
+            return False
+        _say(f"{part.name}: its old processes still hold its output after {_DRAIN_S:g} s; "
+             "restarting anyway")
+        return True
+
+    def _ready(self, part: Part, now: float) -> None:
+        part.ready = True
+        part.policy.ready(now)
+        if part.ever_ready:
+            _say(f"{part.name} ready again ({part.where}) after restart {part.restarts}")
+        else:
+            part.ever_ready = True
+            _say(f"{part.name} ready ({part.where})")
+        if not self._announced and all(p.ever_ready for p in self.parts):
+            self._announced = True
+            _say(self.all_ready)
+
+    def run(self, stopping: threading.Event) -> int:
+        self.start_all()
+        while not stopping.wait(0.25):
+            code = self.step()
+            if code is not None:
+                return code
+        return 0
+
+    def stop(self, timeout: float = 30) -> None:
+        """SIGTERM to every part, nodes first (reverse start order); whatever has not
+        exited ``timeout`` seconds later is killed; the broker last. No restarts."""
+        running = [p for p in reversed(self.parts) if p.proc is not None]
+        for p in running:
+            if p.proc.poll() is None:
+                p.proc.terminate()
+        deadline = time.monotonic() + timeout
+        for p in running:
+            try:
+                p.proc.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _say(f"{p.name} did not stop within {timeout:g} s: killing it")
+                p.proc.kill()
+                p.proc.wait()
+        for p in self.parts:
+            if p.relay is not None:
+                p.relay.join(2)  # its last lines come before "stopped"
+        if self.broker is not None:
+            self.broker.stop()
+
+
+def _clock() -> str:
+    return time.strftime("%H:%M:%S")
 
 
 def _common(s: Settings) -> list[str]:
@@ -65,28 +302,49 @@ def _common(s: Settings) -> list[str]:
     return argv
 
 
-def _children(s: Settings, nodes: int, node_port: int) -> list[Child]:
+def _parts(s: Settings, nodes: int, node_port: int) -> list[Part]:
     py = [sys.executable, "-m", "streamiq"]
-    out = [Child("ingest", [*py, "ingest", *_common(s), "--ingest-host", s.ingest_host,
-                            "--ingest-port", str(s.ingest_port)],
-                 _http_ok(f"http://{s.ingest_host}:{s.ingest_port}/health"))]
-    pipe = Child("pipeline", [*py, "pipeline", *_common(s), "--master", s.master,
-                              "--checkpoint-dir", str(s.checkpoint_dir),
-                              "--trigger-ms", str(s.trigger_ms)], lambda: False)
-    pipe.ready = pipe.saw_ready_line.is_set
-    out.append(pipe)
+    ingest = f"http://{s.ingest_host}:{s.ingest_port}"
+    out = [Part("ingest", [*py, "ingest", *_common(s), "--ingest-host", s.ingest_host,
+                           "--ingest-port", str(s.ingest_port)],
+                ingest, _http_ok(f"{ingest}/health")),
+           Part("pipeline", [*py, "pipeline", *_common(s), "--master", s.master,
+                             "--checkpoint-dir", str(s.checkpoint_dir),
+                             "--trigger-ms", str(s.trigger_ms)],
+                f"Spark {s.master}", _saw_ready_line)]
     for i in range(nodes):
         port = node_port + i
+        url = f"http://{s.host}:{port}"
         argv = [*py, "node", *_common(s), "--host", s.host, "--port", str(port),
                 "--state-dir", str(s.state_dir), "--standby-replicas", str(s.standby_replicas),
                 "--max-lag", str(s.max_lag)] + (["--redirect"] if s.redirect else [])
-        out.append(Child(f"node:{port}", argv, _http_ok(f"http://{s.host}:{port}/health")))
+        out.append(Part(f"node:{port}", argv, url, _http_ok(f"{url}/health")))
     return out
 
 
-def _check(s: Settings, nodes: int, node_port: int, embedded: bool) -> None:
+def _all_ready_line(s: Settings, topics: tuple[str, ...], nodes: int, node_port: int) -> str:
+    from streamiq.views import bank, orders
+
+    ingest = f"http://{s.ingest_host}:{s.ingest_port}"
+    posts = ([f"{ingest}/account/{{id}}?amount=N"] if bank.TOPIC in topics else []) + \
+            ([f"{ingest}/orders"] if orders.TOPIC in topics else [])
+    first = f"POST {' or '.join(posts)}" if posts else f"ingest at {ingest}"
+    last = node_port + nodes - 1
+    ports = f"{node_port}-{last}" if nodes > 1 else str(node_port)
+    return (f"all parts ready: {first}, then GET any node ({s.host}:{ports}); "
+            f"queries at http://{s.host}:{node_port}/docs")
+
+
+def _check(s: Settings, nodes: int, node_port: int, embedded: bool) -> tuple[str, ...]:
+    """Fail with one line unless Java, the app and every port are there; the app's topics."""
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         _fail("Java was not found (PySpark needs Java 17): install it or set JAVA_HOME")
+    from streamiq.views.base import load_app
+
+    try:
+        topics = load_app(s.app, s.views_module).topics
+    except (ImportError, ValueError) as exc:
+        _fail(f"--app/--views-module: {exc}")
     ports = [(s.ingest_host, s.ingest_port, "--ingest-port")]
     ports += [(s.host, node_port + i, "--node-port") for i in range(nodes)]
     if embedded:
@@ -94,36 +352,20 @@ def _check(s: Settings, nodes: int, node_port: int, embedded: bool) -> None:
     for host, port, flag in ports:
         if port_in_use(host, port):
             _fail(f"port {host}:{port} is already in use (choose another with {flag})")
-
-
-def _relay(child: Child) -> None:
-    assert child.proc is not None and child.proc.stdout is not None
-    for line in child.proc.stdout:
-        if "pipeline ready" in line:
-            child.saw_ready_line.set()
-        sys.stdout.write(f"[{child.name}] {line}")
-        sys.stdout.flush()
-
-
-def _stop_all(children: list[Child], broker: EmbeddedBroker | None) -> None:
-    for c in reversed(children):
-        if c.proc is not None and c.proc.poll() is None:
-            c.proc.terminate()
-    for c in reversed(children):
-        if c.proc is None:
-            continue
-        try:
-            c.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            c.proc.kill()
-            c.proc.wait()
-    if broker is not None:
-        broker.stop()
+    return topics
 
 
 def run_up(settings: Settings, nodes: int = 3, node_port: int = 9001) -> None:
     embedded = "bootstrap_servers" not in settings.model_fields_set
-    _check(settings, nodes, node_port, embedded)
+    topics = _check(settings, nodes, node_port, embedded)
+    stopping = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        stopping.set()
+
+    # Before any child exists: Ctrl-C from here on stops cleanly, never a traceback.
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
     broker = None
     if embedded:
         broker = EmbeddedBroker(settings.broker_host, settings.broker_port)
@@ -137,52 +379,17 @@ def run_up(settings: Settings, nodes: int = 3, node_port: int = 9001) -> None:
     else:
         _say(f"using Kafka at {settings.bootstrap_servers}")
     Path(settings.state_dir).mkdir(parents=True, exist_ok=True)
-    children = _children(settings, nodes, node_port)
-    stopping = threading.Event()
-
-    def on_signal(signum: int, _frame: object) -> None:
-        stopping.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONUNBUFFERED": "1"}
+    sup = Supervisor(_parts(settings, nodes, node_port), broker,
+                     _all_ready_line(settings, topics, nodes, node_port))
     code = 0
     try:
-        for c in children:
-            c.proc = subprocess.Popen(c.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                      text=True, env=env)
-            threading.Thread(target=_relay, args=(c,), daemon=True).start()
-        code = _supervise(children, settings, stopping)
+        if not stopping.is_set():
+            code = sup.run(stopping)
     finally:
         _say("stopping")
-        _stop_all(children, broker)
+        sup.stop()
         _say("stopped")
     raise SystemExit(code)
-
-
-def _supervise(children: list[Child], s: Settings, stopping: threading.Event) -> int:
-    pending = {c.name for c in children}
-    while not stopping.wait(0.25):
-        for c in children:
-            assert c.proc is not None
-            if c.proc.poll() is not None:
-                _say(f"{c.name} exited with code {c.proc.returncode}; stopping everything")
-                return 1
-            if c.name in pending and c.ready():
-                pending.discard(c.name)
-                _say(f"{c.name} ready ({_where(c.name, s)})")
-                if not pending:
-                    _say(f"all parts ready: POST http://{s.ingest_host}:{s.ingest_port}"
-                         "/account/{id}?amount=N, then GET any node /account/{id}")
-    return 0
-
-
-def _where(name: str, s: Settings) -> str:
-    if name == "ingest":
-        return f"http://{s.ingest_host}:{s.ingest_port}"
-    if name == "pipeline":
-        return f"Spark {s.master}"
-    return f"http://{s.host}:{name.partition(':')[2]}"
 
 
 def _fresh_state(s: Settings) -> None:
