@@ -24,7 +24,8 @@ def _rows(n: int, bump: int = 0) -> list[dict[str, Any]]:
 
 
 def _node_args(bootstrap: str, port: int, state: Path) -> list[str]:
-    return ["--bootstrap-servers", bootstrap, "--cluster", "restart", "--port", str(port),
+    return ["--bootstrap-servers", bootstrap, "--cluster", "restart", "--app", "bank",
+            "--port", str(port),
             "--state-dir", str(state), "--standby-replicas", "0"]
 
 

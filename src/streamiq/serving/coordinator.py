@@ -94,7 +94,8 @@ class Coordinator:
 
     def start(self, summary_period_s: float = 60.0) -> None:
         """Start the periodic traffic summary line (one per period with traffic)."""
-        self._summaries = asyncio.create_task(log_summaries(self.traffic, summary_period_s))
+        self._summaries = self.node.supervisor.task(
+            "traffic-summary", lambda: log_summaries(self.traffic, summary_period_s))
 
     async def close(self) -> None:
         if self._summaries is not None:
