@@ -1,0 +1,419 @@
+"""``streamiq up`` itself, its real supervisor, on free ports: parts killed with SIGKILL
+come back while the rest keeps serving, and SIGTERM to the process group stops it all.
+
+One ``up`` (broker, ingest, pipeline, 3 nodes; its default app, bank and orders) is
+shared by the tests in file order: node kill, pipeline kill, ingest kill, then the
+SIGTERM to its whole process group. The group is SIGKILLed at teardown whatever happens.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from procs import free_port
+
+pytestmark = pytest.mark.integration
+
+START_S = 300  # bounded waits, generous: Spark on a shared 2-core machine
+CONVERGE_S = 240
+
+
+def _port_free(port: int) -> bool:
+    import socket
+
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _free_run(n: int, avoid: set[int]) -> int:
+    """First port of ``n`` consecutive free ports (nodes take --node-port and up)."""
+    for _ in range(200):
+        p = free_port()
+        run = range(p, p + n)
+        if p + n < 65536 and not avoid & set(run) and all(_port_free(q) for q in run):
+            return p
+    raise RuntimeError(f"no {n} consecutive free ports")
+
+
+def _proc_info(pid: int) -> tuple[int, list[str]] | None:
+    """(ppid, argv) of a live process, None when it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    if stat.rpartition(")")[2].split()[0] == "Z":
+        return None  # a zombie has exited
+    return int(stat.rpartition(")")[2].split()[1]), [a.decode(errors="replace") for a in argv if a]
+
+
+def _descendants(root: int) -> dict[int, list[str]]:
+    """Every live process below ``root`` (its argv), found through /proc's parent links."""
+    kids: dict[int, list[int]] = defaultdict(list)
+    argv: dict[int, list[str]] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            info = _proc_info(int(d.name))
+            if info is not None:
+                kids[info[0]].append(int(d.name))
+                argv[int(d.name)] = info[1]
+    out: dict[int, list[str]] = {}
+    todo = list(kids[root])
+    while todo:
+        pid = todo.pop()
+        if pid in argv:
+            out[pid] = argv[pid]
+            todo += kids[pid]
+    return out
+
+
+def _has_flag(argv: list[str], flag: str, value: str) -> bool:
+    return any(a == flag and b == value for a, b in itertools.pairwise(argv))
+
+
+class Up:
+    """``python -m streamiq up`` in its own process group, output in a file."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.log_path = root / "up.log"
+        self.broker_port = free_port()
+        self.ingest_port = free_port()
+        self.node_port = _free_run(3, {self.broker_port, self.ingest_port})
+        self.node_ports = [self.node_port + i for i in range(3)]
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.seen: dict[int, list[str]] = {}  # every process of the tree ever seen, by pid
+
+    def start(self) -> None:
+        env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONUNBUFFERED": "1"}
+        argv = [sys.executable, "-m", "streamiq", "up",
+                "--broker-port", str(self.broker_port), "--ingest-port", str(self.ingest_port),
+                "--node-port", str(self.node_port), "--state-dir", str(self.root / "state"),
+                "--checkpoint-dir", str(self.root / "checkpoints")]
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                         start_new_session=True)
+        self.wait_for("streamiq: all parts ready", START_S)
+        self.tree()
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def tail(self, n: int = 6000) -> str:
+        return self.log()[-n:]
+
+    def wait_for(self, pattern: str, timeout: float, after: int = 0) -> re.Match[str]:
+        """The first match of ``pattern`` (a regex) in the output from offset ``after``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            m = re.search(pattern, self.log()[after:], re.MULTILINE)
+            if m is not None:
+                return m
+            assert self.proc is not None
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"no {pattern!r} in up's output (exit code "
+                                     f"{self.proc.poll()}); output:\n{self.tail()}")
+            time.sleep(0.2)
+
+    def tree(self) -> dict[int, list[str]]:
+        now = _descendants(self.pid)
+        self.seen.update(now)
+        return now
+
+    def child(self, command: str, port: int | None = None) -> int:
+        """PID of up's child running ``streamiq <command>`` (a node: on ``port``)."""
+        for pid, argv in self.tree().items():
+            if argv[1:4] == ["-m", "streamiq", command] and (
+                    port is None or _has_flag(argv, "--port", str(port))):
+                return pid
+        raise AssertionError(f"no child 'streamiq {command}' (port {port}) of up {self.pid}")
+
+    def alive(self) -> list[int]:
+        """Processes ever seen in the tree that still run the same command line."""
+        return [pid for pid, argv in self.seen.items()
+                if (info := _proc_info(pid)) is not None and info[1] == argv]
+
+    def kill_everything(self) -> None:
+        """SIGKILL the process group, then anything of the tree that left it (the broker
+        runs in its own session; Spark's JVM may)."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.tree()
+        with contextlib.suppress(ProcessLookupError):  # the group may be gone already
+            os.killpg(self.pid, signal.SIGKILL)
+        self.proc.wait()
+        for pid in self.alive():
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
+    u = Up(tmp_path_factory.mktemp("up"))
+    try:
+        u.start()
+        yield u
+    finally:
+        u.kill_everything()
+
+
+def _post_json(c: httpx.Client, url: str, **kw: Any) -> Any:
+    r = c.post(url, **kw)
+    assert r.status_code == 200, (url, r.status_code, r.text)
+    return r.json()
+
+
+def _balances(port: int, accounts: list[str]) -> dict[str, int | None]:
+    """Balances through one node's multi-get (None: not found)."""
+    out: dict[str, int | None] = {}
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as c:
+        for i in range(0, len(accounts), 500):
+            body = _post_json(c, "/v1/views/balances/keys", json={"keys": accounts[i:i + 500]})
+            assert body["status"] == "OK", body
+            for r in body["results"]:
+                out[r["key"]] = r["value"]["balance"] if r["found"] else None
+    return out
+
+
+def _until(check: Callable[[], Any], timeout: float, what: str) -> None:
+    """Wait until ``check()`` is true; on timeout fail with its last answer."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+        except (httpx.HTTPError, AssertionError) as exc:
+            last = exc
+        if last is True:
+            return
+        time.sleep(1)
+    raise AssertionError(f"{what}: not reached in {timeout:g} s; last: {str(last)[:2000]}")
+
+
+def _same(got: dict[str, Any], want: dict[str, Any]) -> bool | str:
+    """True, or what differs: (got, want) per key."""
+    wrong = {k: (got.get(k), want.get(k)) for k in got.keys() | want.keys()
+             if got.get(k) != want.get(k)}
+    return True if not wrong else f"{len(wrong)} differ (got, want): {list(wrong.items())[:5]}"
+
+
+def _exact(port: int, expected: dict[str, int]) -> bool | str:
+    return _same(_balances(port, sorted(expected)), expected)
+
+
+def _restart_line(part: str) -> str:
+    return (rf"^streamiq: {part} exited at \d\d:\d\d:\d\d \(killed by SIGKILL, up \d+ s\); "
+            rf"restarting in [\d.]+ s \(restart \d+\)$")
+
+
+def test_sigkill_of_a_node_is_restarted_while_the_others_answer(up: Up) -> None:
+    rng = random.Random(1)
+    expected = {f"n-{i}": rng.randint(1, 1000) for i in range(60)}
+    with httpx.Client(base_url=f"http://127.0.0.1:{up.ingest_port}", timeout=30) as c:
+        for account, amount in expected.items():
+            _post_json(c, f"/account/{account}", params={"amount": amount})
+    for port in up.node_ports:
+        _until(lambda port=port: _exact(port, expected), CONVERGE_S, "balances visible")
+
+    victim = up.node_ports[1]
+    survivors = [p for p in up.node_ports if p != victim]
+    old_pid = up.child("node", victim)
+    stats: dict[str, Any] = {"ok": 0, "wrong": [], "failed": []}
+    stop = threading.Event()
+
+    def load(seed: int) -> None:
+        r = random.Random(seed)
+        # a fresh connection per query (as a load balancer's health-checked pool would)
+        limits = httpx.Limits(max_keepalive_connections=0)
+        with httpx.Client(timeout=10, limits=limits) as c:
+            for _ in range(2000):  # bounded: ~100 queries/s per worker at most
+                if stop.is_set():
+                    return
+                account, port = r.choice(list(expected)), r.choice(survivors)
+                try:
+                    resp = c.get(f"http://127.0.0.1:{port}/account/{account}")
+                except httpx.HTTPError as exc:
+                    stats["failed"].append((port, account, repr(exc)))
+                    continue
+                if resp.status_code == 200 and resp.json()["value"]["balance"] == \
+                        expected[account]:
+                    stats["ok"] += 1
+                elif resp.status_code in (200, 404):
+                    stats["wrong"].append((port, account, resp.status_code, resp.text[:300]))
+                else:
+                    stats["failed"].append((port, account, resp.status_code, resp.text[:300]))
+                time.sleep(0.01)
+
+    workers = [threading.Thread(target=load, args=(s,)) for s in range(2)]
+    for w in workers:
+        w.start()
+    try:
+        time.sleep(2)
+        offset = len(up.log())
+        os.kill(old_pid, signal.SIGKILL)
+        time.sleep(8)
+    finally:
+        stop.set()
+        for w in workers:
+            w.join(30)
+    print(f"\nnode kill: {stats['ok']} ok, {len(stats['wrong'])} wrong, "
+          f"{len(stats['failed'])} failed through {survivors}")
+    assert stats["ok"] > 100, stats
+    assert stats["wrong"] == [], stats["wrong"][:10]
+    assert stats["failed"] == [], stats["failed"][:10]
+
+    restart = up.wait_for(_restart_line(f"node:{victim}"), 60, offset)
+    up.wait_for(rf"^streamiq: node:{victim} ready again \(http://127\.0\.0\.1:{victim}\) "
+                r"after restart \d+$", 120, offset)
+    print(restart.group(0))
+    assert httpx.get(f"http://127.0.0.1:{victim}/health", timeout=10).status_code == 200
+    assert up.child("node", victim) != old_pid
+    _until(lambda: _exact(victim, expected), 60, "the restarted node answers")
+    assert all(up.child("node", p) for p in survivors)
+
+
+def _orders_by_key(port: int, prefix: str) -> dict[str, int]:
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as c:
+        r = c.get("/v1/views/order_counts/aggregate",
+                  params={"group_by": "store,type", "agg": "sum(count)", "prefix": prefix})
+        assert r.status_code == 200 and r.json()["status"] == "OK", r.text
+        return {f"{g['store']}|{g['type']}": g["sum(count)"] for g in r.json()["groups"]}
+
+
+def _window_totals(port: int, prefix: str) -> dict[str, int]:
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as c:
+        r = c.get("/v1/views/order_counts_1m/windows",
+                  params={"prefix": prefix, "from": 0, "limit": 1000})
+        assert r.status_code == 200 and r.json()["status"] == "OK", r.text
+        assert r.json()["next_cursor"] is None, r.text
+        totals: Counter[str] = Counter()
+        for row in r.json()["rows"]:
+            totals[row["key"]] += row["value"]["count"]
+        return dict(totals)
+
+
+def test_sigkill_of_the_pipeline_loses_and_double_counts_nothing(up: Up) -> None:
+    rng = random.Random(2)
+    balances: Counter[str] = Counter()
+    orders: Counter[str] = Counter()
+    old_pid = up.child("pipeline")
+    old_jvm = [pid for pid, argv in up.tree().items() if "java" in argv[0]]
+    killed = threading.Event()
+    offset = 0
+    with httpx.Client(base_url=f"http://127.0.0.1:{up.ingest_port}", timeout=30) as c:
+        for i in range(400):
+            account = f"p-{rng.randrange(40)}"
+            amount = rng.randint(-50, 100)
+            _post_json(c, f"/account/{account}", params={"amount": amount})
+            balances[account] += amount
+            store, kind = f"p-s{rng.randrange(5)}", rng.choice(["GENERAL", "RESTAURANT"])
+            _post_json(c, "/orders", json={"order_id": f"p-{i}", "store": store, "type": kind,
+                                           "amount": rng.randint(1, 99)})
+            orders[f"{store}|{kind}"] += 1
+            if i == 100:  # writes keep streaming in while the pipeline is dead
+                offset = len(up.log())
+                os.kill(old_pid, signal.SIGKILL)
+                killed.set()
+            time.sleep(0.02)
+    assert killed.is_set()
+    up.wait_for(_restart_line("pipeline"), 60, offset)
+    up.wait_for(r"^streamiq: pipeline ready again \(Spark .*\) after restart \d+$", START_S,
+                offset)
+    general = sum(n for k, n in orders.items() if k.endswith("|GENERAL"))
+    for port in up.node_ports:
+        _until(lambda port=port: _exact(port, dict(balances)), CONVERGE_S, "balances exact")
+        _until(lambda port=port: _same(_orders_by_key(port, "p-s"), orders), CONVERGE_S,
+               f"order_counts exact on {port}")
+        _until(lambda port=port: _same(_window_totals(port, "p-s"), orders), CONVERGE_S,
+               f"order_counts_1m exact on {port}")
+    with httpx.Client(base_url=f"http://127.0.0.1:{up.node_ports[2]}", timeout=30) as c:
+        r = c.get("/v1/views/order_counts/aggregate",
+                  params={"group_by": "type", "agg": "sum(count)", "prefix": "p-s"})
+        assert {g["type"]: g["sum(count)"] for g in r.json()["groups"]}["GENERAL"] == general
+    assert up.child("pipeline") != old_pid
+    assert not [pid for pid in old_jvm if _proc_info(pid) is not None], \
+        "the killed pipeline's JVM outlived it"
+
+
+def test_sigkill_of_ingest_loses_no_acknowledged_write(up: Up) -> None:
+    old_pid = up.child("ingest")
+    acked: dict[str, int] = {}
+    unacked: list[str] = []
+    offset = len(up.log())
+    deadline = time.monotonic() + 180
+    after_kill = 0
+    i = 0
+    with httpx.Client(base_url=f"http://127.0.0.1:{up.ingest_port}", timeout=10,
+                      limits=httpx.Limits(max_keepalive_connections=0)) as c:
+        while time.monotonic() < deadline and after_kill < 100:
+            account, amount = f"i-{i}", i + 1  # one write per account: each is visible alone
+            i += 1
+            try:
+                r = c.post(f"/account/{account}", params={"amount": amount})
+            except httpx.HTTPError:
+                unacked.append(account)
+                time.sleep(0.2)
+                continue
+            if 200 <= r.status_code < 300:
+                acked[account] = amount
+                after_kill += old_pid not in up.alive()
+            else:
+                unacked.append(account)
+                time.sleep(0.2)
+            if len(acked) == 100 and old_pid in up.alive():
+                os.kill(old_pid, signal.SIGKILL)
+    print(f"\ningest kill: {len(acked)} acknowledged, {len(unacked)} not")
+    assert after_kill >= 100, (after_kill, up.tail())
+    up.wait_for(_restart_line("ingest"), 60, offset)
+    up.wait_for(r"^streamiq: ingest ready again \(http://127\.0\.0\.1:\d+\) after restart \d+$",
+                60, offset)
+    for port in up.node_ports:
+        _until(lambda port=port: _exact(port, acked), CONVERGE_S,
+               f"every acknowledged write visible on {port}")
+    # a write in flight when ingest died may or may not have reached Kafka; never twice
+    got = _balances(up.node_ports[0], unacked)
+    assert all(got[a] in (None, int(a.split("-")[1]) + 1) for a in unacked), got
+
+
+def test_sigterm_to_the_process_group_stops_everything_cleanly(up: Up) -> None:
+    up.tree()
+    assert up.proc is not None
+    offset = len(up.log())
+    os.killpg(up.pid, signal.SIGTERM)  # what systemd, Docker, Kubernetes and Ctrl-C do
+    try:
+        code = up.proc.wait(120)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"up did not stop in 120 s:\n{up.tail()}") from None
+    out = up.log()[offset:]
+    print(f"\nafter SIGTERM to the group:\n{out[-3000:]}")
+    assert code == 0, out[-6000:]
+    assert "Traceback" not in out, out[-6000:]
+    errors = [line for line in out.splitlines() if "ERROR" in line]
+    assert errors == [], errors[:20]
+    assert "restarting" not in out and "crash-looping" not in out, out[-6000:]
+    assert out.rstrip().endswith("streamiq: stopped"), out[-3000:]
+    _until(lambda: up.alive() == [] or str(up.alive()), 30, "every process of up's tree gone")
