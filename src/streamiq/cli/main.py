@@ -105,7 +105,7 @@ def _runner(cmd: str) -> Callable[..., None]:
     if cmd == "pipeline":
         from streamiq.pipeline.runner import run_pipeline
         return run_pipeline
-    from streamiq.serving.node import run_node
+    from streamiq.serving.main import run_node
     return run_node
 
 

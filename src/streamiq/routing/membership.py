@@ -34,7 +34,7 @@ from typing import Any
 
 from streamiq.kafka.admin import delete_topics, ensure_topics, topic_names
 from streamiq.routing.epochs import EpochTopics
-from streamiq.serving.supervise import Supervisor
+from streamiq.supervise import Supervisor
 
 __all__ = ["MAX_HEARTBEAT_BYTES", "BadHeartbeat", "Member", "Membership", "members_topic",
            "parse_heartbeat"]

@@ -16,16 +16,16 @@ from typing import Annotated, Any
 from fastapi import APIRouter, FastAPI, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
 
-from streamiq._http import ApiError, error_response, install_error_handlers
+from streamiq._http import ApiError, install_error_handlers
 from streamiq.config import Settings
-from streamiq.serving._json import loads_row
-from streamiq.serving.consistency import Token, parse_tokens
-from streamiq.serving.coordinator import SERVED_BY, Coordinator
-from streamiq.serving.fastpath import LeanLookups, not_found_body
+from streamiq.serving.answers import Answers
+from streamiq.serving.coordinator import Coordinator
+from streamiq.serving.fastpath import LeanLookups
 from streamiq.serving.node import Node
-from streamiq.views.base import ID_PATTERN, View, store_key
+from streamiq.serving.queries import query_routes
+from streamiq.views.base import ID_PATTERN
 
-__all__ = ["NodeDeps", "create_app", "create_asgi"]
+__all__ = ["MaxLag", "Position", "WaitMs", "create_app", "create_asgi"]
 
 log = logging.getLogger("streamiq.node")
 
@@ -36,81 +36,7 @@ Position = Annotated[str | None, Query(description="Position token(s) from inges
 WaitMs = Annotated[int | None, Query(ge=0, le=120_000, description="Bound on the position wait.")]
 
 
-class NodeDeps:
-    """What route modules need: the node, its coordinator and request helpers."""
-
-    def __init__(self, node: Node, coordinator: Coordinator) -> None:
-        self.node = node
-        self.coordinator = coordinator
-
-    def view(self, name: str) -> View:
-        v = self.node.views.get(name)
-        if v is None:
-            raise ApiError(404, "UNKNOWN_VIEW", f"no view named {name!r}",
-                           views=sorted(self.node.views))
-        return v
-
-    def max_lag(self, value: int | None) -> int:
-        return self.node.settings.max_lag if value is None else value
-
-    @staticmethod
-    def tokens(raw: str | None) -> list[Token]:
-        if not raw:
-            return []
-        try:
-            return parse_tokens(raw)
-        except ValueError as exc:
-            raise ApiError(400, "BAD_REQUEST", f"position: {exc}") from None
-
-    def wait_s(self, wait_ms: int | None) -> float:
-        return (self.node.settings.wait_timeout_ms if wait_ms is None else wait_ms) / 1000
-
-    def stamp(self, view: str, partition: int) -> dict[str, Any]:
-        """Who answers: this node, its role for the partition and its lag."""
-        return {"served_by": self.node.endpoint, "role": self.coordinator.role(view, partition),
-                "lag": self.node.lag(view, partition)}
-
-    def not_active(self, view: str, partition: int) -> JSONResponse:
-        return error_response(421, "NOT_ACTIVE", f"{self.node.endpoint} does not hold "
-                              f"{view} partition {partition}", partition=partition)
-
-    async def check_position(self, view: str, partition: int, tokens: list[Token],
-                             wait_s: float) -> None:
-        if tokens and not await self.node.wait_position(view, partition, tokens, wait_s):
-            raise ApiError(503, "NOT_UP_TO_BOUND",
-                           f"{self.node.endpoint} has not reflected the position within "
-                           f"{wait_s:.3f}s", partition=partition, served_by=self.node.endpoint)
-
-    async def lookup(self, request: Request, view: View, key: str, max_lag: int | None,
-                     position: str | None, wait_ms: int | None) -> Response:
-        if view.windowed:  # before any position wait or forwarding: the answer is known
-            raise ApiError(400, "BAD_REQUEST", f"view {view.name!r} is windowed: use "
-                           f"/v1/views/{view.name}/keys/{{key}}/windows")
-        try:
-            view.parse_key(key)
-        except ValueError as exc:
-            raise ApiError(400, "BAD_REQUEST", str(exc)) from None
-        tokens = self.tokens(position)
-        p = view.partition_of(key, self.node.partitions[view.name])
-
-        async def local() -> Response:
-            if not self.node.holds(view.name, p):
-                return self.not_active(view.name, p)
-            await self.check_position(view.name, p, tokens, self.wait_s(wait_ms))
-            stamp = self.stamp(view.name, p)
-            raw = self.node.stores[view.name].get(p, store_key(key))
-            headers = {SERVED_BY: self.node.endpoint}
-            if raw is None:
-                return Response(not_found_body(view, key, p, stamp), 404, headers=headers,
-                                media_type="application/json")
-            body = {"view": view.name, "key": key, "partition": p,
-                    "value": loads_row(raw), **stamp}
-            return JSONResponse(body, headers=headers)
-
-        return await self.coordinator.route(request, view.name, p, self.max_lag(max_lag), local)
-
-
-def _routes(deps: NodeDeps) -> APIRouter:
+def _routes(deps: Answers) -> APIRouter:
     r = APIRouter()
     node = deps.node
 
@@ -180,7 +106,7 @@ def create_asgi(settings: Settings, node: Node | None = None) -> LeanLookups:
 def create_app(settings: Settings, node: Node | None = None) -> FastAPI:
     node = node or Node(settings)
     coordinator = Coordinator(node)
-    deps = NodeDeps(node, coordinator)
+    deps = Answers(node, coordinator)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -196,8 +122,6 @@ def create_app(settings: Settings, node: Node | None = None) -> FastAPI:
                   description=__doc__)
     install_error_handlers(app)
     app.include_router(_routes(deps))
-    from streamiq.serving.queries import query_routes
-
     app.include_router(query_routes(deps))
     app.state.deps = deps
     return app

@@ -30,25 +30,21 @@ JSONResponse were most of a node's CPU per lookup; the answer itself is a RocksD
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import re
 import time
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
-from json.encoder import encode_basestring
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import quote, unquote
 
 from streamiq._http import error_response
+from streamiq.serving.answers import Answers, json_str, not_found_body
 from streamiq.serving.coordinator import FORWARDED, HOPS, SERVED_BY, TRANSPORT_ERRORS
 from streamiq.serving.hop import HopReply
 from streamiq.serving.wire import WireUnsupported, request_frame
 from streamiq.views.base import ID_PATTERN, View
 
-if TYPE_CHECKING:
-    from streamiq.serving.app import NodeDeps
-
-__all__ = ["PENDING", "Answer", "Later", "LeanLookups", "not_found_body"]
+__all__ = ["PENDING", "Answer", "Later", "LeanLookups"]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -75,18 +71,10 @@ class _Pending:
 PENDING = _Pending()
 
 
-_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # as JSONResponse renders
-
-
-def _str(s: str) -> bytes:
-    """A JSON string (C encoder; json.dumps with options builds an encoder per call)."""
-    return encode_basestring(s).encode()
-
-
 class LeanLookups:
     """ASGI wrapper around the node's FastAPI app: ``LeanLookups(app, deps=deps)``."""
 
-    def __init__(self, app: ASGIApp, deps: NodeDeps) -> None:
+    def __init__(self, app: ASGIApp, deps: Answers) -> None:
         self.app = app
         self.deps = deps
         self._routes: dict[tuple[str, int, int], tuple[float, str | None]] = {}
@@ -195,9 +183,9 @@ class LeanLookups:
             return None
         # the stamp's fields written in place (no dict per lookup); a role is a plain word
         return b"".join((
-            b'{"view":', _str(view.name), b',"key":', _str(key),
+            b'{"view":', json_str(view.name), b',"key":', json_str(key),
             b',"partition":', str(p).encode(), b',"value":', raw,
-            b',"served_by":', _str(node.endpoint),
+            b',"served_by":', json_str(node.endpoint),
             b',"role":"', self.deps.coordinator.role(view.name, p).encode(),
             b'","lag":', str(node.lag(view.name, p)).encode(), b"}"))
 
@@ -305,9 +293,3 @@ def _hop_headers(auth: bytes | None) -> dict[str, str]:
     if auth is not None:
         out["authorization"] = auth.decode("latin-1")
     return out
-
-
-def not_found_body(view: View, key: str, p: int, stamp: dict[str, Any]) -> bytes:
-    """The body of a lookup's 404 (the regular route and the wire give the same)."""
-    return _JSON.encode({"status": "NOT_FOUND", "error": f"no {view.name} row for key {key!r}",
-                         "key": key, "partition": p, **stamp}).encode()

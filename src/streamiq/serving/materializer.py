@@ -30,8 +30,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from streamiq.serving.supervise import Supervisor
 from streamiq.state.base import Checkpoint, Store
+from streamiq.supervise import Supervisor
 from streamiq.views.base import MARKER_HEADER, View, store_key
 
 __all__ = ["FAULT_ENV", "Materializer", "PartitionState"]

@@ -8,18 +8,15 @@ so the node reports no partition in its heartbeats, answers no lookup locally (p
 route to standbys within a heartbeat) and ``/health`` is 503. A part that keeps failing
 is fatal: the node stops answering, stops heartbeating (peers drop it at once through
 its ``leaving`` heartbeat, or within ``member_timeout_ms`` if it cannot send one), turns
-not ready and ``run_node`` exits non-zero, so that ``streamiq up`` or any process
-supervisor starts it again.
+not ready and ``run_node`` (``serving/main.py``) exits non-zero, so that ``streamiq up``
+or any process supervisor starts it again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import re
-import sys
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -31,12 +28,12 @@ from streamiq.routing.membership import Membership, members_topic
 from streamiq.routing.router import Router
 from streamiq.serving.consistency import Token, reflects
 from streamiq.serving.materializer import Materializer
-from streamiq.serving.supervise import Supervisor
 from streamiq.state.base import Store
 from streamiq.state.rocksdb import RocksDBStore
+from streamiq.supervise import Supervisor
 from streamiq.views.base import App, View, load_app
 
-__all__ = ["Node", "run_node"]
+__all__ = ["Node"]
 
 log = logging.getLogger("streamiq.node")
 
@@ -66,7 +63,7 @@ class Node:
         self.stopping = False
         self.wanted: set[tuple[str, int]] = set()
         self.supervisor = Supervisor(on_fatal=self._fatal)
-        #: called once when a part cannot recover (run_node: stop serving, exit non-zero)
+        #: called once when a part cannot recover (serving/main.py: stop serving, exit non-zero)
         self.on_fatal: Callable[[], None] | None = None
 
     @property
@@ -195,64 +192,3 @@ class Node:
     def describe(self) -> dict[str, Any]:
         return {"endpoint": self.endpoint, "ready": self.ready(), "app": self.app.name,
                 "views": sorted(self.views), "partitions": self.report(), **self.health()}
-
-
-#: After a fatal failure, the clean shutdown gets this long before the process is ended.
-FATAL_EXIT_GRACE_S = 20.0
-
-
-def _force_exit() -> None:
-    log.critical("shutdown after a fatal failure did not finish in %.0fs: exiting now",
-                 FATAL_EXIT_GRACE_S)
-    for h in logging.getLogger().handlers:
-        h.flush()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(1)
-
-
-def run_node(settings: Settings) -> None:
-    """Serve one node until SIGINT/SIGTERM (uvicorn handles both) or a fatal failure.
-
-    On a fatal failure (a part of the node that cannot recover, see ``Node._fatal``) the
-    server is asked to exit (``should_exit``, checked by uvicorn's main loop every 0.1 s,
-    safe to set from any thread); uvicorn then stops accepting, finishes in-flight
-    requests, runs the lifespan shutdown (clients closed, stores closed, so RocksDB is
-    left clean) and returns, and the process exits with status 1 for its supervisor to
-    restart it. That clean path is preferred over ``os._exit`` at the failure: RocksDB
-    and the Kafka clients get closed, logs get flushed. ``os._exit(1)`` is only the
-    backstop when that shutdown hangs (a thread stuck in a native call) for
-    ``FATAL_EXIT_GRACE_S``: a failed node must never linger half-alive.
-    """
-    import uvicorn
-
-    from streamiq.serving.app import create_asgi
-    from streamiq.serving.logs import configure_logging
-    from streamiq.serving.protocol import NodeHttpProtocol
-
-    configure_logging(settings.log_level)
-    node = Node(settings)
-    app = create_asgi(settings, node)
-    print(f"streamiq node {settings.endpoint} listening on http://{settings.host}:{settings.port}",
-          flush=True)
-    # proxy_headers=False: NodeHttpProtocol's lean path needs LeanLookups as the app itself
-    server = uvicorn.Server(uvicorn.Config(
-        app, host=settings.host, port=settings.port, log_level="warning",
-        http=NodeHttpProtocol, access_log=False, lifespan="on", proxy_headers=False,
-        timeout_graceful_shutdown=5))
-
-    def fatal() -> None:
-        server.should_exit = True
-        watchdog = threading.Timer(FATAL_EXIT_GRACE_S, _force_exit)
-        watchdog.daemon = True
-        watchdog.start()
-
-    node.on_fatal = fatal
-    server.run()
-    if node.failed is not None:
-        log.critical("node %s exiting with status 1: %s could not recover",
-                     settings.endpoint, node.failed)
-        logging.shutdown()
-        sys.exit(1)
-    if not server.started:
-        sys.exit(3)  # as uvicorn.run does when the startup failed

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse
@@ -26,12 +26,10 @@ from streamiq.serving.aggregate import (
     parse_aggs,
     parse_group_by,
 )
+from streamiq.serving.answers import Answers
 from streamiq.serving.coordinator import HOPS, SERVED_BY
 from streamiq.serving.scan import MAX_LIMIT, KeyRange, decode_cursor, merge_rows, scan_partitions
 from streamiq.views.base import View, window_bounds
-
-if TYPE_CHECKING:
-    from streamiq.serving.app import NodeDeps
 
 __all__ = ["MAX_KEYS", "MultiGet", "query_routes"]
 
@@ -69,7 +67,7 @@ def _key_ok(view: View, key: str, field: str) -> None:
 class _Gather:
     """Runs one scatter-gather query for a route and shapes its response."""
 
-    def __init__(self, deps: NodeDeps, request: Request, view: View, max_lag: int | None,
+    def __init__(self, deps: Answers, request: Request, view: View, max_lag: int | None,
                  partitions: str | None) -> None:
         self.deps = deps
         self.request = request
@@ -104,7 +102,7 @@ class _Gather:
         return JSONResponse(doc, headers={HOPS: str(hops), SERVED_BY: node})
 
 
-def query_routes(deps: NodeDeps) -> APIRouter:
+def query_routes(deps: Answers) -> APIRouter:
     r = APIRouter(tags=["queries"])
     node = deps.node
 

@@ -19,8 +19,8 @@ from streamiq.routing.router import Router
 from streamiq.serving.coordinator import Coordinator
 from streamiq.serving.materializer import FAULT_ENV, Materializer, PartitionState
 from streamiq.serving.node import Node
-from streamiq.serving.supervise import Supervisor
 from streamiq.state.rocksdb import RocksDBStore
+from streamiq.supervise import Supervisor
 from streamiq.views.bank import BALANCES
 from streamiq.views.base import MARKER_HEADER, store_key
 from streamiq.views.orders import ORDER_COUNTS_1M

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from streamiq.serving.supervise import Supervisor
+from streamiq.supervise import Supervisor
 
 
 class Flaky:

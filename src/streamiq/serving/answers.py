@@ -1,0 +1,113 @@
+"""How a node answers: the key lookup and the helpers every query route shares.
+
+The HTTP routes (``serving/app.py``, ``serving/queries.py``) and the lean path and
+lookup wire (``serving/fastpath.py``) all answer through an ``Answers``: the same
+view resolution, the same "who answered" stamp, the same 404 body for a missing key.
+"""
+
+from __future__ import annotations
+
+import json
+from json.encoder import encode_basestring
+from typing import Any
+
+from fastapi import Request, Response
+from fastapi.responses import JSONResponse
+
+from streamiq._http import ApiError, error_response
+from streamiq.serving._json import loads_row
+from streamiq.serving.consistency import Token, parse_tokens
+from streamiq.serving.coordinator import SERVED_BY, Coordinator
+from streamiq.serving.node import Node
+from streamiq.views.base import View, store_key
+
+__all__ = ["Answers", "json_str", "not_found_body"]
+
+_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # as JSONResponse renders
+
+
+def json_str(s: str) -> bytes:
+    """A JSON string (C encoder; json.dumps with options builds an encoder per call)."""
+    return encode_basestring(s).encode()
+
+
+class Answers:
+    """How this node answers a request: resolves the view, parses position tokens,
+    stamps who answers, waits for a position and answers a key lookup (routing it
+    through the coordinator). The HTTP routes, the lean path and the wire use it."""
+
+    def __init__(self, node: Node, coordinator: Coordinator) -> None:
+        self.node = node
+        self.coordinator = coordinator
+
+    def view(self, name: str) -> View:
+        v = self.node.views.get(name)
+        if v is None:
+            raise ApiError(404, "UNKNOWN_VIEW", f"no view named {name!r}",
+                           views=sorted(self.node.views))
+        return v
+
+    def max_lag(self, value: int | None) -> int:
+        return self.node.settings.max_lag if value is None else value
+
+    @staticmethod
+    def tokens(raw: str | None) -> list[Token]:
+        if not raw:
+            return []
+        try:
+            return parse_tokens(raw)
+        except ValueError as exc:
+            raise ApiError(400, "BAD_REQUEST", f"position: {exc}") from None
+
+    def wait_s(self, wait_ms: int | None) -> float:
+        return (self.node.settings.wait_timeout_ms if wait_ms is None else wait_ms) / 1000
+
+    def stamp(self, view: str, partition: int) -> dict[str, Any]:
+        """Who answers: this node, its role for the partition and its lag."""
+        return {"served_by": self.node.endpoint, "role": self.coordinator.role(view, partition),
+                "lag": self.node.lag(view, partition)}
+
+    def not_active(self, view: str, partition: int) -> JSONResponse:
+        return error_response(421, "NOT_ACTIVE", f"{self.node.endpoint} does not hold "
+                              f"{view} partition {partition}", partition=partition)
+
+    async def check_position(self, view: str, partition: int, tokens: list[Token],
+                             wait_s: float) -> None:
+        if tokens and not await self.node.wait_position(view, partition, tokens, wait_s):
+            raise ApiError(503, "NOT_UP_TO_BOUND",
+                           f"{self.node.endpoint} has not reflected the position within "
+                           f"{wait_s:.3f}s", partition=partition, served_by=self.node.endpoint)
+
+    async def lookup(self, request: Request, view: View, key: str, max_lag: int | None,
+                     position: str | None, wait_ms: int | None) -> Response:
+        if view.windowed:  # before any position wait or forwarding: the answer is known
+            raise ApiError(400, "BAD_REQUEST", f"view {view.name!r} is windowed: use "
+                           f"/v1/views/{view.name}/keys/{{key}}/windows")
+        try:
+            view.parse_key(key)
+        except ValueError as exc:
+            raise ApiError(400, "BAD_REQUEST", str(exc)) from None
+        tokens = self.tokens(position)
+        p = view.partition_of(key, self.node.partitions[view.name])
+
+        async def local() -> Response:
+            if not self.node.holds(view.name, p):
+                return self.not_active(view.name, p)
+            await self.check_position(view.name, p, tokens, self.wait_s(wait_ms))
+            stamp = self.stamp(view.name, p)
+            raw = self.node.stores[view.name].get(p, store_key(key))
+            headers = {SERVED_BY: self.node.endpoint}
+            if raw is None:
+                return Response(not_found_body(view, key, p, stamp), 404, headers=headers,
+                                media_type="application/json")
+            body = {"view": view.name, "key": key, "partition": p,
+                    "value": loads_row(raw), **stamp}
+            return JSONResponse(body, headers=headers)
+
+        return await self.coordinator.route(request, view.name, p, self.max_lag(max_lag), local)
+
+
+def not_found_body(view: View, key: str, p: int, stamp: dict[str, Any]) -> bytes:
+    """The body of a lookup's 404 (the regular route and the wire give the same)."""
+    return _JSON.encode({"status": "NOT_FOUND", "error": f"no {view.name} row for key {key!r}",
+                         "key": key, "partition": p, **stamp}).encode()
