@@ -10,24 +10,26 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from streamiq.errors import BadRequest, NotFound, StreamiqError
+
 __all__ = ["ApiError", "error_response", "install_error_handlers"]
 
 log = logging.getLogger("streamiq.http")
 
 
-class ApiError(Exception):
-    """An error with an HTTP status and a machine-readable ``status`` code."""
+class ApiError(StreamiqError):
+    """A ``StreamiqError`` whose status and code are given per instance (for a one-off
+    error that has no class in ``streamiq.errors``)."""
 
     def __init__(self, http_status: int, status: str, message: str, **extra: Any) -> None:
-        super().__init__(message)
-        self.http_status = http_status
-        self.status = status
-        self.message = message
-        self.extra = extra
+        super().__init__(message, **extra)
+        self.http_status = http_status  # type: ignore[misc]
+        self.code = status  # type: ignore[misc]
 
 
-def error_response(http_status: int, status: str, message: str, **extra: Any) -> JSONResponse:
-    return JSONResponse({"status": status, "error": message, **extra}, status_code=http_status)
+def error_response(exc: StreamiqError) -> JSONResponse:
+    """The one mapping of a streamiq error to an HTTP answer."""
+    return JSONResponse(exc.body(), status_code=exc.http_status)
 
 
 def _describe(err: dict[str, Any]) -> str:
@@ -37,21 +39,22 @@ def _describe(err: dict[str, Any]) -> str:
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    @app.exception_handler(ApiError)
-    async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
-        return error_response(exc.http_status, exc.status, exc.message, **exc.extra)
+    @app.exception_handler(StreamiqError)
+    async def _streamiq_error(_: Request, exc: StreamiqError) -> JSONResponse:
+        return error_response(exc)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         problems = [_describe(e) for e in exc.errors()]
-        return error_response(400, "BAD_REQUEST", "; ".join(problems), problems=problems)
+        return error_response(BadRequest("; ".join(problems), problems=problems))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = "NOT_FOUND" if exc.status_code == 404 else "HTTP_ERROR"
-        return error_response(exc.status_code, code, str(exc.detail))
+        if exc.status_code == 404:
+            return error_response(NotFound(str(exc.detail)))
+        return error_response(ApiError(exc.status_code, "HTTP_ERROR", str(exc.detail)))
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
         log.exception("unexpected error")
-        return error_response(500, "INTERNAL", f"internal error: {type(exc).__name__}")
+        return error_response(StreamiqError(f"internal error: {type(exc).__name__}"))

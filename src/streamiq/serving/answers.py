@@ -14,7 +14,8 @@ from typing import Any
 from fastapi import Request, Response
 from fastapi.responses import JSONResponse
 
-from streamiq._http import ApiError, error_response
+from streamiq._http import error_response
+from streamiq.errors import BadRequest, NotActive, NotUpToBound, UnknownView
 from streamiq.serving._json import loads_row
 from streamiq.serving.consistency import Token, parse_tokens
 from streamiq.serving.coordinator import SERVED_BY, Coordinator
@@ -43,8 +44,7 @@ class Answers:
     def view(self, name: str) -> View:
         v = self.node.views.get(name)
         if v is None:
-            raise ApiError(404, "UNKNOWN_VIEW", f"no view named {name!r}",
-                           views=sorted(self.node.views))
+            raise UnknownView(f"no view named {name!r}", views=sorted(self.node.views))
         return v
 
     def max_lag(self, value: int | None) -> int:
@@ -57,7 +57,7 @@ class Answers:
         try:
             return parse_tokens(raw)
         except ValueError as exc:
-            raise ApiError(400, "BAD_REQUEST", f"position: {exc}") from None
+            raise BadRequest(f"position: {exc}") from None
 
     def wait_s(self, wait_ms: int | None) -> float:
         return (self.node.settings.wait_timeout_ms if wait_ms is None else wait_ms) / 1000
@@ -67,26 +67,30 @@ class Answers:
         return {"served_by": self.node.endpoint, "role": self.coordinator.role(view, partition),
                 "lag": self.node.lag(view, partition)}
 
+    def not_held(self, view: str, partition: int) -> NotActive:
+        return NotActive(f"{self.node.endpoint} does not hold {view} partition {partition}",
+                         partition=partition)
+
     def not_active(self, view: str, partition: int) -> JSONResponse:
-        return error_response(421, "NOT_ACTIVE", f"{self.node.endpoint} does not hold "
-                              f"{view} partition {partition}", partition=partition)
+        """The 421 a local answer returns (the coordinator then asks the next replica)."""
+        return error_response(self.not_held(view, partition))
 
     async def check_position(self, view: str, partition: int, tokens: list[Token],
                              wait_s: float) -> None:
         if tokens and not await self.node.wait_position(view, partition, tokens, wait_s):
-            raise ApiError(503, "NOT_UP_TO_BOUND",
-                           f"{self.node.endpoint} has not reflected the position within "
-                           f"{wait_s:.3f}s", partition=partition, served_by=self.node.endpoint)
+            raise NotUpToBound(f"{self.node.endpoint} has not reflected the position within "
+                               f"{wait_s:.3f}s", partition=partition,
+                               served_by=self.node.endpoint)
 
     async def lookup(self, request: Request, view: View, key: str, max_lag: int | None,
                      position: str | None, wait_ms: int | None) -> Response:
         if view.windowed:  # before any position wait or forwarding: the answer is known
-            raise ApiError(400, "BAD_REQUEST", f"view {view.name!r} is windowed: use "
-                           f"/v1/views/{view.name}/keys/{{key}}/windows")
+            raise BadRequest(f"view {view.name!r} is windowed: use "
+                             f"/v1/views/{view.name}/keys/{{key}}/windows")
         try:
             view.parse_key(key)
         except ValueError as exc:
-            raise ApiError(400, "BAD_REQUEST", str(exc)) from None
+            raise BadRequest(str(exc)) from None
         tokens = self.tokens(position)
         p = view.partition_of(key, self.node.partitions[view.name])
 

@@ -16,8 +16,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, FastAPI, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
 
-from streamiq._http import ApiError, install_error_handlers
+from streamiq._http import install_error_handlers
 from streamiq.config import Settings
+from streamiq.errors import BadRequest
 from streamiq.serving.answers import Answers
 from streamiq.serving.coordinator import Coordinator
 from streamiq.serving.fastpath import LeanLookups
@@ -73,7 +74,7 @@ def _routes(deps: Answers) -> APIRouter:
         try:
             v.parse_key(key)
         except ValueError as exc:
-            raise ApiError(400, "BAD_REQUEST", str(exc)) from None
+            raise BadRequest(str(exc)) from None
         assert node.router is not None
         p = v.partition_of(key, node.partitions[v.name])
         assigned = node.router.assigned(v.name, p)

@@ -22,16 +22,18 @@ from typing import Any
 
 import aiohttp
 from fastapi import Request, Response
-from fastapi.responses import JSONResponse, RedirectResponse
+from fastapi.responses import RedirectResponse
 from yarl import URL
 
+from streamiq._http import error_response
+from streamiq.errors import PeerError, PeerTimeout, PeerUnreachable, Unavailable
 from streamiq.routing.router import Endpoint
 from streamiq.serving.hop import HopClient
 from streamiq.serving.node import Node
 from streamiq.serving.traffic import Traffic, log_summaries
 
 __all__ = ["FORWARDED", "HOPS", "SERVED_BY", "TRANSPORT_ERRORS", "Coordinator", "Partial",
-           "Reply"]
+           "Reply", "peer_error"]
 
 log = logging.getLogger("streamiq.routing")
 
@@ -53,6 +55,13 @@ CONNECTION_LOST = (aiohttp.ClientConnectorError, aiohttp.ClientOSError,
                    aiohttp.ServerDisconnectedError, ConnectionError)
 #: Time a forwarded request may take beyond the position wait it carries.
 _FORWARD_SLACK_S = 10.0
+
+
+def peer_error(address: str, exc: BaseException) -> PeerError:
+    """A transport failure of a peer as a ``PeerError``: the one place the HTTP client's
+    exceptions are told apart (gone: ``PeerUnreachable``; slow: ``PeerTimeout``)."""
+    kind = PeerUnreachable if isinstance(exc, CONNECTION_LOST) else PeerTimeout
+    return kind(address, exc)
 
 
 @dataclass
@@ -125,16 +134,21 @@ class Coordinator:
 
     async def _call(self, address: str, request: Request, params: Params,
                     body: Any = None) -> Reply:
-        return await self._send(request.method, address, request.url.path, params, body,
-                                self._headers(request), self._budget(request))
+        """Ask a peer; any transport failure is raised as a ``PeerError``."""
+        try:
+            return await self._send(request.method, address, request.url.path, params, body,
+                                    self._headers(request), self._budget(request))
+        except TRANSPORT_ERRORS as exc:
+            raise peer_error(address, exc) from exc
 
-    def _unreachable(self, address: str, exc: BaseException) -> None:
+    def _unreachable(self, err: PeerError) -> None:
         assert self.node.membership is not None
-        if isinstance(exc, CONNECTION_LOST):
-            log.warning("replica %s unreachable (%r); trying the next", address, exc)
-            self.node.membership.suspect(address)
+        if isinstance(err, PeerUnreachable):
+            log.warning("replica %s unreachable (%r); trying the next", err.address, err.cause)
+            self.node.membership.suspect(err.address)
         else:
-            log.warning("replica %s did not answer (%r); trying the next", address, exc)
+            log.warning("replica %s did not answer (%r); trying the next", err.address,
+                        err.cause)
 
     async def _send(self, method: str, address: str, path: str, params: Params, body: Any,
                     headers: dict[str, str], timeout: float = _FORWARD_SLACK_S) -> Reply:
@@ -185,8 +199,8 @@ class Coordinator:
             try:
                 r = await self._call(ep.address, request, request.query_params.multi_items(),
                                      body)
-            except TRANSPORT_ERRORS as exc:
-                self._unreachable(ep.address, exc)
+            except PeerError as err:
+                self._unreachable(err)
                 continue
             if r.status_code == 421:
                 continue
@@ -197,10 +211,9 @@ class Coordinator:
             return Response(r.content, r.status_code, headers=headers,
                             media_type=r.headers.get("content-type"))
         self.traffic.unavailable += 1
-        return JSONResponse({"status": "UNAVAILABLE", "view": view, "partition": partition,
-                             "error": f"no replica of {view} partition {partition} can answer "
-                                      f"within max_lag={max_lag}", "tried": tried},
-                            status_code=503)
+        return error_response(Unavailable(f"no replica of {view} partition {partition} can "
+                                          f"answer within max_lag={max_lag}", view=view,
+                                          partition=partition, tried=tried))
 
     def active_here(self, view: str, partition: int, max_lag: int) -> bool:
         """This node is assigned active for the partition, holds it, and is fresh enough."""
@@ -290,8 +303,8 @@ class Coordinator:
         q = [*params, ("partitions", ",".join(map(str, parts)))]
         try:
             r = await self._call(address, request, q, body(parts) if body else None)
-        except TRANSPORT_ERRORS as exc:
-            self._unreachable(address, exc)
+        except PeerError as err:
+            self._unreachable(err)
             return None, parts
         if r.status_code != 200:
             return None, parts

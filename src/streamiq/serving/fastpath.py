@@ -37,7 +37,7 @@ from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 from urllib.parse import quote, unquote
 
-from streamiq._http import error_response
+from streamiq.errors import BadRequest
 from streamiq.serving.answers import Answers, json_str, not_found_body
 from streamiq.serving.coordinator import FORWARDED, HOPS, SERVED_BY, TRANSPORT_ERRORS
 from streamiq.serving.hop import HopReply
@@ -191,19 +191,19 @@ class LeanLookups:
 
     def internal(self, p: int, partitions: int, raw_path: bytes) -> tuple[int, bytes]:
         """The owner's answer to a lookup that came over the wire (``serving/wire.py``):
-        status and body as the regular route would give them to a forwarded request."""
+        status and body as the regular route would give them to a forwarded request.
+        Raises ``BadRequest`` / ``NotActive``; ``wire.answer`` maps them to replies."""
         path = raw_path.decode("latin-1")
         if "%" in path:
             path = unquote(path)
         # the entry checked the key's form; a malformed one is in no store: a plain 404
         target = self._target(path, check_key=False)
         if target is None:
-            return 400, bytes(error_response(400, "BAD_REQUEST",
-                                             f"not a key lookup of a keyed view: {path!r}").body)
+            raise BadRequest(f"not a key lookup of a keyed view: {path!r}")
         view, key = target
         node = self.deps.node
         if partitions != node.partitions[view.name] or not node.holds(view.name, p):
-            return 421, bytes(self.deps.not_active(view.name, p).body)
+            raise self.deps.not_held(view.name, p)
         self.deps.coordinator.traffic.for_peers += 1
         body = self._body(view, key, p)
         if body is None:

@@ -17,7 +17,7 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from streamiq._http import ApiError, error_response
+from streamiq.errors import BadRequest
 from streamiq.serving._json import loads_row
 from streamiq.serving.aggregate import (
     aggregate_partitions,
@@ -53,8 +53,8 @@ class MultiGet(BaseModel):
     keys: list[str] = Field(min_length=1, max_length=MAX_KEYS)
 
 
-def _bad(message: str, field: str) -> ApiError:
-    return ApiError(400, "BAD_REQUEST", message, field=field)
+def _bad(message: str, field: str) -> BadRequest:
+    return BadRequest(message, field=field)
 
 
 def _key_ok(view: View, key: str, field: str) -> None:
@@ -255,6 +255,6 @@ def query_routes(deps: Answers) -> APIRouter:
         try:
             return await g.run(local, shape)
         except ValueError as exc:  # data that does not fit the aggregate (e.g. text sum)
-            return error_response(400, "BAD_REQUEST", str(exc), field="agg")
+            raise _bad(str(exc), "agg") from None
 
     return r

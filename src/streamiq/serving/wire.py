@@ -31,7 +31,9 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-__all__ = ["MAX_LINE", "PREFACE", "WireServer", "WireUnsupported", "reply_frame",
+from streamiq.errors import BadRequest, StreamiqError
+
+__all__ = ["MAX_LINE", "PREFACE", "WireServer", "WireUnsupported", "answer", "reply_frame",
            "request_frame"]
 
 log = logging.getLogger("streamiq.routing")
@@ -39,6 +41,7 @@ log = logging.getLogger("streamiq.routing")
 PREFACE = b"STREAMIQ-HOP/1\n"
 MAX_LINE = 8192  # a request line longer than this closes the connection
 Lookup = Callable[[int, int, bytes], tuple[int, bytes]]  # (p, partitions, path) -> status, body
+_MALFORMED = BadRequest("malformed wire request").render()
 
 
 class WireUnsupported(ConnectionError):
@@ -51,6 +54,19 @@ def request_frame(partition: int, partitions: int, raw_path: bytes) -> bytes:
 
 def reply_frame(status: int, body: bytes) -> bytes:
     return b"%d %d\n%s" % (status, len(body), body)
+
+
+def answer(lookup: Lookup, partition: int, partitions: int, raw_path: bytes
+           ) -> tuple[int, bytes]:
+    """The lookup's status and body; the one place a ``StreamiqError`` becomes a wire
+    reply (the same status and body as its HTTP answer). Anything else is a 500."""
+    try:
+        return lookup(partition, partitions, raw_path)
+    except StreamiqError as exc:
+        return exc.http_status, exc.render()
+    except Exception:
+        log.exception("wire lookup failed")
+        return 500, StreamiqError("lookup failed").render()
 
 
 class WireServer:
@@ -91,12 +107,8 @@ class WireServer:
     def _answer(self, line: bytes) -> bytes:
         fields = line.split(b" ")
         if len(fields) != 3 or not (fields[0].isdigit() and fields[1].isdigit()):
-            return reply_frame(400, b'{"status":"BAD_REQUEST","error":"malformed wire request"}')
-        try:
-            return reply_frame(*self._lookup(int(fields[0]), int(fields[1]), fields[2]))
-        except Exception:
-            log.exception("wire lookup failed")
-            return reply_frame(500, b'{"status":"ERROR","error":"lookup failed"}')
+            return reply_frame(400, _MALFORMED)
+        return reply_frame(*answer(self._lookup, int(fields[0]), int(fields[1]), fields[2]))
 
     def _idle(self) -> None:
         if not self._seen:

@@ -9,7 +9,7 @@ import aiohttp
 from starlette.requests import Request
 
 from streamiq.config import Settings
-from streamiq.serving.coordinator import Coordinator
+from streamiq.serving.coordinator import Coordinator, peer_error
 
 
 def _coordinator() -> tuple[Coordinator, list[str]]:
@@ -26,11 +26,11 @@ def _request(query: str) -> Request:
 
 def test_only_lost_connections_make_a_suspect() -> None:
     co, suspects = _coordinator()
-    co._unreachable("slow:1", TimeoutError())
-    co._unreachable("slow:2", aiohttp.ServerTimeoutError())
+    co._unreachable(peer_error("slow:1", TimeoutError()))
+    co._unreachable(peer_error("slow:2", aiohttp.ServerTimeoutError()))
     assert suspects == []
-    co._unreachable("dead:1", ConnectionRefusedError())
-    co._unreachable("dead:2", aiohttp.ServerDisconnectedError())
+    co._unreachable(peer_error("dead:1", ConnectionRefusedError()))
+    co._unreachable(peer_error("dead:2", aiohttp.ServerDisconnectedError()))
     assert suspects == ["dead:1", "dead:2"]
 
 

@@ -1,0 +1,111 @@
+"""What can go wrong answering a request, as one typed hierarchy.
+
+Modelled on faust's ``web/exceptions.py`` and httpx's ``_exceptions.py``: each class
+carries its HTTP status and a stable machine-readable code, is raised where the problem
+is found, and is turned into an answer in one place: ``streamiq._http`` for HTTP (the
+JSON body ``{"status": <code>, "error": <message>, ...extra}``), the same bytes for the
+node-to-node lookup wire (``render``). Clients match on ``status`` (the code), never on
+the message.
+
+    StreamiqError                 500 INTERNAL
+    ├── BadRequest                400 BAD_REQUEST
+    ├── NotFound                  404 NOT_FOUND
+    │   └── UnknownView           404 UNKNOWN_VIEW
+    ├── NotActive                 421 NOT_ACTIVE   (this node does not hold the partition)
+    ├── Unavailable               503 UNAVAILABLE  (no replica can answer)
+    │   ├── NotUpToBound          503 NOT_UP_TO_BOUND (position not reflected in time)
+    │   └── ProduceFailed         503 PRODUCE_FAILED  (ingest could not write)
+    └── PeerError                 502 PEER_ERROR   (another node, at the transport level)
+        ├── PeerUnreachable       the peer is gone (refused, reset): a suspect
+        └── PeerTimeout           the peer is slow: retried elsewhere, not blamed
+
+``PeerError`` is what the node-to-node client raises for any transport failure
+(``serving/coordinator.py`` maps the client library's exceptions once, at the edge);
+it is handled by trying the next replica and never reaches a client as such.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, ClassVar
+
+__all__ = ["BadRequest", "NotActive", "NotFound", "NotUpToBound", "PeerError", "PeerTimeout",
+           "PeerUnreachable", "ProduceFailed", "StreamiqError", "Unavailable", "UnknownView"]
+
+_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # as JSONResponse renders
+
+
+class StreamiqError(Exception):
+    """Base class: an HTTP status, a stable code, a message and extra body fields."""
+
+    http_status: ClassVar[int] = 500
+    code: ClassVar[str] = "INTERNAL"
+
+    def __init__(self, message: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.extra = extra
+
+    def body(self) -> dict[str, Any]:
+        """The JSON error body (the shape every streamiq error answer has)."""
+        return {"status": self.code, "error": self.message, **self.extra}
+
+    def render(self) -> bytes:
+        """``body()`` as the bytes an HTTP answer carries (for the lookup wire)."""
+        return _JSON.encode(self.body()).encode()
+
+
+class BadRequest(StreamiqError):
+    http_status = 400
+    code = "BAD_REQUEST"
+
+
+class NotFound(StreamiqError):
+    http_status = 404
+    code = "NOT_FOUND"
+
+
+class UnknownView(NotFound):
+    code = "UNKNOWN_VIEW"
+
+
+class NotActive(StreamiqError):
+    """This node does not hold (or has not restored) the partition: ask another."""
+
+    http_status = 421
+    code = "NOT_ACTIVE"
+
+
+class Unavailable(StreamiqError):
+    http_status = 503
+    code = "UNAVAILABLE"
+
+
+class NotUpToBound(Unavailable):
+    """The answering replica did not reflect the position within the wait."""
+
+    code = "NOT_UP_TO_BOUND"
+
+
+class ProduceFailed(Unavailable):
+    code = "PRODUCE_FAILED"
+
+
+class PeerError(StreamiqError):
+    """Another node could not be asked (transport level): try the next replica."""
+
+    http_status = 502
+    code = "PEER_ERROR"
+
+    def __init__(self, address: str, cause: BaseException) -> None:
+        super().__init__(f"{address}: {cause!r}")
+        self.address = address
+        self.cause = cause
+
+
+class PeerUnreachable(PeerError):
+    """The connection was refused or lost: the peer is likely gone (a suspect)."""
+
+
+class PeerTimeout(PeerError):
+    """The peer did not answer in time: it may only be slow (not blamed)."""
