@@ -7,7 +7,6 @@ view resolution, the same "who answered" stamp, the same 404 body for a missing 
 
 from __future__ import annotations
 
-import json
 from json.encoder import encode_basestring
 from typing import Any
 
@@ -15,7 +14,7 @@ from fastapi import Request, Response
 from fastapi.responses import JSONResponse
 
 from streamiq._http import error_response
-from streamiq.errors import BadRequest, NotActive, NotUpToBound, UnknownView
+from streamiq.errors import BadRequest, NotActive, NotFound, NotUpToBound, UnknownView
 from streamiq.serving._json import loads_row
 from streamiq.serving.consistency import Token, parse_tokens
 from streamiq.serving.coordinator import SERVED_BY, Coordinator
@@ -23,8 +22,6 @@ from streamiq.serving.node import Node
 from streamiq.views.base import View, store_key
 
 __all__ = ["Answers", "json_str", "not_found_body"]
-
-_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # as JSONResponse renders
 
 
 def json_str(s: str) -> bytes:
@@ -113,5 +110,5 @@ class Answers:
 
 def not_found_body(view: View, key: str, p: int, stamp: dict[str, Any]) -> bytes:
     """The body of a lookup's 404 (the regular route and the wire give the same)."""
-    return _JSON.encode({"status": "NOT_FOUND", "error": f"no {view.name} row for key {key!r}",
-                         "key": key, "partition": p, **stamp}).encode()
+    return NotFound(f"no {view.name} row for key {key!r}", key=key, partition=p,
+                    **stamp).render()
