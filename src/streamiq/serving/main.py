@@ -19,7 +19,7 @@ from streamiq.config import Settings
 from streamiq.serving.app import create_asgi
 from streamiq.serving.logs import configure_logging
 from streamiq.serving.node import Node
-from streamiq.serving.protocol import NodeHttpProtocol
+from streamiq.serving.protocol import node_protocol
 
 __all__ = ["FATAL_EXIT_GRACE_S", "run_node"]
 
@@ -61,7 +61,7 @@ def run_node(settings: Settings) -> None:
     # proxy_headers=False: NodeHttpProtocol's lean path needs LeanLookups as the app itself
     server = uvicorn.Server(uvicorn.Config(
         app, host=settings.host, port=settings.port, log_level="warning",
-        http=NodeHttpProtocol, access_log=False, lifespan="on", proxy_headers=False,
+        http=node_protocol(), access_log=False, lifespan="on", proxy_headers=False,
         timeout_graceful_shutdown=5))
 
     def fatal() -> None:

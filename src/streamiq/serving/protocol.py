@@ -17,24 +17,61 @@
 Measured with bench/bench_queries.py and ``strace`` (docs/design.md, "Forwarded
 lookups"): uvicorn's per-request task and ASGI plumbing cost more CPU than the lookup
 itself, and more than nginx spends relaying the same request.
+
+Change 2 overrides uvicorn internals (``_start_asgi_task`` and what ``_respond`` does to
+a ``RequestResponseCycle``), so pyproject.toml pins the uvicorn versions this was tested
+with, and ``MISSING_HOOKS`` checks for those internals at import. When one is missing,
+``node_protocol()`` logs a warning naming it and returns uvicorn's stock protocol: the
+node still answers everything (``LeanLookups`` still answers lookups as an ASGI app) and
+peers, seeing no lookup wire, fall back to HTTP hops, so only speed is lost, and loudly.
+Failing instead would take a whole node down over a performance feature.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
+import logging
 from collections.abc import Awaitable
 from typing import Any, cast
 
-from uvicorn.protocols.http.httptools_impl import (
-    STATUS_LINE,
-    HttpToolsProtocol,
-    RequestResponseCycle,
-)
+import uvicorn
+from uvicorn.protocols.http import httptools_impl
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from streamiq.serving.fastpath import PENDING, Answer, LeanLookups
 from streamiq.serving.wire import PREFACE, WireServer
 
-__all__ = ["NodeHttpProtocol"]
+__all__ = ["MISSING_HOOKS", "NodeHttpProtocol", "missing_hooks", "node_protocol"]
+
+log = logging.getLogger("streamiq.node")
+
+#: What NodeHttpProtocol uses of uvicorn's httptools protocol beyond its public API.
+_PROTOCOL_HOOKS = ("_start_asgi_task", "_unset_keepalive_if_required", "on_message_begin",
+                   "on_response_complete", "data_received", "connection_made",
+                   "connection_lost")
+#: RequestResponseCycle fields ``_respond`` reads or sets (constructor parameters).
+_CYCLE_FIELDS = ("default_headers", "message_event", "keep_alive", "on_response")
+
+
+def missing_hooks(protocol: type = HttpToolsProtocol, cycle: type = RequestResponseCycle,
+                  module: object = httptools_impl) -> list[str]:
+    """The uvicorn internals the lean path needs that ``protocol`` / ``cycle`` lack."""
+    missing = [f"HttpToolsProtocol.{n}" for n in _PROTOCOL_HOOKS if not hasattr(protocol, n)]
+    start = getattr(protocol, "_start_asgi_task", None)
+    if start is not None and list(inspect.signature(start).parameters) != ["self", "cycle",
+                                                                          "app"]:
+        missing.append("HttpToolsProtocol._start_asgi_task(cycle, app)")
+    fields = inspect.signature(cycle).parameters
+    missing += [f"RequestResponseCycle.{n}" for n in _CYCLE_FIELDS if n not in fields]
+    if not isinstance(getattr(module, "STATUS_LINE", None), dict):
+        missing.append("httptools_impl.STATUS_LINE")
+    return missing
+
+
+#: Checked once, at import: empty when the installed uvicorn has what the lean path needs.
+MISSING_HOOKS = missing_hooks()
+STATUS_LINE: dict[int, bytes] = getattr(httptools_impl, "STATUS_LINE", {})
 
 
 class _CoalescingTransport:
@@ -187,3 +224,14 @@ class NodeHttpProtocol(HttpToolsProtocol):
         if not cycle.keep_alive:
             self.transport.close()
         cycle.on_response()
+
+
+def node_protocol(missing: list[str] = MISSING_HOOKS) -> type[asyncio.Protocol] | str:
+    """The ``http=`` a node's uvicorn runs: ``NodeHttpProtocol``, or, when this uvicorn
+    lacks a hook it overrides, uvicorn's stock ``"httptools"`` with a warning."""
+    if not missing:
+        return NodeHttpProtocol
+    log.warning("uvicorn %s lacks %s: serving without the lean lookup path and the lookup "
+                "wire (slower; peers use HTTP hops). Install a uvicorn version streamiq "
+                "pins (pyproject.toml).", uvicorn.__version__, ", ".join(missing))
+    return "httptools"

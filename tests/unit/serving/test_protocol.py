@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -14,7 +15,13 @@ from fakes import RecordingTransport
 
 from streamiq.routing.router import Endpoint
 from streamiq.serving.hop import HopReply
-from streamiq.serving.protocol import NodeHttpProtocol, _CoalescingTransport
+from streamiq.serving.protocol import (
+    MISSING_HOOKS,
+    NodeHttpProtocol,
+    _CoalescingTransport,
+    missing_hooks,
+    node_protocol,
+)
 
 A1 = "/v1/views/balances/keys/a1"
 
@@ -189,3 +196,26 @@ async def test_a_local_lookup_is_answered_in_the_parser_callback_with_one_write(
         assert head.startswith(b"HTTP/1.1 200 OK\r\n") and json.loads(body)["key"] == "a1"
         assert f"content-length: {len(body)}".encode() in head
     proto.connection_lost(None)
+
+
+def test_the_installed_uvicorn_has_every_hook_the_lean_path_overrides() -> None:
+    assert MISSING_HOOKS == []
+    assert node_protocol() is NodeHttpProtocol
+
+
+def test_a_uvicorn_without_the_hook_falls_back_loudly(caplog: pytest.LogCaptureFixture
+                                                       ) -> None:
+    class OldProtocol:  # no _start_asgi_task, as in a uvicorn that renamed it
+        def data_received(self, data: bytes) -> None: ...
+
+    class OldCycle:
+        def __init__(self, scope: Any, keep_alive: bool) -> None: ...
+
+    missing = missing_hooks(OldProtocol, OldCycle, module=object())
+    assert "HttpToolsProtocol._start_asgi_task" in missing
+    assert "RequestResponseCycle.on_response" in missing
+    assert "httptools_impl.STATUS_LINE" in missing
+    with caplog.at_level(logging.WARNING, logger="streamiq.node"):
+        assert node_protocol(missing) == "httptools"  # uvicorn's stock protocol
+    assert "without the lean lookup path" in caplog.text
+    assert "HttpToolsProtocol._start_asgi_task" in caplog.text
