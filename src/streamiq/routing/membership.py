@@ -140,7 +140,6 @@ class Membership:
         self._threads = [self.supervisor.thread("heartbeat", self._publish, self._stop),
                          self.supervisor.thread("members", self._listen, self._stop),
                          self.supervisor.thread("member-topics", self._keep_topics, self._stop)]
-        self.on_change: Callable[[], None] | None = None
         self.skipped = 0  # records on the topic that were not valid heartbeats
         # since when the listener has not been listening (None: it is); set until the
         # listener first runs, so members cannot expire before anything was heard
@@ -210,11 +209,6 @@ class Membership:
             return
         with self._lock:
             self._suspects[endpoint] = time.monotonic()
-        self._changed()
-
-    def _changed(self) -> None:
-        if self.on_change is not None:
-            self.on_change()
 
     def _heartbeat(self, leaving: bool = False) -> bytes:
         doc = {"endpoint": self.endpoint, "incarnation": self.incarnation,
@@ -300,13 +294,8 @@ class Membership:
             return
         now = time.monotonic()
         with self._lock:
-            old = self._members.get(endpoint)
             if doc["leaving"]:
                 self._members.pop(endpoint, None)
-                changed = old is not None
             else:
                 self._members[endpoint] = Member(endpoint, doc["incarnation"], now,
                                                  doc["partitions"], doc["started_at"])
-                changed = old is None or now - old.seen > self._timeout
-        if changed:
-            self._changed()

@@ -58,7 +58,6 @@ class Node:
         self.membership: Membership | None = None
         self.router: Router | None = None
         self._sync_task: asyncio.Task[None] | None = None
-        self.started = time.monotonic()
         self.assigning = False
         self.stopping = False
         self.wanted: set[tuple[str, int]] = set()

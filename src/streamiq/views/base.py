@@ -113,7 +113,6 @@ class App:
     name: str
     topics: tuple[str, ...]
     views: tuple[View, ...]
-    routes: Callable[..., Any] | None = field(default=None, compare=False)
 
     def view(self, name: str) -> View | None:
         return next((v for v in self.views if v.name == name), None)
