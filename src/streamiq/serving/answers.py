@@ -15,11 +15,10 @@ from fastapi.responses import JSONResponse
 
 from streamiq._http import error_response
 from streamiq.errors import BadRequest, NotActive, NotFound, NotUpToBound, UnknownView
-from streamiq.serving._json import loads_row
 from streamiq.serving.consistency import Token, parse_tokens
 from streamiq.serving.coordinator import SERVED_BY, Coordinator
 from streamiq.serving.node import Node
-from streamiq.views.base import View, store_key
+from streamiq.views.base import View
 
 __all__ = ["Answers", "json_str", "not_found_body"]
 
@@ -79,6 +78,22 @@ class Answers:
                                f"{wait_s:.3f}s", partition=partition,
                                served_by=self.node.endpoint)
 
+    def found_body(self, view: View, key: str, p: int) -> bytes | None:
+        """The 200 body of a key lookup this node answers from partition ``p`` (None: no
+        such row), the same for every path: the HTTP route, the lean path and the wire.
+        The stored row is written as it is (not decoded and encoded again)."""
+        node = self.node
+        raw = node.stores[view.name].get(p, key.encode())  # store_key of a keyed view
+        if raw is None:
+            return None
+        # the stamp's fields written in place (no dict per lookup); a role is a plain word
+        return b"".join((
+            b'{"view":', json_str(view.name), b',"key":', json_str(key),
+            b',"partition":', str(p).encode(), b',"value":', raw,
+            b',"served_by":', json_str(node.endpoint),
+            b',"role":"', self.coordinator.role(view.name, p).encode(),
+            b'","lag":', str(node.lag(view.name, p)).encode(), b"}"))
+
     async def lookup(self, request: Request, view: View, key: str, max_lag: int | None,
                      position: str | None, wait_ms: int | None) -> Response:
         if view.windowed:  # before any position wait or forwarding: the answer is known
@@ -95,15 +110,12 @@ class Answers:
             if not self.node.holds(view.name, p):
                 return self.not_active(view.name, p)
             await self.check_position(view.name, p, tokens, self.wait_s(wait_ms))
-            stamp = self.stamp(view.name, p)
-            raw = self.node.stores[view.name].get(p, store_key(key))
             headers = {SERVED_BY: self.node.endpoint}
-            if raw is None:
-                return Response(not_found_body(view, key, p, stamp), 404, headers=headers,
-                                media_type="application/json")
-            body = {"view": view.name, "key": key, "partition": p,
-                    "value": loads_row(raw), **stamp}
-            return JSONResponse(body, headers=headers)
+            body = self.found_body(view, key, p)
+            if body is None:
+                return Response(not_found_body(view, key, p, self.stamp(view.name, p)), 404,
+                                headers=headers, media_type="application/json")
+            return Response(body, headers=headers, media_type="application/json")
 
         return await self.coordinator.route(request, view.name, p, self.max_lag(max_lag), local)
 

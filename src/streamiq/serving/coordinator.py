@@ -33,20 +33,22 @@ from streamiq.serving.node import Node
 from streamiq.serving.traffic import Traffic, log_summaries
 
 __all__ = ["FORWARDED", "HOPS", "SERVED_BY", "TRANSPORT_ERRORS", "Coordinator", "Partial",
-           "Reply", "peer_error"]
+           "Reply", "hop_headers", "peer_error"]
 
 log = logging.getLogger("streamiq.routing")
 
 FORWARDED = "x-streamiq-forwarded"
 HOPS = "x-streamiq-hops"
 SERVED_BY = "x-streamiq-served-by"
-_PASS_HEADERS = ("authorization",)
 
 LocalCall = Callable[[], Awaitable[Response]]
 LocalPart = Callable[[list[int]], Awaitable[dict[str, Any]]]
 Partial = dict[str, Any]
 Params = list[tuple[str, str]]
 _ROLE_TTL = 0.05
+# how long a forwarding decision is reused: routing asked membership on every lookup; a
+# stale one costs a 421 or a refused connection, after which the regular route answers
+_ROUTE_TTL = 0.1
 #: A replica that cannot be reached (refused, reset, timed out).
 TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 #: Of those, the ones that say the replica is gone (not merely slow): only these make it
@@ -55,6 +57,15 @@ CONNECTION_LOST = (aiohttp.ClientConnectorError, aiohttp.ClientOSError,
                    aiohttp.ServerDisconnectedError, ConnectionError)
 #: Time a forwarded request may take beyond the position wait it carries.
 _FORWARD_SLACK_S = 10.0
+
+
+def hop_headers(authorization: str | None) -> dict[str, str]:
+    """The headers of a request forwarded to a peer: the mark, and the client's
+    Authorization (so the owner's HTTP stack sees it). Every HTTP hop uses these."""
+    h = {FORWARDED: "1"}
+    if authorization is not None:
+        h["authorization"] = authorization
+    return h
 
 
 def peer_error(address: str, exc: BaseException) -> PeerError:
@@ -87,6 +98,7 @@ class Coordinator:
         self.internal = asyncio.Semaphore(s.internal_concurrency)
         self._roles: dict[tuple[str, int], str] = {}  # assigned here: "active" or "standby"
         self._roles_at = -1e9
+        self._preferred: dict[tuple[str, int, int], tuple[float, str | None]] = {}
         self.redirect = s.redirect
         self.traffic = Traffic()  # counted, not logged, per answer (serving/traffic.py)
         self._summaries: asyncio.Task[None] | None = None
@@ -117,12 +129,9 @@ class Coordinator:
     def is_forwarded(request: Request) -> bool:
         return request.headers.get(FORWARDED) == "1"
 
-    def _headers(self, request: Request) -> dict[str, str]:
-        h = {FORWARDED: "1"}
-        for name in _PASS_HEADERS:
-            if name in request.headers:
-                h[name] = request.headers[name]
-        return h
+    @staticmethod
+    def _headers(request: Request) -> dict[str, str]:
+        return hop_headers(request.headers.get("authorization"))
 
     def _budget(self, request: Request) -> float:
         """Seconds a forwarded request may take: its own position wait plus slack."""
@@ -240,6 +249,23 @@ class Coordinator:
                         roles[(v, p)] = "active" if assigned[0] == me else "standby"
             self._roles, self._roles_at = roles, now
         return self._roles.get((view, partition), "previous")
+
+    def preferred(self, view: str, p: int, max_lag: int) -> str | None:
+        """The peer a key lookup is forwarded to (None: no other replica), re-derived at
+        most every ``_ROUTE_TTL`` seconds (the lean path's one-hop choice)."""
+        now = time.monotonic()
+        hit = self._preferred.get((view, p, max_lag))
+        if hit is not None and now - hit[0] < _ROUTE_TTL:
+            return hit[1]
+        assert self.node.router is not None
+        ep = self.node.router.owner(view, p, max_lag)
+        owner = None if ep is None or ep.address == self.node.endpoint else ep.address
+        self._preferred[(view, p, max_lag)] = (now, owner)
+        return owner
+
+    def forget(self, view: str, p: int, max_lag: int) -> None:
+        """The preferred peer failed: choose again on the next lookup."""
+        self._preferred.pop((view, p, max_lag), None)
 
     # -- many partitions (scatter-gather) --
     async def gather(self, request: Request, view: str, partitions: Sequence[int], max_lag: int,

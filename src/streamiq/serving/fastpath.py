@@ -32,14 +32,19 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-import time
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 from urllib.parse import quote, unquote
 
 from streamiq.errors import BadRequest
-from streamiq.serving.answers import Answers, json_str, not_found_body
-from streamiq.serving.coordinator import FORWARDED, HOPS, SERVED_BY, TRANSPORT_ERRORS
+from streamiq.serving.answers import Answers, not_found_body
+from streamiq.serving.coordinator import (
+    FORWARDED,
+    HOPS,
+    SERVED_BY,
+    TRANSPORT_ERRORS,
+    hop_headers,
+)
 from streamiq.serving.hop import HopReply
 from streamiq.serving.wire import WireUnsupported, request_frame
 from streamiq.views.base import ID_PATTERN, View
@@ -58,9 +63,6 @@ _ACCOUNT = re.compile(ID_PATTERN)
 _HOPS = HOPS.encode()
 _SERVED_BY = SERVED_BY.encode()
 Answer = tuple[int, bytes, list[tuple[bytes, bytes]]]  # status, body, headers
-# how long a forwarding decision is reused: routing asked membership on every lookup; a
-# stale one costs a 421 or a refused connection, after which the regular route answers
-_ROUTE_TTL = 0.1
 Later = Callable[[Answer | None], None]
 
 
@@ -77,7 +79,9 @@ class LeanLookups:
     def __init__(self, app: ASGIApp, deps: Answers) -> None:
         self.app = app
         self.deps = deps
-        self._routes: dict[tuple[str, int, int], tuple[float, str | None]] = {}
+        # bound once: the same call cost as the methods these were before
+        self._found = deps.found_body
+        self._preferred = deps.coordinator.preferred
 
     async def __call__(self, scope: Scope, receive: Callable[[], Awaitable[Message]],
                        send: Callable[[Message], Awaitable[None]]) -> None:
@@ -168,26 +172,12 @@ class LeanLookups:
         return view, key
 
     def local(self, view: View, key: str, p: int) -> Answer | None:
-        body = self._body(view, key, p)
+        body = self._found(view, key, p)
         if body is None:
             return None
         return 200, body, [(b"content-type", b"application/json"),
                            (b"content-length", str(len(body)).encode()),
                            (_SERVED_BY, self.deps.node.endpoint.encode()), (_HOPS, b"0")]
-
-    def _body(self, view: View, key: str, p: int) -> bytes | None:
-        """The 200 body for a key this node holds in partition ``p``; None if absent."""
-        node = self.deps.node
-        raw = node.stores[view.name].get(p, key.encode())
-        if raw is None:
-            return None
-        # the stamp's fields written in place (no dict per lookup); a role is a plain word
-        return b"".join((
-            b'{"view":', json_str(view.name), b',"key":', json_str(key),
-            b',"partition":', str(p).encode(), b',"value":', raw,
-            b',"served_by":', json_str(node.endpoint),
-            b',"role":"', self.deps.coordinator.role(view.name, p).encode(),
-            b'","lag":', str(node.lag(view.name, p)).encode(), b"}"))
 
     def internal(self, p: int, partitions: int, raw_path: bytes) -> tuple[int, bytes]:
         """The owner's answer to a lookup that came over the wire (``serving/wire.py``):
@@ -205,7 +195,7 @@ class LeanLookups:
         if partitions != node.partitions[view.name] or not node.holds(view.name, p):
             raise self.deps.not_held(view.name, p)
         self.deps.coordinator.traffic.for_peers += 1
-        body = self._body(view, key, p)
+        body = self._found(view, key, p)
         if body is None:
             return 404, not_found_body(view, key, p, self.deps.stamp(view.name, p))
         return 200, body
@@ -221,7 +211,7 @@ class LeanLookups:
         callbacks and ``then(answer)`` gets its outcome (PENDING is returned); otherwise
         a coroutine that may wait for a slot or connect first.
         """
-        owner = self._owner(view.name, p, max_lag)
+        owner = self._preferred(view.name, p, max_lag)
         if owner is None:
             return None
         hop = self.deps.coordinator.hop
@@ -245,18 +235,6 @@ class LeanLookups:
                 return PENDING
         return self._forward(owner, frame, raw_path, auth, view, p, max_lag)
 
-    def _owner(self, view: str, p: int, max_lag: int) -> str | None:
-        """The node to forward to (None: no other replica), re-derived every _ROUTE_TTL."""
-        now = time.monotonic()
-        hit = self._routes.get((view, p, max_lag))
-        if hit is not None and now - hit[0] < _ROUTE_TTL:
-            return hit[1]
-        assert self.deps.node.router is not None
-        ep = self.deps.node.router.owner(view, p, max_lag)
-        owner = None if ep is None or ep.address == self.deps.node.endpoint else ep.address
-        self._routes[(view, p, max_lag)] = (now, owner)
-        return owner
-
     async def _forward(self, owner: str, frame: bytes | None, raw_path: bytes,
                        auth: bytes | None, view: View, p: int, max_lag: int) -> Answer | None:
         hop = self.deps.coordinator.hop
@@ -277,7 +255,7 @@ class LeanLookups:
         """The owner's reply as this node's answer; None lets the regular route retry
         the next replica (and mark this one, when it could not be reached)."""
         if reply is None or reply.status not in (200, 404):  # unreachable, 421 or 503:
-            self._routes.pop((view.name, p, max_lag), None)  # choose again next time
+            self.deps.coordinator.forget(view.name, p, max_lag)  # choose again next time
             return None
         self.deps.coordinator.traffic.forwarded_to(owner)
         hdrs = ([(k, v) for k, v in reply.headers.items()
@@ -289,7 +267,4 @@ class LeanLookups:
 
 
 def _hop_headers(auth: bytes | None) -> dict[str, str]:
-    out = {FORWARDED: "1"}
-    if auth is not None:
-        out["authorization"] = auth.decode("latin-1")
-    return out
+    return hop_headers(None if auth is None else auth.decode("latin-1"))
