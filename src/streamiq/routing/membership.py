@@ -30,14 +30,14 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from streamiq.kafka.admin import delete_topics, ensure_topics, topic_names
 from streamiq.routing.epochs import EpochTopics
 from streamiq.supervise import Supervisor
 
-__all__ = ["MAX_HEARTBEAT_BYTES", "BadHeartbeat", "Member", "Membership", "members_topic",
-           "parse_heartbeat"]
+__all__ = ["MAX_HEARTBEAT_BYTES", "BadHeartbeat", "Heartbeat", "Member", "Membership",
+           "PartitionReport", "Report", "members_topic", "parse_heartbeat"]
 
 log = logging.getLogger("streamiq.membership")
 
@@ -45,6 +45,28 @@ _SELF_TTL = 0.05  # seconds this node's own report may be reused by live()
 #: A heartbeat is ~60 bytes per partition held: 1 MiB is 1024 partitions of 16 views.
 MAX_HEARTBEAT_BYTES = 1 << 20
 _STATE_FIELDS = ("offset", "lag", "restored")
+
+
+class PartitionReport(TypedDict):
+    """What a member says of one partition it holds, in every heartbeat."""
+
+    offset: int  # the next changelog offset it will apply
+    lag: int  # changelog records behind the end
+    restored: int  # 1 once its initial restore is done (it may answer), else 0
+
+
+#: view -> partition -> report: a member's partitions, as heartbeats carry them.
+Report = dict[str, dict[int, PartitionReport]]
+
+
+class Heartbeat(TypedDict):
+    """A validated record of the members topic (``parse_heartbeat``)."""
+
+    endpoint: str  # host:port peers reach it on
+    incarnation: str  # new on every start
+    leaving: bool  # a clean stop: drop it at once
+    started_at: float
+    partitions: Report
 
 
 def members_topic(cluster: str) -> str:
@@ -57,8 +79,7 @@ class Member:
     endpoint: str
     incarnation: str
     seen: float
-    # view -> partition -> {"offset": int, "lag": int}
-    partitions: dict[str, dict[int, dict[str, int]]] = field(default_factory=dict)
+    partitions: Report = field(default_factory=dict)
     started_at: float = 0.0
 
 
@@ -70,7 +91,7 @@ def _int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def parse_heartbeat(raw: bytes) -> dict[str, Any]:
+def parse_heartbeat(raw: bytes) -> Heartbeat:
     """A validated heartbeat: ``endpoint`` (host:port), ``incarnation``, ``leaving``,
     ``started_at`` and ``partitions`` (view -> partition -> {offset, lag, restored}).
     Raises BadHeartbeat for anything else."""
@@ -100,7 +121,7 @@ def parse_heartbeat(raw: bytes) -> dict[str, Any]:
     raw_parts = doc.get("partitions", {})
     if not isinstance(raw_parts, dict):
         raise BadHeartbeat("partitions is not an object")
-    parts: dict[str, dict[int, dict[str, int]]] = {}
+    parts: Report = {}
     for view, ps in raw_parts.items():
         if not isinstance(ps, dict):
             raise BadHeartbeat(f"partitions of {view!r} is not an object")
@@ -111,16 +132,17 @@ def parse_heartbeat(raw: bytes) -> dict[str, Any]:
             if not isinstance(st, dict) or not all(_int(st.get(f)) for f in _STATE_FIELDS):
                 raise BadHeartbeat(f"{view!r} partition {p}: expected integer "
                                    f"offset, lag and restored")
-            out[int(p)] = {f: st[f] for f in _STATE_FIELDS}
-    return {"endpoint": endpoint, "incarnation": incarnation, "leaving": leaving,
-            "started_at": float(started_at), "partitions": parts}
+            out[int(p)] = PartitionReport(offset=st["offset"], lag=st["lag"],
+                                          restored=st["restored"])
+    return Heartbeat(endpoint=cast(str, endpoint), incarnation=incarnation, leaving=leaving,
+                     started_at=float(started_at), partitions=parts)
 
 
 class Membership:
     """Publishes this node's heartbeat and tracks the live members of the cluster."""
 
     def __init__(self, kafka_conf: dict[str, Any], topic: str, endpoint: str,
-                 report: Callable[[], dict[str, dict[int, dict[str, int]]]],
+                 report: Callable[[], Report],
                  heartbeat_ms: int = 250, timeout_ms: int = 1500,
                  supervisor: Supervisor | None = None, period_s: float = 60.0) -> None:
         self._conf = kafka_conf
@@ -288,7 +310,7 @@ class Membership:
         self._on_heartbeat(doc)
         return True
 
-    def _on_heartbeat(self, doc: dict[str, Any]) -> None:
+    def _on_heartbeat(self, doc: Heartbeat) -> None:
         endpoint = doc["endpoint"]
         if endpoint == self.endpoint:
             return

@@ -18,7 +18,7 @@ import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import aiohttp
 from fastapi import Request, Response
@@ -32,8 +32,8 @@ from streamiq.serving.hop import HopClient
 from streamiq.serving.node import Node
 from streamiq.serving.traffic import Traffic, log_summaries
 
-__all__ = ["FORWARDED", "HOPS", "SERVED_BY", "TRANSPORT_ERRORS", "Coordinator", "Partial",
-           "Reply", "hop_headers", "peer_error"]
+__all__ = ["FORWARDED", "HOPS", "SERVED_BY", "TRANSPORT_ERRORS", "Coordinator",
+           "GatherReply", "Partial", "Reply", "hop_headers", "peer_error"]
 
 log = logging.getLogger("streamiq.routing")
 
@@ -43,7 +43,17 @@ SERVED_BY = "x-streamiq-served-by"
 
 LocalCall = Callable[[], Awaitable[Response]]
 LocalPart = Callable[[list[int]], Awaitable[dict[str, Any]]]
-Partial = dict[str, Any]
+Partial = dict[str, Any]  # one node's part of a query's answer (its shape is the query's)
+
+
+class GatherReply(TypedDict):
+    """A node's answer to a forwarded scatter-gather request (``X-Streamiq-Forwarded``
+    with explicit ``partitions``): its part of the answer, and the partitions it was
+    asked for but cannot answer (the entry asks another replica for those)."""
+
+    partial: Partial | None
+    not_active: list[int]
+
 Params = list[tuple[str, str]]
 _ROLE_TTL = 0.05
 # how long a forwarding decision is reused: routing asked membership on every lookup; a
@@ -334,5 +344,5 @@ class Coordinator:
             return None, parts
         if r.status_code != 200:
             return None, parts
-        doc = r.json()
+        doc: GatherReply = r.json()
         return doc.get("partial"), [int(p) for p in doc.get("not_active", [])]

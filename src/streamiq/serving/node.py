@@ -24,7 +24,7 @@ from typing import Any
 
 from streamiq.config import Settings
 from streamiq.kafka.admin import ensure_topics
-from streamiq.routing.membership import Membership, members_topic
+from streamiq.routing.membership import Membership, Report, members_topic
 from streamiq.routing.router import Router
 from streamiq.serving.consistency import Token, reflects
 from streamiq.serving.materializer import Materializer
@@ -136,9 +136,9 @@ class Node:
             await asyncio.sleep(0.1)
 
     # -- state --
-    def report(self) -> dict[str, dict[int, dict[str, int]]]:
+    def report(self) -> Report:
         """Per view partition: next changelog offset and lag (published in heartbeats)."""
-        out: dict[str, dict[int, dict[str, int]]] = {}
+        out: Report = {}
         if self.materializer is None:
             return out
         for (view, p), st in self.materializer.holding().items():

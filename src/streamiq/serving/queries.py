@@ -27,7 +27,7 @@ from streamiq.serving.aggregate import (
     parse_group_by,
 )
 from streamiq.serving.answers import Answers
-from streamiq.serving.coordinator import HOPS, SERVED_BY
+from streamiq.serving.coordinator import HOPS, SERVED_BY, GatherReply
 from streamiq.serving.scan import MAX_LIMIT, KeyRange, decode_cursor, merge_rows, scan_partitions
 from streamiq.views.base import View, window_bounds
 
@@ -94,8 +94,8 @@ class _Gather:
             self.request, self.view.name, wanted, self.max_lag, local, body=body)
         node = self.deps.node.endpoint
         if self.forwarded:
-            return JSONResponse({"partial": partials[0] if partials else None,
-                                 "not_active": missing}, headers={HOPS: "0", SERVED_BY: node})
+            reply = GatherReply(partial=partials[0] if partials else None, not_active=missing)
+            return JSONResponse(reply, headers={HOPS: "0", SERVED_BY: node})
         doc = {"status": "PARTIAL" if missing else "OK", "view": self.view.name,
                **finish(partials), "partitions": len(wanted), "missing_partitions": missing,
                "served_by": node}
