@@ -105,7 +105,8 @@ class Coordinator:
         # call against ~1.7 ms for httpx (bench/bench_queries.py, forwarded lookups).
         self._session: aiohttp.ClientSession | None = None
         self.hop = HopClient()  # the lean path's key-lookup hop (serving/fastpath.py)
-        self.internal = asyncio.Semaphore(s.internal_concurrency)
+        # forwarded requests from peers served at once (--internal-concurrency)
+        self.peer_slots = asyncio.Semaphore(s.internal_concurrency)
         self._roles: dict[tuple[str, int], str] = {}  # assigned here: "active" or "standby"
         self._roles_at = -1e9
         self._preferred: dict[tuple[str, int, int], tuple[float, str | None]] = {}
@@ -180,17 +181,17 @@ class Coordinator:
             content = await r.read()
             return Reply(r.status, {k.lower(): v for k, v in r.headers.items()}, content)
 
-    async def serve_internal(self, local: LocalCall) -> Response:
-        """Run a forwarded request under the internal concurrency limit."""
+    async def serve_for_peer(self, local: LocalCall) -> Response:
+        """Run a forwarded request under the limit of requests served for peers."""
         self.traffic.for_peers += 1
-        async with self.internal:
+        async with self.peer_slots:
             return await local()
 
     # -- one partition (key lookups) --
     async def route(self, request: Request, view: str, partition: int, max_lag: int,
                     local: LocalCall, body: Any = None) -> Response:
         if self.is_forwarded(request):
-            resp = await self.serve_internal(local)
+            resp = await self.serve_for_peer(local)
             resp.headers[HOPS] = "0"
             return resp
         assert self.node.router is not None and self.node.membership is not None
@@ -289,7 +290,7 @@ class Coordinator:
                   if k != "partitions"]
         if self.is_forwarded(request):
             self.traffic.for_peers += 1
-            async with self.internal:
+            async with self.peer_slots:
                 held = [p for p in partitions if self.node.holds(view, p)]
                 part = await local(held)
             missing = [p for p in partitions if p not in held]

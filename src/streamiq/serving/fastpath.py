@@ -12,7 +12,7 @@ and headers of the regular route, when either
 * another node is: one forwarded call to the preferred replica (hops 1), its 200 or
   404 relayed; a refused connection, 421 or 503 defers to the regular route, which
   tries the next replica and marks the dead one. The call goes over the lookup wire
-  (``serving/wire.py``; the owner answers it in ``internal``), or over HTTP when the
+  (``serving/wire.py``; the owner answers it in ``wire_lookup``), or over HTTP when the
   client sent an Authorization header or the owner does not speak the wire.
 
 Anything else (unknown view, malformed key, windowed view, a missing local key,
@@ -179,7 +179,7 @@ class LeanLookups:
                            (b"content-length", str(len(body)).encode()),
                            (_SERVED_BY, self.deps.node.endpoint.encode()), (_HOPS, b"0")]
 
-    def internal(self, p: int, partitions: int, raw_path: bytes) -> tuple[int, bytes]:
+    def wire_lookup(self, p: int, partitions: int, raw_path: bytes) -> tuple[int, bytes]:
         """The owner's answer to a lookup that came over the wire (``serving/wire.py``):
         status and body as the regular route would give them to a forwarded request.
         Raises ``BadRequest`` / ``NotActive``; ``wire.answer`` maps them to replies."""

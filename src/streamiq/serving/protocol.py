@@ -150,7 +150,7 @@ class NodeHttpProtocol(HttpToolsProtocol):
                 return
             self._head = None
             if data.startswith(PREFACE):
-                self._wire = WireServer(self._lean.internal, self._raw_transport, self.loop,
+                self._wire = WireServer(self._lean.wire_lookup, self._raw_transport, self.loop,
                                         self.timeout_keep_alive)
                 self._wire.feed(data[len(PREFACE):])
                 return

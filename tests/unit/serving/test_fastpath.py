@@ -111,7 +111,7 @@ async def test_lean_forward_goes_over_the_wire_with_the_raw_path(app: Any) -> No
 
 def wire_lookup(app: Any, key: str, p: int | None = None, n: int = 3) -> tuple[int, Any]:
     p = BALANCES.partition_of(key, 3) if p is None else p
-    status, body = answer(app.internal, p, n, f"/v1/views/balances/keys/{quote(key)}".encode())
+    status, body = answer(app.wire_lookup, p, n, f"/v1/views/balances/keys/{quote(key)}".encode())
     return status, json.loads(body)
 
 
@@ -120,7 +120,7 @@ async def test_wire_lookup_answers_like_the_route(app: Any) -> None:
         route = await call(app, f"/v1/views/balances/keys/{key}", forwarded=True,
                            query=b"wait_ms=1")
         assert wire_lookup(app, key) == route[:2]  # 200 with the row; 404, same body
-        status, body = answer(app.internal, BALANCES.partition_of(key, 3), 3,
+        status, body = answer(app.wire_lookup, BALANCES.partition_of(key, 3), 3,
                               f"/account/{key}".encode())
         assert (status, json.loads(body)) == route[:2]  # the seed's shortcut, the same
     # never "not found" for a key it does not hold: a partition counted differently...
@@ -128,7 +128,7 @@ async def test_wire_lookup_answers_like_the_route(app: Any) -> None:
     assert status == 421 and body["status"] == "NOT_ACTIVE"
     app.deps.node.holds = lambda v, q: False  # ...or one this node does not hold
     assert wire_lookup(app, "a1")[0] == 421
-    status, body = answer(app.internal, 0, 3, b"/v1/views/order_counts_1m/keys/s1%7CGENERAL")
+    status, body = answer(app.wire_lookup, 0, 3, b"/v1/views/order_counts_1m/keys/s1%7CGENERAL")
     assert status == 400 and json.loads(body)["status"] == "BAD_REQUEST"  # windowed
 
 
