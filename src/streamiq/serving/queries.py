@@ -104,6 +104,15 @@ class _Gather:
 
 def query_routes(deps: Answers) -> APIRouter:
     r = APIRouter(tags=["queries"])
+    _multi_get_route(r, deps)
+    _scan_routes(r, deps)
+    _key_windows_route(r, deps)
+    _aggregate_route(r, deps)
+    return r
+
+
+def _multi_get_route(r: APIRouter, deps: Answers) -> None:
+    """POST /v1/views/{view}/keys"""
     node = deps.node
 
     @r.post("/v1/views/{view}/keys", summary="Multi-get: many keys, one call per owner")
@@ -147,28 +156,34 @@ def query_routes(deps: Answers) -> APIRouter:
         return await g.run(local, shape, partitions=wanted,
                            body=lambda ps: {"keys": [k for k in keys if part_of[k] in ps]})
 
-    async def _scan(request: Request, v: View, rng: KeyRange, limit: int, max_lag: int | None,
-                    partitions: str | None, extra: dict[str, Any]) -> Response:
-        g = _Gather(deps, request, v, max_lag, partitions)
-        store = node.stores[v.name]
 
-        async def local(held: list[int]) -> dict[str, Any]:
-            return await asyncio.to_thread(scan_partitions, v, store, held, rng, limit)
+async def _scan(deps: Answers, request: Request, v: View, rng: KeyRange, limit: int,
+                max_lag: int | None, partitions: str | None, extra: dict[str, Any]) -> Response:
+    g = _Gather(deps, request, v, max_lag, partitions)
+    store = deps.node.stores[v.name]
 
-        def shape(partials: list[dict[str, Any]]) -> dict[str, Any]:
-            rows, cursor = merge_rows(v, partials, limit)
-            return {**extra, "rows": rows, "count": len(rows), "next_cursor": cursor}
+    async def local(held: list[int]) -> dict[str, Any]:
+        return await asyncio.to_thread(scan_partitions, v, store, held, rng, limit)
 
-        return await g.run(local, shape)
+    def shape(partials: list[dict[str, Any]]) -> dict[str, Any]:
+        rows, cursor = merge_rows(v, partials, limit)
+        return {**extra, "rows": rows, "count": len(rows), "next_cursor": cursor}
 
-    def _after(v: View, cursor: str | None) -> bytes | None:
-        if cursor is None:
-            return None
-        try:
-            return decode_cursor(v.name, cursor)
-        except ValueError as exc:
-            raise _bad(str(exc), "cursor") from None
+    return await g.run(local, shape)
 
+
+def _after(v: View, cursor: str | None) -> bytes | None:
+    """The store key a page resumes after (None: from the start)."""
+    if cursor is None:
+        return None
+    try:
+        return decode_cursor(v.name, cursor)
+    except ValueError as exc:
+        raise _bad(str(exc), "cursor") from None
+
+
+def _scan_routes(r: APIRouter, deps: Answers) -> None:
+    """GET /v1/views/{view}/scan and /v1/views/{view}/windows"""
     @r.get("/v1/views/{view}/scan", summary="Range / prefix scan in key order, paged")
     async def scan(request: Request, view: str,
                    start: Annotated[str | None, Query(alias="from",
@@ -180,31 +195,37 @@ def query_routes(deps: Answers) -> APIRouter:
         if start is not None and to is not None and start > to:
             raise _bad(f"from {start!r} is after to {to!r}", "from")
         rng = KeyRange.build(start, to, prefix, _after(v, cursor))
-        return await _scan(request, v, rng, limit, max_lag, partitions,
+        return await _scan(deps, request, v, rng, limit, max_lag, partitions,
                            {"from": start, "to": to, "prefix": prefix, "limit": limit})
 
     @r.get("/v1/views/{view}/windows", summary="Windows of all keys starting in [from, to)")
     async def windows_range(request: Request, view: str, start: FromMs = 0, end: ToMs = _FAR,
                             prefix: Prefix = None, limit: Limit = 100, cursor: Cursor = None,
                             max_lag: MaxLag = None, partitions: Parts = None) -> Response:
-        v = _windowed(view)
+        v = _windowed(deps, view)
         if start > end:
             raise _bad(f"from {start} is after to {end}", "from")
         rng = KeyRange.build(prefix=prefix, after=_after(v, cursor), wfrom=start, wto=end)
-        return await _scan(request, v, rng, limit, max_lag, partitions,
+        return await _scan(deps, request, v, rng, limit, max_lag, partitions,
                            {"from": start, "to": end, "prefix": prefix, "limit": limit})
 
-    def _windowed(view: str) -> View:
-        v = deps.view(view)
-        if not v.windowed:
-            raise _bad(f"view {v.name!r} is not windowed: use /v1/views/{v.name}/scan or "
-                       f"/v1/views/{v.name}/keys/{{key}}", "view")
-        return v
+
+def _windowed(deps: Answers, view: str) -> View:
+    v = deps.view(view)
+    if not v.windowed:
+        raise _bad(f"view {v.name!r} is not windowed: use /v1/views/{v.name}/scan or "
+                   f"/v1/views/{v.name}/keys/{{key}}", "view")
+    return v
+
+
+def _key_windows_route(r: APIRouter, deps: Answers) -> None:
+    """GET /v1/views/{view}/keys/{key}/windows"""
+    node = deps.node
 
     @r.get("/v1/views/{view}/keys/{key}/windows", summary="One key's windows in [from, to)")
     async def key_windows(request: Request, view: str, key: str, start: FromMs = 0,
                           end: ToMs = _FAR, max_lag: MaxLag = None) -> Response:
-        v = _windowed(view)
+        v = _windowed(deps, view)
         _key_ok(v, key, "key")
         if start > end:
             raise _bad(f"from {start} is after to {end}", "from")
@@ -221,6 +242,11 @@ def query_routes(deps: Answers) -> APIRouter:
                                 headers={SERVED_BY: node.endpoint})
 
         return await deps.coordinator.route(request, v.name, p, deps.max_lag(max_lag), local)
+
+
+def _aggregate_route(r: APIRouter, deps: Answers) -> None:
+    """GET /v1/views/{view}/aggregate"""
+    node = deps.node
 
     @r.get("/v1/views/{view}/aggregate",
            summary="Group by columns with count/sum/min/max/avg, across all partitions")
@@ -256,5 +282,3 @@ def query_routes(deps: Answers) -> APIRouter:
             return await g.run(local, shape)
         except ValueError as exc:  # data that does not fit the aggregate (e.g. text sum)
             raise _bad(str(exc), "agg") from None
-
-    return r
