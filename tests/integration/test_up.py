@@ -3,7 +3,8 @@ come back while the rest keeps serving, and SIGTERM to the process group stops i
 
 One ``up`` (broker, ingest, pipeline, 3 nodes; its default app, bank and orders) is
 shared by the tests in file order: node kill, pipeline kill, ingest kill, then the
-SIGTERM to its whole process group. The group is SIGKILLed at teardown whatever happens.
+SIGTERM to its whole process group. A second, one-node ``up`` gets a single SIGTERM to
+its own PID while writes stream in. Each group is SIGKILLed at teardown whatever happens.
 """
 
 from __future__ import annotations

@@ -29,7 +29,8 @@ _NODE = ("host", "port", "advertised", "state_dir", "standby_replicas", "heartbe
 _PIPELINE = ("master", "checkpoint_dir", "trigger_ms", "max_offsets_per_trigger")
 
 COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "up": ("run broker (unless --bootstrap-servers is given), ingest, pipeline and 3 nodes",
+    "up": ("run and supervise broker (unless --bootstrap-servers is given), ingest, "
+           "pipeline and 3 nodes, restarting a part that dies",
            _KAFKA + _BROKER + _INGEST + _PIPELINE
            + ("host", "state_dir", "standby_replicas", "max_lag", "redirect")),
     "broker": ("run the embedded Kafka-protocol broker (Tansu)", _BROKER),
