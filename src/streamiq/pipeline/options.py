@@ -41,7 +41,7 @@ OffsetSpec = str | Offsets
 _KNOWN = {
     "subscribe", "subscribepattern", "assign", "startingoffsets", "endingoffsets",
     "maxoffsetspertrigger", "failondataloss", "includeheaders", "minpartitions",
-    "kafkaconsumer.polltimeoutms",
+    "kafkaconsumer.polltimeoutms", "pausewhenexists", "emptyfirstbatch",
 }
 # Built-in kafka-format options this source does not implement: fail loudly, not silently.
 _UNSUPPORTED = {
@@ -153,6 +153,13 @@ class KafkaOptions:
     fail_on_data_loss: bool = True
     include_headers: bool = False
     poll_timeout_ms: int = 120_000
+    #: a path on the driver: while a file exists there, a streaming read offers no new
+    #: data, so a query can be stopped between micro-batches (not in one)
+    pause_when_exists: str | None = None
+    #: a new query (nothing committed yet) runs its first micro-batch at once, empty if
+    #: there is nothing to read, instead of waiting for the first record: its one-time
+    #: costs (state stores, plan, sink) are paid before a user writes
+    empty_first_batch: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
     def matches(self, topic: str) -> bool:
@@ -255,4 +262,6 @@ def parse_options(options: Mapping[str, Any], streaming: bool | None) -> KafkaOp
         fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
         include_headers=_bool(opts, "includeHeaders", False),
         poll_timeout_ms=int(poll),
+        pause_when_exists=opts.get("pausewhenexists") or None,
+        empty_first_batch=_bool(opts, "emptyFirstBatch", False),
     )

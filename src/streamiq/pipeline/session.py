@@ -38,6 +38,26 @@ SESSION_CONF: dict[str, str] = {
 }
 
 
+def _launch_jvm(master: str, app_name: str, settings: dict[str, str]) -> None:
+    """Start Spark's JVM in a session of its own (once per process).
+
+    A signal sent to this process's group (``streamiq up``, systemd, a terminal's
+    Ctrl-C) then reaches only this process, which stops its queries in order (letting
+    the batch in flight finish) and then Spark. A JVM in the group stopped its
+    SparkContext under the running queries (stack traces, a failed batch), and so did
+    its Python workers. The JVM still exits with this process, SIGKILL included: it
+    leaves when its stdin, a pipe from this process, closes.
+    """
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None:
+        return
+    conf = SparkConf().setMaster(master).setAppName(app_name).setAll(list(settings.items()))
+    gateway = launch_gateway(conf, popen_kwargs={"start_new_session": True})
+    SparkContext._ensure_initialized(gateway=gateway, conf=conf)
+
+
 def spark_session(master: str = "local[2]", app_name: str = "streamiq",
                   shuffle_partitions: int | None = None, **conf: Any) -> Any:
     """Build (or get) the SparkSession and register the ``streamiq-kafka`` data source.
@@ -60,6 +80,7 @@ def spark_session(master: str = "local[2]", app_name: str = "streamiq",
     if shuffle_partitions is not None:
         settings["spark.sql.shuffle.partitions"] = str(shuffle_partitions)
     settings.update({k: str(v) for k, v in conf.items()})
+    _launch_jvm(master, app_name, settings)
     builder = SparkSession.builder.master(master).appName(app_name)
     for k, v in settings.items():
         builder = builder.config(k, v)

@@ -18,6 +18,7 @@ Reads are Arrow record batches built per fetched chunk.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -188,7 +189,8 @@ class _Reader:
                 for tp, s, e in split_ranges(ranges, self.opts.min_partitions)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, KafkaPartition)
+        if not isinstance(partition, KafkaPartition):
+            return  # an empty plan: Spark reads one placeholder partition, it holds nothing
         o = self.opts
         yield from read_range(o.kafka, partition.topic, partition.partition, partition.start,
                               partition.end, o.fail_on_data_loss, o.include_headers,
@@ -257,6 +259,9 @@ class KafkaStreamReader(_Reader, DataSourceStreamReader, SupportsTriggerAvailabl
         self._target = self.probe.ends(tps)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        pause = self.opts.pause_when_exists
+        if pause is not None and os.path.exists(pause):
+            return start  # paused (the pipeline is stopping): no new micro-batch
         st = offsets_from_json(start, "start offset")
         if self._target is not None:
             end = dict(self._target)
@@ -274,6 +279,8 @@ class KafkaStreamReader(_Reader, DataSourceStreamReader, SupportsTriggerAvailabl
         if isinstance(limit, ReadMaxRows):
             lows = {tp: self.probe.low(tp) for tp in end if st.get(tp, EARLIEST) == EARLIEST}
             end = rate_limit(st, end, limit.max_rows, lows)
+        if self.opts.empty_first_batch and all(s == EARLIEST for s in st.values()):
+            return to_offset_dict(end)  # a new query: its first batch now, even if empty
         # a start that is still EARLIEST with nothing to read stays EARLIEST (no spurious batch)
         for tp, s in st.items():
             if s == EARLIEST and tp in end and end[tp] == self.probe.low(tp):
