@@ -18,7 +18,7 @@ import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import Any, AnyStr, TypedDict
 
 import aiohttp
 from fastapi import Request, Response
@@ -33,7 +33,7 @@ from streamiq.serving.node import Node
 from streamiq.serving.traffic import Traffic, log_summaries
 
 __all__ = ["FORWARDED", "HOPS", "SERVED_BY", "TRANSPORT_ERRORS", "Coordinator",
-           "GatherReply", "Partial", "Reply", "hop_headers", "peer_error"]
+           "GatherReply", "Partial", "Reply", "hop_headers", "peer_error", "relayed_headers"]
 
 log = logging.getLogger("streamiq.routing")
 
@@ -76,6 +76,13 @@ def hop_headers(authorization: str | None) -> dict[str, str]:
     if authorization is not None:
         h["authorization"] = authorization
     return h
+
+
+def relayed_headers(headers: Mapping[AnyStr, AnyStr], prefix: AnyStr, hops: AnyStr
+                    ) -> list[tuple[AnyStr, AnyStr]]:
+    """The owner's ``x-streamiq-*`` headers an entry relays to its client (all but the
+    hop count, which the entry sets); ``prefix`` and ``hops`` as str or bytes."""
+    return [(k, v) for k, v in headers.items() if k.startswith(prefix) and k != hops]
 
 
 def peer_error(address: str, exc: BaseException) -> PeerError:
@@ -225,8 +232,7 @@ class Coordinator:
             if r.status_code == 421:
                 continue
             self.traffic.forwarded_to(ep.address)
-            headers = {k: v for k, v in r.headers.items()
-                       if k.startswith("x-streamiq-") and k != HOPS}
+            headers = dict(relayed_headers(r.headers, "x-streamiq-", HOPS))
             headers[HOPS] = "1"
             return Response(r.content, r.status_code, headers=headers,
                             media_type=r.headers.get("content-type"))

@@ -44,6 +44,7 @@ from streamiq.serving.coordinator import (
     SERVED_BY,
     TRANSPORT_ERRORS,
     hop_headers,
+    relayed_headers,
 )
 from streamiq.serving.hop import HopReply
 from streamiq.serving.wire import WireUnsupported, request_frame
@@ -258,8 +259,7 @@ class LeanLookups:
             self.deps.coordinator.forget(view.name, p, max_lag)  # choose again next time
             return None
         self.deps.coordinator.traffic.forwarded_to(owner)
-        hdrs = ([(k, v) for k, v in reply.headers.items()
-                 if k.startswith(b"x-streamiq-") and k != _HOPS]
+        hdrs = (relayed_headers(reply.headers, b"x-streamiq-", _HOPS)
                 if reply.headers else [(_SERVED_BY, owner.encode())])  # a wire reply
         return reply.status, reply.body, [
             (b"content-type", b"application/json"),
