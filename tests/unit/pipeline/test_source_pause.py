@@ -1,0 +1,71 @@
+"""The source's lifecycle options: a paused source offers no new data, and a new
+query may run its first micro-batch at once (empty when there is nothing to read)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+from streamiq.pipeline.options import EARLIEST, parse_options
+from streamiq.pipeline.source import KafkaStreamReader
+
+TP = ("t", 0)
+
+
+class Probe:
+    """Ends and lows as a broker would report them (no broker)."""
+
+    def __init__(self, end: int, low: int = 0) -> None:
+        self.end, self.lo = end, low
+
+    def partitions(self) -> list[tuple[str, int]]:
+        return [TP]
+
+    def ends(self, tps: Any, hint: Any = None) -> dict[tuple[str, int], int]:
+        return {TP: self.end}
+
+    def low(self, tp: Any) -> int:
+        return self.lo
+
+
+def reader(end: int, **opts: str) -> KafkaStreamReader:
+    r = KafkaStreamReader(parse_options({"subscribe": "t", "kafka.bootstrap.servers": "x:1",
+                                         **opts}, streaming=True))
+    r._probe = Probe(end)  # type: ignore[assignment]
+    return r
+
+
+def latest(r: KafkaStreamReader, start: int) -> dict:
+    return r.latestOffset({"t": {"0": start}}, ReadAllAvailable())
+
+
+def test_a_new_query_on_an_empty_topic_waits_for_data_by_default() -> None:
+    assert latest(reader(0), EARLIEST) == {"t": {"0": EARLIEST}}  # no batch: start == end
+
+
+def test_empty_first_batch_runs_a_new_querys_first_batch_at_once() -> None:
+    r = reader(0, emptyFirstBatch="true")
+    assert latest(r, EARLIEST) == {"t": {"0": 0}}  # start != end: batch 0, reading nothing
+    assert r.partitions({"t": {"0": EARLIEST}}, {"t": {"0": 0}}) == []
+    assert list(r.read(object())) == []  # Spark's placeholder for an empty plan
+    assert latest(r, 0) == {"t": {"0": 0}}  # once committed: no more empty batches
+
+
+def test_a_paused_source_offers_no_new_data(tmp_path: Path) -> None:
+    pause = tmp_path / "pause"
+    r = reader(10, pauseWhenExists=str(pause))
+    assert latest(r, 4) == {"t": {"0": 10}}
+    pause.touch()
+    assert latest(r, 4) == {"t": {"0": 4}}  # the end is the start: no micro-batch
+    pause.unlink()
+    assert latest(r, 4) == {"t": {"0": 10}}
+
+
+@pytest.mark.parametrize("value", ["yes", "2"])
+def test_empty_first_batch_must_be_a_boolean(value: str) -> None:
+    with pytest.raises(ValueError, match="emptyFirstBatch"):
+        parse_options({"subscribe": "t", "kafka.bootstrap.servers": "x:1",
+                       "emptyFirstBatch": value}, streaming=True)
