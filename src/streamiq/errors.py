@@ -13,8 +13,7 @@ the message.
     │   └── UnknownView           404 UNKNOWN_VIEW
     ├── NotActive                 421 NOT_ACTIVE   (this node does not hold the partition)
     ├── Unavailable               503 UNAVAILABLE  (no replica can answer)
-    │   ├── NotUpToBound          503 NOT_UP_TO_BOUND (position not reflected in time)
-    │   └── ProduceFailed         503 PRODUCE_FAILED  (ingest could not write)
+    │   └── NotUpToBound          503 NOT_UP_TO_BOUND (position not reflected in time)
     └── PeerError                 502 PEER_ERROR   (another node, at the transport level)
         ├── PeerUnreachable       the peer is gone (refused, reset): a suspect
         └── PeerTimeout           the peer is slow: retried elsewhere, not blamed
@@ -30,7 +29,7 @@ import json
 from typing import Any, ClassVar
 
 __all__ = ["BadRequest", "NotActive", "NotFound", "NotUpToBound", "PeerError", "PeerTimeout",
-           "PeerUnreachable", "ProduceFailed", "StreamiqError", "Unavailable", "UnknownView"]
+           "PeerUnreachable", "StreamiqError", "Unavailable", "UnknownView"]
 
 _JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # as JSONResponse renders
 
@@ -85,10 +84,6 @@ class NotUpToBound(Unavailable):
     """The answering replica did not reflect the position within the wait."""
 
     code = "NOT_UP_TO_BOUND"
-
-
-class ProduceFailed(Unavailable):
-    code = "PRODUCE_FAILED"
 
 
 class PeerError(StreamiqError):
