@@ -10,6 +10,7 @@ from __future__ import annotations
 from json.encoder import encode_basestring
 from typing import Any
 
+import orjson
 from fastapi import Request, Response
 from fastapi.responses import JSONResponse
 
@@ -24,8 +25,12 @@ __all__ = ["Answers", "json_str", "not_found_body"]
 
 
 def json_str(s: str) -> bytes:
-    """A JSON string (C encoder; json.dumps with options builds an encoder per call)."""
-    return encode_basestring(s).encode()
+    """A JSON string, as ``encode_basestring(s).encode()`` writes it (orjson: the same
+    bytes, faster); a lone surrogate, which orjson refuses, raises as before."""
+    try:
+        return orjson.dumps(s)
+    except orjson.JSONEncodeError:
+        return encode_basestring(s).encode()
 
 
 class Answers:

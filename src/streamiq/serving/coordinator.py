@@ -12,7 +12,6 @@ no replica could answer are returned as ``missing`` so the caller reports PARTIA
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections import defaultdict
@@ -28,6 +27,7 @@ from yarl import URL
 from streamiq._http import error_response
 from streamiq.errors import PeerError, PeerTimeout, PeerUnreachable, Unavailable
 from streamiq.routing.router import Endpoint
+from streamiq.serving._json import loads_row
 from streamiq.serving.hop import HopClient
 from streamiq.serving.node import Node
 from streamiq.serving.traffic import Traffic, log_summaries
@@ -101,7 +101,7 @@ class Reply:
     content: bytes
 
     def json(self) -> Any:
-        return json.loads(self.content)
+        return loads_row(self.content)  # a peer's partial answer: json.loads's value
 
 
 class Coordinator:
