@@ -44,7 +44,7 @@ def _routes(deps: Answers) -> APIRouter:
     @r.get("/health", tags=["ops"], summary="Liveness and readiness of this node")
     async def health() -> JSONResponse:
         # hops: lookups this node forwarded, by transport (the wire or HTTP)
-        return JSONResponse({**node.describe(), "hops": deps.coordinator.hop.stats(),
+        return JSONResponse({**node.describe(), "hops": deps.coordinator.hop_stats(),
                              "traffic": deps.coordinator.traffic.totals()},
                             status_code=200 if node.ready() else 503)
 

@@ -28,7 +28,7 @@ from streamiq._http import error_response
 from streamiq.errors import PeerError, PeerTimeout, PeerUnreachable, Unavailable
 from streamiq.routing.router import Endpoint
 from streamiq.serving._json import loads_row
-from streamiq.serving.hop import HopClient
+from streamiq.serving.hop import HopClient, HopReply
 from streamiq.serving.node import Node
 from streamiq.serving.traffic import Traffic, log_summaries
 
@@ -112,6 +112,7 @@ class Coordinator:
         # call against ~1.7 ms for httpx (bench/bench_queries.py, forwarded lookups).
         self._session: aiohttp.ClientSession | None = None
         self.hop = HopClient()  # the lean path's key-lookup hop (serving/fastpath.py)
+        self._http_hops = 0  # the lean path's HTTP hops answered (http_hop)
         # forwarded requests from peers served at once (--internal-concurrency)
         self.peer_slots = asyncio.Semaphore(s.internal_concurrency)
         self._roles: dict[tuple[str, int], str] = {}  # assigned here: "active" or "standby"
@@ -187,6 +188,25 @@ class Coordinator:
                                                                         connect=1.0)) as r:
             content = await r.read()
             return Reply(r.status, {k.lower(): v for k, v in r.headers.items()}, content)
+
+    async def http_hop(self, address: str, raw_path: str, headers: dict[str, str],
+                       timeout: float = _FORWARD_SLACK_S) -> HopReply:
+        """A key lookup's HTTP hop from the lean path (the client's Authorization
+        carried, or a peer without the lookup wire) on the pooled session: the path as
+        the client sent it, the reply's headers lower-cased and raw (relayed as they
+        came). Transport failures are raised as they are (``TRANSPORT_ERRORS``)."""
+        url = URL(f"http://{address}{raw_path}", encoded=True)
+        async with self.session().get(url, headers=headers, allow_redirects=False,
+                                      timeout=aiohttp.ClientTimeout(total=timeout,
+                                                                    connect=1.0)) as r:
+            body = await r.read()
+            self._http_hops += 1
+            return HopReply(r.status, {k.lower(): v for k, v in r.raw_headers}, body)
+
+    def hop_stats(self) -> dict[str, Any]:
+        """The lean path's hops answered per transport, and the peers getting HTTP hops
+        only for now (``/health``)."""
+        return {**self.hop.stats(), "http": self._http_hops}
 
     async def serve_for_peer(self, local: LocalCall) -> Response:
         """Run a forwarded request under the limit of requests served for peers."""

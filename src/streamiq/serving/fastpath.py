@@ -208,9 +208,10 @@ class LeanLookups:
 
         Over the lookup wire (``serving/wire.py``), or over HTTP when the client sent
         an Authorization header (it travels to the owner's HTTP stack) or the owner does
-        not speak the wire. With ``then`` and an idle pooled connection, the hop runs on
-        callbacks and ``then(answer)`` gets its outcome (PENDING is returned); otherwise
-        a coroutine that may wait for a slot or connect first.
+        not speak the wire (through the coordinator's pooled aiohttp session). With
+        ``then`` and an idle pooled wire connection, the hop runs on callbacks and
+        ``then(answer)`` gets its outcome (PENDING is returned); otherwise a coroutine
+        that may wait for a slot or connect first.
         """
         owner = self._preferred(view.name, p, max_lag)
         if owner is None:
@@ -222,7 +223,7 @@ class LeanLookups:
                 auth = v
         frame = (request_frame(p, self.deps.node.partitions[view.name], raw_path)
                  if auth is None and hop.speaks_wire(owner) else None)
-        if then is not None:
+        if then is not None and frame is not None:
             def relayed(reply: HopReply | None) -> None:
                 try:
                     answer = self._relayed(reply, owner, view, p, max_lag)
@@ -231,8 +232,7 @@ class LeanLookups:
                     answer = None
                 then(answer)
 
-            if (hop.lookup(owner, frame, relayed) if frame is not None
-                    else hop.send(owner, raw_path.decode("latin-1"), _hop_headers(auth), relayed)):
+            if hop.lookup(owner, frame, relayed):
                 return PENDING
         return self._forward(owner, frame, raw_path, auth, view, p, max_lag)
 
@@ -246,7 +246,8 @@ class LeanLookups:
                 with contextlib.suppress(WireUnsupported):
                     reply = await hop.fetch(owner, frame)
             if reply is None:
-                reply = await hop.get(owner, raw_path.decode("latin-1"), _hop_headers(auth))
+                reply = await self.deps.coordinator.http_hop(
+                    owner, raw_path.decode("latin-1"), _hop_headers(auth))
         except TRANSPORT_ERRORS:
             reply = None
         return self._relayed(reply, owner, view, p, max_lag)

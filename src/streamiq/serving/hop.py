@@ -1,15 +1,15 @@
-"""A minimal keep-alive client for the node-to-node hop of a key lookup.
+"""The lookup wire's client: pooled keep-alive connections for a key lookup's hop.
 
-Two transports: the lookup wire (``serving/wire.py``: a preface, then one framed
-lookup at a time) and HTTP/1.1 (for lookups carrying an Authorization header, and for
-peers that answer the wire's preface with HTTP, which are then left on HTTP for a
-minute). Replies are parsed in ``data_received`` (httptools for HTTP, the parser
-uvicorn already uses).
+The lookup wire (``serving/wire.py``): a preface, then one framed lookup at a time per
+connection. The rare HTTP hops (lookups carrying an Authorization header, and peers
+that answer the wire's preface with HTTP, which are then left on HTTP for a minute)
+go through the coordinator's pooled aiohttp session (``Coordinator.http_hop``); this
+client only remembers which peers do not speak the wire.
 
-Why not aiohttp here: bench/bench_queries.py measured a forwarded lookup at ~5x the
-server CPU of a local one, most of it in the general-purpose client on the entry node
-(request building, cookie and redirect handling, response objects, timers). A key
-lookup hop needs none of that: one request on a pooled connection.
+Why not aiohttp for the wire: bench/bench_queries.py measured a forwarded lookup at
+~5x the server CPU of a local one, most of it in the general-purpose client on the
+entry node (request building, cookie and redirect handling, response objects, timers).
+A key lookup hop needs none of that: one frame on a pooled connection.
 
 Failures are plain ``OSError`` subclasses (``ConnectionError`` when the connection was
 refused or lost) or ``asyncio.TimeoutError``, so callers can treat them like any other
@@ -17,10 +17,10 @@ transport error. A request on a reused idle connection that the server had alrea
 closed (nodes drop idle connections after a few seconds) is retried once on a fresh
 connection: safe, because lookups are idempotent.
 
-Two ways to call it: ``await get(...)`` / ``await fetch(...)`` (connect or wait for a
-slot if they must), and ``send(..., then)`` / ``lookup(..., then)``, which only use an
-idle pooled connection and report the reply (or None on any failure, without
-retrying) to a callback: no coroutine, no future.
+Two ways to call it: ``await fetch(...)`` (connects or waits for a slot if it must),
+and ``lookup(..., then)``, which only uses an idle pooled connection and reports the
+reply (or None on any failure, without retrying) to a callback: no coroutine, no
+future.
 """
 
 from __future__ import annotations
@@ -31,8 +31,6 @@ import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any, NamedTuple, cast
-
-import httptools
 
 from streamiq.serving.wire import PREFACE, WireUnsupported
 
@@ -156,38 +154,6 @@ class _Conn(asyncio.Protocol):
         return not self._got_bytes
 
 
-class _HttpConn(_Conn):
-    """An HTTP/1.1 keep-alive connection; replies parsed by httptools."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._parser = httptools.HttpResponseParser(self)
-        self._headers: dict[bytes, bytes] = {}
-        self._body: list[bytes] = []
-
-    def _begin(self) -> None:
-        self._headers, self._body = {}, []
-
-    def _feed(self, data: bytes) -> None:
-        try:
-            self._parser.feed_data(data)
-        except httptools.HttpParserError as exc:
-            raise ConnectionError(f"malformed HTTP reply: {exc}") from None
-
-    # -- httptools callbacks --
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self._headers[name.lower()] = value
-
-    def on_body(self, body: bytes) -> None:
-        self._body.append(body)
-
-    def on_message_complete(self) -> None:
-        reply = HopReply(self._parser.get_status_code(), self._headers, b"".join(self._body))
-        if not self._parser.should_keep_alive():
-            self.close()
-        self._settle(reply, None)
-
-
 class _WireConn(_Conn):
     """A lookup-wire connection (``serving/wire.py``): preface, then frames."""
 
@@ -221,14 +187,13 @@ class _WireConn(_Conn):
 
 
 class _Host:
-    """One peer over one kind of connection: idle connections, requests in flight,
+    """One peer: idle connections, requests in flight,
     requests waiting for a slot."""
 
-    __slots__ = ("address", "answered", "busy", "idle", "kind", "waiters")
+    __slots__ = ("address", "answered", "busy", "idle", "waiters")
 
-    def __init__(self, address: str, kind: type[_Conn]) -> None:
+    def __init__(self, address: str) -> None:
         self.address = address
-        self.kind = kind
         self.idle: list[_Conn] = []
         self.busy = 0
         self.waiters: deque[asyncio.Future[None]] = deque()
@@ -236,19 +201,17 @@ class _Host:
 
 
 class HopClient:
-    """Pooled keep-alive requests to other nodes.
+    """Pooled keep-alive lookups to other nodes over the lookup wire.
 
-    ``await get("host:port", "/path", headers)`` is an HTTP GET; ``await
-    fetch("host:port", frame)`` is a key lookup over the lookup wire
-    (``serving/wire.py``). At most ``max_per_host`` requests per node and kind are in
-    flight (each on its own connection); further ones wait for a slot within their
-    timeout. ``send`` and ``lookup`` are the same requests on callbacks, made only when
-    a pooled connection and a slot are free right now (False otherwise).
+    ``await fetch("host:port", frame)`` is a key lookup (``serving/wire.py``). At most
+    ``max_per_host`` requests per node are in flight (each on its own connection);
+    further ones wait for a slot within their timeout. ``lookup`` is the same request on
+    a callback, made only when a pooled connection and a slot are free right now (False
+    otherwise).
     """
 
     def __init__(self, *, max_per_host: int = 64, max_idle_per_host: int = 32,
                  connect_timeout: float = 1.0) -> None:
-        self._hosts: dict[str, _Host] = {}  # HTTP connections
         self._wire_hosts: dict[str, _Host] = {}
         self._no_wire: dict[str, float] = {}  # peer -> until when it gets HTTP hops only
         self._max_per_host = max_per_host  # connections in use; more requests queue
@@ -256,9 +219,8 @@ class HopClient:
         self._connect_timeout = connect_timeout
 
     def stats(self) -> dict[str, Any]:
-        """Replies received per transport, and the peers getting HTTP hops only for now."""
+        """Wire replies received, and the peers getting HTTP hops only for now."""
         return {"wire": sum(h.answered for h in self._wire_hosts.values()),
-                "http": sum(h.answered for h in self._hosts.values()),
                 "http_only_peers": sorted(a for a in list(self._no_wire)
                                           if not self.speaks_wire(a))}
 
@@ -272,25 +234,17 @@ class HopClient:
         del self._no_wire[address]
         return True
 
-    def send(self, address: str, path: str, headers: dict[str, str],
-             then: Callable[[HopReply | None], None], timeout: float = 10.0) -> bool:
-        """The GET on an idle pooled connection, if one is free right now.
+    def lookup(self, address: str, frame: bytes, then: Callable[[HopReply | None], None],
+               timeout: float = 10.0) -> bool:
+        """A lookup-wire request (``wire.request_frame``) on an idle pooled connection,
+        if one is free right now.
 
         True: ``then(reply)`` will run from the event loop's callbacks, ``then(None)``
         if the request failed (no retry here: a stale idle connection fails too, and
-        the caller falls back to its slower path). False: nothing was sent; use ``get``.
+        the caller falls back to its slower path). False: nothing was sent (nor while
+        the peer does not speak the wire); use ``fetch``.
         """
-        return self._send(self._hosts.get(address),
-                          lambda: _request(address, path, headers), then, timeout)
-
-    def lookup(self, address: str, frame: bytes, then: Callable[[HopReply | None], None],
-               timeout: float = 10.0) -> bool:
-        """``send`` of a lookup-wire request (``wire.request_frame``); False as well while
-        the peer does not speak the wire."""
-        return self._send(self._wire_hosts.get(address), lambda: frame, then, timeout)
-
-    def _send(self, host: _Host | None, raw: Callable[[], bytes],
-              then: Callable[[HopReply | None], None], timeout: float) -> bool:
+        host = self._wire_hosts.get(address)
         if host is None or host.busy >= self._max_per_host:
             return False
         conn = _pooled(host)
@@ -311,17 +265,12 @@ class HopClient:
                 conn.close()
                 self._failed(host, exc)
 
-        conn.call(raw(), timeout, settled)
+        conn.call(frame, timeout, settled)
         return True
 
-    async def get(self, address: str, path: str, headers: dict[str, str],
-                  timeout: float = 10.0) -> HopReply:
-        return await self._fetch(self._host(self._hosts, address, _HttpConn),
-                                 _request(address, path, headers), timeout)
-
     async def fetch(self, address: str, frame: bytes, timeout: float = 10.0) -> HopReply:
-        """``get`` of a lookup-wire request; ``WireUnsupported`` if the peer does not speak it."""
-        host = self._host(self._wire_hosts, address, _WireConn)
+        """A lookup-wire request; ``WireUnsupported`` if the peer does not speak it."""
+        host = self._host(address)
         try:
             return await self._fetch(host, frame, timeout)
         except WireUnsupported as exc:
@@ -334,11 +283,10 @@ class HopClient:
                         host.address, exc, _NO_WIRE_S)
             self._no_wire[host.address] = time.monotonic() + _NO_WIRE_S
 
-    @staticmethod
-    def _host(hosts: dict[str, _Host], address: str, kind: type[_Conn]) -> _Host:
-        host = hosts.get(address)
+    def _host(self, address: str) -> _Host:
+        host = self._wire_hosts.get(address)
         if host is None:
-            host = hosts[address] = _Host(address, kind)
+            host = self._wire_hosts[address] = _Host(address)
         return host
 
     async def _fetch(self, host: _Host, raw: bytes, timeout: float) -> HopReply:
@@ -396,7 +344,7 @@ class HopClient:
         name, _, port = host.address.rpartition(":")
         loop = asyncio.get_running_loop()
         async with asyncio.timeout(self._connect_timeout):
-            _, conn = await loop.create_connection(host.kind, name, int(port))
+            _, conn = await loop.create_connection(_WireConn, name, int(port))
         return conn
 
     def _checkin(self, host: _Host, conn: _Conn) -> None:
@@ -408,7 +356,7 @@ class HopClient:
             conn.close()
 
     def close(self) -> None:
-        for host in (*self._hosts.values(), *self._wire_hosts.values()):
+        for host in self._wire_hosts.values():
             for conn in host.idle:
                 conn.close()
             host.idle.clear()
@@ -430,8 +378,3 @@ async def _roundtrip(conn: _Conn, raw: bytes, timeout: float) -> HopReply:
         conn.close()  # failed, cancelled or timed out mid-request: never reuse it
         raise
 
-
-def _request(address: str, path: str, headers: dict[str, str]) -> bytes:
-    lines = [f"GET {path} HTTP/1.1", f"host: {address}"]
-    lines += [f"{k}: {v}" for k, v in headers.items()]
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")

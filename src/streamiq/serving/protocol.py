@@ -7,9 +7,10 @@
    writes until the response is complete (or, for a streamed body, until the current
    event-loop step ends) and sends them as one buffer.
 2. Key lookups that ``LeanLookups`` can answer skip ASGI: no task, no ASGI messages,
-   no header re-validation. A local lookup is answered inside the parser callback; a
-   forwarded one on a pooled connection is answered from the hop's parser callback
-   (one that must connect or wait for a slot runs in a task). Everything else, and
+   no header re-validation. A local lookup is answered inside the parser callback; one
+   forwarded over the lookup wire on a pooled connection is answered from the hop's
+   ``data_received`` (one that must connect or wait for a slot, or an HTTP hop, runs in
+   a task). Everything else, and
    any lookup the lean path declines, goes through the app as usual.
 3. A connection that opens with the lookup wire's preface (``serving/wire.py``: other
    nodes forwarding key lookups) is served by a ``WireServer`` instead of HTTP.

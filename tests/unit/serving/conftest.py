@@ -76,7 +76,7 @@ def hop_fails(app: Any) -> list[str]:
         calls.append(address)
         raise ConnectionRefusedError(address)
 
-    deps.coordinator.hop.get = refused
+    deps.coordinator.http_hop = refused  # HTTP hops (Authorization, no wire)
     deps.coordinator.hop.fetch = refused  # the lookup wire (serving/wire.py)
     return calls
 

@@ -131,9 +131,14 @@ async def test_forwarded_lookups_reuse_a_pooled_hop_and_survive_a_dropped_one(
     deps.node.router.owner = lambda v, p, lag: Endpoint(address, "active", 0)
     me = Endpoint(deps.node.endpoint, "active", 0)
     deps.node.router.replicas = lambda v, p, lag: [me]  # what the full route finds
-    hop, pooled = deps.coordinator.hop, []
-    send = hop.send
-    hop.send = lambda *a, **k: pooled.append(send(*a, **k)) or pooled[-1]  # a spy
+    hops: list[str] = []
+    http_hop = deps.coordinator.http_hop
+
+    def spy(address: str, *a: Any, **k: Any) -> Any:
+        hops.append(address)
+        return http_hop(address, *a, **k)
+
+    deps.coordinator.http_hop = spy  # HTTP hops (Authorization): the pooled aiohttp session
     r, w = await asyncio.open_connection("127.0.0.1", server)
     for n in (1, 2, 3):  # the first connects; the next ones go out on the pooled connection
         w.write(get(A1, "authorization: Bearer t"))
@@ -141,7 +146,7 @@ async def test_forwarded_lookups_reuse_a_pooled_hop_and_survive_a_dropped_one(
         assert (status, body) == (200, b'{"n":%d}' % n)
         assert headers["x-streamiq-hops"] == "1" and headers["x-streamiq-served-by"] == "o"
     assert connections == 1 and all(b"authorization: Bearer t" in req for req in seen)
-    assert pooled == [False, True, True]  # the first connects; then callbacks, no task
+    assert hops == [address] * 3  # each through the lean path's HTTP hop, one connection
     await asyncio.sleep(0.05)  # the owner's close reaches the pool
     w.write(get(A1, "authorization: Bearer t"))  # no pooled connection left: connect again
     status, headers, body = await read_response(r)

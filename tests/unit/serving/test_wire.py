@@ -84,7 +84,7 @@ async def test_an_entry_node_forwards_lookups_over_the_wire(app: Any, second_app
     owner = await serve_node(app)
     entry = entry_for(second_app, owner)
     hop = entry.deps.coordinator.hop
-    wire, http = spy(hop, "lookup"), spy(hop, "send")
+    wire, http = spy(hop, "lookup"), spy(entry.deps.coordinator, "http_hop")
     port = await serve_node(entry)
     _, _, direct = await http_get(owner, A1, "x-streamiq-forwarded: 1")
     r, w = await asyncio.open_connection("127.0.0.1", port)
@@ -98,26 +98,39 @@ async def test_an_entry_node_forwards_lookups_over_the_wire(app: Any, second_app
         assert headers["x-streamiq-served-by"] == f"127.0.0.1:{owner}"
     w.close()
     assert wire == [False, True, True] and http == []  # connect once, then pooled callbacks
-    assert hop.stats() == {"wire": 3, "http": 0, "http_only_peers": []}
+    assert entry.deps.coordinator.hop_stats() == {"wire": 3, "http": 0, "http_only_peers": []}
     status, headers, body = await http_get(port, "/v1/views/balances/keys/nobody")
     assert status == 404 and headers["x-streamiq-hops"] == "1"
     assert json.loads(body)["status"] == "NOT_FOUND"
 
 
 async def test_an_owner_without_the_wire_gets_http_hops(app: Any, second_app: Any,
-                                                        serve_node: Serve) -> None:
+                                                        serve_node: Serve,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     owner = await serve_node(app, http="httptools")  # stock uvicorn: 400 to the preface
     entry = entry_for(second_app, owner)
     hop = entry.deps.coordinator.hop
-    http = spy(hop, "send")
+    http = spy(entry.deps.coordinator, "http_hop")
+    loop, connects = asyncio.get_running_loop(), []
+    real_connect = loop.create_connection
+
+    def connect(*a: Any, **k: Any) -> Any:  # the entry's connections (not the test's)
+        if not (len(a) > 2 and a[2] == port):
+            connects.append(a)
+        return real_connect(*a, **k)
+
     port = await serve_node(entry)
+    monkeypatch.setattr(loop, "create_connection", connect)
     for _ in range(2):
         status, headers, body = await http_get(port, A1)
         assert status == 200 and json.loads(body)["value"]["balance"] == 5
         assert headers["x-streamiq-hops"] == "1"
     assert not hop.speaks_wire(f"127.0.0.1:{owner}")
-    assert http == [True]  # the second lookup went out on the pooled HTTP connection
-    assert hop.stats() == {"wire": 0, "http": 2, "http_only_peers": [f"127.0.0.1:{owner}"]}
+    # both over HTTP (the pooled aiohttp session): one wire try, then one kept-alive
+    # HTTP connection for both lookups
+    assert len(http) == 2 and len(connects) == 2
+    assert entry.deps.coordinator.hop_stats() == {"wire": 0, "http": 2,
+                                                  "http_only_peers": [f"127.0.0.1:{owner}"]}
 
 
 async def test_hop_client_reads_a_reply_in_pieces_and_spots_an_http_peer() -> None:
