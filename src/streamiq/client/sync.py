@@ -1,4 +1,6 @@
-"""The synchronous client: ``Client("127.0.0.1:9001,127.0.0.1:9002")``."""
+# Generated from aio.py by scripts/unasync.py: edit aio.py, then run
+# `python scripts/unasync.py` (tests/unit/client/test_unasync.py checks it).
+"""The synchronous client: ``with Client("127.0.0.1:9001") as c: c.get(...)``."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ __all__ = ["Client"]
 
 
 class Client(_Base):
-    """Query a streamiq cluster; key requests go straight to the partition's owner.
+    """Query a streamiq cluster; key requests go straight to their owner.
 
     ``nodes`` are seed addresses (``host:port``, comma-separated or a list); the rest
     of the cluster is learned from ``/v1/cluster``. ``headers`` (e.g. Authorization)
@@ -23,13 +25,15 @@ class Client(_Base):
 
     def __init__(self, nodes: str | Iterable[str], *, headers: dict[str, str] | None = None,
                  timeout: float = 10.0, metadata_ttl: float = 30.0, retries: int = 3,
-                 max_connections: int = 100, transport: httpx.BaseTransport | None = None) -> None:
+                 max_connections: int = 100,
+                 transport: httpx.BaseTransport | None = None) -> None:
         super().__init__(nodes, metadata_ttl)
         self.retries = retries
-        self._http = httpx.Client(headers=headers, timeout=httpx.Timeout(timeout, connect=1.0),
-                                  limits=httpx.Limits(max_connections=max_connections,
-                                                      max_keepalive_connections=max_connections),
-                                  transport=transport)
+        self._http = httpx.Client(
+            headers=headers, timeout=httpx.Timeout(timeout, connect=1.0),
+            limits=httpx.Limits(max_connections=max_connections,
+                                max_keepalive_connections=max_connections),
+            transport=transport)
 
     def close(self) -> None:
         self._http.close()
@@ -123,7 +127,8 @@ class Client(_Base):
         """Every row of the range, following cursors; raises QueryError on PARTIAL."""
         cursor = None
         while True:
-            doc = self.scan(view, start=start, end=end, prefix=prefix, limit=page, cursor=cursor)
+            doc = self.scan(view, start=start, end=end, prefix=prefix, limit=page,
+                            cursor=cursor)
             if doc["status"] != "OK" and not allow_partial:
                 raise QueryError(200, doc)
             yield from doc["rows"]
