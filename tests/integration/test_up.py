@@ -461,7 +461,5 @@ def test_sigterm_to_up_alone_while_writes_stream_in(tmp_path: Path) -> None:
             writer.join(30)
         u.kill_everything()
     noise = [line for line in out.splitlines() if "ERROR" in line or "Traceback" in line]
-    if noise:  # up's own guarantees held (above); this part is the pipeline's stop path
-        pytest.xfail("the pipeline prints ERROR/Traceback when stopped with a micro-batch in "
-                     "flight (pipeline/runner.py Pipeline.stop: query.stop() interrupts the "
-                     f"foreachBatch in sink.py, df.toArrow()): {noise[:3]}")
+    # the pipeline lets the micro-batch in flight finish before it stops its queries
+    assert not noise, noise[:5]
