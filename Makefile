@@ -38,6 +38,9 @@ bench: $(STAMP)
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python bench/bench_ha.py
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python bench/bench_freshness.py
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python bench/bench_pipeline.py
+	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python bench/bench_log_level.py
+	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python bench/bench_first_write.py
+	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python bench/bench_soak.py
 
 clean:
 	rm -rf $(VENV) .streamiq .pytest_cache .mypy_cache .ruff_cache
