@@ -22,6 +22,23 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def free_run(n: int) -> int:
+    """The first of ``n`` consecutive free loopback ports (nodes take --node-port and up)."""
+    for _ in range(200):
+        first = free_port()
+        ok = True
+        for port in range(first, first + n):
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    ok = False
+                    break
+        if ok:
+            return first
+    raise RuntimeError("no run of free ports")
+
+
 def pct(values: list[float], q: float) -> float:
     if not values:
         return float("nan")

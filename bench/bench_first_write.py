@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,31 +23,9 @@ import time
 from pathlib import Path
 
 import httpx
+from _common import free_port, free_run
 
 TARGET_S = 2.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def free_run(n: int) -> int:
-    """The first of ``n`` consecutive free ports."""
-    for _ in range(200):
-        first = free_port()
-        ok = True
-        for port in range(first, first + n):
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", port))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return first
-    raise RuntimeError("no run of free ports")
 
 
 class Up:

@@ -10,8 +10,9 @@ default: inside ksqlDB's 2 s detection target, without waiting for a broker sess
 timeout); a node that stops cleanly publishes ``leaving`` and is dropped at once.
 Only members of the same cluster topic are ever routed to.
 
-Both threads are supervised (``serving/supervise.py``): a crash restarts the thread with a
-fresh Kafka client. A record on the topic that is not a valid heartbeat (not JSON, not an
+Its three threads (heartbeat publisher, listener, membership-topic keeper) are supervised
+(``streamiq/supervise.py``): a crash restarts the thread with a fresh Kafka client. A
+record on the topic that is not a valid heartbeat (not JSON, not an
 object, wrong types, an endpoint that is not ``host:port``, a partitions map with junk,
 over ``MAX_HEARTBEAT_BYTES``) is skipped and counted in ``skipped``, never fatal: one bad
 record must not make every node believe its peers are dead. While the listener is down

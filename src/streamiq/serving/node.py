@@ -74,7 +74,7 @@ class Node:
     async def start(self) -> None:
         await asyncio.to_thread(self._open)
         assert self.membership is not None
-        self.membership.start()
+        await asyncio.to_thread(self.membership.start)  # creates topics: not on the loop
         self._sync_task = self.supervisor.task("sync", self._sync_loop)
 
     def _open(self) -> None:
