@@ -46,9 +46,11 @@ def test_nodes_hear_each_other_across_epochs_and_old_topics_go(cluster: Any) -> 
         most_topics = max(most_topics, len(mine))
         time.sleep(0.1)
     assert len(epochs_seen) >= 4, epochs_seen  # topics were rotated
-    # bounded: at most the epochs still listened to (previous, current, next) and
-    # one expiring (deleted within a quarter period)
-    assert most_topics <= 4, most_topics
+    # bounded by a constant: epochs e-2..e+1 are kept (e-2 for a node whose clock is
+    # one epoch behind), and at an epoch change the topic that just expired lives until
+    # a keeper's next round (a quarter period) while another keeper may already have
+    # made the new next one
+    assert most_topics <= 5, most_topics
     now_epoch = int(time.time() // PERIOD_S)
     left = sorted(int(t[len(base):]) for t in topic_names(conf) if t.startswith(base))
     assert left and min(left) >= now_epoch - 3, (left, now_epoch)
