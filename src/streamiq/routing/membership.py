@@ -200,6 +200,11 @@ class Membership:
         and listening, without waiting: callable from any thread, a supervised one too."""
         self._stop.set()
 
+    @property
+    def silenced(self) -> bool:
+        """Stopped or silenced: no heartbeat is sent any more."""
+        return self._stop.is_set()
+
     def stop(self) -> None:
         self._stop.set()
         for t in self._threads:

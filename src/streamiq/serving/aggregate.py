@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from streamiq.serving._json import loads_row
+from streamiq.serving.partials import AggregatePartial
 from streamiq.serving.scan import KeyRange
 from streamiq.state.base import Store
 from streamiq.views.base import View, decode_key
@@ -126,7 +127,7 @@ def _combine(agg: Agg, a: Any, b: Any) -> Any:
 
 def aggregate_partitions(view: View, store: Store, partitions: Iterable[int],
                          group_by: Sequence[str], aggs: Sequence[Agg],
-                         rng: KeyRange | None = None) -> dict[str, Any]:
+                         rng: KeyRange | None = None) -> AggregatePartial:
     """Fold the partitions' rows into ``{"groups": {json(group): [state...]}, "rows": n}``."""
     rng = rng or KeyRange()
     needs_key = [c for c in [*group_by, *(a.column for a in aggs if a.column)]
@@ -168,13 +169,13 @@ def _group_json(key: Any) -> str:
     return str(key) if isinstance(key, _Unhashable) else json.dumps(list(key))
 
 
-def merge_partials(aggs: Sequence[Agg], partials: Sequence[dict[str, Any]]
+def merge_partials(aggs: Sequence[Agg], partials: Sequence[AggregatePartial]
                    ) -> tuple[dict[str, list[Any]], int]:
     merged: dict[str, list[Any]] = {}
     rows = 0
     for part in partials:
-        rows += int(part.get("rows", 0))
-        for gk, states in part.get("groups", {}).items():
+        rows += int(part["rows"])
+        for gk, states in part["groups"].items():
             cur = merged.get(gk)
             merged[gk] = (list(states) if cur is None else
                           [_combine(a, x, y) for a, x, y in zip(aggs, cur, states, strict=True)])

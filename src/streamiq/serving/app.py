@@ -75,7 +75,6 @@ def _routes(deps: Answers) -> APIRouter:
             v.parse_key(key)
         except ValueError as exc:
             raise BadRequest(str(exc)) from None
-        assert node.router is not None
         p = v.partition_of(key, node.partitions[v.name])
         assigned = node.router.assigned(v.name, p)
         replicas = node.router.replicas(v.name, p, deps.max_lag(max_lag))
@@ -86,14 +85,13 @@ def _routes(deps: Answers) -> APIRouter:
     @r.get("/v1/cluster", tags=["metadata"],
            summary="Nodes, endpoints, partitions each holds and how far behind")
     async def cluster() -> dict[str, Any]:
-        assert node.router is not None
         # health: this node's faults, restarting parts and skipped records (as /health)
         return {"self": node.endpoint, **node.router.metadata(), "health": node.health()}
 
     return r
 
 
-def create_asgi(settings: Settings, node: Node | None = None) -> LeanLookups:
+def create_asgi(settings: Settings, node: Node) -> LeanLookups:
     """What a node serves: the FastAPI app behind the lean key-lookup path.
 
     The lean path sits outside FastAPI's own middleware stack (error, telemetry and
@@ -104,14 +102,17 @@ def create_asgi(settings: Settings, node: Node | None = None) -> LeanLookups:
     return LeanLookups(app, deps=app.state.deps)
 
 
-def create_app(settings: Settings, node: Node | None = None) -> FastAPI:
-    node = node or Node(settings)
+def create_app(settings: Settings, node: Node) -> FastAPI:
+    """The HTTP routes over a node that is already open (``Node.open``). The lifespan
+    runs the coordinator (pooled sessions, traffic summaries) and, at shutdown, closes
+    the coordinator and then the node (uvicorn re-raises a captured SIGTERM as soon as
+    it returns: the lifespan is the last sure place to close RocksDB and leave the
+    cluster)."""
     coordinator = Coordinator(node)
     deps = Answers(node, coordinator)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        await node.start()
         coordinator.start()
         try:
             yield

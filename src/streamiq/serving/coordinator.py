@@ -17,7 +17,7 @@ import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, AnyStr, TypedDict
+from typing import Any, AnyStr
 
 import aiohttp
 from fastapi import Request, Response
@@ -30,10 +30,11 @@ from streamiq.routing.router import Endpoint
 from streamiq.serving._json import loads_row
 from streamiq.serving.hop import HopClient, HopReply
 from streamiq.serving.node import Node
+from streamiq.serving.partials import GatherReply, P
 from streamiq.serving.traffic import Traffic, log_summaries
 
 __all__ = ["FORWARDED", "HOPS", "SERVED_BY", "TRANSPORT_ERRORS", "Coordinator",
-           "GatherReply", "Partial", "Reply", "hop_headers", "peer_error", "relayed_headers"]
+           "Reply", "hop_headers", "peer_error", "relayed_headers"]
 
 log = logging.getLogger("streamiq.routing")
 
@@ -42,17 +43,6 @@ HOPS = "x-streamiq-hops"
 SERVED_BY = "x-streamiq-served-by"
 
 LocalCall = Callable[[], Awaitable[Response]]
-LocalPart = Callable[[list[int]], Awaitable[dict[str, Any]]]
-Partial = dict[str, Any]  # one node's part of a query's answer (its shape is the query's)
-
-
-class GatherReply(TypedDict):
-    """A node's answer to a forwarded scatter-gather request (``X-Streamiq-Forwarded``
-    with explicit ``partitions``): its part of the answer, and the partitions it was
-    asked for but cannot answer (the entry asks another replica for those)."""
-
-    partial: Partial | None
-    not_active: list[int]
 
 Params = list[tuple[str, str]]
 _ROLE_TTL = 0.05
@@ -170,7 +160,6 @@ class Coordinator:
             raise peer_error(address, exc) from exc
 
     def _unreachable(self, err: PeerError) -> None:
-        assert self.node.membership is not None
         if isinstance(err, PeerUnreachable):
             log.warning("replica %s unreachable (%r); trying the next", err.address, err.cause)
             self.node.membership.suspect(err.address)
@@ -221,7 +210,6 @@ class Coordinator:
             resp = await self.serve_for_peer(local)
             resp.headers[HOPS] = "0"
             return resp
-        assert self.node.router is not None and self.node.membership is not None
         if self.active_here(view, partition, max_lag):
             resp = await local()  # fast path: this node is the partition's active owner
             if resp.status_code != 421:
@@ -276,7 +264,6 @@ class Coordinator:
         """
         now = time.monotonic()
         if now - self._roles_at > _ROLE_TTL:
-            assert self.node.router is not None
             me = self.node.endpoint
             roles = {}
             for v, n in self.node.partitions.items():
@@ -294,7 +281,6 @@ class Coordinator:
         hit = self._preferred.get((view, p, max_lag))
         if hit is not None and now - hit[0] < _ROUTE_TTL:
             return hit[1]
-        assert self.node.router is not None
         ep = self.node.router.owner(view, p, max_lag)
         owner = None if ep is None or ep.address == self.node.endpoint else ep.address
         self._preferred[(view, p, max_lag)] = (now, owner)
@@ -306,9 +292,10 @@ class Coordinator:
 
     # -- many partitions (scatter-gather) --
     async def gather(self, request: Request, view: str, partitions: Sequence[int], max_lag: int,
-                     local: LocalPart, params: Params | None = None,
+                     local: Callable[[list[int]], Awaitable[P]],
+                     params: Params | None = None,
                      body: Callable[[list[int]], Any] | None = None
-                     ) -> tuple[list[Partial], list[int], int]:
+                     ) -> tuple[list[P], list[int], int]:
         """Answer each partition exactly once; return (partials, missing, hops)."""
         # a list of pairs keeps repeated parameters (agg=...&agg=...)
         params = [(k, v) for k, v in (params if params is not None
@@ -321,11 +308,10 @@ class Coordinator:
                 part = await local(held)
             missing = [p for p in partitions if p not in held]
             return [part], missing, 0
-        assert self.node.router is not None and self.node.membership is not None
         self.traffic.fanout += 1
         pending = list(partitions)
         excluded: dict[int, set[str]] = defaultdict(set)
-        partials: list[Partial | None] = []
+        partials: list[P | None] = []
         hops = 0
         for _attempt in range(3):
             plan = self._plan(view, pending, max_lag, excluded)
@@ -347,7 +333,6 @@ class Coordinator:
 
     def _plan(self, view: str, partitions: Sequence[int], max_lag: int,
               excluded: dict[int, set[str]]) -> dict[str, list[int]]:
-        assert self.node.router is not None
         plan: dict[str, list[int]] = defaultdict(list)
         for p in partitions:
             eps: list[Endpoint] = self.node.router.replicas(view, p, max_lag)
@@ -358,7 +343,8 @@ class Coordinator:
 
     async def _gather_one(self, view: str, address: str, parts: list[int], request: Request,
                           params: Params, body: Callable[[list[int]], Any] | None,
-                          local: LocalPart) -> tuple[Partial | None, list[int]]:
+                          local: Callable[[list[int]], Awaitable[P]]
+                          ) -> tuple[P | None, list[int]]:
         if address == self.node.endpoint:
             held = [p for p in parts if self.node.holds(view, p)]
             part = await local(held)
@@ -371,5 +357,5 @@ class Coordinator:
             return None, parts
         if r.status_code != 200:
             return None, parts
-        doc: GatherReply = r.json()
+        doc: GatherReply[P] = r.json()
         return doc.get("partial"), [int(p) for p in doc.get("not_active", [])]

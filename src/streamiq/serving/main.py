@@ -8,8 +8,10 @@ failure. Nothing imports this module but the command line.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
+import signal
 import sys
 import threading
 
@@ -43,39 +45,69 @@ def _force_exit() -> None:
 def run_node(settings: Settings) -> None:
     """Serve one node until SIGINT/SIGTERM (uvicorn handles both) or a fatal failure.
 
-    On a fatal failure (a part of the node that cannot recover, see ``Node._fatal``) the
-    server is asked to exit (``should_exit``, checked by uvicorn's main loop every 0.1 s,
-    safe to set from any thread); uvicorn then stops accepting, finishes in-flight
-    requests, runs the lifespan shutdown (clients closed, stores closed, so RocksDB is
-    left clean) and returns, and the process exits with status 1 for its supervisor to
-    restart it. That clean path is preferred over ``os._exit`` at the failure: RocksDB
-    and the Kafka clients get closed, logs get flushed. ``os._exit(1)`` is only the
-    backstop when that shutdown hangs (a thread stuck in a native call) for
-    ``FATAL_EXIT_GRACE_S``: a failed node must never linger half-alive.
+    The node is opened whole first (``Node.open``: topics, stores, materializer,
+    membership, router), then served. On a fatal failure (a part of the node that cannot
+    recover, see ``Node._fatal``) the server is asked to exit (``should_exit``, checked
+    by uvicorn's main loop every 0.1 s, safe to set from any thread); uvicorn then stops
+    accepting, finishes in-flight requests and returns, the node is closed (clients
+    closed, stores closed, so RocksDB is left clean), and the process exits with status 1
+    for its supervisor to restart it. That clean path is preferred over ``os._exit`` at
+    the failure: RocksDB and the Kafka clients get closed, logs get flushed.
+    ``os._exit(1)`` is only the backstop when that shutdown hangs (a thread stuck in a
+    native call) for ``FATAL_EXIT_GRACE_S``: a failed node must never linger half-alive.
     """
     configure_logging(settings.log_level)
-    node = Node(settings)
-    app = create_asgi(settings, node)
-    print(f"streamiq node {settings.endpoint} listening on http://{settings.host}:{settings.port}",
-          flush=True)
-    # proxy_headers=False: NodeHttpProtocol's lean path needs LeanLookups as the app itself
-    server = uvicorn.Server(uvicorn.Config(
-        app, host=settings.host, port=settings.port, log_level="warning",
-        http=node_protocol(), access_log=False, lifespan="on", proxy_headers=False,
-        timeout_graceful_shutdown=5))
-
-    def fatal() -> None:
-        server.should_exit = True
-        watchdog = threading.Timer(FATAL_EXIT_GRACE_S, _force_exit)
-        watchdog.daemon = True
-        watchdog.start()
-
-    node.on_fatal = fatal
-    server.run()
-    if node.failed is not None:
-        log.critical("node %s exiting with status 1: %s could not recover",
-                     settings.endpoint, node.failed)
+    code = asyncio.run(_serve(settings))
+    if code == 1:
+        log.critical("node %s exiting with status 1: a part could not recover",
+                     settings.endpoint)
         logging.shutdown()
-        sys.exit(1)
-    if not server.started:
-        sys.exit(3)  # as uvicorn.run does when the startup failed
+    if code:
+        sys.exit(code)
+
+
+async def _open(settings: Settings) -> Node | None:
+    """``Node.open``, or None when SIGINT/SIGTERM arrives first (uvicorn's own handlers
+    are installed only once it serves)."""
+    loop = asyncio.get_running_loop()
+    opening = asyncio.ensure_future(Node.open(settings))
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, opening.cancel)
+    try:
+        return await opening
+    except asyncio.CancelledError:
+        log.warning("node %s: asked to stop while opening", settings.endpoint)
+        return None
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+
+async def _serve(settings: Settings) -> int:
+    """Open the node, serve it until asked to stop, close it. The exit status: 0, 1 (a
+    part could not recover) or 3 (the server did not start, as ``uvicorn.run``)."""
+    node = await _open(settings)
+    if node is None:
+        return 0
+    try:
+        # proxy_headers=False: NodeHttpProtocol's lean path needs LeanLookups as the app
+        server = uvicorn.Server(uvicorn.Config(
+            create_asgi(settings, node), host=settings.host, port=settings.port,
+            log_level="warning", http=node_protocol(), access_log=False, lifespan="on",
+            proxy_headers=False, timeout_graceful_shutdown=5))
+
+        def fatal() -> None:
+            server.should_exit = True
+            watchdog = threading.Timer(FATAL_EXIT_GRACE_S, _force_exit)
+            watchdog.daemon = True
+            watchdog.start()
+
+        node.on_fatal = fatal
+        print(f"streamiq node {settings.endpoint} listening on "
+              f"http://{settings.host}:{settings.port}", flush=True)
+        # the app's lifespan closes the node: uvicorn re-raises a captured SIGTERM as
+        # soon as serve() returns, so nothing after it is sure to run
+        await server.serve()
+        return 1 if node.failed is not None else 0 if server.started else 3
+    finally:
+        await node.stop()  # when serve() raised before the lifespan's shutdown (a no-op after)

@@ -143,7 +143,12 @@ class Materializer:
             self._stop.set()
             self.states = {}
 
-    def _forget(self) -> None:
+    @property
+    def stopped(self) -> bool:
+        """Stopped or halted: the loop runs no more."""
+        return self._stop.is_set()
+
+    def forget(self) -> None:
         """After a crash: nothing is held until the restarted loop has restored it."""
         with self._lock:
             self.states = {}
@@ -198,7 +203,7 @@ class Materializer:
                 self._apply(msgs)
                 self._refresh_watermarks(consumer, assigned)
         except Exception:
-            self._forget()  # before anything else (closing the consumer may take a while)
+            self.forget()  # before anything else (closing the consumer may take a while)
             raise
         finally:
             try:

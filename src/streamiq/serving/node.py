@@ -19,6 +19,7 @@ import logging
 import re
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ from streamiq.state.rocksdb import RocksDBStore
 from streamiq.supervise import Supervisor
 from streamiq.views.base import App, View, load_app
 
-__all__ = ["Node"]
+__all__ = ["Node", "Parts"]
 
 log = logging.getLogger("streamiq.node")
 
@@ -42,28 +43,81 @@ def _state_path(root: Path, endpoint: str) -> Path:
     return root / re.sub(r"[^A-Za-z0-9_.-]", "_", endpoint)
 
 
-class Node:
-    """Owns the node's state; the HTTP layer (serving.app) queries it."""
+@dataclass(frozen=True)
+class Parts:
+    """What a running node is made of, built whole by ``Node.open`` (or a test)."""
 
-    def __init__(self, settings: Settings, app: App | None = None) -> None:
+    partitions: dict[str, int]  # view -> changelog partitions
+    topics: dict[str, str]  # view -> changelog topic (real name)
+    stores: dict[str, Store]
+    materializer: Materializer
+    membership: Membership
+    router: Router
+
+
+def _build(settings: Settings, views: dict[str, View], supervisor: Supervisor,
+           report: Callable[[], Report]) -> Parts:
+    """Blocking: topics ensured, stores opened, the materializer and membership built
+    (not started)."""
+    s = settings
+    topics = {name: s.topic(v.changelog_topic) for name, v in views.items()}
+    kafka = s.kafka()
+    counts = ensure_topics(kafka, dict.fromkeys(topics.values(), s.partitions))
+    partitions = {name: counts[t] for name, t in topics.items()}
+    root = _state_path(s.state_dir, s.endpoint)
+    stores: dict[str, Store] = {name: RocksDBStore(root / name) for name in views}
+    materializer = Materializer(kafka, views, stores, topics, supervisor)
+    membership = Membership(kafka, s.topic(members_topic(s.cluster)), s.endpoint, report,
+                            s.heartbeat_ms, s.member_timeout_ms, supervisor,
+                            s.membership_period_s)
+    return Parts(partitions, topics, stores, materializer, membership,
+                 Router(membership, partitions, s.standby_replicas))
+
+
+class Node:
+    """Owns the node's state; the query engines and the coordinator read it.
+
+    Built whole by ``await Node.open(settings)``, so every part is there from the start;
+    ``Node(settings, app, parts, supervisor)`` puts one together from given parts (tests).
+    """
+
+    def __init__(self, settings: Settings, app: App, parts: Parts,
+                 supervisor: Supervisor) -> None:
         self.settings = settings
-        self.app = app or load_app(settings.app, settings.views_module)
-        self.views: dict[str, View] = {v.name: v for v in self.app.views}
+        self.app = app
+        self.views: dict[str, View] = {v.name: v for v in app.views}
         self.endpoint = settings.endpoint
-        self.kafka_conf = settings.kafka()
-        self.partitions: dict[str, int] = {}
-        self.topics: dict[str, str] = {}
-        self.stores: dict[str, Store] = {}
-        self.materializer: Materializer | None = None
-        self.membership: Membership | None = None
-        self.router: Router | None = None
+        self.partitions = parts.partitions
+        self.topics = parts.topics
+        self.stores = parts.stores
+        self.materializer = parts.materializer
+        self.membership = parts.membership
+        self.router = parts.router
+        self.supervisor = supervisor
+        supervisor.on_fatal = self._fatal
         self._sync_task: asyncio.Task[None] | None = None
         self.assigning = False
         self.stopping = False
         self.wanted: set[tuple[str, int]] = set()
-        self.supervisor = Supervisor(on_fatal=self._fatal)
         #: called once when a part cannot recover (serving/main.py: stop serving, exit non-zero)
         self.on_fatal: Callable[[], None] | None = None
+
+    @classmethod
+    async def open(cls, settings: Settings, app: App | None = None) -> Node:
+        """Build every part (topics, stores, materializer, membership, router) and start
+        them: the materializer restoring, heartbeats flowing, the assignment loop."""
+        app = app or load_app(settings.app, settings.views_module)
+        supervisor = Supervisor()
+        node: Node | None = None
+
+        def report() -> Report:  # the heartbeat's content, once the node exists
+            return node.report() if node is not None else {}
+
+        views = {v.name: v for v in app.views}
+        parts = await asyncio.to_thread(_build, settings, views, supervisor, report)
+        node = cls(settings, app, parts, supervisor)
+        await node.start()
+        return node
 
     @property
     def failed(self) -> str | None:
@@ -72,49 +126,30 @@ class Node:
 
     # -- lifecycle --
     async def start(self) -> None:
-        await asyncio.to_thread(self._open)
-        assert self.membership is not None
+        self.materializer.start()
         await asyncio.to_thread(self.membership.start)  # creates topics: not on the loop
         self._sync_task = self.supervisor.task("sync", self._sync_loop)
-
-    def _open(self) -> None:
-        s = self.settings
-        self.topics = {name: s.topic(v.changelog_topic) for name, v in self.views.items()}
-        wanted = dict.fromkeys(self.topics.values(), s.partitions)
-        counts = ensure_topics(self.kafka_conf, wanted)
-        self.partitions = {name: counts[t] for name, t in self.topics.items()}
-        root = _state_path(s.state_dir, self.endpoint)
-        self.stores = {name: RocksDBStore(root / name) for name in self.views}
-        self.materializer = Materializer(self.kafka_conf, self.views, self.stores, self.topics,
-                                         self.supervisor)
-        self.materializer.start()
-        self.membership = Membership(self.kafka_conf, s.topic(members_topic(s.cluster)),
-                                     self.endpoint, self.report,
-                                     s.heartbeat_ms, s.member_timeout_ms, self.supervisor,
-                                     s.membership_period_s)
-        self.router = Router(self.membership, self.partitions, s.standby_replicas)
 
     def _fatal(self, part: str, exc: BaseException) -> None:
         """A part cannot recover (any thread; once): answer nothing, stop heartbeating,
         then let ``on_fatal`` end the process."""
         log.critical("node %s failed: %s could not recover (%r); not ready, heartbeat "
                      "stopped, exiting", self.endpoint, part, exc)
-        if self.materializer is not None:
-            self.materializer.halt()
-        if self.membership is not None:
-            self.membership.silence()
+        self.materializer.halt()
+        self.membership.silence()
         if self.on_fatal is not None:
             self.on_fatal()
 
     async def stop(self) -> None:
+        """Leave the cluster and close everything (once; later calls return at once)."""
+        if self.stopping:
+            return
         self.stopping = True
         self.supervisor.stopping = True
         if self._sync_task is not None:
             self._sync_task.cancel()
-        if self.membership is not None:
-            await asyncio.to_thread(self.membership.stop)
-        if self.materializer is not None:
-            await asyncio.to_thread(self.materializer.stop)
+        await asyncio.to_thread(self.membership.stop)
+        await asyncio.to_thread(self.materializer.stop)
         for store in self.stores.values():
             store.close()
 
@@ -126,7 +161,6 @@ class Node:
             await asyncio.sleep(self.settings.heartbeat_ms * 3 / 1000)
             self.assigning = True
         while True:
-            assert self.router is not None and self.materializer is not None
             held = set(self.materializer.holding())
             wanted = self.router.wanted_local(held)
             if wanted != held:
@@ -139,8 +173,6 @@ class Node:
     def report(self) -> Report:
         """Per view partition: next changelog offset and lag (published in heartbeats)."""
         out: Report = {}
-        if self.materializer is None:
-            return out
         for (view, p), st in self.materializer.holding().items():
             out.setdefault(view, {})[p] = {"offset": st.offset, "lag": st.lag,
                                            "restored": int(st.restored)}
@@ -148,20 +180,17 @@ class Node:
 
     def holds(self, view: str, partition: int) -> bool:
         """True when this node can answer for the partition (held and restored)."""
-        if self.materializer is None:
-            return False
         st = self.materializer.states.get((view, partition))
         return st is not None and st.restored
 
     def lag(self, view: str, partition: int) -> int:
-        assert self.materializer is not None
         st = self.materializer.states.get((view, partition))
         return -1 if st is None else st.lag
 
     def ready(self) -> bool:
         """Every partition this node should hold is held and restored (never after a
         part failed for good; while the materializer restarts it holds nothing)."""
-        if not self.assigning or self.materializer is None or self.failed is not None:
+        if not self.assigning or self.failed is not None:
             return False
         held = self.materializer.holding()
         return all(vp in held and held[vp].restored for vp in self.wanted)
@@ -171,7 +200,6 @@ class Node:
         """Wait until the partition reflects the tokens; False on timeout."""
         deadline = time.monotonic() + timeout
         while True:
-            assert self.materializer is not None
             st = self.materializer.states.get((view, partition))
             if st is not None and reflects(st.position, tokens):
                 return True
@@ -185,8 +213,8 @@ class Node:
         sup = self.supervisor
         return {"faults": dict(sup.faults), "down": sorted(sup.down), "failed": sup.failed,
                 "skipped_records": {
-                    "membership": self.membership.skipped if self.membership else 0,
-                    "changelog": self.materializer.skipped if self.materializer else 0}}
+                    "membership": self.membership.skipped,
+                    "changelog": self.materializer.skipped}}
 
     def describe(self) -> dict[str, Any]:
         return {"endpoint": self.endpoint, "ready": self.ready(), "app": self.app.name,

@@ -27,7 +27,14 @@ from streamiq.serving.aggregate import (
     parse_group_by,
 )
 from streamiq.serving.answers import Answers
-from streamiq.serving.coordinator import HOPS, SERVED_BY, GatherReply
+from streamiq.serving.coordinator import HOPS, SERVED_BY
+from streamiq.serving.partials import (
+    AggregatePartial,
+    GatherReply,
+    MultiGetPartial,
+    P,
+    ScanPartial,
+)
 from streamiq.serving.scan import MAX_LIMIT, KeyRange, decode_cursor, merge_rows, scan_partitions
 from streamiq.views.base import View, window_bounds
 
@@ -85,8 +92,8 @@ class _Gather:
             if any(not 0 <= p < n for p in self.all):
                 raise _bad(f"partitions: out of range 0..{n - 1}", "partitions")
 
-    async def run(self, local: Callable[[list[int]], Awaitable[dict[str, Any]]],
-                  finish: Callable[[list[dict[str, Any]]], dict[str, Any]],
+    async def run(self, local: Callable[[list[int]], Awaitable[P]],
+                  finish: Callable[[list[P]], dict[str, Any]],
                   partitions: list[int] | None = None,
                   body: Callable[[list[int]], Any] | None = None) -> Response:
         wanted = self.all if partitions is None else partitions
@@ -94,7 +101,8 @@ class _Gather:
             self.request, self.view.name, wanted, self.max_lag, local, body=body)
         node = self.deps.node.endpoint
         if self.forwarded:
-            reply = GatherReply(partial=partials[0] if partials else None, not_active=missing)
+            reply: GatherReply[P] = {"partial": partials[0] if partials else None,
+                                     "not_active": missing}
             return JSONResponse(reply, headers={HOPS: "0", SERVED_BY: node})
         doc = {"status": "PARTIAL" if missing else "OK", "view": self.view.name,
                **finish(partials), "partitions": len(wanted), "missing_partitions": missing,
@@ -129,7 +137,7 @@ def _multi_get_route(r: APIRouter, deps: Answers) -> None:
         g = _Gather(deps, request, v, max_lag, partitions)
         store = node.stores[v.name]
 
-        async def local(held: list[int]) -> dict[str, Any]:
+        async def local(held: list[int]) -> MultiGetPartial:
             hs = set(held)
             mine = [k for k in keys if part_of[k] in hs]
             by_p: dict[int, list[str]] = {}
@@ -142,12 +150,12 @@ def _multi_get_route(r: APIRouter, deps: Answers) -> None:
                         found[k] = loads_row(raw)
             return {"found": found, "keys": mine}
 
-        def shape(partials: list[dict[str, Any]]) -> dict[str, Any]:
+        def shape(partials: list[MultiGetPartial]) -> dict[str, Any]:
             found: dict[str, Any] = {}
             answered: set[str] = set()
             for part in partials:
-                found.update(part.get("found", {}))
-                answered.update(part.get("keys", []))
+                found.update(part["found"])
+                answered.update(part["keys"])
             results = [{"key": k, "partition": part_of[k], "found": k in found,
                         "value": found.get(k)} for k in keys if k in answered]
             return {"results": results, "missing_keys": [k for k in keys if k not in answered]}
@@ -162,10 +170,10 @@ async def _scan(deps: Answers, request: Request, v: View, rng: KeyRange, limit: 
     g = _Gather(deps, request, v, max_lag, partitions)
     store = deps.node.stores[v.name]
 
-    async def local(held: list[int]) -> dict[str, Any]:
+    async def local(held: list[int]) -> ScanPartial:
         return await asyncio.to_thread(scan_partitions, v, store, held, rng, limit)
 
-    def shape(partials: list[dict[str, Any]]) -> dict[str, Any]:
+    def shape(partials: list[ScanPartial]) -> dict[str, Any]:
         rows, cursor = merge_rows(v, partials, limit)
         return {**extra, "rows": rows, "count": len(rows), "next_cursor": cursor}
 
@@ -270,10 +278,10 @@ def _aggregate_route(r: APIRouter, deps: Answers) -> None:
         g = _Gather(deps, request, v, max_lag, partitions)
         store = node.stores[v.name]
 
-        async def local(held: list[int]) -> dict[str, Any]:
+        async def local(held: list[int]) -> AggregatePartial:
             return await asyncio.to_thread(aggregate_partitions, v, store, held, cols, aggs, rng)
 
-        def shape(partials: list[dict[str, Any]]) -> dict[str, Any]:
+        def shape(partials: list[AggregatePartial]) -> dict[str, Any]:
             merged, rows = merge_partials(aggs, partials)
             return {"group_by": cols, "aggregates": [a.name for a in aggs],
                     "groups": finish(cols, aggs, merged), "rows": rows}

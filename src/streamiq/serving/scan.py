@@ -16,9 +16,9 @@ import json
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from streamiq.serving._json import loads_row
+from streamiq.serving.partials import ScannedRow, ScanPartial
 from streamiq.state.base import Store
 from streamiq.views.base import View, store_key
 
@@ -88,15 +88,15 @@ def decode_cursor(view: str, cursor: str) -> bytes:
     return after
 
 
-def _row(view: View, partition: int, sk: bytes, raw: bytes) -> dict[str, Any]:
+def _row(view: View, partition: int, sk: bytes, raw: bytes) -> ScannedRow:
     key = (sk[:-9] if view.windowed else sk).decode()
     return {"key": key, "partition": partition, "value": loads_row(raw)}
 
 
 def scan_partitions(view: View, store: Store, partitions: Iterable[int], rng: KeyRange,
-                    limit: int) -> dict[str, Any]:
+                    limit: int) -> ScanPartial:
     """Up to ``limit`` rows of the range from each partition (a scatter-gather partial)."""
-    rows: list[dict[str, Any]] = []
+    rows: list[ScannedRow] = []
     more = False
     windowed = view.windowed and (rng.wfrom is not None or rng.wto is not None)
     wfrom = rng.wfrom if rng.wfrom is not None else -(1 << 63)
@@ -115,18 +115,18 @@ def scan_partitions(view: View, store: Store, partitions: Iterable[int], rng: Ke
     return {"rows": rows, "more": more}
 
 
-def row_sort_key(view: View, row: dict[str, Any]) -> bytes:
+def row_sort_key(view: View, row: ScannedRow) -> bytes:
     if view.windowed:
         return store_key(row["key"], int(row["value"]["window_start"]))
     return store_key(row["key"])
 
 
-def merge_rows(view: View, partials: Sequence[dict[str, Any]], limit: int
-               ) -> tuple[list[dict[str, Any]], str | None]:
+def merge_rows(view: View, partials: Sequence[ScanPartial], limit: int
+               ) -> tuple[list[ScannedRow], str | None]:
     """The first ``limit`` rows across partials in key order, and the next cursor."""
-    keyed = [(row_sort_key(view, r), r) for part in partials for r in part.get("rows", [])]
+    keyed = [(row_sort_key(view, r), r) for part in partials for r in part["rows"]]
     keyed.sort(key=lambda kr: kr[0])
-    more = len(keyed) > limit or any(part.get("more") for part in partials)
+    more = len(keyed) > limit or any(part["more"] for part in partials)
     page = keyed[:limit]
     cursor = encode_cursor(view.name, page[-1][0]) if more and page else None
     return [r for _, r in page], cursor

@@ -15,6 +15,7 @@ import pytest_asyncio
 import uvicorn
 
 from streamiq.config import Settings
+from streamiq.routing.router import Endpoint
 from streamiq.serving.app import create_asgi
 from streamiq.serving.protocol import NodeHttpProtocol
 from streamiq.state.base import Checkpoint
@@ -25,9 +26,30 @@ from streamiq.views.orders import ORDER_COUNTS, ORDER_COUNTS_1M
 ME = "127.0.0.1:1"
 
 
-class Router:
+class FakeRouter:
+    """Routing as a test sets it: ``active`` is every partition's active owner (this
+    node unless a test says otherwise), ``fresh`` the replicas the full route finds
+    within any lag bound (default: the active one); ``asked`` counts owner choices."""
+
+    def __init__(self) -> None:
+        self.active = ME
+        self.fresh: list[str] | None = None
+        self.asked = 0
+
     def assigned(self, view: str, p: int, members: Any = None) -> list[str]:
-        return [ME]
+        return [self.active]
+
+    def replicas(self, view: str, p: int, max_lag: int) -> list[Endpoint]:
+        return [Endpoint(a, "active", 0) for a in (self.fresh or [self.active])]
+
+    def owner(self, view: str, p: int, max_lag: int) -> Endpoint:
+        self.asked += 1
+        return Endpoint(self.active, "active", 0)
+
+    def route_elsewhere(self, owner: str) -> None:
+        """``owner`` is the active one, while the full route finds this node (it holds
+        every partition): what an entry node whose view is out of date sees."""
+        self.active, self.fresh = owner, [ME]
 
 
 def make_app(root: Path) -> Any:
@@ -42,7 +64,7 @@ def make_app(root: Path) -> Any:
         settings=Settings(), views={"balances": BALANCES, "order_counts": ORDER_COUNTS,
                                     "order_counts_1m": ORDER_COUNTS_1M},
         partitions={"balances": 3, "order_counts": 3, "order_counts_1m": 3}, stores=stores,
-        router=Router(),
+        router=FakeRouter(),
         endpoint=ME, membership=SimpleNamespace(), holds=lambda v, q: v != "order_counts",
         lag=lambda v, q: 0)
     return create_asgi(Settings(), node=node)  # type: ignore[arg-type]
@@ -61,23 +83,20 @@ def second_app(tmp_path: Path) -> Any:
 
 @pytest.fixture
 def hop_fails(app: Any) -> list[str]:
-    """The lean path sees another node (127.0.0.1:2) as a1's owner and its hop fails;
-    the full route, asked next, finds this node holding a1. Returns the hop's targets."""
-    from streamiq.routing.router import Endpoint
-
+    """The lean path sees another node (127.0.0.1:2, where nothing listens) as a1's
+    owner, so its hop is refused; the full route, asked next, finds this node holding
+    a1. Returns the addresses the lean path's hops went to (HTTP or the wire)."""
     deps = app.deps
-    deps.coordinator.active_here = lambda v, q, lag: False
-    deps.node.router.owner = lambda v, p, lag: Endpoint("127.0.0.1:2", "active", 0)
-    me = Endpoint(deps.node.endpoint, "active", 0)
-    deps.node.router.replicas = lambda v, p, lag: [me]
+    deps.node.router.route_elsewhere("127.0.0.1:2")
     calls: list[str] = []
+    for obj, name in ((deps.coordinator, "http_hop"), (deps.coordinator.hop, "fetch")):
+        real = getattr(obj, name)
 
-    async def refused(address: str, *_: Any) -> None:
-        calls.append(address)
-        raise ConnectionRefusedError(address)
+        def spy(address: str, *a: Any, real: Any = real, **k: Any) -> Any:
+            calls.append(address)
+            return real(address, *a, **k)
 
-    deps.coordinator.http_hop = refused  # HTTP hops (Authorization, no wire)
-    deps.coordinator.hop.fetch = refused  # the lookup wire (serving/wire.py)
+        setattr(obj, name, spy)
     return calls
 
 

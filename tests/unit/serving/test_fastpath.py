@@ -58,13 +58,11 @@ async def test_everything_else_goes_to_the_route(app: Any, path: str, status: in
 
 
 async def test_lean_forward_carries_authorization_and_says_one_hop(app: Any) -> None:
-    from streamiq.routing.router import Endpoint
     from streamiq.serving.hop import HopReply
 
     other = "127.0.0.1:2"
     deps = app.deps
-    deps.node.router.assigned = lambda v, p, members=None: [other]
-    deps.node.router.owner = lambda v, p, lag: Endpoint(other, "active", 0)
+    deps.node.router.active = other
     deps.coordinator._roles_at = -1e9
     sent: list[tuple[str, str, dict[str, str]]] = []
 
@@ -83,12 +81,10 @@ async def test_lean_forward_carries_authorization_and_says_one_hop(app: Any) -> 
 
 
 async def test_lean_forward_goes_over_the_wire_with_the_raw_path(app: Any) -> None:
-    from streamiq.routing.router import Endpoint
     from streamiq.serving.hop import HopReply
 
     deps = app.deps
-    deps.node.router.assigned = lambda v, p, members=None: ["127.0.0.1:2"]
-    deps.node.router.owner = lambda v, p, lag: Endpoint("127.0.0.1:2", "active", 0)
+    deps.node.router.active = "127.0.0.1:2"
     sent: list[tuple[str, bytes]] = []
 
     async def fetch(address: str, frame: bytes) -> HopReply:
@@ -163,25 +159,15 @@ async def test_windowed_view_lookup_is_refused_before_any_position_wait(app: Any
 @pytest.mark.parametrize(("status", "asks"), [(200, 1), (421, 2), (503, 2)])
 async def test_forwarding_choice_is_reused_until_a_hop_says_it_is_stale(
         app: Any, status: int, asks: int) -> None:
-    from streamiq.routing.router import Endpoint
     from streamiq.serving.hop import HopReply
 
     deps = app.deps
-    deps.coordinator.active_here = lambda v, q, lag: False
-    me = Endpoint(deps.node.endpoint, "active", 0)
-    deps.node.router.replicas = lambda v, p, lag: [me]  # what the full route finds
-    asked: list[int] = []
-
-    def owner(v: str, p: int, lag: int) -> Endpoint:
-        asked.append(p)
-        return Endpoint("127.0.0.1:2", "active", 0)
-
+    deps.node.router.route_elsewhere("127.0.0.1:2")
     async def hop(*_: Any) -> HopReply:
         return HopReply(status, {}, b'{"status":"NOT_ACTIVE"}' if status != 200 else b"{}")
 
-    deps.node.router.owner = owner
-    deps.coordinator.hop.fetch = hop  # the lookup wire
+    deps.coordinator.hop.fetch = hop  # the lookup wire: the owner's answer
     for _ in range(2):
         got, _, _ = await call(app, "/v1/views/balances/keys/a1", forwarded=False)
         assert got == 200  # relayed, or answered by the full route after a 421 / 503
-    assert len(asked) == asks  # a stale choice is made again, a good one reused
+    assert deps.node.router.asked == asks  # a stale choice is made again, a good one reused

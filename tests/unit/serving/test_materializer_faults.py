@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,11 +19,11 @@ from streamiq.routing.membership import Membership
 from streamiq.routing.router import Router
 from streamiq.serving.coordinator import Coordinator
 from streamiq.serving.materializer import FAULT_ENV, Materializer, PartitionState
-from streamiq.serving.node import Node
+from streamiq.serving.node import Node, Parts
 from streamiq.state.rocksdb import RocksDBStore
 from streamiq.supervise import Supervisor
 from streamiq.views.bank import BALANCES
-from streamiq.views.base import MARKER_HEADER, store_key
+from streamiq.views.base import MARKER_HEADER, load_app, store_key
 from streamiq.views.orders import ORDER_COUNTS_1M
 
 TOPIC = {"balances": "cl-b", "order_counts_1m": "cl-w"}
@@ -216,15 +217,20 @@ def test_a_materializer_that_cannot_recover_holds_nothing(tmp_path: Path, fake_k
 
 def _node(tmp_path: Path) -> tuple[Node, Coordinator]:
     """A one-node cluster (not started) holding balances 0..2, restored and current."""
-    node = Node(Settings(app="bank", port=9101))
-    node.materializer = _materializer(tmp_path, node.supervisor)
-    node.partitions = {"balances": 3}
+    settings = Settings(app="bank", port=9101)
+    sup = Supervisor()
+    materializer = _materializer(tmp_path, sup)
     for p in range(3):
-        node.materializer.states[("balances", p)] = PartitionState(
+        materializer.states[("balances", p)] = PartitionState(
             offset=5, high_watermark=5, target=5, restored=True)
-    node.membership = Membership({}, "t", node.endpoint, node.report,
-                                 supervisor=node.supervisor)
-    node.router = Router(node.membership, node.partitions, 1)
+    partitions = {"balances": 3}
+    reports: list[Node] = []
+    membership = Membership({}, "t", settings.endpoint, lambda: reports[0].report(),
+                            supervisor=sup)
+    parts = Parts(partitions, {"balances": TOPIC["balances"]}, materializer.stores,
+                  materializer, membership, Router(membership, partitions, 1))
+    node = Node(settings, load_app("bank"), parts, sup)
+    reports.append(node)
     node.assigning = True
     node.wanted = {("balances", p) for p in range(3)}
     return node, Coordinator(node)
@@ -233,8 +239,7 @@ def _node(tmp_path: Path) -> tuple[Node, Coordinator]:
 def test_node_fails_closed_while_the_materializer_is_down(tmp_path: Path) -> None:
     node, co = _node(tmp_path)
     assert node.ready() and node.holds("balances", 0) and co.active_here("balances", 0, 10)
-    assert node.materializer is not None
-    node.materializer._forget()  # what the loop does when it raises, before restarting
+    node.materializer.forget()  # what the loop does when it raises, before restarting
     assert not node.ready()
     assert not node.holds("balances", 0) and node.lag("balances", 0) == -1
     assert not co.active_here("balances", 0, 10)  # no local answer from frozen rows
@@ -242,7 +247,6 @@ def test_node_fails_closed_while_the_materializer_is_down(tmp_path: Path) -> Non
     # its own routing entry follows within the membership's self-report TTL (until then a
     # local attempt is refused by holds() above, and the next replica is asked)
     router = node.router
-    assert router is not None
     _wait(lambda: router.replicas("balances", 0, 10) == [], "no replica left")
 
 
@@ -250,13 +254,19 @@ def test_a_fatal_failure_stops_answers_and_heartbeats_and_asks_to_exit(tmp_path:
     node, co = _node(tmp_path)
     exits: list[str | None] = []
     node.on_fatal = lambda: exits.append(node.failed)
-    node.supervisor.restarts = 0
-    node.supervisor._crashed("members", RuntimeError("deaf"), started=time.monotonic())
+    node.supervisor.restarts = 0  # the first crash of a part is one too many
+
+    def deaf() -> None:
+        raise RuntimeError("deaf")
+
+    part = node.supervisor.thread("members", deaf, threading.Event())
+    part.start()
+    part.join(10)
     assert exits == ["members"]
     assert not node.ready() and not co.active_here("balances", 0, 10)
     assert node.report() == {}
-    assert node.membership is not None and node.membership._stop.is_set()  # no heartbeat
-    assert node.materializer is not None and node.materializer._stop.is_set()
+    assert node.membership.silenced  # no heartbeat
+    assert node.materializer.stopped
     health = node.describe()
     assert health["failed"] == "members" and health["faults"] == {"members": 1}
     assert health["skipped_records"] == {"membership": 0, "changelog": 0}

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from streamiq.config import Settings
 from streamiq.serving.materializer import PartitionState
-from streamiq.serving.node import Node
+from streamiq.serving.node import Node, Parts
+from streamiq.supervise import Supervisor
+from streamiq.views.base import load_app
 
 
 class FakeMaterializer:
@@ -16,8 +18,10 @@ class FakeMaterializer:
 
 
 def _node() -> Node:
-    node = Node(Settings(app="bank"))
-    node.materializer = FakeMaterializer()  # type: ignore[assignment]
+    parts = Parts(partitions={"balances": 2}, topics={}, stores={},
+                  materializer=FakeMaterializer(),  # type: ignore[arg-type]
+                  membership=None, router=None)  # type: ignore[arg-type]  # not used here
+    node = Node(Settings(app="bank"), load_app("bank"), parts, Supervisor())
     node.assigning = True
     return node
 
@@ -31,7 +35,6 @@ def test_not_ready_before_the_assignment_is_picked_up() -> None:
 def test_ready_only_when_every_wanted_partition_is_restored() -> None:
     node = _node()
     node.wanted = {("balances", 0), ("balances", 1)}
-    assert node.materializer is not None
     node.materializer.states[("balances", 0)] = PartitionState(restored=True)
     node.materializer.states[("balances", 1)] = PartitionState(restored=False)
     assert not node.ready()

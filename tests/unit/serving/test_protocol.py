@@ -13,7 +13,6 @@ import pytest_asyncio
 import uvicorn
 from fakes import RecordingTransport
 
-from streamiq.routing.router import Endpoint
 from streamiq.serving.hop import HopReply
 from streamiq.serving.protocol import (
     MISSING_HOOKS,
@@ -77,8 +76,7 @@ async def test_connection_close_is_honoured(server: int) -> None:
 
 async def test_forwarded_lookup_relays_the_owner_reply(app: Any, server: int) -> None:
     deps = app.deps
-    deps.coordinator.active_here = lambda v, q, lag: False
-    deps.node.router.owner = lambda v, p, lag: Endpoint("127.0.0.1:2", "active", 0)
+    deps.node.router.active = "127.0.0.1:2"
 
     async def hop(address: str, frame: bytes) -> HopReply:
         return HopReply(200, {}, b'{"k":1}')  # over the lookup wire: no headers
@@ -127,10 +125,7 @@ async def test_forwarded_lookups_reuse_a_pooled_hop_and_survive_a_dropped_one(
     srv = await asyncio.start_server(owner, "127.0.0.1", 0)
     address = f"127.0.0.1:{srv.sockets[0].getsockname()[1]}"
     deps = app.deps
-    deps.coordinator.active_here = lambda v, q, lag: False
-    deps.node.router.owner = lambda v, p, lag: Endpoint(address, "active", 0)
-    me = Endpoint(deps.node.endpoint, "active", 0)
-    deps.node.router.replicas = lambda v, p, lag: [me]  # what the full route finds
+    deps.node.router.route_elsewhere(address)
     hops: list[str] = []
     http_hop = deps.coordinator.http_hop
 

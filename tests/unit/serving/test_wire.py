@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 from fakes import RecordingTransport
 
-from streamiq.routing.router import Endpoint
 from streamiq.serving.hop import HopClient
 from streamiq.serving.wire import MAX_LINE, PREFACE, WireServer, WireUnsupported, request_frame
 from streamiq.views.bank import BALANCES
@@ -61,9 +60,7 @@ async def test_the_node_port_speaks_the_wire_after_its_preface(app: Any, serve_n
 
 def entry_for(entry: Any, owner_port: int) -> Any:
     """The node app as an entry node that sees the owner as every partition's active."""
-    deps = entry.deps
-    deps.coordinator.active_here = lambda v, q, lag: False
-    deps.node.router.owner = lambda v, p, lag: Endpoint(f"127.0.0.1:{owner_port}", "active", 0)
+    entry.deps.node.router.active = f"127.0.0.1:{owner_port}"
     return entry
 
 
