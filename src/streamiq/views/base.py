@@ -68,6 +68,9 @@ class View:
     #: before it says ready, so the first real write does not pay the JVM's and Python
     #: workers' warm-up. ``None``: one is made from ``value_schema``.
     example: Mapping[str, Any] | None = field(default=None, compare=False)
+    #: Global (Kafka Streams' GlobalKTable): every serving node holds every partition,
+    #: so a lookup is answered where it arrives. For small reference tables.
+    is_global: bool = False
 
     @property
     def changelog_topic(self) -> str:
@@ -102,7 +105,7 @@ class View:
             "key_columns": list(self.key_columns), "value_columns": list(self.value_columns),
             "windowed": self.windowed, "window": self.window,
             "source_topics": list(self.source_topics), "changelog_topic": self.changelog_topic,
-            "key_format": KEY_SEP.join(self.key_columns),
+            "key_format": KEY_SEP.join(self.key_columns), "global": self.is_global,
         }
 
 
