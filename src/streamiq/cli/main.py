@@ -1,7 +1,10 @@
-"""``streamiq`` command line: ``up`` runs everything; each part also runs on its own.
+"""The streamiq command line.
 
-Every flag mirrors a :class:`~streamiq.config.Settings` field and its env var
-``STREAMIQ_<NAME>``; a flag given on the command line wins over the environment.
+``up`` runs everything; each part (broker, ingest, pipeline, node) also runs on its
+own; ``status``, ``query`` and ``load`` talk to a running cluster. Every setting flag
+mirrors a :class:`~streamiq.config.Settings` field and its env var
+``STREAMIQ_<NAME>``; a flag given on the command line wins over the environment. The
+help texts are plain text (no markup): argparse prints them as written.
 """
 
 from __future__ import annotations
@@ -10,10 +13,14 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from pydantic import ValidationError
 
+from streamiq.cli import load, query, status
+from streamiq.cli.common import CliError
 from streamiq.config import Settings
 
 __all__ = ["main"]
@@ -40,16 +47,40 @@ COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
+#: commands that talk to a running cluster: module with add_parser(sub) and run(args)
+CLIENTS: dict[str, ModuleType] = {"status": status, "query": query, "load": load}
+
+DESCRIPTION = ("streamiq: queryable state for PySpark Structured Streaming. 'streamiq up' "
+               "runs the whole demo (broker, ingest, pipeline, 3 nodes); each part also runs "
+               "on its own; status, query and load talk to a running cluster.")
+EPILOG = ("Every setting flag also reads its environment variable STREAMIQ_<NAME> (shown "
+          "in each command's help); a flag given on the command line wins. "
+          "'streamiq COMMAND --help' lists a command's flags.")
+
+
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
+
+
+def _shown(default: Any) -> str:
+    """A default as a person would type it: no Python reprs."""
+    if default is None:
+        return "unset"
+    if isinstance(default, bool):
+        return "on" if default else "off"
+    if isinstance(default, dict):
+        return json.dumps(default)
+    if isinstance(default, Path):
+        return str(default)
+    return str(default) if default != "" else "empty"
 
 
 def _add_fields(p: argparse.ArgumentParser, fields: Sequence[str]) -> None:
     for name in fields:
         info = Settings.model_fields[name]
         env = f"STREAMIQ_{name.upper()}"
-        default = info.get_default(call_default_factory=True)
-        help_ = f"{info.description} [env {env}; default {default!r}]"
+        default = _shown(info.get_default(call_default_factory=True))
+        help_ = f"{info.description} [env {env}; default {default}]"
         if info.annotation is bool:
             p.add_argument(_flag(name), dest=name, action=argparse.BooleanOptionalAction,
                            default=None, help=help_)
@@ -58,14 +89,18 @@ def _add_fields(p: argparse.ArgumentParser, fields: Sequence[str]) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="streamiq", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="streamiq", description=DESCRIPTION, epilog=EPILOG)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for cmd, (help_, fields) in COMMANDS.items():
-        sp = sub.add_parser(cmd, help=help_, description=help_)
+        sp = sub.add_parser(cmd, help=help_, description=help_ + ".")
         _add_fields(sp, fields)
         if cmd == "up":
-            sp.add_argument("--nodes", type=int, default=3, help="serving nodes (ports 9001..)")
-            sp.add_argument("--node-port", type=int, default=9001, help="first node port")
+            sp.add_argument("--nodes", type=int, default=3, metavar="N",
+                            help="serving nodes, on ports --node-port and up [default 3]")
+            sp.add_argument("--node-port", type=int, default=9001, metavar="PORT",
+                            help="first node's port [default 9001]")
+    for module in CLIENTS.values():
+        module.add_parser(sub)
     return parser
 
 
@@ -110,8 +145,24 @@ def _runner(cmd: str) -> Callable[..., None]:
     return run_node
 
 
+def _run_client(args: argparse.Namespace) -> int:
+    """status / query / load: one line and exit 1 on failure, never a traceback."""
+    if args.check is not None:
+        args.check(args)  # flags that do not go together: a usage error (exit 2)
+    try:
+        code: int = CLIENTS[args.command].run(args)
+    except CliError as exc:
+        print(f"streamiq: error: {exc}", file=sys.stderr, flush=True)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
+    if args.command in CLIENTS:
+        raise SystemExit(_run_client(args))
     settings = settings_from_args(args, COMMANDS[args.command][1])
     run = _runner(args.command)
     try:

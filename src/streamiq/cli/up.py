@@ -30,6 +30,7 @@ from typing import Any
 
 import httpx
 
+from streamiq.cli.readybar import ReadyBar
 from streamiq.config import Settings
 from streamiq.kafka.broker import BrokerError, EmbeddedBroker, port_in_use
 
@@ -256,12 +257,17 @@ class Supervisor:
             self._announced = True
             _say(self.all_ready)
 
-    def run(self, stopping: threading.Event) -> int:
+    def run(self, stopping: threading.Event,
+            tick: Callable[[list[Part]], None] | None = None) -> int:
+        """Start every part, then step until told to stop; ``tick`` sees the parts
+        after each step (the ready bar)."""
         self.start_all()
         while not stopping.wait(0.25):
             code = self.step()
             if code is not None:
                 return code
+            if tick is not None:
+                tick(self.parts)
         return 0
 
     def stop(self, timeout: float = 30) -> None:
@@ -384,7 +390,8 @@ def run_up(settings: Settings, nodes: int = 3, node_port: int = 9001) -> None:
     code = 0
     try:
         if not stopping.is_set():
-            code = sup.run(stopping)
+            with ReadyBar(sup.parts, _OUT) as bar:
+                code = sup.run(stopping, tick=bar.tick)
     finally:
         _say("stopping")
         sup.stop()

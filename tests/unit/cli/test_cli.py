@@ -34,3 +34,35 @@ def test_kafka_passthrough_and_secret() -> None:
     assert s.kafka()["security.protocol"] == "SASL_SSL"
     with pytest.raises(SystemExit, match="--kafka-config"):
         _settings(["node", "--kafka-config", "{not json"])
+
+
+def _help(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args([*argv, "--help"])
+    assert exc.value.code == 0
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", [None, "up", "broker", "ingest", "pipeline", "node",
+                                     "status", "query", "load"])
+def test_help_is_plain_text(command: str | None, capsys: pytest.CaptureFixture[str]) -> None:
+    text = _help([command] if command else [], capsys)
+    for artefact in ("``", ":class:", "PosixPath", "default None", "default False",
+                     "default True", "default ''"):
+        assert artefact not in text, (artefact, text)
+
+
+def test_top_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
+    text = _help([], capsys)
+    assert text.splitlines()[2].startswith("streamiq: queryable state")
+    for command in ("up", "broker", "ingest", "pipeline", "node", "status", "query", "load"):
+        assert f"\n    {command} " in text
+
+
+def test_help_shows_defaults_as_typed(capsys: pytest.CaptureFixture[str]) -> None:
+    text = " ".join(_help(["node"], capsys).split())
+    assert "[env STREAMIQ_STATE_DIR; default .streamiq/state]" in text
+    assert "[env STREAMIQ_ADVERTISED; default unset]" in text
+    assert "[env STREAMIQ_REDIRECT; default off]" in text
+    assert "[env STREAMIQ_TOPIC_PREFIX; default empty]" in text
+    assert "[env STREAMIQ_KAFKA_CONFIG; default {}]" in text

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import signal
+import threading
 from typing import Any
 
 import pytest
@@ -222,3 +223,19 @@ def test_up_runs_both_scenarios_by_default_and_gives_every_part_the_same_app() -
     assert "POST http://127.0.0.1:8181/account/{id}?amount=N or http://127.0.0.1:8181/orders" \
         in line
     assert "127.0.0.1:9101-9103" in line
+
+
+def test_run_ticks_with_the_parts_after_every_step() -> None:
+    w = World(["ingest", "node:9001"])
+    w.ready = {"ingest"}
+    stopping = threading.Event()
+    seen: list[list[bool]] = []
+
+    def tick(parts: list[Part]) -> None:
+        seen.append([p.ever_ready for p in parts])
+        w.ready.add("node:9001")
+        if len(seen) == 2:
+            stopping.set()
+
+    assert w.sup.run(stopping, tick=tick) == 0
+    assert seen == [[True, False], [True, True]]

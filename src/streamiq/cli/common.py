@@ -1,0 +1,86 @@
+"""What the client commands (status, query, load) share: address flags, errors, output.
+
+An address flag reads its environment variable as its default, and its help says both,
+like every setting flag. A :class:`CliError` is printed as one line and exits 1; the
+commands raise it for anything a person should read instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import httpx
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+__all__ = ["CliError", "add_address", "cell", "console", "print_json", "reason", "rows_table"]
+
+
+class CliError(Exception):
+    """A failure said in one line (``streamiq: error: ...``); exit status 1."""
+
+
+def add_address(p: argparse.ArgumentParser, flag: str, env: str, default: str,
+                what: str) -> None:
+    """``--node HOST:PORT`` style flag whose default comes from ``env``."""
+    p.add_argument(flag, default=os.environ.get(env) or default, metavar="HOST:PORT",
+                   help=f"{what} [env {env}; default {default}]")
+
+
+def reason(exc: Exception) -> str:
+    """Why a request failed, in a few words."""
+    if isinstance(exc, httpx.ConnectError):
+        return "connection refused or host unreachable"
+    if isinstance(exc, httpx.TimeoutException):
+        return "timed out"
+    if isinstance(exc, httpx.HTTPStatusError):
+        return f"answered HTTP {exc.response.status_code}"
+    if isinstance(exc, ValueError):
+        return "answered something that is not JSON"
+    return str(exc) or type(exc).__name__
+
+
+def console(stderr: bool = False) -> Console:
+    """Output console: colours and live displays only on a terminal; never markup
+    from data (cells are Text)."""
+    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+
+
+def print_json(doc: Any) -> None:
+    sys.stdout.write(json.dumps(doc, indent=2, sort_keys=False, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def cell(value: Any) -> Text:
+    """A table cell: plain text (``[x]`` in a key is shown, not taken for markup)."""
+    if value is None:
+        return Text("-", style="dim")
+    if isinstance(value, bool):
+        return Text("yes" if value else "no", style="green" if value else "red")
+    if isinstance(value, float):
+        return Text(f"{value:.6g}" if abs(value) < 1e15 else repr(value))
+    if isinstance(value, dict | list):
+        return Text(json.dumps(value, default=str))
+    return Text(str(value))
+
+
+def columns_of(rows: Iterable[dict[str, Any]]) -> list[str]:
+    """Every column that appears, in first-seen order."""
+    return list(dict.fromkeys(k for row in rows for k in row))
+
+
+def rows_table(rows: Sequence[dict[str, Any]], title: str | None = None) -> Table:
+    """A table of dict rows, one column per key."""
+    cols = columns_of(rows)
+    table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+    for c in cols:
+        table.add_column(c, overflow="fold")
+    for row in rows:
+        table.add_row(*(cell(row.get(c)) for c in cols))
+    return table

@@ -1,0 +1,164 @@
+"""``streamiq status``: the cluster as one table, or as JSON with ``--json``.
+
+The cluster map comes from the first node that answers ``GET /v1/cluster`` (every node
+computes the same one); readiness from each member's own ``GET /health``. Each node
+lists, per view, every partition it is assigned or holds: its role (``active``,
+``standby``, or ``previous`` for a partition it still holds while new replicas
+restore), changelog offset and lag, and whether it has restored.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import httpx
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from streamiq.cli.common import CliError, add_address, cell, console, print_json, reason
+
+__all__ = ["add_parser", "build_status", "fetch", "render", "run"]
+
+HELP = "show the cluster: nodes, and per view the partitions each holds, role, lag, ready"
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("status", help=HELP, description=HELP + ".")
+    add_address(p, "--node", "STREAMIQ_NODE", "localhost:9001",
+                "Any node of the cluster (comma-separate several to try in turn).")
+    p.set_defaults(check=None)
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--timeout", type=float, default=3.0, metavar="SECONDS",
+                   help="per-request timeout [default 3]")
+
+
+def fetch(seeds: str, timeout: float = 3.0, transport: httpx.BaseTransport | None = None
+          ) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """The node that answered, its ``/v1/cluster`` and each member's ``/health``
+    (None for a member that did not answer)."""
+    errors = []
+    with httpx.Client(timeout=httpx.Timeout(timeout, connect=min(timeout, 2.0)),
+                      transport=transport) as http:
+        for seed in [s.strip() for s in seeds.split(",") if s.strip()]:
+            try:
+                r = http.get(f"http://{seed}/v1/cluster")
+                r.raise_for_status()
+                cluster = r.json()
+            except (httpx.HTTPError, ValueError) as exc:
+                errors.append(f"{seed}: {reason(exc)}")
+                continue
+            health = {n["endpoint"]: _health(http, n["endpoint"]) for n in cluster["nodes"]}
+            return seed, cluster, health
+    raise CliError("no streamiq node answered (" + "; ".join(errors or ["no address"]) + ")")
+
+
+def _health(http: httpx.Client, endpoint: str) -> dict[str, Any] | None:
+    try:
+        r = http.get(f"http://{endpoint}/health")
+        doc: dict[str, Any] = r.json()
+        return doc
+    except (httpx.HTTPError, ValueError):
+        return None
+
+
+def _role(endpoint: str, assigned: list[str]) -> str:
+    if assigned and assigned[0] == endpoint:
+        return "active"
+    return "standby" if endpoint in assigned else "previous"
+
+
+def _node_partitions(endpoint: str, held: dict[str, Any],
+                     views: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for view, parts in sorted(views.items()):
+        mine = held.get(view, {})
+        for p, pv in sorted(parts.items(), key=lambda kv: int(kv[0])):
+            state = mine.get(p)
+            if state is None and endpoint not in pv.get("assigned", []):
+                continue
+            state = state or {}
+            out.append({"view": view, "partition": int(p),
+                        "role": _role(endpoint, pv.get("assigned", [])),
+                        "offset": state.get("offset"), "lag": state.get("lag"),
+                        "restored": bool(state.get("restored", False))})
+    return out
+
+
+def _problems(health: dict[str, Any]) -> list[str]:
+    out = []
+    if health.get("failed"):
+        out.append(f"failed: {health['failed']}")
+    if health.get("down"):
+        out.append("restarting: " + ", ".join(health["down"]))
+    if health.get("faults"):
+        out.append("faults: " + ", ".join(f"{k} {v}" for k, v in health["faults"].items()))
+    skipped = {k: v for k, v in (health.get("skipped_records") or {}).items() if v}
+    if skipped:
+        out.append("skipped records: " + ", ".join(f"{k} {v}" for k, v in skipped.items()))
+    return out
+
+
+def build_status(via: str, cluster: dict[str, Any],
+                 health: dict[str, dict[str, Any] | None]) -> dict[str, Any]:
+    """The status document (what ``--json`` prints) from the raw answers."""
+    views = cluster.get("views", {})
+    nodes = []
+    for n in cluster.get("nodes", []):
+        ep = n["endpoint"]
+        h = health.get(ep)
+        nodes.append({"endpoint": ep, "reachable": h is not None,
+                      "ready": bool(h and h.get("ready")), "started_at": n.get("started_at"),
+                      "problems": _problems(h) if h else ["did not answer /health"],
+                      "partitions": _node_partitions(ep, n.get("partitions", {}), views)})
+    served = {view: [{"partition": int(p), "active": (pv.get("assigned") or [None])[0],
+                      "standbys": pv.get("assigned", [])[1:],
+                      "answering": [r["address"] for r in pv.get("replicas", [])]}
+                     for p, pv in sorted(parts.items(), key=lambda kv: int(kv[0]))]
+              for view, parts in sorted(views.items())}
+    return {"via": via, "nodes": nodes, "views": served}
+
+
+def _summary(doc: dict[str, Any]) -> Text:
+    nodes = doc["nodes"]
+    ready = sum(n["ready"] for n in nodes)
+    parts = [pv for ps in doc["views"].values() for pv in ps]
+    unserved = [f"{v} p{pv['partition']}" for v, ps in doc["views"].items() for pv in ps
+                if not pv["answering"]]
+    text = Text(f"cluster via {doc['via']}: {len(nodes)} nodes ({ready} ready), "
+                f"{len(doc['views'])} views, {len(parts)} partitions")
+    if unserved:
+        text.append(f"; no replica can answer: {', '.join(unserved)}", style="bold red")
+    return text
+
+
+def render(doc: dict[str, Any]) -> Group:
+    """The summary line, then one row per node, view and partition."""
+    table = Table(show_edge=False, pad_edge=False)
+    for name in ("node", "ready", "view", "partition", "role", "offset", "lag", "restored"):
+        table.add_column(name, justify="right" if name in ("partition", "offset", "lag")
+                         else "left")
+    for n in doc["nodes"]:
+        ready = cell(n["ready"]) if n["reachable"] else Text("unreachable", style="red")
+        first = [Text(n["endpoint"], style="bold"), ready]
+        for i, pv in enumerate(n["partitions"] or [{}]):
+            head = first if i == 0 else [Text(""), Text("")]
+            role = Text(pv.get("role", "-"), style="bold" if pv.get("role") == "active" else "")
+            table.add_row(*head, cell(pv.get("view")), cell(pv.get("partition")), role,
+                          cell(pv.get("offset")), cell(pv.get("lag")),
+                          cell(pv.get("restored")) if pv else cell(None))
+        table.add_section()
+    problems = [Text(f"{n['endpoint']}: {problem}", style="yellow")
+                for n in doc["nodes"] for problem in n["problems"]]
+    return Group(_summary(doc), table, *problems)
+
+
+def run(args: argparse.Namespace) -> int:
+    via, cluster, health = fetch(args.node, args.timeout)
+    doc = build_status(via, cluster, health)
+    if args.json:
+        print_json(doc)
+    else:
+        console().print(render(doc))
+    return 0

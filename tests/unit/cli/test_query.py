@@ -1,0 +1,157 @@
+"""streamiq query: which flags go together, what is printed, exit codes."""
+
+from __future__ import annotations
+
+import functools
+import io
+import json
+import re
+from typing import Any
+
+import httpx
+import pytest
+from rich.console import Console
+
+from streamiq.cli import query
+from streamiq.cli.main import build_parser, main
+from streamiq.client import Client
+
+NODE = "127.0.0.1:9001"
+ROW = {"account": "100001", "balance": 42, "count": 3, "last_update": 1700000000000}
+
+
+def usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    return capsys.readouterr().err.splitlines()[-1]
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["query", "balances"], "give a KEY, or --scan or --aggregate"),
+    (["query", "balances", "k", "--start", "a"], "--start does not apply to a key lookup"),
+    (["query", "balances", "k", "--prefix", "a"], "--prefix does not apply to a key lookup"),
+    (["query", "balances", "--scan", "--agg", "sum(x)"], "--agg does not apply to --scan"),
+    (["query", "balances", "--scan", "--position", "t:0:1"],
+     "--position does not apply to --scan"),
+    (["query", "balances", "--aggregate", "--limit", "5"],
+     "--limit does not apply to --aggregate"),
+    (["query", "balances", "k", "--scan"], "KEY 'k' is for a key lookup"),
+    (["query", "balances", "--scan", "--limit", "1001"], "--limit: expected 1-1000"),
+    (["query", "balances", "k", "--max-lag", "-1"], "--max-lag: must not be negative"),
+    (["query", "balances", "--scan", "--aggregate"], "--aggregate: not allowed with argument"),
+    (["query", "balances", "k", "--limit", "x"], "--limit: invalid int value"),
+])
+def test_flags_that_do_not_fit_are_usage_errors_naming_the_flag(
+        argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert message in usage_error(argv, capsys)
+
+
+def test_node_address_from_flag_then_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert build_parser().parse_args(["query", "v", "k"]).node == "localhost:9001"
+    monkeypatch.setenv("STREAMIQ_NODE", "h:1")
+    assert build_parser().parse_args(["query", "v", "k"]).node == "h:1"
+    assert build_parser().parse_args(["query", "v", "k", "--node", "h:2"]).node == "h:2"
+
+
+def fake_cluster(answers: dict[str, tuple[int, Any, int]]) -> httpx.MockTransport:
+    """One node answering /v1/views, /v1/cluster and ``answers`` (path: status, body, hops);
+    records the query strings it saw in ``seen``."""
+    seen: list[str] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        seen.append(f"{path}?{request.url.query.decode()}")
+        if path == "/v1/views":
+            return httpx.Response(200, json={"views": [{"name": "balances", "partitions": 1}]})
+        if path == "/v1/cluster":
+            return httpx.Response(200, json={"nodes": [{"endpoint": NODE}], "views": {
+                "balances": {"0": {"assigned": [NODE], "replicas": []}}}})
+        status, body, hops = answers[path]
+        return httpx.Response(status, json=body, headers={"x-streamiq-hops": str(hops)})
+
+    transport = httpx.MockTransport(handle)
+    transport.seen = seen  # type: ignore[attr-defined]
+    return transport
+
+
+def run_cli(monkeypatch: pytest.MonkeyPatch, transport: httpx.MockTransport,
+            argv: list[str]) -> int:
+    monkeypatch.setattr(query, "Client", functools.partial(Client, transport=transport))
+    with pytest.raises(SystemExit) as exc:
+        main([*argv, "--node", NODE])
+    return int(exc.value.code or 0)
+
+
+def test_key_lookup_json_says_who_served_and_hops(monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    body = {"view": "balances", "key": "100001", "partition": 0, "value": ROW,
+            "served_by": "127.0.0.1:9002", "role": "active", "lag": 0}
+    t = fake_cluster({"/v1/views/balances/keys/100001": (200, body, 1)})
+    code = run_cli(monkeypatch, t, ["query", "balances", "100001", "--json",
+                                    "--position", "bank:0:5", "--wait-ms", "100"])
+    assert code == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc == {**body, "asked": NODE, "hops": 1}
+    assert "/v1/views/balances/keys/100001?position=bank%3A0%3A5&wait_ms=100" in t.seen
+
+
+def test_missing_key_exits_1(monkeypatch: pytest.MonkeyPatch,
+                             capsys: pytest.CaptureFixture[str]) -> None:
+    t = fake_cluster({"/v1/views/balances/keys/nope": (
+        404, {"status": "NOT_FOUND", "error": "no such key"}, 0)})
+    assert run_cli(monkeypatch, t, ["query", "balances", "nope", "--json"]) == 1
+    out = capsys.readouterr()
+    assert json.loads(out.out)["status"] == "NOT_FOUND" and "no key 'nope'" in out.err
+
+
+def test_server_error_is_one_line_exit_1(monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    t = fake_cluster({"/v1/views/nope/keys/k": (
+        404, {"status": "UNKNOWN_VIEW", "error": "unknown view 'nope'"}, 0)})
+    assert run_cli(monkeypatch, t, ["query", "nope", "k"]) == 1
+    assert capsys.readouterr().err == \
+        "streamiq: error: 404 UNKNOWN_VIEW: unknown view 'nope'\n"
+
+
+def test_scan_and_aggregate_pass_the_api_parameters(monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    scan = {"status": "OK", "rows": [ROW], "count": 1, "next_cursor": None, "partitions": 1,
+            "missing_partitions": [], "served_by": NODE}
+    agg = {"status": "OK", "groups": [{"sum(balance)": 42}], "partitions": 1,
+           "missing_partitions": [], "served_by": NODE}
+    t = fake_cluster({"/v1/views/balances/scan": (200, scan, 0),
+                      "/v1/views/balances/aggregate": (200, agg, 2)})
+    assert run_cli(monkeypatch, t, ["query", "balances", "--scan", "--start", "1", "--end",
+                                    "2", "--prefix", "10", "--limit", "5"]) == 0
+    assert run_cli(monkeypatch, t, ["query", "balances", "--aggregate", "--group-by",
+                                    "account", "--agg", "sum(balance)", "--agg", "count(*)",
+                                    "--max-lag", "7"]) == 0
+    assert "/v1/views/balances/scan?from=1&to=2&prefix=10&limit=5" in t.seen
+    assert ("/v1/views/balances/aggregate?group_by=account&agg=sum%28balance%29"
+            "&agg=count%28%2A%29&max_lag=7") in t.seen
+    out = capsys.readouterr().out
+    assert "100001" in out and "sum(balance)" in out and "2 hops" in out
+
+
+def render_text(mode: str, doc: dict[str, Any]) -> str:
+    out = io.StringIO()
+    Console(file=out, width=120, color_system=None).print(query.render(mode, doc))
+    return out.getvalue()
+
+
+def test_pretty_key_answer_lists_columns_and_who_served() -> None:
+    text = render_text("key", {"view": "balances", "key": "[b]x", "partition": 2,
+                               "value": ROW, "served_by": "n2", "role": "standby", "lag": 4,
+                               "asked": "n1", "hops": 1})
+    assert "balances [b]x (partition 2)" in text  # data is never taken for markup
+    assert re.search(r"^balance +42 *$", text, re.M) and re.search(r"^count +3 *$", text, re.M)
+    assert text.strip().endswith("served by n2 (standby, lag 4); asked n1, 1 hop")
+
+
+def test_pretty_partial_scan_says_so_and_prints_the_next_cursor() -> None:
+    text = render_text("scan", {"status": "PARTIAL", "rows": [ROW], "missing_partitions": [1],
+                                "next_cursor": "abc", "served_by": "n1", "asked": "n1",
+                                "hops": 2})
+    assert "PARTIAL: partitions [1] had no replica able to answer" in text
+    assert "more: --cursor abc" in text

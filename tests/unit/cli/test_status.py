@@ -1,0 +1,141 @@
+"""streamiq status: the document built from /v1/cluster and /health, its table, errors."""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any
+
+import httpx
+import pytest
+from rich.console import Console
+
+from streamiq.cli import status
+from streamiq.cli.common import CliError
+from streamiq.cli.main import main
+
+A, B, C = "127.0.0.1:9001", "127.0.0.1:9002", "127.0.0.1:9003"
+
+
+def _held(*parts: int, lag: int = 0, restored: int = 1) -> dict[str, Any]:
+    return {str(p): {"offset": 10 + p, "lag": lag, "restored": restored} for p in parts}
+
+
+def cluster_doc() -> dict[str, Any]:
+    """Three nodes, one view of three partitions, one standby each; C still restores
+    partition 1 and A still holds partition 2 it no longer is assigned (previous)."""
+    assigned = {"0": [A, B], "1": [B, C], "2": [C, B]}
+    replicas = {"0": [A, B], "1": [B], "2": [C, B, A]}
+    return {
+        "self": A,
+        "nodes": [
+            {"endpoint": A, "self": True, "started_at": 1.0,
+             "partitions": {"balances": _held(0, 2)}},
+            {"endpoint": B, "self": False, "started_at": 2.0,
+             "partitions": {"balances": _held(0, 1, 2)}},
+            {"endpoint": C, "self": False, "started_at": 3.0,
+             "partitions": {"balances": {**_held(2), **_held(1, lag=40, restored=0)}}},
+        ],
+        "views": {"balances": {p: {"assigned": assigned[p],
+                                   "replicas": [{"address": r, "role": "x", "lag": 0}
+                                                for r in replicas[p]]}
+                               for p in assigned}},
+        "health": {},
+    }
+
+
+HEALTH = {A: {"ready": True, "faults": {}, "down": [], "failed": None,
+              "skipped_records": {"membership": 0, "changelog": 0}},
+          B: {"ready": True, "faults": {"materializer": 2}, "down": []},
+          C: None}
+
+
+def test_roles_lag_and_restored_per_node() -> None:
+    doc = status.build_status(A, cluster_doc(), HEALTH)
+    by_node = {n["endpoint"]: n for n in doc["nodes"]}
+    roles = {ep: [(p["partition"], p["role"]) for p in n["partitions"]]
+             for ep, n in by_node.items()}
+    assert roles == {A: [(0, "active"), (2, "previous")],
+                     B: [(0, "standby"), (1, "active"), (2, "standby")],
+                     C: [(1, "standby"), (2, "active")]}
+    c1 = by_node[C]["partitions"][0]
+    assert (c1["lag"], c1["restored"], c1["offset"]) == (40, False, 11)
+    assert by_node[A]["ready"] and by_node[A]["problems"] == []
+    assert by_node[B]["problems"] == ["faults: materializer 2"]
+    assert not by_node[C]["reachable"] and not by_node[C]["ready"]
+    assert doc["views"]["balances"][1] == {"partition": 1, "active": B, "standbys": [C],
+                                           "answering": [B]}
+
+
+def test_assigned_partition_not_yet_held_is_listed_unrestored() -> None:
+    doc = cluster_doc()
+    doc["nodes"][2]["partitions"] = {}  # C just joined: holds nothing yet
+    c = status.build_status(A, doc, HEALTH)["nodes"][2]
+    assert [(p["partition"], p["role"], p["restored"], p["lag"]) for p in c["partitions"]] \
+        == [(1, "standby", False, None), (2, "active", False, None)]
+
+
+def render_text(doc: dict[str, Any]) -> str:
+    out = io.StringIO()
+    Console(file=out, width=160, color_system=None).print(status.render(doc))
+    return out.getvalue()
+
+
+def test_table_shows_every_node_role_and_problem() -> None:
+    text = render_text(status.build_status(A, cluster_doc(), HEALTH))
+    assert text.splitlines()[0].startswith(
+        f"cluster via {A}: 3 nodes (2 ready), 1 views, 3 partitions")
+    for word in (A, B, C, "previous", "unreachable", "faults: materializer 2",
+                 "did not answer /health"):
+        assert word in text
+    assert text.count("active") == 3 and text.count("standby") == 3
+
+
+def test_table_says_which_partition_no_replica_can_answer() -> None:
+    doc = cluster_doc()
+    doc["views"]["balances"]["1"]["replicas"] = []
+    assert "no replica can answer: balances p1" in render_text(
+        status.build_status(A, doc, HEALTH))
+
+
+def _transport(routes: dict[str, Any]) -> httpx.MockTransport:
+    def handle(request: httpx.Request) -> httpx.Response:
+        where = f"{request.url.host}:{request.url.port}{request.url.path}"
+        answer = routes.get(where)
+        if answer is None:
+            raise httpx.ConnectError("refused", request=request)
+        return httpx.Response(200, json=answer)
+    return httpx.MockTransport(handle)
+
+
+def test_fetch_tries_the_seeds_in_turn_and_asks_every_member_for_health() -> None:
+    routes = {f"{B}/v1/cluster": cluster_doc(), f"{A}/health": HEALTH[A],
+              f"{B}/health": HEALTH[B]}
+    via, cluster, health = status.fetch(f"{C},{B}", transport=_transport(routes))
+    assert via == B and cluster["self"] == A
+    assert health == {A: HEALTH[A], B: HEALTH[B], C: None}
+
+
+def test_fetch_from_nothing_reachable_is_one_clear_error() -> None:
+    with pytest.raises(CliError, match=r"no streamiq node answered .*127\.0\.0\.1:1: connection "
+                                       "refused or host unreachable"):
+        status.fetch("127.0.0.1:1", transport=_transport({}))
+
+
+def test_unreachable_node_exits_1_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["status", "--node", "127.0.0.1:1", "--timeout", "1"])
+    assert exc.value.code == 1
+    err = capsys.readouterr().err
+    assert err.startswith("streamiq: error: no streamiq node answered") and err.count("\n") == 1
+
+
+def test_json_output_is_the_status_document(monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(status, "fetch", lambda seeds, timeout: (seeds, cluster_doc(), HEALTH))
+    monkeypatch.setenv("STREAMIQ_NODE", B)
+    with pytest.raises(SystemExit) as exc:
+        main(["status", "--json"])
+    assert exc.value.code == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["via"] == B and [n["endpoint"] for n in doc["nodes"]] == [A, B, C]
