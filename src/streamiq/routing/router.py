@@ -5,11 +5,15 @@ acceptable replica in order of preference (the assigned active, then the freshes
 standby within ``max_lag``, then a previous owner still holding the partition);
 ``metadata()`` is the cluster map used for scatter-gather. Everything is derived
 from the live members' heartbeats, so every node reaches the same answers.
+
+A global view (Kafka Streams' GlobalKTable) is assigned to every live member: its
+partitions keep their balanced active and standbys first, then every other member, so
+each node materialises all of it and answers its lookups where they arrive.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,9 +32,10 @@ class Endpoint:
 
 class Router:
     def __init__(self, membership: Membership, partitions: Mapping[str, int],
-                 standby_replicas: int) -> None:
+                 standby_replicas: int, global_views: Iterable[str] = ()) -> None:
         self.membership = membership
         self.partitions = dict(partitions)  # view -> changelog partition count
+        self.global_views = frozenset(global_views)  # held whole by every member
         self.copies = 1 + standby_replicas
         self._cache: tuple[frozenset[str], dict[int, dict[int, list[str]]]] | None = None
 
@@ -47,9 +52,21 @@ class Router:
             self._cache = (live, {n: assign(sorted(live), n, self.copies) for n in counts})
         return self._cache[1]
 
+    def add_view(self, view: str, partitions: int, is_global: bool = False) -> None:
+        """Route a view found while running (the view catalog)."""
+        self.partitions = {**self.partitions, view: partitions}
+        if is_global:
+            self.global_views = self.global_views | {view}
+        self._cache = None
+
     def assigned(self, view: str, partition: int,
                  members: Mapping[str, Member] | None = None) -> list[str]:
-        return self.assignment(members)[self.partitions[view]][partition]
+        """[active, standbys...]; for a global view every live member follows them."""
+        members = members if members is not None else self.membership.live()
+        out = self.assignment(members)[self.partitions[view]][partition]
+        if view in self.global_views:
+            out = out + sorted(set(members) - set(out))
+        return out
 
     def replicas(self, view: str, partition: int, max_lag: int) -> list[Endpoint]:
         """Acceptable replicas for a partition, most preferred first."""

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
-from fastapi import APIRouter, FastAPI, Path, Query, Request, Response
+from fastapi import APIRouter, FastAPI, Path, Request, Response
 from fastapi.responses import JSONResponse
 
 from streamiq._http import install_error_handlers
@@ -23,19 +23,13 @@ from streamiq.serving.answers import Answers
 from streamiq.serving.coordinator import Coordinator
 from streamiq.serving.fastpath import LeanLookups
 from streamiq.serving.node import Node
+from streamiq.serving.params import MaxLag, Position, WaitMs
 from streamiq.serving.queries import query_routes
 from streamiq.views.base import ID_PATTERN
 
-__all__ = ["MaxLag", "Position", "WaitMs", "create_app", "create_asgi"]
+__all__ = ["create_app", "create_asgi"]
 
 log = logging.getLogger("streamiq.node")
-
-MaxLag = Annotated[int | None, Query(ge=0, description="Max changelog lag (records) of the "
-                                     "answering replica; default: the node's --max-lag.")]
-Position = Annotated[str | None, Query(description="Position token(s) from ingest "
-                                       "(topic:partition:offset[,...]): wait until reflected.")]
-WaitMs = Annotated[int | None, Query(ge=0, le=120_000, description="Bound on the position wait.")]
-
 
 def _routes(deps: Answers) -> APIRouter:
     r = APIRouter()

@@ -264,13 +264,14 @@ class Coordinator:
         """
         now = time.monotonic()
         if now - self._roles_at > _ROLE_TTL:
-            me = self.node.endpoint
+            me, router = self.node.endpoint, self.node.router
             roles = {}
             for v, n in self.node.partitions.items():
                 for p in range(n):
-                    assigned = self.node.router.assigned(v, p)
-                    if me in assigned:
-                        roles[(v, p)] = "active" if assigned[0] == me else "standby"
+                    assigned = router.assigned(v, p)
+                    if me in assigned:  # every holder of a global view answers as active
+                        first = assigned[0] == me or v in router.global_views
+                        roles[(v, p)] = "active" if first else "standby"
             self._roles, self._roles_at = roles, now
         return self._roles.get((view, partition), "previous")
 
@@ -334,8 +335,12 @@ class Coordinator:
     def _plan(self, view: str, partitions: Sequence[int], max_lag: int,
               excluded: dict[int, set[str]]) -> dict[str, list[int]]:
         plan: dict[str, list[int]] = defaultdict(list)
+        me = self.node.endpoint
+        here_first = view in self.node.router.global_views  # held whole here: no hop
         for p in partitions:
             eps: list[Endpoint] = self.node.router.replicas(view, p, max_lag)
+            if here_first:
+                eps.sort(key=lambda e: e.address != me)
             choice = next((e for e in eps if e.address not in excluded[p]), None)
             if choice is not None:
                 plan[choice.address].append(p)

@@ -70,8 +70,9 @@ def _build(settings: Settings, views: dict[str, View], supervisor: Supervisor,
     membership = Membership(kafka, s.topic(members_topic(s.cluster)), s.endpoint, report,
                             s.heartbeat_ms, s.member_timeout_ms, supervisor,
                             s.membership_period_s)
-    return Parts(partitions, topics, stores, materializer, membership,
-                 Router(membership, partitions, s.standby_replicas))
+    router = Router(membership, partitions, s.standby_replicas,
+                    [name for name, v in views.items() if v.is_global])
+    return Parts(partitions, topics, stores, materializer, membership, router)
 
 
 class Node:

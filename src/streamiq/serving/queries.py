@@ -17,7 +17,7 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from streamiq.errors import BadRequest
+from streamiq.errors import BadRequest, NotUpToBound
 from streamiq.serving._json import loads_row
 from streamiq.serving.aggregate import (
     aggregate_partitions,
@@ -28,6 +28,16 @@ from streamiq.serving.aggregate import (
 )
 from streamiq.serving.answers import Answers
 from streamiq.serving.coordinator import HOPS, SERVED_BY
+from streamiq.serving.params import (
+    Cursor,
+    Fresh,
+    Freshness,
+    FromMs,
+    Limit,
+    Parts,
+    Prefix,
+    ToMs,
+)
 from streamiq.serving.partials import (
     AggregatePartial,
     GatherReply,
@@ -35,23 +45,13 @@ from streamiq.serving.partials import (
     P,
     ScanPartial,
 )
-from streamiq.serving.scan import MAX_LIMIT, KeyRange, decode_cursor, merge_rows, scan_partitions
+from streamiq.serving.scan import KeyRange, decode_cursor, merge_rows, scan_partitions
 from streamiq.views.base import View, window_bounds
 
 __all__ = ["MAX_KEYS", "MultiGet", "query_routes"]
 
 MAX_KEYS = 1000
 _FAR = 1 << 62
-
-MaxLag = Annotated[int | None, Query(ge=0, description="Max changelog lag (records) of the "
-                                     "answering replicas; default: the node's --max-lag.")]
-Limit = Annotated[int, Query(ge=1, le=MAX_LIMIT, description="Page size (rows).")]
-Cursor = Annotated[str | None, Query(description="Resume after the page that returned it.")]
-Prefix = Annotated[str | None, Query(description="Only keys starting with this.")]
-Parts = Annotated[str | None, Query(include_in_schema=False)]  # set on forwarded requests
-FromMs = Annotated[int, Query(alias="from", ge=0, description="Window start >= (epoch ms).")]
-ToMs = Annotated[int, Query(alias="to", ge=0, description="Window start < (epoch ms).")]
-
 
 class MultiGet(BaseModel):
     """Keys to look up (columns joined by ``|``)."""
@@ -74,12 +74,14 @@ def _key_ok(view: View, key: str, field: str) -> None:
 class _Gather:
     """Runs one scatter-gather query for a route and shapes its response."""
 
-    def __init__(self, deps: Answers, request: Request, view: View, max_lag: int | None,
+    def __init__(self, deps: Answers, request: Request, view: View, fresh: Freshness,
                  partitions: str | None) -> None:
         self.deps = deps
         self.request = request
         self.view = view
-        self.max_lag = deps.max_lag(max_lag)
+        self.max_lag = deps.max_lag(fresh.max_lag)
+        self.tokens = deps.tokens(fresh.position)
+        self.wait_s = deps.wait_s(fresh.wait_ms)
         self.forwarded = deps.coordinator.is_forwarded(request)
         n = deps.node.partitions[view.name]
         self.all = list(range(n))
@@ -97,13 +99,26 @@ class _Gather:
                   partitions: list[int] | None = None,
                   body: Callable[[list[int]], Any] | None = None) -> Response:
         wanted = self.all if partitions is None else partitions
+
+        async def up_to_position(held: list[int]) -> P:
+            """Every partition read reflects the position first (NOT_UP_TO_BOUND if one
+            does not within the wait; a peer's refusal makes the entry ask another)."""
+            if self.tokens:
+                await asyncio.gather(*(self.deps.check_position(
+                    self.view.name, p, self.tokens, self.wait_s) for p in held))
+            return await local(held)
+
         partials, missing, hops = await self.deps.coordinator.gather(
-            self.request, self.view.name, wanted, self.max_lag, local, body=body)
+            self.request, self.view.name, wanted, self.max_lag, up_to_position, body=body)
         node = self.deps.node.endpoint
         if self.forwarded:
             reply: GatherReply[P] = {"partial": partials[0] if partials else None,
                                      "not_active": missing}
             return JSONResponse(reply, headers={HOPS: "0", SERVED_BY: node})
+        if missing and self.tokens:  # a partial answer would not read the writes it must
+            raise NotUpToBound(f"no replica reflected the position within "
+                               f"{self.wait_s:.3f}s for partitions {missing}",
+                               missing_partitions=missing, served_by=node)
         doc = {"status": "PARTIAL" if missing else "OK", "view": self.view.name,
                **finish(partials), "partitions": len(wanted), "missing_partitions": missing,
                "served_by": node}
@@ -124,7 +139,7 @@ def _multi_get_route(r: APIRouter, deps: Answers) -> None:
     node = deps.node
 
     @r.post("/v1/views/{view}/keys", summary="Multi-get: many keys, one call per owner")
-    async def multi_get(request: Request, view: str, body: MultiGet, max_lag: MaxLag = None,
+    async def multi_get(request: Request, view: str, body: MultiGet, fresh: Fresh,
                         partitions: Parts = None) -> Response:
         v = deps.view(view)
         if v.windowed:
@@ -134,7 +149,7 @@ def _multi_get_route(r: APIRouter, deps: Answers) -> None:
             _key_ok(v, k, f"keys[{i}]")
         n = node.partitions[v.name]
         part_of = {k: v.partition_of(k, n) for k in keys}
-        g = _Gather(deps, request, v, max_lag, partitions)
+        g = _Gather(deps, request, v, fresh, partitions)
         store = node.stores[v.name]
 
         async def local(held: list[int]) -> MultiGetPartial:
@@ -166,8 +181,8 @@ def _multi_get_route(r: APIRouter, deps: Answers) -> None:
 
 
 async def _scan(deps: Answers, request: Request, v: View, rng: KeyRange, limit: int,
-                max_lag: int | None, partitions: str | None, extra: dict[str, Any]) -> Response:
-    g = _Gather(deps, request, v, max_lag, partitions)
+                fresh: Freshness, partitions: str | None, extra: dict[str, Any]) -> Response:
+    g = _Gather(deps, request, v, fresh, partitions)
     store = deps.node.stores[v.name]
 
     async def local(held: list[int]) -> ScanPartial:
@@ -193,28 +208,28 @@ def _after(v: View, cursor: str | None) -> bytes | None:
 def _scan_routes(r: APIRouter, deps: Answers) -> None:
     """GET /v1/views/{view}/scan and /v1/views/{view}/windows"""
     @r.get("/v1/views/{view}/scan", summary="Range / prefix scan in key order, paged")
-    async def scan(request: Request, view: str,
+    async def scan(request: Request, view: str, fresh: Fresh,
                    start: Annotated[str | None, Query(alias="from",
                                                       description="First key (inclusive).")] = None,
                    to: Annotated[str | None, Query(description="End key (exclusive).")] = None,
                    prefix: Prefix = None, limit: Limit = 100, cursor: Cursor = None,
-                   max_lag: MaxLag = None, partitions: Parts = None) -> Response:
+                   partitions: Parts = None) -> Response:
         v = deps.view(view)
         if start is not None and to is not None and start > to:
             raise _bad(f"from {start!r} is after to {to!r}", "from")
         rng = KeyRange.build(start, to, prefix, _after(v, cursor))
-        return await _scan(deps, request, v, rng, limit, max_lag, partitions,
+        return await _scan(deps, request, v, rng, limit, fresh, partitions,
                            {"from": start, "to": to, "prefix": prefix, "limit": limit})
 
     @r.get("/v1/views/{view}/windows", summary="Windows of all keys starting in [from, to)")
-    async def windows_range(request: Request, view: str, start: FromMs = 0, end: ToMs = _FAR,
-                            prefix: Prefix = None, limit: Limit = 100, cursor: Cursor = None,
-                            max_lag: MaxLag = None, partitions: Parts = None) -> Response:
+    async def windows_range(request: Request, view: str, fresh: Fresh, start: FromMs = 0,
+                            end: ToMs = _FAR, prefix: Prefix = None, limit: Limit = 100,
+                            cursor: Cursor = None, partitions: Parts = None) -> Response:
         v = _windowed(deps, view)
         if start > end:
             raise _bad(f"from {start} is after to {end}", "from")
         rng = KeyRange.build(prefix=prefix, after=_after(v, cursor), wfrom=start, wto=end)
-        return await _scan(deps, request, v, rng, limit, max_lag, partitions,
+        return await _scan(deps, request, v, rng, limit, fresh, partitions,
                            {"from": start, "to": end, "prefix": prefix, "limit": limit})
 
 
@@ -231,25 +246,28 @@ def _key_windows_route(r: APIRouter, deps: Answers) -> None:
     node = deps.node
 
     @r.get("/v1/views/{view}/keys/{key}/windows", summary="One key's windows in [from, to)")
-    async def key_windows(request: Request, view: str, key: str, start: FromMs = 0,
-                          end: ToMs = _FAR, max_lag: MaxLag = None) -> Response:
+    async def key_windows(request: Request, view: str, key: str, fresh: Fresh,
+                          start: FromMs = 0, end: ToMs = _FAR) -> Response:
         v = _windowed(deps, view)
         _key_ok(v, key, "key")
         if start > end:
             raise _bad(f"from {start} is after to {end}", "from")
         p = v.partition_of(key, node.partitions[v.name])
         lo, hi = window_bounds(key, start, end)
+        tokens = deps.tokens(fresh.position)
 
         async def local() -> Response:
             if not node.holds(v.name, p):
                 return deps.not_active(v.name, p)
+            await deps.check_position(v.name, p, tokens, deps.wait_s(fresh.wait_ms))
             windows = [loads_row(raw) for _, raw in node.stores[v.name].scan(p, lo, hi)]
             return JSONResponse({"status": "OK", "view": v.name, "key": key, "partition": p,
                                  "from": start, "to": end, "windows": windows,
                                  **deps.stamp(v.name, p)},
                                 headers={SERVED_BY: node.endpoint})
 
-        return await deps.coordinator.route(request, v.name, p, deps.max_lag(max_lag), local)
+        return await deps.coordinator.route(request, v.name, p, deps.max_lag(fresh.max_lag),
+                                            local)
 
 
 def _aggregate_route(r: APIRouter, deps: Answers) -> None:
@@ -258,7 +276,7 @@ def _aggregate_route(r: APIRouter, deps: Answers) -> None:
 
     @r.get("/v1/views/{view}/aggregate",
            summary="Group by columns with count/sum/min/max/avg, across all partitions")
-    async def aggregate(request: Request, view: str,
+    async def aggregate(request: Request, view: str, fresh: Fresh,
                         group_by: Annotated[list[str] | None, Query(
                             description="Column(s) to group by (repeat or comma-separate); "
                                         "none: one group.")] = None,
@@ -266,8 +284,7 @@ def _aggregate_route(r: APIRouter, deps: Answers) -> None:
                             description="FUNC(COLUMN), repeatable; FUNC is count, sum, min, "
                                         "max or avg; count(*) counts rows. Default count(*)."
                         )] = None,
-                        prefix: Prefix = None, max_lag: MaxLag = None,
-                        partitions: Parts = None) -> Response:
+                        prefix: Prefix = None, partitions: Parts = None) -> Response:
         v = deps.view(view)
         try:
             cols = parse_group_by(v, group_by)
@@ -275,7 +292,7 @@ def _aggregate_route(r: APIRouter, deps: Answers) -> None:
         except ValueError as exc:
             raise _bad(str(exc), str(exc).split(":", 1)[0]) from None
         rng = KeyRange.build(prefix=prefix)
-        g = _Gather(deps, request, v, max_lag, partitions)
+        g = _Gather(deps, request, v, fresh, partitions)
         store = node.stores[v.name]
 
         async def local(held: list[int]) -> AggregatePartial:

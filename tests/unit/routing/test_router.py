@@ -79,3 +79,23 @@ def test_previous_owner_kept_until_new_replicas_restored() -> None:
 def test_all_nodes_compute_the_same_map() -> None:
     maps = [_router(_all_hold(), me=m).assignment() for m in (A, B, C)]
     assert maps[0] == maps[1] == maps[2]
+
+
+def test_a_global_view_is_assigned_to_every_member_and_wanted_whole_by_each() -> None:
+    members = {m: {} for m in (A, B, C)}
+    for me in (A, B, C):
+        r = Router(FakeMembership(me, members), {"v": 3, "g": 3}, 0,  # type: ignore[arg-type]
+                   global_views=["g"])
+        for p in range(3):
+            assert sorted(r.assigned("g", p)) == [A, B, C]
+            assert r.assigned("g", p)[0] == r.assigned("v", p)[0]  # the same balanced active
+            assert len(r.assigned("v", p)) == 1  # a keyed view keeps its one copy
+        wanted = r.wanted_local(set())
+        assert {("g", p) for p in range(3)} <= wanted  # every node holds all of g
+        assert len([vp for vp in wanted if vp[0] == "v"]) == 1  # and its share of v
+
+
+def test_a_view_found_while_running_is_routed() -> None:
+    r = _router(_all_hold())
+    r.add_view("g", 2, is_global=True)
+    assert sorted(r.assigned("g", 1)) == [A, B, C] and r.partitions["g"] == 2

@@ -35,6 +35,7 @@ class FakeRouter:
         self.active = ME
         self.fresh: list[str] | None = None
         self.asked = 0
+        self.global_views: frozenset[str] = frozenset()
 
     def assigned(self, view: str, p: int, members: Any = None) -> list[str]:
         return [self.active]

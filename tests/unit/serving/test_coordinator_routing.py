@@ -17,6 +17,8 @@ OWNER = {0: ME, 1: B, 2: C}
 
 
 class FakeRouter:
+    global_views: frozenset[str] = frozenset()
+
     def replicas(self, view: str, p: int, max_lag: int) -> list[Endpoint]:
         return [Endpoint(OWNER[p], "active", 0)]
 
