@@ -30,6 +30,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from streamiq.state.base import Checkpoint, Store
 from streamiq.supervise import Supervisor
 from streamiq.views.base import MARKER_HEADER, View, store_key
@@ -80,11 +82,19 @@ def _marker_offsets(raw: bytes | None) -> dict[str, dict[int, int]]:
     return out
 
 
-def _window_start(value: bytes) -> int:
+def _row_object(value: bytes) -> dict[str, Any]:
+    """A changelog row's value as a JSON object (BadRecord if it is not one)."""
     try:
-        w = json.loads(value).get("window_start")
-    except (ValueError, TypeError, AttributeError):
-        raise BadRecord("windowed row is not a JSON object") from None
+        row = orjson.loads(value)
+    except orjson.JSONDecodeError:
+        raise BadRecord("row value is not JSON") from None
+    if not isinstance(row, dict):
+        raise BadRecord(f"row value is not a JSON object but {type(row).__name__}")
+    return row
+
+
+def _window_start(row: Mapping[str, Any]) -> int:
+    w = row.get("window_start")
     if not isinstance(w, int) or isinstance(w, bool) or not -(1 << 63) <= w < (1 << 63):
         raise BadRecord(f"windowed row without an integer window_start: {w!r}")
     return w
@@ -263,16 +273,25 @@ class Materializer:
             self._fault = (self._fault[0], self._fault[1] - 1)
             raise InjectedFault(f"{FAULT_ENV}: injected fault on key {key!r}")
         value = m.value()
+        if value is None and not windowed:
+            puts.append((key, None))  # a tombstone: the row is gone
+            return
+        if value is None:
+            raise BadRecord("windowed row without a value")
+        # Answers paste stored rows into their JSON, so only a value that a strict parser
+        # reads as exactly one JSON object is stored (no trailing content, no NaN, valid
+        # UTF-8): it cannot break out of its place. Stored as it came, not re-encoded:
+        # orjson would turn integers past 64 bits into floats (a decimal(38) sum).
+        row = _row_object(value)
+        stored = value
         if windowed:
-            if value is None:
-                raise BadRecord("windowed row without a value")
             try:
                 text = key.decode()
             except UnicodeDecodeError:
                 raise BadRecord("key of a windowed row is not UTF-8") from None
-            puts.append((store_key(text, _window_start(value)), value))
+            puts.append((store_key(text, _window_start(row)), stored))
         else:
-            puts.append((key, value))
+            puts.append((key, stored))
 
     def _rebuild(self, view: str, p: int, st: PartitionState, seen: int) -> None:
         log.warning("%s partition %d: changelog restarted (offset %d is below checkpoint %d); "

@@ -167,6 +167,26 @@ def test_undecodable_records_are_skipped_counted_and_the_offset_advances(
     assert m.skipped == 10 and m.states[("balances", 0)].offset == 6
 
 
+def test_a_row_that_is_not_one_json_object_is_skipped_so_answers_cannot_be_injected(
+        tmp_path: Path) -> None:
+    """Answers paste stored rows into their JSON: a value that would break out of its
+    place (trailing content, not an object, NaN, invalid UTF-8) is never stored."""
+    m = _materializer(tmp_path)
+    log = Log()
+    b = TOPIC["balances"]
+    for bad in (b'1,"served_by":"evil"', b'{"balance":1},"role":"active"', b"[1]",
+                b'{"balance": NaN}', b'{"balance": 1e999}', b'{"account":"\xff"}',
+                b'{"account":"a"} {"x":1}', b""):
+        log.append(b, 0, b"evil", bad)
+    log.append(b, 0, b"a1", _row("a1", 1))
+    m.states[("balances", 0)] = PartitionState()
+    m._apply(log.records[(b, 0)])
+    assert m.skipped == 8
+    assert m.stores["balances"].get(0, b"evil") is None
+    assert m.stores["balances"].get(0, b"a1") == _row("a1", 1)  # stored as it came
+    assert m.states[("balances", 0)].offset == 9
+
+
 @contextlib.contextmanager
 def _poisoned(tmp_path: Path, log: Log, sup: Supervisor) -> Iterator[Materializer]:
     """A running materializer of balances 0 that, once restored, meets a ``poison``
