@@ -11,6 +11,16 @@ query to find them, give each a reason and write them to ``streamiq-dead-letters
 
 Delivery to the dead-letter topic is at-least-once: after a crash the batches since
 the last recorded one are scanned again.
+
+What is invalid, in the order the reason names it: a null value; not a JSON object; a
+field of the wrong type (including an integer beyond BIGINT); a missing required
+field; a non-finite number (``NaN``, ``Infinity``, ``1e309``) in *any* floating-point
+field of the schema (checked for every view: such a value poisons every sum over its
+key); then the view's ``checks`` in order, among them the numeric ranges of
+``streamiq.views.limits`` that keep the aggregation from overflowing. Every expression
+here is total (comparisons, ``isnan``, ``coalesce``): nothing in validation can raise
+under ANSI arithmetic, so no input record can fail a micro-batch, and a replayed batch
+cannot crash-loop the pipeline.
 """
 
 from __future__ import annotations
@@ -31,7 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CORRUPT", "DEAD_LETTER_TOPIC", "METRIC", "RAW_VALUE", "DeadLetters", "field_names",
-    "parse_input", "reason_column", "valid_column",
+    "float_fields", "parse_input", "reason_column", "valid_column",
 ]
 
 log = logging.getLogger(__name__)
@@ -67,13 +77,33 @@ def field_names(view: View) -> list[str]:
     return [f.name for f in schema.fields]
 
 
+def float_fields(view: View) -> list[str]:
+    """Top-level DOUBLE/FLOAT fields of the view's value schema (must be finite)."""
+    from pyspark.sql.types import DoubleType, FloatType, StructType, _parse_datatype_string
+
+    schema = _parse_datatype_string(view.value_schema)
+    assert isinstance(schema, StructType)
+    return [f.name for f in schema.fields if isinstance(f.dataType, DoubleType | FloatType)]
+
+
+def _non_finite(name: str) -> Column:
+    """True when the field holds NaN or +-Infinity (false when null or finite)."""
+    from pyspark.sql import functions as F
+
+    c = F.col(f"`{name}`")
+    return F.coalesce(F.isnan(c) | (F.abs(c) == F.lit(float("inf"))), F.lit(False))
+
+
 def valid_column(view: View) -> Column:
-    """True for records the view accepts (JSON object of the right types, required, checks)."""
+    """True for records the view accepts (JSON object of the right types, required,
+    finite floating-point fields, checks)."""
     from pyspark.sql import functions as F
 
     cond = F.col(RAW_VALUE).isNotNull() & F.col(CORRUPT).isNull()
     for c in view.required:
         cond = cond & F.col(f"`{c}`").isNotNull()
+    for c in float_fields(view):
+        cond = cond & ~_non_finite(c)
     for sql, _ in view.checks:
         cond = cond & F.coalesce(F.expr(sql), F.lit(False))
     return cond
@@ -96,6 +126,11 @@ def reason_column(view: View) -> Column:
         missing = F.concat_ws(", ", *[F.when(F.col(f"`{n}`").isNull(), F.lit(n))
                                       for n in view.required])
         r = r.when(missing != "", F.concat(F.lit("missing field(s): "), missing))
+    floats = float_fields(view)
+    if floats:
+        bad = F.concat_ws(", ", *[F.when(_non_finite(n), F.lit(n)) for n in floats])
+        r = r.when(bad != "", F.concat(
+            F.lit("not a finite number (NaN or Infinity) in field(s): "), bad))
     for sql, reason in view.checks:
         r = r.when(~F.coalesce(F.expr(sql), F.lit(False)), F.lit(f"check failed: {reason}"))
     return r

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from streamiq.views.base import App, View
+from streamiq.views.limits import EVENT_TS, ORDER_AMOUNT
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -19,6 +20,8 @@ _EXAMPLE = {"order_id": "warmup", "store": "warmup", "type": "GENERAL", "amount"
 _CHECKS = (
     ("type IN ('GENERAL', 'RESTAURANT')", "type must be GENERAL or RESTAURANT"),
     ("length(store) > 0", "empty store"),
+    ORDER_AMOUNT.check("amount"),  # finite too: the validation layer checks every double
+    EVENT_TS.check("ts"),  # the event time of order_counts_1m: timestamp_millis(ts)
 )
 
 
