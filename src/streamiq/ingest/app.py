@@ -4,6 +4,13 @@
 record keyed like the view (account; store) with an idempotent producer and Kafka's
 default (murmur2) partitioner, and answer with the record's partition, offset and a
 position token usable for read-your-writes queries on any node.
+
+Input is refused with a 400 naming the field (``amount: Input should be ...``) when the
+pipeline would dead-letter it: amounts outside the bounds of ``streamiq.views.limits``
+(the one definition both use), non-finite numbers (``NaN``, ``1e309``), and anything
+that is not a JSON number. The order's ``amount`` is *strict*: in lax mode a JSON
+``false``/``true`` (or ``"12"``) would be coerced to ``0.0``/``1.0`` (``12.0``) and
+stored as an order no client sent.
 """
 
 from __future__ import annotations
@@ -26,13 +33,11 @@ from streamiq.kafka.admin import ensure_topics
 from streamiq.serving.consistency import token_for
 from streamiq.views import bank, orders
 from streamiq.views.base import ID_PATTERN, App, load_app
+from streamiq.views.limits import AMOUNT, ORDER_AMOUNT
 
 __all__ = ["Order", "Producer", "create_ingest_app", "run_ingest"]
 
 log = logging.getLogger("streamiq.ingest")
-
-MAX_AMOUNT = 10**12
-
 
 class Order(BaseModel):
     """An order (seeds 001/002)."""
@@ -41,7 +46,8 @@ class Order(BaseModel):
     order_id: str = Field(pattern=ID_PATTERN)
     store: str = Field(pattern=ID_PATTERN)
     type: Literal["GENERAL", "RESTAURANT"]
-    amount: float = Field(ge=0, le=MAX_AMOUNT, allow_inf_nan=False)
+    amount: float = Field(strict=True, ge=ORDER_AMOUNT.lo, le=ORDER_AMOUNT.hi,
+                          allow_inf_nan=False)
 
 
 class Producer:
@@ -122,7 +128,7 @@ def create_ingest_app(settings: Settings, app_def: App | None = None) -> FastAPI
         @app.post("/account/{account}", tags=["bank"], summary="Record a bank transaction")
         async def transaction(
             account: Annotated[str, Path(pattern=ID_PATTERN, description="Account id")],
-            amount: Annotated[int, Query(ge=-MAX_AMOUNT, le=MAX_AMOUNT,
+            amount: Annotated[int, Query(ge=AMOUNT.lo, le=AMOUNT.hi,
                                          description="Amount (integer; negative = debit)")],
         ) -> dict[str, Any]:
             record = {"account": account, "amount": amount, "ts": int(time.time() * 1000)}

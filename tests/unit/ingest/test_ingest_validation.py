@@ -1,0 +1,97 @@
+"""Ingest refuses what the pipeline would dead-letter: 400, the field named, nothing sent.
+
+No broker: the producer and topic creation are replaced by fakes that record what
+would have been produced.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from streamiq.config import Settings
+from streamiq.ingest import app as ingest
+from streamiq.views.limits import AMOUNT, MAX_AMOUNT, ORDER_AMOUNT
+
+
+class _FakeProducer:
+    sent: list[tuple[str, str, dict[str, Any]]] = []
+
+    def __init__(self, conf: dict[str, Any]) -> None:
+        pass
+
+    async def send(self, topic: str, key: str, value: dict[str, Any]) -> tuple[int, int]:
+        json.dumps(value, allow_nan=False)  # what reaches the topic is plain JSON
+        self.sent.append((topic, key, value))
+        return 0, len(self.sent) - 1
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def client(monkeypatch: pytest.MonkeyPatch) -> Iterator[TestClient]:
+    monkeypatch.setattr(ingest, "Producer", _FakeProducer)
+    monkeypatch.setattr(ingest, "ensure_topics", lambda *a, **k: {})
+    _FakeProducer.sent = []
+    app = ingest.create_ingest_app(Settings(app="bank,orders"))
+    with TestClient(app) as c:
+        yield c
+
+
+def _order(amount: Any) -> str:
+    return ('{"order_id": "o-1", "store": "s-1", "type": "GENERAL", "amount": '
+            f"{amount}}}")
+
+
+@pytest.mark.parametrize("amount", ["false", "true", '"12"', "NaN", "Infinity", "-Infinity",
+                                    "1e309", "-1", "1e13", str(2**63), str(MAX_AMOUNT + 1),
+                                    "null", "[1]"])
+def test_order_amount_refused(client: TestClient, amount: str) -> None:
+    r = client.post("/orders", content=_order(amount),
+                    headers={"content-type": "application/json"})
+    assert r.status_code == 400, r.text
+    body = r.json()
+    assert body["status"] == "BAD_REQUEST"
+    assert body["error"].startswith("amount: "), body
+    assert _FakeProducer.sent == []
+
+
+@pytest.mark.parametrize("amount", ["0", "12.5", "30", str(MAX_AMOUNT)])
+def test_order_amount_accepted(client: TestClient, amount: str) -> None:
+    r = client.post("/orders", content=_order(amount),
+                    headers={"content-type": "application/json"})
+    assert r.status_code == 200, r.text
+    (sent,) = _FakeProducer.sent
+    assert sent[2]["amount"] == float(amount)
+    assert isinstance(sent[2]["amount"], float) and ORDER_AMOUNT.contains(sent[2]["amount"])
+
+
+@pytest.mark.parametrize("amount", ["false", "true", "1.5", "1e3", "NaN", "inf",
+                                    str(MAX_AMOUNT + 1), str(-MAX_AMOUNT - 1), str(2**63), ""])
+def test_bank_amount_refused(client: TestClient, amount: str) -> None:
+    r = client.post(f"/account/a-1?amount={amount}")
+    assert r.status_code == 400, r.text
+    assert r.json()["error"].startswith("amount: "), r.json()
+    assert _FakeProducer.sent == []
+
+
+@pytest.mark.parametrize("amount", [0, -7, AMOUNT.lo, AMOUNT.hi])
+def test_bank_amount_accepted(client: TestClient, amount: int) -> None:
+    r = client.post(f"/account/a-1?amount={amount}")
+    assert r.status_code == 200, r.text
+    (sent,) = _FakeProducer.sent
+    assert sent[2]["amount"] == amount and type(sent[2]["amount"]) is int
+
+
+def test_bounds_are_the_pipelines() -> None:
+    """Ingest's limits are the views' checks: the same Bound objects, not copies."""
+    from streamiq.views import bank, orders
+
+    assert AMOUNT.check("amount") in bank.BALANCES.checks
+    assert ORDER_AMOUNT.check("amount") in orders.ORDER_COUNTS.checks
+    assert ORDER_AMOUNT.check("amount") in orders.ORDER_COUNTS_1M.checks
