@@ -73,7 +73,7 @@ def offsets_from_json(data: str | Mapping[str, Any], option: str = "offsets") ->
     if isinstance(data, str):
         try:
             data = json.loads(data)
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, RecursionError) as exc:  # too deeply nested: not JSON
             raise ValueError(f"option '{option}': not valid JSON: {exc}") from None
     if not isinstance(data, Mapping):
         raise ValueError(f"option '{option}': expected a JSON object "
@@ -212,12 +212,12 @@ def parse_options(options: Mapping[str, Any], streaming: bool | None) -> KafkaOp
             raise ValueError("option 'subscribePattern': pattern to subscribe is empty")
         try:
             re.compile(pattern)
-        except re.error as exc:
+        except (re.error, RecursionError, OverflowError) as exc:  # nesting; a{4294967296}
             raise ValueError(f"option 'subscribePattern': invalid regex: {exc}") from None
     else:
         try:
             spec = json.loads(opts["assign"])
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, RecursionError) as exc:
             raise ValueError(f"option 'assign': not valid JSON: {exc}") from None
         if (not isinstance(spec, dict) or not spec
                 or not all(isinstance(v, list) for v in spec.values())):

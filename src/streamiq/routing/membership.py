@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import threading
 import time
 import uuid
@@ -100,13 +99,14 @@ def parse_heartbeat(raw: bytes) -> Heartbeat:
         raise BadHeartbeat(f"{len(raw)} bytes (limit {MAX_HEARTBEAT_BYTES})")
     try:
         doc = json.loads(raw)
-    except (ValueError, TypeError) as exc:  # UnicodeDecodeError is a ValueError
+    except (ValueError, TypeError, RecursionError) as exc:  # UnicodeDecodeError: ValueError
         raise BadHeartbeat(f"not JSON: {exc}") from None
     if not isinstance(doc, dict):
         raise BadHeartbeat("not a JSON object")
     endpoint = doc.get("endpoint")
     host, _, port = endpoint.rpartition(":") if isinstance(endpoint, str) else ("", "", "")
-    if (not host or not port.isascii() or not port.isdigit() or not 1 <= int(port) <= 65535
+    if (not host or not port.isascii() or not port.isdigit() or len(port) > 5
+            or not 1 <= int(port) <= 65535
             or any(c.isspace() or c in "/?#@" for c in host)):
         raise BadHeartbeat(f"endpoint {endpoint!r} is not host:port")
     incarnation = doc.get("incarnation")
@@ -117,7 +117,7 @@ def parse_heartbeat(raw: bytes) -> Heartbeat:
     if not isinstance(leaving, bool):
         raise BadHeartbeat("leaving is not a boolean")
     if (not isinstance(started_at, (int, float)) or isinstance(started_at, bool)
-            or not math.isfinite(started_at)):
+            or not -1e18 < started_at < 1e18):  # not NaN/inf; no float() of a huge int
         raise BadHeartbeat("started_at is not a number")
     raw_parts = doc.get("partitions", {})
     if not isinstance(raw_parts, dict):

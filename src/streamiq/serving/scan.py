@@ -81,7 +81,7 @@ def decode_cursor(view: str, cursor: str) -> bytes:
         doc = json.loads(raw)
         after = bytes.fromhex(doc["after"])
         owner = doc["v"]
-    except (binascii.Error, ValueError, KeyError, TypeError) as exc:
+    except (binascii.Error, ValueError, KeyError, TypeError, RecursionError) as exc:
         raise ValueError(f"cursor: not a cursor returned by this API ({cursor[:40]!r})") from exc
     if owner != view:
         raise ValueError(f"cursor: belongs to view {owner!r}, not {view!r}")

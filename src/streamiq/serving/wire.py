@@ -106,7 +106,8 @@ class WireServer:
 
     def _answer(self, line: bytes) -> bytes:
         fields = line.split(b" ")
-        if len(fields) != 3 or not (fields[0].isdigit() and fields[1].isdigit()):
+        if len(fields) != 3 or not (fields[0].isdigit() and fields[1].isdigit()) \
+                or len(fields[0]) > 10 or len(fields[1]) > 10:  # int() refuses 4300+ digits
             return reply_frame(400, _MALFORMED)
         return reply_frame(*answer(self._lookup, int(fields[0]), int(fields[1]), fields[2]))
 
