@@ -46,10 +46,17 @@ def reason(exc: Exception) -> str:
     return str(exc) or type(exc).__name__
 
 
+#: width of tables written to a pipe or file (a terminal's own width otherwise)
+PIPE_WIDTH = 200
+
+
 def console(stderr: bool = False) -> Console:
     """Output console: colours and live displays only on a terminal; never markup
-    from data (cells are Text)."""
-    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+    from data (cells are Text). Piped output is not folded at 80 columns."""
+    c = Console(stderr=stderr, highlight=False, soft_wrap=False)
+    if not c.is_terminal and "COLUMNS" not in os.environ:
+        c.width = PIPE_WIDTH
+    return c
 
 
 def print_json(doc: Any) -> None:
@@ -75,12 +82,13 @@ def columns_of(rows: Iterable[dict[str, Any]]) -> list[str]:
     return list(dict.fromkeys(k for row in rows for k in row))
 
 
-def rows_table(rows: Sequence[dict[str, Any]], title: str | None = None) -> Table:
+def rows_table(rows: Sequence[dict[str, Any]]) -> Table:
     """A table of dict rows, one column per key."""
     cols = columns_of(rows)
-    table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+    table = Table(show_edge=False, pad_edge=False)
     for c in cols:
-        table.add_column(c, overflow="fold")
+        numbers = all(isinstance(r.get(c), int | float | None) for r in rows)
+        table.add_column(c, overflow="fold", justify="right" if numbers else "left")
     for row in rows:
         table.add_row(*(cell(row.get(c)) for c in cols))
     return table

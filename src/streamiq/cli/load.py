@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
+from rich.console import Group
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -120,7 +121,7 @@ def _progress() -> Progress:
                     transient=True, disable=not err.is_terminal)
 
 
-def report(doc: dict[str, Any]) -> list[Any]:
+def report(doc: dict[str, Any]) -> Group:
     """The human summary: one line of counts, the per key totals, the positions."""
     rate = doc["sent"] / doc["elapsed_s"] if doc["elapsed_s"] > 0 else 0.0
     head = Text(f"load {doc['scenario']}: {doc['sent']} writes acknowledged in "
@@ -129,10 +130,10 @@ def report(doc: dict[str, Any]) -> list[Any]:
     rows = [{doc["key_column"]: k, **v} for k, v in sorted(doc["totals"].items())]
     out: list[Any] = [head]
     if rows:
-        out.append(rows_table(rows, title=f"totals written (view {doc['view']})"))
+        out += [Text(f"totals written (view {doc['view']})"), rows_table(rows)]
     out.append(Text(f"last position: {doc['last_position']}"))
     out.append(Text(f"position of every write: {doc['position']}"))
-    return out
+    return Group(*out)
 
 
 def run(args: argparse.Namespace, transport: httpx.AsyncBaseTransport | None = None) -> int:
@@ -159,7 +160,7 @@ def run(args: argparse.Namespace, transport: httpx.AsyncBaseTransport | None = N
     if args.json:
         print_json(doc)
     else:
-        console().print(*report(doc))
+        console().print(report(doc))
     if totals.failed:
         raise CliError(f"{totals.failed} of {totals.sent + totals.failed} writes failed; "
                        f"first: {totals.first_error}")

@@ -137,8 +137,8 @@ def render(doc: dict[str, Any]) -> Group:
     """The summary line, then one row per node, view and partition."""
     table = Table(show_edge=False, pad_edge=False)
     for name in ("node", "ready", "view", "partition", "role", "offset", "lag", "restored"):
-        table.add_column(name, justify="right" if name in ("partition", "offset", "lag")
-                         else "left")
+        table.add_column(name, no_wrap=name == "node",
+                         justify="right" if name in ("partition", "offset", "lag") else "left")
     for n in doc["nodes"]:
         ready = cell(n["ready"]) if n["reachable"] else Text("unreachable", style="red")
         first = [Text(n["endpoint"], style="bold"), ready]

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import io
 import itertools
 import json
+import re
 from typing import Any
 
 import httpx
 import pytest
+from rich.console import Console
 
 from streamiq.cli import load
 from streamiq.cli.common import CliError
@@ -172,6 +175,10 @@ def test_human_report_names_totals_and_positions() -> None:
         "elapsed_s": 1.0, "interrupted": False, "last_position": "tx:0:1",
         "position": "tx:0:1,tx:1:0", "key_column": "account",
         "totals": {"100001": {"count": 2, "balance": 30}}}
-    lines = [str(x) for x in load.report(doc) if not hasattr(x, "columns")]
-    assert lines == ["load bank: 2 writes acknowledged in 1.0 s (2.0/s), 0 failed, seed 3",
-                     "last position: tx:0:1", "position of every write: tx:0:1,tx:1:0"]
+    out = io.StringIO()
+    Console(file=out, width=100, color_system=None).print(load.report(doc))
+    lines = [line.rstrip() for line in out.getvalue().splitlines()]
+    assert lines[0] == "load bank: 2 writes acknowledged in 1.0 s (2.0/s), 0 failed, seed 3"
+    assert lines[1] == "totals written (view balances)"
+    assert re.match(r"^100001 +│ +2 │ +30$", lines[4])
+    assert lines[-2:] == ["last position: tx:0:1", "position of every write: tx:0:1,tx:1:0"]

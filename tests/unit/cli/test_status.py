@@ -139,3 +139,18 @@ def test_json_output_is_the_status_document(monkeypatch: pytest.MonkeyPatch,
     assert exc.value.code == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["via"] == B and [n["endpoint"] for n in doc["nodes"]] == [A, B, C]
+
+
+def test_piped_table_keeps_long_endpoints_whole(monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    long = "serving-node-with-a-long-name.cluster.example.internal:19001"
+    doc = cluster_doc()
+    doc["nodes"][0]["endpoint"] = long
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.setattr(status, "fetch", lambda seeds, timeout: (seeds, doc, {long: HEALTH[A]}))
+    with pytest.raises(SystemExit) as exc:
+        main(["status", "--node", long])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert f"cluster via {long}: 3 nodes (1 ready)" in out
+    assert any(line.startswith(long) for line in out.splitlines())
