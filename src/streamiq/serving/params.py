@@ -13,8 +13,8 @@ from fastapi import Depends, Query
 
 from streamiq.serving.scan import MAX_LIMIT
 
-__all__ = ["Cursor", "Fresh", "Freshness", "FromMs", "Limit", "MaxLag", "Parts", "Position",
-           "Prefix", "ToMs", "WaitMs"]
+__all__ = ["MAX_MS", "Cursor", "Fresh", "Freshness", "FromMs", "Limit", "MaxLag", "Parts",
+           "Position", "Prefix", "ToMs", "WaitMs"]
 
 MaxLag = Annotated[int | None, Query(ge=0, description="Max changelog lag (records) of the "
                                      "answering replica(s); default: the node's --max-lag.")]
@@ -28,8 +28,12 @@ Limit = Annotated[int, Query(ge=1, le=MAX_LIMIT, description="Page size (rows)."
 Cursor = Annotated[str | None, Query(description="Resume after the page that returned it.")]
 Prefix = Annotated[str | None, Query(description="Only keys starting with this.")]
 Parts = Annotated[str | None, Query(include_in_schema=False)]  # set on forwarded requests
-FromMs = Annotated[int, Query(alias="from", ge=0, description="Window start >= (epoch ms).")]
-ToMs = Annotated[int, Query(alias="to", ge=0, description="Window start < (epoch ms).")]
+#: window bounds are stored as signed 64-bit epoch ms
+MAX_MS = (1 << 63) - 1
+FromMs = Annotated[int, Query(alias="from", ge=0, le=MAX_MS,
+                              description="Window start >= (epoch ms).")]
+ToMs = Annotated[int, Query(alias="to", ge=0, le=MAX_MS,
+                            description="Window start < (epoch ms).")]
 
 
 @dataclass

@@ -27,8 +27,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 __all__ = [
-    "ID_PATTERN", "KEY_SEP", "MARKER_HEADER", "App", "View", "decode_key", "encode_key",
-    "load_app", "store_key", "window_bounds",
+    "ID_PATTERN", "KEY_SEP", "MARKER_HEADER", "MAX_KEY_BYTES", "App", "View", "decode_key",
+    "encode_key", "load_app", "store_key", "window_bounds",
 ]
 
 #: ids in the examples' URLs (accounts, orders, stores): what ingest accepts and
@@ -38,6 +38,10 @@ ID_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
 KEY_SEP = "|"
 MARKER_HEADER = "streamiq-marker"
 _WINDOW_SUFFIX = struct.Struct(">q")
+
+
+#: the longest key a view accepts (UTF-8 bytes), in lookups, multi-gets and metadata
+MAX_KEY_BYTES = 1024
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -92,7 +96,17 @@ class View:
         return partition_for(key.encode(), partitions)
 
     def parse_key(self, key: str) -> dict[str, str]:
-        """Split a ``|``-joined key into its columns (400-worthy ValueError if malformed)."""
+        """Split a ``|``-joined key into its columns (400-worthy ValueError if malformed:
+        the wrong number of columns, an empty one, longer than ``MAX_KEY_BYTES`` in UTF-8,
+        or not encodable as UTF-8 at all, e.g. a lone surrogate)."""
+        try:
+            size = len(key.encode())
+        except UnicodeEncodeError:
+            raise ValueError(f"view {self.name!r}: the key is not valid Unicode "
+                             f"(a lone surrogate?): {key!r}") from None
+        if size > MAX_KEY_BYTES:
+            raise ValueError(f"view {self.name!r}: the key is {size} bytes in UTF-8, more "
+                             f"than {MAX_KEY_BYTES}")
         parts = decode_key(key)
         if len(parts) != len(self.key_columns) or any(p == "" for p in parts):
             cols = KEY_SEP.join(self.key_columns)
