@@ -112,14 +112,18 @@ class Deployment:
         self._free_port = free_port
         self.ports: list[int] = []
 
-    def common(self, app: str) -> list[str]:
+    def common(self, app: str | None) -> list[str]:
+        """Flags every part shares; ``app=None``: no --app (a node serves the catalog's
+        views only)."""
         return ["--bootstrap-servers", self.bootstrap, "--cluster", self.name,
-                "--topic-prefix", self.prefix, "--app", app, "--log-level", "info"]
+                "--topic-prefix", self.prefix, *(["--app", app] if app else []),
+                "--log-level", "info"]
 
     def topic(self, name: str) -> str:
         return self.prefix + name
 
-    def node(self, app: str = "bank", port: int | None = None, extra: list[str] | None = None,
+    def node(self, app: str | None = "bank", port: int | None = None,
+             extra: list[str] | None = None,
              wait: bool = True) -> tuple[int, Proc]:
         port = port or self._free_port()
         args = [*self.common(app), "--port", str(port), "--state-dir",
@@ -131,7 +135,7 @@ class Deployment:
             self.ports.append(port)
         return port, p
 
-    def nodes(self, n: int = 3, app: str = "bank", extra: list[str] | None = None
+    def nodes(self, n: int = 3, app: str | None = "bank", extra: list[str] | None = None
               ) -> list[tuple[int, Proc]]:
         out = [self.node(app, extra=extra, wait=False) for _ in range(n)]
         for port, p in out:

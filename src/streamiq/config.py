@@ -40,7 +40,9 @@ class Settings(BaseSettings):
     topic_prefix: str = Field("", pattern=r"^[A-Za-z0-9._-]{0,100}$",
                               description="Prefix of every topic streamiq reads or writes.")
     app: str = Field("bank,orders",
-                     description="Built-in app(s) to run: bank, orders or bank,orders.")
+                     description="Built-in app(s) to run: bank, orders or bank,orders. "
+                                 "A node given neither this nor --views-module serves "
+                                 "the views on the cluster's catalog only.")
     views_module: str | None = Field(
         None, description="Python module defining APP, a streamiq.App (overrides --app)."
     )
@@ -81,6 +83,10 @@ class Settings(BaseSettings):
     )
     wait_timeout_ms: int = Field(
         5_000, ge=0, le=120_000, description="Default bound for read-your-writes waits."
+    )
+    max_waiters: int = Field(
+        1_000, ge=1, le=100_000, description="Queries a node holds waiting for a position "
+        "at once; more are refused (503 OVERLOADED) rather than slowing every answer."
     )
     internal_concurrency: int = Field(
         64, ge=1, le=10_000, description="Concurrent internal (forwarded) requests per node."

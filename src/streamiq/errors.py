@@ -28,7 +28,8 @@ from __future__ import annotations
 import json
 from typing import Any, ClassVar
 
-__all__ = ["BadRequest", "NotActive", "NotFound", "NotUpToBound", "PeerError", "PeerTimeout",
+__all__ = ["BadRequest", "NotActive", "NotFound", "NotUpToBound", "Overloaded", "PeerError",
+           "PeerTimeout",
            "PeerUnreachable", "StreamiqError", "Unavailable", "UnknownView"]
 
 _JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # as JSONResponse renders
@@ -78,6 +79,12 @@ class NotActive(StreamiqError):
 class Unavailable(StreamiqError):
     http_status = 503
     code = "UNAVAILABLE"
+
+
+class Overloaded(Unavailable):
+    """A bounded resource of the node is full (e.g. queries waiting for a position)."""
+
+    code = "OVERLOADED"
 
 
 class NotUpToBound(Unavailable):

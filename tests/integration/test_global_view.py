@@ -14,12 +14,14 @@ import httpx
 import pytest
 from changelog import produce_rows
 
+from streamiq.kafka.admin import ensure_topics
 from streamiq.views.bank import BALANCES
 
 pytestmark = pytest.mark.integration
 
 MODULE = """
 import dataclasses
+from streamiq.kafka.admin import ensure_topics
 from streamiq.views.bank import BALANCES
 from streamiq.views.base import App
 
@@ -38,6 +40,8 @@ def test_every_node_answers_a_global_view_itself(cluster: Any, tmp_path: Path,
                                  value_columns=("name", "region"), is_global=True)
     rows = [{"store": f"s{i}", "name": f"Store {i}", "region": "EU" if i % 2 else "US"}
             for i in range(40)]
+    ensure_topics({"bootstrap.servers": cluster.bootstrap},
+                  {cluster.topic(v.changelog_topic): 3 for v in (stores, BALANCES)})
     produce_rows(cluster.bootstrap, cluster.topic(stores.changelog_topic), stores, rows)
     accounts = [{"account": f"a{i}", "balance": i, "count": 1, "last_update": 0}
                 for i in range(40)]

@@ -26,7 +26,7 @@ import os
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -123,7 +123,8 @@ class PartitionState:
 class Materializer:
     def __init__(self, kafka_conf: dict[str, Any], views: Mapping[str, View],
                  stores: Mapping[str, Store], topics: Mapping[str, str],
-                 supervisor: Supervisor | None = None) -> None:
+                 supervisor: Supervisor | None = None,
+                 on_apply: Callable[[], None] | None = None) -> None:
         self._conf = kafka_conf
         self.views = dict(views)
         self.stores = dict(stores)
@@ -132,6 +133,7 @@ class Materializer:
         self.states: dict[tuple[str, int], PartitionState] = {}
         self._wanted: set[tuple[str, int]] = set()
         self.skipped = 0  # changelog records that could not be decoded
+        self.on_apply = on_apply  # called (loop thread) after records were applied
         self._fault = _fault_from_env()
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -162,6 +164,15 @@ class Materializer:
         """After a crash: nothing is held until the restarted loop has restored it."""
         with self._lock:
             self.states = {}
+
+    def add_view(self, view: View, store: Store, topic: str) -> None:
+        """Materialise one more view (found while running); its partitions are wanted
+        through ``want`` as usual. The maps are replaced, not changed, for the loop."""
+        with self._lock:
+            self.views = {**self.views, view.name: view}
+            self.stores = {**self.stores, view.name: store}
+            self.topics = {**self.topics, view.name: topic}
+            self._topic_view = {**self._topic_view, topic: view.name}
 
     def want(self, wanted: set[tuple[str, int]]) -> None:
         """Set the (view, partition) pairs to materialise; applied at the next poll."""
@@ -255,6 +266,8 @@ class Materializer:
             self.stores[view].apply(p, puts, Checkpoint(offset=next_offset, position=position))
             st.offset = next_offset
             st.position = position
+        if batches and self.on_apply is not None:
+            self.on_apply()
 
     def _decode(self, m: Any, windowed: bool, puts: list[tuple[bytes, bytes | None]],
                 position: dict[str, dict[int, int]]) -> None:

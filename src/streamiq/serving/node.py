@@ -15,6 +15,7 @@ or any process supervisor starts it again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import time
@@ -24,15 +25,18 @@ from pathlib import Path
 from typing import Any
 
 from streamiq.config import Settings
+from streamiq.errors import Overloaded
 from streamiq.kafka.admin import ensure_topics
 from streamiq.routing.membership import Membership, Report, members_topic
 from streamiq.routing.router import Router
 from streamiq.serving.consistency import Token, reflects
+from streamiq.serving.discovery import Discovery
 from streamiq.serving.materializer import Materializer
 from streamiq.state.base import Store
 from streamiq.state.rocksdb import RocksDBStore
 from streamiq.supervise import Supervisor
 from streamiq.views.base import App, View, load_app
+from streamiq.views.catalog import ViewSpec, catalog_topic
 
 __all__ = ["Node", "Parts"]
 
@@ -53,10 +57,11 @@ class Parts:
     materializer: Materializer
     membership: Membership
     router: Router
+    discovery: Discovery
 
 
 def _build(settings: Settings, views: dict[str, View], supervisor: Supervisor,
-           report: Callable[[], Report]) -> Parts:
+           late: list[Node]) -> Parts:
     """Blocking: topics ensured, stores opened, the materializer and membership built
     (not started)."""
     s = settings
@@ -66,13 +71,19 @@ def _build(settings: Settings, views: dict[str, View], supervisor: Supervisor,
     partitions = {name: counts[t] for name, t in topics.items()}
     root = _state_path(s.state_dir, s.endpoint)
     stores: dict[str, Store] = {name: RocksDBStore(root / name) for name in views}
-    materializer = Materializer(kafka, views, stores, topics, supervisor)
-    membership = Membership(kafka, s.topic(members_topic(s.cluster)), s.endpoint, report,
+    materializer = Materializer(kafka, views, stores, topics, supervisor,
+                                on_apply=lambda: late[0].applied() if late else None)
+    # the node is made from these parts: the callbacks reach it once it exists (late)
+    membership = Membership(kafka, s.topic(members_topic(s.cluster)), s.endpoint,
+                            lambda: late[0].report() if late else {},
                             s.heartbeat_ms, s.member_timeout_ms, supervisor,
                             s.membership_period_s)
     router = Router(membership, partitions, s.standby_replicas,
                     [name for name, v in views.items() if v.is_global])
-    return Parts(partitions, topics, stores, materializer, membership, router)
+    catalog = s.topic(catalog_topic(s.cluster))
+    ensure_topics(kafka, {catalog: 1}, config={"cleanup.policy": "compact"})
+    discovery = Discovery(kafka, catalog, lambda spec: late[0].serve_spec(spec), supervisor)
+    return Parts(partitions, topics, stores, materializer, membership, router, discovery)
 
 
 class Node:
@@ -94,12 +105,16 @@ class Node:
         self.materializer = parts.materializer
         self.membership = parts.membership
         self.router = parts.router
+        self.discovery = parts.discovery
         self.supervisor = supervisor
         supervisor.on_fatal = self._fatal
         self._sync_task: asyncio.Task[None] | None = None
         self.assigning = False
         self.stopping = False
         self.wanted: set[tuple[str, int]] = set()
+        self.waiters = 0  # queries waiting for a position now (at most settings.max_waiters)
+        self._changed = asyncio.Event()  # set when records were applied, then replaced
+        self._loop: asyncio.AbstractEventLoop | None = None
         #: called once when a part cannot recover (serving/main.py: stop serving, exit non-zero)
         self.on_fatal: Callable[[], None] | None = None
 
@@ -107,16 +122,17 @@ class Node:
     async def open(cls, settings: Settings, app: App | None = None) -> Node:
         """Build every part (topics, stores, materializer, membership, router) and start
         them: the materializer restoring, heartbeats flowing, the assignment loop."""
-        app = app or load_app(settings.app, settings.views_module)
+        if app is None:  # no --app or --views-module given: the catalog's views only
+            chosen = "app" in settings.model_fields_set or settings.views_module
+            app = (load_app(settings.app, settings.views_module) if chosen
+                   else App(name="catalog", topics=(), views=()))
         supervisor = Supervisor()
-        node: Node | None = None
-
-        def report() -> Report:  # the heartbeat's content, once the node exists
-            return node.report() if node is not None else {}
-
+        late: list[Node] = []
         views = {v.name: v for v in app.views}
-        parts = await asyncio.to_thread(_build, settings, views, supervisor, report)
+        parts = await asyncio.to_thread(_build, settings, views, supervisor, late)
         node = cls(settings, app, parts, supervisor)
+        late.append(node)
+        await asyncio.to_thread(node.discovery.load)  # the views published so far
         await node.start()
         return node
 
@@ -128,6 +144,7 @@ class Node:
     # -- lifecycle --
     async def start(self) -> None:
         self.materializer.start()
+        self.discovery.start()
         await asyncio.to_thread(self.membership.start)  # creates topics: not on the loop
         self._sync_task = self.supervisor.task("sync", self._sync_loop)
 
@@ -150,6 +167,7 @@ class Node:
         if self._sync_task is not None:
             self._sync_task.cancel()
         await asyncio.to_thread(self.membership.stop)
+        await asyncio.to_thread(self.discovery.stop)
         await asyncio.to_thread(self.materializer.stop)
         for store in self.stores.values():
             store.close()
@@ -169,6 +187,31 @@ class Node:
             self.materializer.want(wanted)
             self.wanted = wanted
             await asyncio.sleep(0.1)
+
+    # -- views found on the catalog (serving/discovery.py) --
+    def serve_spec(self, spec: ViewSpec) -> None:
+        """Serve a view described on the catalog (the discovery thread; blocking). A
+        view this node already serves from its own app keeps that description, if the
+        two agree on what the changelog holds (ValueError otherwise: refused)."""
+        view = spec.to_view()
+        own = self.views.get(spec.name)
+        if own is not None and spec.name not in self.discovery.specs:
+            mine = (own.key_columns, own.windowed, self.topics[own.name],
+                    self.partitions[own.name])
+            theirs = (view.key_columns, view.windowed, spec.changelog_topic, spec.partitions)
+            if mine != theirs:
+                raise ValueError(f"this node's app describes it as {mine}, the catalog as "
+                                 f"{theirs}")
+            return
+        if own is None:  # new: store, materializer and routing first, the view last
+            root = _state_path(self.settings.state_dir, self.endpoint)
+            store = RocksDBStore(root / spec.name)
+            self.materializer.add_view(view, store, spec.changelog_topic)
+            self.stores = {**self.stores, spec.name: store}
+            self.topics = {**self.topics, spec.name: spec.changelog_topic}
+            self.partitions = {**self.partitions, spec.name: spec.partitions}
+            self.router.add_view(spec.name, spec.partitions, view.is_global)
+        self.views = {**self.views, spec.name: view}
 
     # -- state --
     def report(self) -> Report:
@@ -196,17 +239,45 @@ class Node:
         held = self.materializer.holding()
         return all(vp in held and held[vp].restored for vp in self.wanted)
 
+    def applied(self) -> None:
+        """Records were applied (the materializer's thread): wake the position waiters."""
+        loop = self._loop
+        if loop is not None and self.waiters:
+            loop.call_soon_threadsafe(self._wake)
+
+    def _wake(self) -> None:
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
     async def wait_position(self, view: str, partition: int, tokens: list[Token],
                             timeout: float) -> bool:
-        """Wait until the partition reflects the tokens; False on timeout."""
+        """Wait until the partition reflects the tokens; False on timeout. Waiters sleep
+        until the materializer applies records (re-checking at least every 0.1 s), and
+        at most ``max_waiters`` wait at once (``Overloaded`` beyond)."""
         deadline = time.monotonic() + timeout
-        while True:
-            st = self.materializer.states.get((view, partition))
-            if st is not None and reflects(st.position, tokens):
-                return True
-            if time.monotonic() >= deadline or self.stopping:
-                return False
-            await asyncio.sleep(0.005)
+        if self._reflects(view, partition, tokens):
+            return True
+        if self.waiters >= self.settings.max_waiters:
+            raise Overloaded(f"{self.endpoint} already holds {self.waiters} queries waiting "
+                             f"for a position (--max-waiters)", served_by=self.endpoint)
+        self._loop = asyncio.get_running_loop()  # where applied() wakes the waiters
+        self.waiters += 1
+        try:
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0 or self.stopping:
+                    return False
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(min(left, 0.1)):
+                        await self._changed.wait()
+                if self._reflects(view, partition, tokens):
+                    return True
+        finally:
+            self.waiters -= 1
+
+    def _reflects(self, view: str, partition: int, tokens: list[Token]) -> bool:
+        st = self.materializer.states.get((view, partition))
+        return st is not None and reflects(st.position, tokens)
 
     def health(self) -> dict[str, Any]:
         """Supervision counters: exceptions caught per part, parts restarting now, the
@@ -215,7 +286,10 @@ class Node:
         return {"faults": dict(sup.faults), "down": sorted(sup.down), "failed": sup.failed,
                 "skipped_records": {
                     "membership": self.membership.skipped,
-                    "changelog": self.materializer.skipped}}
+                    "changelog": self.materializer.skipped,
+                    "catalog": self.discovery.skipped},
+                # views whose newest description on the catalog is refused, and why
+                "refused_views": dict(self.discovery.refused)}
 
     def describe(self) -> dict[str, Any]:
         return {"endpoint": self.endpoint, "ready": self.ready(), "app": self.app.name,

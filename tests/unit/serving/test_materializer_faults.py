@@ -18,6 +18,7 @@ from streamiq.config import Settings
 from streamiq.routing.membership import Membership
 from streamiq.routing.router import Router
 from streamiq.serving.coordinator import Coordinator
+from streamiq.serving.discovery import Discovery
 from streamiq.serving.materializer import FAULT_ENV, Materializer, PartitionState
 from streamiq.serving.node import Node, Parts
 from streamiq.state.rocksdb import RocksDBStore
@@ -247,8 +248,9 @@ def _node(tmp_path: Path) -> tuple[Node, Coordinator]:
     reports: list[Node] = []
     membership = Membership({}, "t", settings.endpoint, lambda: reports[0].report(),
                             supervisor=sup)
+    discovery = Discovery({}, "catalog", lambda spec: None, sup)  # not started
     parts = Parts(partitions, {"balances": TOPIC["balances"]}, materializer.stores,
-                  materializer, membership, Router(membership, partitions, 1))
+                  materializer, membership, Router(membership, partitions, 1), discovery)
     node = Node(settings, load_app("bank"), parts, sup)
     reports.append(node)
     node.assigning = True
@@ -289,4 +291,4 @@ def test_a_fatal_failure_stops_answers_and_heartbeats_and_asks_to_exit(tmp_path:
     assert node.materializer.stopped
     health = node.describe()
     assert health["failed"] == "members" and health["faults"] == {"members": 1}
-    assert health["skipped_records"] == {"membership": 0, "changelog": 0}
+    assert health["skipped_records"] == {"membership": 0, "changelog": 0, "catalog": 0}

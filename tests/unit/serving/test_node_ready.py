@@ -20,7 +20,7 @@ class FakeMaterializer:
 def _node() -> Node:
     parts = Parts(partitions={"balances": 2}, topics={}, stores={},
                   materializer=FakeMaterializer(),  # type: ignore[arg-type]
-                  membership=None, router=None)  # type: ignore[arg-type]  # not used here
+                  membership=None, router=None, discovery=None)  # type: ignore[arg-type]
     node = Node(Settings(app="bank"), load_app("bank"), parts, Supervisor())
     node.assigning = True
     return node
