@@ -136,3 +136,35 @@ def test_no_module_imports_itself_back() -> None:
 def test_no_package_imports_itself_back() -> None:
     cycle = find_cycle(package_graph(module_graph()))
     assert cycle is None, "package import cycle: " + " -> ".join(cycle or ())
+
+
+def _third_party(path: Path) -> set[str]:
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            out.add(node.module.split(".")[0])
+    return out - {ROOT}
+
+
+def _reaches(start: str) -> set[str]:
+    graph, seen, todo = module_graph(), set(), [start]
+    while todo:
+        m = todo.pop()
+        if m not in seen:
+            seen.add(m)
+            todo += graph.get(m, set())
+    return seen
+
+
+def test_one_http_client_library_per_side() -> None:
+    """A node's code imports aiohttp and never httpx; the client the other way round
+    (docs/design.md, "Two HTTP client libraries, on two sides of the package")."""
+    modules = _modules()
+    node_side = _reaches("streamiq.serving.main")
+    client_side = _reaches("streamiq.client")
+    node_libs = set().union(*(_third_party(modules[m]) for m in node_side))
+    client_libs = set().union(*(_third_party(modules[m]) for m in client_side))
+    assert "aiohttp" in node_libs and "httpx" not in node_libs
+    assert "httpx" in client_libs and "aiohttp" not in client_libs
