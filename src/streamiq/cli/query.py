@@ -113,6 +113,16 @@ def _status(doc: dict[str, Any]) -> Text:
     return Text(f"{doc.get('status', 'OK')}: {doc.get('partitions', '?')} partitions")
 
 
+def _flat(row: dict[str, Any]) -> dict[str, Any]:
+    """A scanned row ``{key, partition, value}`` as one table row: key, partition, then
+    the value's columns."""
+    value = row.get("value")
+    if not isinstance(value, dict):
+        return row
+    return {"key": row.get("key"), "partition": row.get("partition"),
+            **{k: v for k, v in value.items() if k not in ("key", "partition")}}
+
+
 def render(mode: str, doc: dict[str, Any]) -> Group:
     """The human answer: value / rows / groups, then who served it."""
     if mode == "key":
@@ -122,7 +132,7 @@ def render(mode: str, doc: dict[str, Any]) -> Group:
         for col, value in doc["value"].items():
             table.add_row(Text(col, style="bold"), cell(value))
         return Group(title, table, _served(doc))
-    rows = doc["rows"] if mode == "scan" else doc["groups"]
+    rows = [_flat(r) for r in doc["rows"]] if mode == "scan" else doc["groups"]
     parts: list[Any] = [rows_table(rows) if rows else Text("(no rows)", style="dim"),
                         _status(doc)]
     if mode == "scan" and doc.get("next_cursor"):

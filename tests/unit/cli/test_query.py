@@ -116,7 +116,8 @@ def test_server_error_is_one_line_exit_1(monkeypatch: pytest.MonkeyPatch,
 
 def test_scan_and_aggregate_pass_the_api_parameters(monkeypatch: pytest.MonkeyPatch,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
-    scan = {"status": "OK", "rows": [ROW], "count": 1, "next_cursor": None, "partitions": 1,
+    scan = {"status": "OK", "rows": [{"key": "100001", "partition": 0, "value": ROW}],
+            "count": 1, "next_cursor": None, "partitions": 1,
             "missing_partitions": [], "served_by": NODE}
     agg = {"status": "OK", "groups": [{"sum(balance)": 42}], "partitions": 1,
            "missing_partitions": [], "served_by": NODE}
@@ -150,8 +151,14 @@ def test_pretty_key_answer_lists_columns_and_who_served() -> None:
 
 
 def test_pretty_partial_scan_says_so_and_prints_the_next_cursor() -> None:
-    text = render_text("scan", {"status": "PARTIAL", "rows": [ROW], "missing_partitions": [1],
+    row = {"key": "100001", "partition": 0, "value": ROW}
+    text = render_text("scan", {"status": "PARTIAL", "rows": [row], "missing_partitions": [1],
                                 "next_cursor": "abc", "served_by": "n1", "asked": "n1",
                                 "hops": 2})
     assert "PARTIAL: partitions [1] had no replica able to answer" in text
     assert "more: --cursor abc" in text
+    header, _, first = text.splitlines()[:3]
+    assert header.split() == ["key", "┃", "partition", "┃", "account", "┃", "balance", "┃",
+                              "count", "┃", "last_update"]
+    assert [c.strip() for c in first.split("│")] == ["100001", "0", "100001", "42", "3",
+                                                     "1700000000000"]
