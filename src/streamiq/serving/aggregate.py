@@ -13,13 +13,14 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from streamiq.errors import BadRequest
 from streamiq.serving._json import loads_row
 from streamiq.serving.partials import AggregatePartial
 from streamiq.serving.scan import KeyRange
 from streamiq.state.base import Store
 from streamiq.views.base import View, decode_key
 
-__all__ = ["FUNCS", "Agg", "aggregate_partitions", "finish", "merge_partials", "parse_aggs",
+__all__ = ["FUNCS", "MAX_GROUPS", "Agg", "aggregate_partitions", "finish", "merge_partials", "parse_aggs",
            "parse_group_by"]
 
 FUNCS = ("count", "sum", "min", "max", "avg")
@@ -77,6 +78,15 @@ def parse_aggs(view: View, raw: Sequence[str] | None) -> list[Agg]:
     if len({a.name for a in out}) != len(out):
         raise ValueError("agg: an aggregate is named twice")
     return out
+
+
+#: groups one aggregate may have: its answer is held in memory whole, on every node
+MAX_GROUPS = 10_000
+
+
+def too_many_groups() -> BadRequest:
+    return BadRequest(f"the aggregate has more than {MAX_GROUPS} groups: group by fewer "
+                      f"columns or narrow it with prefix=", field="group_by")
 
 
 def _initial(agg: Agg) -> Any:
@@ -152,6 +162,8 @@ def aggregate_partitions(view: View, store: Store, partitions: Iterable[int],
                 gk = _Unhashable(json.dumps(list(gk)))
                 states = groups.get(gk)
             if states is None:
+                if len(groups) >= MAX_GROUPS:
+                    raise too_many_groups()
                 states = groups[gk] = [_initial(a) for a in aggs]
             for i, col, fold in folds:
                 states[i] = fold(states[i], row.get(col) if col else None)
@@ -177,6 +189,8 @@ def merge_partials(aggs: Sequence[Agg], partials: Sequence[AggregatePartial]
         rows += int(part["rows"])
         for gk, states in part["groups"].items():
             cur = merged.get(gk)
+            if cur is None and len(merged) >= MAX_GROUPS:
+                raise too_many_groups()
             merged[gk] = (list(states) if cur is None else
                           [_combine(a, x, y) for a, x, y in zip(aggs, cur, states, strict=True)])
     return merged, rows

@@ -25,7 +25,7 @@ from fastapi.responses import RedirectResponse
 from yarl import URL
 
 from streamiq._http import error_response
-from streamiq.errors import PeerError, PeerTimeout, PeerUnreachable, Unavailable
+from streamiq.errors import BadRequest, PeerError, PeerTimeout, PeerUnreachable, Unavailable
 from streamiq.routing.router import Endpoint
 from streamiq.serving._json import loads_row
 from streamiq.serving.hop import HopClient, HopReply
@@ -360,6 +360,9 @@ class Coordinator:
         except PeerError as err:
             self._unreachable(err)
             return None, parts
+        if r.status_code == 400:  # the query itself is refused (it would be here too)
+            raise BadRequest(str(r.json().get("error", "refused by a peer")),
+                             peer=address)
         if r.status_code != 200:
             return None, parts
         doc: GatherReply[P] = r.json()

@@ -133,3 +133,23 @@ def test_aggregate_groups_by_values_that_cannot_key_a_dict(tmp_path: Path) -> No
     out = finish(["type"], aggs, merge_partials(aggs, [part, part])[0])
     assert {json.dumps(r["type"]): r["sum(count)"] for r in out} == {
         '["a", "b"]': 6, '{"k": 1}': 8, '"GENERAL"': 16}
+
+
+def test_an_aggregate_with_too_many_groups_is_refused(tmp_path: Path) -> None:
+    from streamiq.errors import BadRequest
+    from streamiq.serving.aggregate import MAX_GROUPS
+
+    store = RocksDBStore(tmp_path / "many")
+    rows = [(f"s{i}|GENERAL".encode(), json.dumps({"store": f"s{i}", "type": "GENERAL",
+                                                   "count": 1}).encode())
+            for i in range(MAX_GROUPS + 1)]
+    store.apply(0, rows, Checkpoint(offset=len(rows)))
+    aggs = parse_aggs(ORDER_COUNTS, ["sum(count)"])
+    with pytest.raises(BadRequest, match=f"more than {MAX_GROUPS} groups"):
+        aggregate_partitions(ORDER_COUNTS, store, [0], ["store"], aggs)
+    fine = aggregate_partitions(ORDER_COUNTS, store, [0], ["type"], aggs)
+    assert fine["rows"] == MAX_GROUPS + 1 and len(fine["groups"]) == 1
+    half = {"groups": {f'["s{i}"]': [1] for i in range(MAX_GROUPS // 2 + 1)}, "rows": 1}
+    other = {"groups": {f'["t{i}"]': [1] for i in range(MAX_GROUPS // 2 + 1)}, "rows": 1}
+    with pytest.raises(BadRequest, match="group by fewer columns"):  # merged at the entry
+        merge_partials(aggs, [half, other])  # type: ignore[list-item]
