@@ -2,7 +2,8 @@
 
 ``streamiq query VIEW KEY`` looks a key up (straight to its owner), ``--scan`` reads
 rows in key order (``--start``/``--end``/``--prefix``/``--limit``/``--cursor``) and
-``--aggregate`` groups and folds across every partition (``--group-by``, ``--agg``).
+``--aggregate`` groups and folds across every partition (``--group-by``, ``--agg``),
+``--windows`` lists one key's windows in a windowed view.
 Each answer says which node served it and how many hops it took; ``--json`` prints
 the node's answer with ``asked`` (the node the client called) and ``hops`` added.
 """
@@ -25,6 +26,12 @@ HELP = "look up a key, scan a range or aggregate a view, from any node"
 _SCAN = ("start", "end", "cursor", "limit")
 _AGG = ("group_by", "agg")
 _KEY = ("position", "wait_ms")
+_ALL = (*_KEY, *_SCAN, *_AGG, "prefix")
+#: the flags each mode takes (besides --node, --max-lag and --json)
+_FITS = {"key": _KEY, "scan": (*_SCAN, "prefix"), "aggregate": (*_AGG, "prefix"),
+         "windows": ()}
+_NAMES = {"key": "a key lookup", "scan": "--scan", "aggregate": "--aggregate",
+          "windows": "--windows"}
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -40,6 +47,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     mode.add_argument("--scan", action="store_true", help="rows in key order (paged)")
     mode.add_argument("--aggregate", action="store_true",
                       help="group and fold across all partitions")
+    mode.add_argument("--windows", action="store_true",
+                      help="every window of KEY in a windowed view (e.g. order_counts_1m)")
     p.add_argument("--start", metavar="KEY", help="--scan: first key (inclusive)")
     p.add_argument("--end", metavar="KEY", help="--scan: end key (exclusive)")
     p.add_argument("--prefix", help="--scan/--aggregate: only keys starting with this")
@@ -64,21 +73,22 @@ def _used(args: argparse.Namespace, names: tuple[str, ...]) -> list[str]:
     return ["--" + n.replace("_", "-") for n in names if getattr(args, n) is not None]
 
 
+def mode_of(args: argparse.Namespace) -> str:
+    """key, scan, aggregate or windows."""
+    return next((m for m in ("scan", "aggregate", "windows") if getattr(args, m)), "key")
+
+
 def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Flags that make no sense together: a parser error naming the flag (exit 2)."""
-    if args.scan or args.aggregate:
-        if args.key is not None:
-            p.error(f"KEY {args.key!r} is for a key lookup; leave it out with "
-                    f"{'--scan' if args.scan else '--aggregate'}")
-        wrong = _used(args, _KEY) + _used(args, _AGG if args.scan else _SCAN)
-        mode = "--scan" if args.scan else "--aggregate"
-    else:
-        if args.key is None:
-            p.error("give a KEY, or --scan or --aggregate")
-        wrong = _used(args, _SCAN + _AGG + ("prefix",))
-        mode = "a key lookup"
+    mode = mode_of(args)
+    if mode in ("key", "windows") and args.key is None:
+        p.error("give a KEY, or --scan or --aggregate" if mode == "key"
+                else "--windows: give the KEY whose windows to list")
+    if mode in ("scan", "aggregate") and args.key is not None:
+        p.error(f"KEY {args.key!r} is for a key lookup; leave it out with --{mode}")
+    wrong = _used(args, tuple(f for f in _ALL if f not in _FITS[mode]))
     if wrong:
-        p.error(f"{wrong[0]} does not apply to {mode}")
+        p.error(f"{wrong[0]} does not apply to {_NAMES[mode]}")
     if args.limit is not None and not 1 <= args.limit <= 1000:
         p.error(f"--limit: expected 1-1000, got {args.limit}")
     for flag in ("max_lag", "wait_ms"):
@@ -87,12 +97,15 @@ def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
 
 
 def _ask(c: Client, args: argparse.Namespace) -> dict[str, Any] | None:
-    if args.scan:
+    mode = mode_of(args)
+    if mode == "scan":
         return c.scan(args.view, start=args.start, end=args.end, prefix=args.prefix,
                       limit=args.limit or 100, cursor=args.cursor, max_lag=args.max_lag)
-    if args.aggregate:
+    if mode == "aggregate":
         return c.aggregate(args.view, args.agg or ["count(*)"], group_by=args.group_by,
                            prefix=args.prefix, max_lag=args.max_lag)
+    if mode == "windows":
+        return c.windows(args.view, args.key, max_lag=args.max_lag)
     return c.get(args.view, args.key, max_lag=args.max_lag, position=args.position,
                  wait_ms=args.wait_ms)
 
@@ -107,6 +120,9 @@ def _served(doc: dict[str, Any]) -> Text:
 
 
 def _status(doc: dict[str, Any]) -> Text:
+    if "windows" in doc:
+        return Text(f"{len(doc['windows'])} windows of {doc.get('key')} "
+                    f"(partition {doc.get('partition')})")
     if doc.get("status") == "PARTIAL":
         return Text(f"PARTIAL: partitions {doc.get('missing_partitions')} had no replica "
                     "able to answer", style="bold red")
@@ -132,7 +148,10 @@ def render(mode: str, doc: dict[str, Any]) -> Group:
         for col, value in doc["value"].items():
             table.add_row(Text(col, style="bold"), cell(value))
         return Group(title, table, _served(doc))
-    rows = [_flat(r) for r in doc["rows"]] if mode == "scan" else doc["groups"]
+    if mode == "scan":
+        rows = [_flat(r) for r in doc["rows"]]
+    else:
+        rows = doc["windows"] if mode == "windows" else doc["groups"]
     parts: list[Any] = [rows_table(rows) if rows else Text("(no rows)", style="dim"),
                         _status(doc)]
     if mode == "scan" and doc.get("next_cursor"):
@@ -142,7 +161,7 @@ def render(mode: str, doc: dict[str, Any]) -> Group:
 
 
 def run(args: argparse.Namespace) -> int:
-    mode = "scan" if args.scan else "aggregate" if args.aggregate else "key"
+    mode = mode_of(args)
     timeout = 10.0 + (args.wait_ms or 5000) / 1000
     try:
         with Client(args.node, timeout=timeout) as c:

@@ -41,6 +41,10 @@ def usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     (["query", "balances", "k", "--max-lag", "-1"], "--max-lag: must not be negative"),
     (["query", "balances", "--scan", "--aggregate"], "--aggregate: not allowed with argument"),
     (["query", "balances", "k", "--limit", "x"], "--limit: invalid int value"),
+    (["query", "order_counts_1m", "--windows"], "--windows: give the KEY"),
+    (["query", "order_counts_1m", "k", "--windows", "--position", "t:0:1"],
+     "--position does not apply to --windows"),
+    (["query", "balances", "--aggregate", "--windows"], "--windows: not allowed with"),
 ])
 def test_flags_that_do_not_fit_are_usage_errors_naming_the_flag(
         argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -162,3 +166,18 @@ def test_pretty_partial_scan_says_so_and_prints_the_next_cursor() -> None:
                               "count", "┃", "last_update"]
     assert [c.strip() for c in first.split("│")] == ["100001", "0", "100001", "42", "3",
                                                      "1700000000000"]
+
+
+def test_windows_of_a_key(monkeypatch: pytest.MonkeyPatch,
+                          capsys: pytest.CaptureFixture[str]) -> None:
+    windows = [{"store": "s1", "type": "GENERAL", "window_start": 60_000 * i,
+                "window_end": 60_000 * (i + 1), "count": i} for i in (1, 2)]
+    body = {"status": "OK", "view": "order_counts_1m", "key": "s1|GENERAL", "partition": 0,
+            "from": 0, "to": 1 << 62, "windows": windows, "served_by": NODE,
+            "role": "active", "lag": 0}
+    t = fake_cluster({"/v1/views/order_counts_1m/keys/s1|GENERAL/windows": (200, body, 0)})
+    assert run_cli(monkeypatch, t, ["query", "order_counts_1m", "s1|GENERAL", "--windows",
+                                    "--max-lag", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "/v1/views/order_counts_1m/keys/s1|GENERAL/windows?from=0&max_lag=3" in t.seen
+    assert "2 windows of s1|GENERAL (partition 0)" in out and "120000" in out
