@@ -39,6 +39,7 @@ __all__ = ["Order", "Producer", "create_ingest_app", "run_ingest"]
 
 log = logging.getLogger("streamiq.ingest")
 
+
 class Order(BaseModel):
     """An order (seeds 001/002)."""
 
