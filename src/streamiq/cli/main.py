@@ -104,8 +104,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class FlagError(SystemExit):
+    """A bad flag or env value: ``streamiq: error: --port: ...`` and exit status 2, like
+    argparse's own usage errors (``str()`` is the message)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(2)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
 def settings_from_args(args: argparse.Namespace, fields: Sequence[str]) -> Settings:
-    """Settings from the environment, overridden by the flags given; errors name the flag."""
+    """Settings from the environment, overridden by the flags given; errors name the flag
+    (or the environment variable) and raise :class:`FlagError`."""
     given: dict[str, Any] = {}
     for f in fields:
         v = getattr(args, f, None)
@@ -115,7 +128,7 @@ def settings_from_args(args: argparse.Namespace, fields: Sequence[str]) -> Setti
             try:
                 v = json.loads(v)
             except json.JSONDecodeError as exc:
-                raise SystemExit(f"streamiq: error: {_flag(f)}: not a JSON object: {exc}") from None
+                raise FlagError(f"{_flag(f)}: not a JSON object: {exc}") from None
         given[f] = v
     try:
         return Settings(**given)
@@ -125,7 +138,7 @@ def settings_from_args(args: argparse.Namespace, fields: Sequence[str]) -> Setti
             name = str(err["loc"][0]) if err["loc"] else "?"
             where = _flag(name) if name in given else f"STREAMIQ_{name.upper()}"
             msgs.append(f"{where}: {err['msg']}")
-        raise SystemExit("streamiq: error: " + "; ".join(msgs)) from None
+        raise FlagError("; ".join(msgs)) from None
 
 
 def _runner(cmd: str) -> Callable[..., None]:
@@ -163,7 +176,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     if args.command in CLIENTS:
         raise SystemExit(_run_client(args))
-    settings = settings_from_args(args, COMMANDS[args.command][1])
+    try:
+        settings = settings_from_args(args, COMMANDS[args.command][1])
+    except FlagError as exc:
+        print(f"streamiq: error: {exc}", file=sys.stderr, flush=True)
+        raise
     run = _runner(args.command)
     try:
         if args.command == "up":

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from streamiq.cli.main import COMMANDS, build_parser, settings_from_args
+from streamiq.cli.main import COMMANDS, build_parser, main, settings_from_args
 
 
 def _settings(argv: list[str]):  # type: ignore[no-untyped-def]
@@ -66,3 +66,24 @@ def test_help_shows_defaults_as_typed(capsys: pytest.CaptureFixture[str]) -> Non
     assert "[env STREAMIQ_REDIRECT; default off]" in text
     assert "[env STREAMIQ_TOPIC_PREFIX; default empty]" in text
     assert "[env STREAMIQ_KAFKA_CONFIG; default {}]" in text
+
+
+@pytest.mark.parametrize(("argv", "line"), [
+    (["node", "--port", "nope"], "streamiq: error: --port: Input should be a valid integer"),
+    (["up", "--partitions", "0"], "streamiq: error: --partitions: Input should be greater"),
+    (["ingest", "--kafka-config", "[1]"], "streamiq: error: --kafka-config: Input should be"),
+])
+def test_bad_flag_exits_2_with_one_line(argv: list[str], line: str,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(line) and err.count("\n") == 1
+
+
+def test_unknown_flag_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args(["status", "--nodes", "x:1"])
+    assert exc.value.code == 2
+    assert "unrecognized arguments: --nodes x:1" in capsys.readouterr().err
