@@ -20,8 +20,8 @@ from streamiq.serving.scan import KeyRange
 from streamiq.state.base import Store
 from streamiq.views.base import View, decode_key
 
-__all__ = ["FUNCS", "MAX_GROUPS", "Agg", "aggregate_partitions", "finish", "merge_partials", "parse_aggs",
-           "parse_group_by"]
+__all__ = ["FUNCS", "MAX_GROUPS", "Agg", "aggregate_partitions", "finish", "merge_partials",
+           "parse_aggs", "parse_group_by"]
 
 FUNCS = ("count", "sum", "min", "max", "avg")
 _SPEC = re.compile(r"^\s*([A-Za-z]+)\s*\(\s*(\*|[A-Za-z_][A-Za-z0-9_]*)\s*\)\s*$")

@@ -41,6 +41,7 @@ from uvicorn.protocols.http import httptools_impl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from streamiq.serving.fastpath import PENDING, Answer, LeanLookups
+from streamiq.serving.http_limits import LimitedHttpProtocol
 from streamiq.serving.wire import PREFACE, WireServer
 
 __all__ = ["MISSING_HOOKS", "NodeHttpProtocol", "missing_hooks", "node_protocol"]
@@ -126,7 +127,7 @@ class _CoalescingTransport:
         return getattr(self._transport, name)
 
 
-class NodeHttpProtocol(HttpToolsProtocol):
+class NodeHttpProtocol(LimitedHttpProtocol):
     """``uvicorn.run(create_asgi(settings), http=NodeHttpProtocol)``."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -227,12 +228,13 @@ class NodeHttpProtocol(HttpToolsProtocol):
         cycle.on_response()
 
 
-def node_protocol(missing: list[str] = MISSING_HOOKS) -> type[asyncio.Protocol] | str:
+def node_protocol(missing: list[str] = MISSING_HOOKS) -> type[asyncio.Protocol]:
     """The ``http=`` a node's uvicorn runs: ``NodeHttpProtocol``, or, when this uvicorn
-    lacks a hook it overrides, uvicorn's stock ``"httptools"`` with a warning."""
+    lacks a hook it overrides, uvicorn's stock httptools protocol with the size limits
+    (``LimitedHttpProtocol``), with a warning."""
     if not missing:
         return NodeHttpProtocol
     log.warning("uvicorn %s lacks %s: serving without the lean lookup path and the lookup "
                 "wire (slower; peers use HTTP hops). Install a uvicorn version streamiq "
                 "pins (pyproject.toml).", uvicorn.__version__, ", ".join(missing))
-    return "httptools"
+    return LimitedHttpProtocol

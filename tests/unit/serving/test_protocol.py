@@ -14,6 +14,7 @@ import uvicorn
 from fakes import RecordingTransport
 
 from streamiq.serving.hop import HopReply
+from streamiq.serving.http_limits import LimitedHttpProtocol
 from streamiq.serving.protocol import (
     MISSING_HOOKS,
     NodeHttpProtocol,
@@ -216,6 +217,7 @@ def test_a_uvicorn_without_the_hook_falls_back_loudly(caplog: pytest.LogCaptureF
     assert "RequestResponseCycle.on_response" in missing
     assert "httptools_impl.STATUS_LINE" in missing
     with caplog.at_level(logging.WARNING, logger="streamiq.node"):
-        assert node_protocol(missing) == "httptools"  # uvicorn's stock protocol
+        # uvicorn's stock protocol, still with the request size limits
+        assert node_protocol(missing) is LimitedHttpProtocol
     assert "without the lean lookup path" in caplog.text
     assert "HttpToolsProtocol._start_asgi_task" in caplog.text
