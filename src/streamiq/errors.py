@@ -28,9 +28,9 @@ from __future__ import annotations
 import json
 from typing import Any, ClassVar
 
-__all__ = ["BadRequest", "NotActive", "NotFound", "NotUpToBound", "Overloaded", "PeerError",
-           "PeerTimeout",
-           "PeerUnreachable", "StreamiqError", "Unavailable", "UnknownView"]
+__all__ = ["BadRequest", "NotActive", "NotFound", "NotUpToBound", "Overloaded",
+           "PayloadTooLarge", "PeerError", "PeerTimeout", "PeerUnreachable",
+           "RequestHeaderTooLarge", "StreamiqError", "Unavailable", "UnknownView"]
 
 _JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # as JSONResponse renders
 
@@ -58,6 +58,20 @@ class StreamiqError(Exception):
 class BadRequest(StreamiqError):
     http_status = 400
     code = "BAD_REQUEST"
+
+
+class PayloadTooLarge(StreamiqError):
+    """The request's body is past the node's limit (serving/http_limits.py)."""
+
+    http_status = 413
+    code = "BODY_TOO_LARGE"
+
+
+class RequestHeaderTooLarge(StreamiqError):
+    """The request line and headers are past the node's limit."""
+
+    http_status = 431
+    code = "HEADER_TOO_LARGE"
 
 
 class NotFound(StreamiqError):

@@ -17,24 +17,13 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from streamiq.errors import StreamiqError
+from streamiq.errors import PayloadTooLarge, RequestHeaderTooLarge, StreamiqError
 
-__all__ = ["MAX_BODY_BYTES", "MAX_HEAD_BYTES", "LimitedHttpProtocol", "PayloadTooLarge",
-           "RequestHeaderTooLarge"]
+__all__ = ["MAX_BODY_BYTES", "MAX_HEAD_BYTES", "LimitedHttpProtocol"]
 
 MAX_HEAD_BYTES = 64 * 1024
 MAX_BODY_BYTES = 4 * 1024 * 1024
 LINGER_S = 2.0
-
-
-class RequestHeaderTooLarge(StreamiqError):
-    http_status = 431
-    code = "HEADER_TOO_LARGE"
-
-
-class PayloadTooLarge(StreamiqError):
-    http_status = 413
-    code = "BODY_TOO_LARGE"
 
 
 class LimitedHttpProtocol(HttpToolsProtocol):
