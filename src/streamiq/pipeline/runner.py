@@ -2,9 +2,11 @@
 
 Per view: ``streamiq-kafka`` source (earliest, exact ranges) -> ``from_json`` + validation
 (invalid records counted by an observed metric, kept out of the view) -> the view's
-``transform`` -> ``update`` output -> :class:`~streamiq.pipeline.sink.ChangelogSink`.
-Checkpoints live in ``<checkpoint_dir>/<view>``: aggregation state and offsets commit
-together, the sink writes absolute values, so a replayed batch rewrites the same rows.
+``transform`` -> ``update`` output -> the ``streamiq`` sink
+(:func:`streamiq.pipeline.sinkwriter.sink`, the one changelog writer users' own queries
+use too). Checkpoints live in ``<checkpoint_dir>/<view>``: aggregation state and offsets
+commit together, the sink writes absolute values, so a replayed batch rewrites the same
+rows.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from streamiq.pipeline.deadletter import (
     parse_input,
     valid_column,
 )
-from streamiq.pipeline.sink import ChangelogSink, batch_offsets, changelog_columns
+from streamiq.pipeline.sink import batch_offsets, view_rows
+from streamiq.pipeline.sinkwriter import sink
 from streamiq.pipeline.source import FORMAT
 from streamiq.pipeline.warmup import warm_up
 from streamiq.serving.logs import configure_logging
@@ -56,7 +59,7 @@ def build_view_stream(spark: SparkSession, view: View, kafka: dict[str, Any],
                       topics: tuple[str, ...] | None = None,
                       pause_file: str | None = None,
                       first_batch_now: bool = False) -> DataFrame:
-    """The view's streaming frame: ``key``/``value`` changelog columns, metric attached.
+    """The view's streaming frame: its key, window and value columns, metric attached.
 
     ``topics``: the real input topic names (default ``view.source_topics``, unprefixed).
     ``pause_file``: while it exists the source offers no new data (see Pipeline.stop).
@@ -81,14 +84,15 @@ def build_view_stream(spark: SparkSession, view: View, kafka: dict[str, Any],
                                       "kafka_timestamp")
     if view.event_time:
         good = good.withColumn("event_time", F.timestamp_millis(F.col(view.event_time)))
-    return changelog_columns(view.transform(good), view)
+    return view_rows(view.transform(good), view)
 
 
 @dataclass
 class _ViewRun:
     view: View
     checkpoint: str
-    sink: ChangelogSink
+    changelog: str  # the real topic name
+    options: dict[str, str]  # the sink's
     dead: DeadLetters | None  # None: another view with the same input reports them
     query: StreamingQuery | None = None
     bad: int = 0
@@ -154,14 +158,25 @@ class Pipeline:
                 self.settings.topic(DEAD_LETTER_TOPIC))
             seen.add(sig)
             changelog = self.settings.topic(view.changelog_topic)
-            sink = ChangelogSink(view, self.kafka, parts[changelog], ckpt, self.spark,
-                                 topic=changelog)
-            self.runs[view.name] = _ViewRun(view, ckpt, sink, dead)
+            self.runs[view.name] = _ViewRun(view, ckpt, changelog,
+                                            self.sink_options(view, parts[changelog]), dead)
         fresh = [r for r in self.runs.values() if not (Path(r.checkpoint) / "commits").is_dir()]
         for run in self.runs.values():
             self._start_query(run)
         self._first_batches(fresh)
         self._recovered = False  # the crash-window dead-letter scan runs on the first poll
+
+    def sink_options(self, view: View, partitions: int) -> dict[str, str]:
+        """The ``streamiq`` sink's options for one of the app's views."""
+        s = self.settings
+        opts = {"view": view.name, "key": ",".join(view.key_columns),
+                "partitions": str(partitions), "cluster": s.cluster,
+                "topicPrefix": s.topic_prefix, "global": str(view.is_global).lower(),
+                "description": view.description,
+                **{f"kafka.{k}": str(v) for k, v in self.kafka.items()}}
+        if view.window:
+            opts["window"] = view.window
+        return opts
 
     def warm_up(self) -> None:
         """Run each view's plan once on an example record (see pipeline/warmup.py)."""
@@ -195,12 +210,12 @@ class Pipeline:
                                self.topics_of(run.view), str(self.pause_file),
                                first_batch_now=True)
         self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", run.view.name)
-        run.query = (df.writeStream.queryName(run.view.name).outputMode("update")
-                     .foreachBatch(run.sink).option("checkpointLocation", run.checkpoint)
+        run.query = (sink(df).queryName(run.view.name).outputMode("update")
+                     .options(**run.options).option("checkpointLocation", run.checkpoint)
                      .trigger(processingTime=f"{s.trigger_ms} milliseconds").start())
         self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)  # type: ignore[arg-type]
         log.info("view %s: query started (checkpoint %s, changelog %s)", run.view.name,
-                 run.checkpoint, run.sink.topic)
+                 run.checkpoint, run.changelog)
 
     def _register_listener(self) -> None:
         from pyspark.sql.streaming import StreamingQueryListener
@@ -343,7 +358,6 @@ class Pipeline:
         for run in self.runs.values():
             if run.dead is not None and run.pending_batch >= 0:
                 run.dead.record(run.pending_batch)
-            run.sink.close()
         if self._listener is not None:
             self.spark.streams.removeListener(self._listener)
             self._listener = None

@@ -10,7 +10,7 @@ import os
 import sys
 from typing import Any
 
-__all__ = ["SESSION_CONF", "spark_session"]
+__all__ = ["SESSION_CONF", "register_formats", "spark_session"]
 
 SESSION_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
@@ -60,7 +60,7 @@ def _launch_jvm(master: str, app_name: str, settings: dict[str, str]) -> None:
 
 def spark_session(master: str = "local[2]", app_name: str = "streamiq",
                   shuffle_partitions: int | None = None, **conf: Any) -> Any:
-    """Build (or get) the SparkSession and register the ``streamiq-kafka`` data source.
+    """Build (or get) the SparkSession and register streamiq's formats (source and sink).
 
     ``conf`` entries (real Spark keys: ``spark_session(**{"spark.x": v})``) override
     :data:`SESSION_CONF`.
@@ -68,8 +68,6 @@ def spark_session(master: str = "local[2]", app_name: str = "streamiq",
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
-
-    from streamiq.pipeline.source import KafkaDataSource
 
     settings = dict(SESSION_CONF)
     if master.startswith("local"):
@@ -86,5 +84,14 @@ def spark_session(master: str = "local[2]", app_name: str = "streamiq",
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    return register_formats(spark)
+
+
+def register_formats(spark: Any) -> Any:
+    """Register streamiq's formats: ``streamiq-kafka`` (source) and ``streamiq`` (sink)."""
+    from streamiq.pipeline.datasource import StreamiqDataSource
+    from streamiq.pipeline.source import KafkaDataSource
+
     spark.dataSource.register(KafkaDataSource)
+    spark.dataSource.register(StreamiqDataSource)
     return spark

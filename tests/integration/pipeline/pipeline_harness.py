@@ -23,14 +23,17 @@ HERE = Path(__file__).parent
 
 
 class PipelineProcess:
-    """One pipeline subprocess (its own session: JVM and Python workers die with it)."""
+    """One pipeline subprocess (its own session: JVM and Python workers die with it).
+
+    ``cmd``: another program that prints the ready line (default ``streamiq pipeline``
+    with ``views_for_tests``)."""
 
     def __init__(self, bootstrap: str, checkpoint: Path, suffix: str, log: Path,
-                 topic_prefix: str = "") -> None:
-        self.cmd = [sys.executable, "-m", "streamiq", "pipeline", "--bootstrap-servers",
-                    bootstrap, "--checkpoint-dir", str(checkpoint), "--views-module",
-                    "views_for_tests", "--master", "local[2]", "--partitions", "3",
-                    "--topic-prefix", topic_prefix]
+                 topic_prefix: str = "", cmd: list[str] | None = None) -> None:
+        self.cmd = cmd or [sys.executable, "-m", "streamiq", "pipeline", "--bootstrap-servers",
+                           bootstrap, "--checkpoint-dir", str(checkpoint), "--views-module",
+                           "views_for_tests", "--master", "local[2]", "--partitions", "3",
+                           "--topic-prefix", topic_prefix]
         self.env = {**os.environ, "SIQ_TEST_SUFFIX": suffix,
                     "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
         self.log = log

@@ -1,0 +1,115 @@
+"""Before a sink's first rows: its changelog topic exists and the catalog describes its view.
+
+Runs on the driver (``streamiq.sink(...).start()``, or the data source's
+``streamWriter``/``writer`` on the driver's Python planner worker), never on executors.
+The catalog topic is read to its end (end-of-partition events, which come from the
+high watermark of Fetch responses: exact on the embedded broker too, see DESIGN.md)
+and the last record per view wins, since the embedded broker does not compact.
+A view already described compatibly is not published again, so restarts do not grow
+the catalog; an incompatible description fails the sink naming the view and the
+difference (:func:`streamiq.views.catalog.incompatibility`).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from streamiq.config import Settings
+from streamiq.kafka.admin import ensure_topics
+from streamiq.pipeline.sink_options import SinkOptions
+from streamiq.views.catalog import ViewSpec, incompatibility
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
+
+__all__ = ["CATALOG_TOPIC_CONFIG", "changelog_partitions", "prepare", "read_catalog"]
+
+#: compacted on Apache Kafka (the last description per view is kept forever)
+CATALOG_TOPIC_CONFIG = {"cleanup.policy": "compact"}
+_DEFAULT_PARTITIONS: int = Settings.model_fields["partitions"].default
+
+_PREPARED: dict[tuple[str, str, bytes], ViewSpec] = {}  # per process: done already
+_PARTITIONS: dict[tuple[str, str], int] = {}
+_LOCK = threading.Lock()
+
+
+def read_catalog(kafka: Mapping[str, Any], topic: str, timeout: float = 30.0
+                 ) -> dict[str, ViewSpec]:
+    """The last description per view on the catalog topic (records that are not one are
+    skipped)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({**kafka, "group.id": f"streamiq-sink-{uuid.uuid4().hex[:8]}",
+                  "enable.auto.commit": False, "enable.partition.eof": True,
+                  "fetch.wait.max.ms": 20})
+    specs: dict[str, ViewSpec] = {}
+    try:
+        c.assign([TopicPartition(topic, 0, 0)])
+        deadline = time.monotonic() + timeout
+        while True:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"could not read the catalog {topic} to its end")
+            msgs = c.consume(500, 0.2)
+            for m in msgs:
+                if m.error():
+                    return specs  # end of partition
+                try:
+                    spec = ViewSpec.from_json(m.value() or b"")
+                except ValueError:
+                    continue
+                specs[spec.name] = spec
+    finally:
+        c.close()
+
+
+def changelog_partitions(opts: SinkOptions) -> int:
+    """The changelog topic's partition count (created if missing), cached per process."""
+    key = (opts.kafka.get("bootstrap.servers", ""), opts.changelog_topic)
+    with _LOCK:
+        if key in _PARTITIONS:
+            return _PARTITIONS[key]
+    n = ensure_topics(dict(opts.kafka),
+                      {opts.changelog_topic: opts.partitions or _DEFAULT_PARTITIONS})
+    with _LOCK:
+        _PARTITIONS[key] = n[opts.changelog_topic]
+    return n[opts.changelog_topic]
+
+
+def _publish(kafka: Mapping[str, Any], topic: str, spec: ViewSpec) -> None:
+    from confluent_kafka import Producer
+
+    ensure_topics(dict(kafka), {topic: 1}, config=CATALOG_TOPIC_CONFIG)
+    old = read_catalog(kafka, topic).get(spec.name)
+    if old is not None:
+        why = incompatibility(old, spec)
+        if why is not None:
+            raise ValueError(f"view {spec.name!r} is already in the catalog {topic} with a "
+                             f"different description: {why}. Use another view name, or "
+                             "delete the view's changelog and catalog record first")
+        if old == spec:
+            return
+    p = Producer({**kafka, "enable.idempotence": True, "acks": "all"})
+    p.produce(topic, key=spec.name.encode(), value=spec.to_json())
+    if p.flush(30):
+        raise RuntimeError(f"view {spec.name!r}: could not publish to the catalog {topic}")
+
+
+def prepare(opts: SinkOptions, schema: StructType) -> ViewSpec:
+    """Create the changelog topic and publish the view's description (once per process
+    for the same description). Raises ValueError when the catalog disagrees."""
+    spec = ViewSpec.from_schema(schema, name=opts.view, key_columns=opts.key,
+                                changelog_topic=opts.changelog_topic,
+                                partitions=changelog_partitions(opts), window=opts.window,
+                                is_global=opts.is_global, description=opts.description)
+    memo = (opts.kafka.get("bootstrap.servers", ""), opts.catalog_topic, spec.to_json())
+    with _LOCK:
+        if memo in _PREPARED:
+            return spec
+    _publish(opts.kafka, opts.catalog_topic, spec)
+    with _LOCK:
+        _PREPARED[memo] = spec
+    return spec

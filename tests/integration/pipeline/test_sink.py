@@ -1,0 +1,200 @@
+"""The ``streamiq`` sink under a user's own query: exact changelog across a SIGKILL,
+catalog records, errors at start() naming the option, the append-mode streaming writer."""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import user_query
+from pipeline_harness import (
+    HERE,
+    PipelineProcess,
+    changelog_state,
+    input_ends,
+    read_topic,
+    wait_caught_up,
+)
+
+import streamiq
+from streamiq.kafka.admin import ensure_topics
+from streamiq.kafka.partitioner import partition_for
+from streamiq.pipeline.publish import read_catalog
+
+pytestmark = pytest.mark.integration
+
+
+def _event(rnd: random.Random, i: int) -> dict[str, Any]:
+    return {"user": f"u{rnd.randrange(user_query.USERS)}", "page": f"/p{rnd.randrange(6)}",
+            "ms": rnd.randrange(1, 500), "ts": 1_700_000_000_000 + i}
+
+
+def _truth(events: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    want: dict[str, dict[str, Any]] = {}
+    for e in events:
+        country = user_query.country_of(e["user"])
+        if country is None:
+            continue
+        w = want.setdefault(f"{country}|{e['page']}", {
+            "country": country, "page": e["page"], "views": 0, "total_ms": 0, "last_seen": 0})
+        w["views"] += 1
+        w["total_ms"] += e["ms"]
+        w["last_seen"] = max(w["last_seen"], e["ts"])
+    return want
+
+
+def test_user_query_changelog_exact_across_sigkill(bootstrap: str, tmp_path: Path) -> None:
+    """Join + aggregate written through the sink; SIGKILL mid-stream and restart: the
+    changelog's final state equals the ground truth, keyed and partitioned by contract."""
+    from confluent_kafka import Producer
+
+    suffix = uuid.uuid4().hex[:8]
+    topic, view, cluster = f"views-{suffix}", f"page_views_{suffix}", f"c{suffix}"
+    changelog = f"{view}-changelog"
+    ensure_topics({"bootstrap.servers": bootstrap}, {topic: 3})
+    rnd, events, stop = random.Random(5), [], threading.Event()
+
+    def stream() -> None:
+        p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
+                      "partitioner": "murmur2_random", "enable.idempotence": True})
+        while not stop.is_set():
+            for _ in range(20):
+                e = _event(rnd, len(events))
+                events.append(e)
+                p.produce(topic, key=e["user"], value=json.dumps(e))
+            p.poll(0)
+            time.sleep(0.05)
+        assert p.flush(30) == 0
+
+    cmd = [sys.executable, str(HERE / "user_query.py"), bootstrap, topic, view, cluster,
+           str(tmp_path / "ck")]
+    proc = PipelineProcess(bootstrap, tmp_path / "ck", suffix, tmp_path / "user.log", cmd=cmd)
+    producer = threading.Thread(target=stream, daemon=True)
+    producer.start()
+    try:
+        proc.start()
+        _wait_for_marker(bootstrap, changelog)  # a batch committed: the kill is mid-stream
+        time.sleep(rnd.uniform(0.5, 3.0))
+        proc.kill()
+        proc.start()
+        time.sleep(2)
+        stop.set()
+        producer.join(60)
+        ends = input_ends(bootstrap, topic)
+        msgs = wait_caught_up(bootstrap, changelog, ends, topic, 3, timeout=180)
+    finally:
+        stop.set()
+        proc.kill()
+    last, markers = changelog_state(msgs)
+    assert last == _truth(events) and sum(ends.values()) == len(events)
+    assert sorted(markers) == [0, 1, 2]
+    for m in msgs:
+        if m.key() is not None:
+            assert m.partition() == partition_for(m.key(), 3)
+    spec = read_catalog({"bootstrap.servers": bootstrap}, f"_streamiq-{cluster}-catalog")[view]
+    assert spec.key_columns == (("country", "string"), ("page", "string"))
+    assert spec.value_columns == (("views", "bigint"), ("total_ms", "bigint"),
+                                  ("last_seen", "timestamp"))
+    assert (spec.changelog_topic, spec.partitions, spec.windowed, spec.is_global) == (
+        changelog, 3, False, False)
+
+
+def _wait_for_marker(bootstrap: str, changelog: str, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ensure_topics({"bootstrap.servers": bootstrap}, {changelog: 3})
+        if changelog_state(read_topic(bootstrap, changelog))[1]:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"no marker on {changelog} within {timeout:.0f} s")
+
+
+def _sink(df: Any, bootstrap: str, tmp_path: Path, **options: str) -> Any:
+    w = streamiq.sink(df).option("kafka.bootstrap.servers", bootstrap)
+    w = w.option("checkpointLocation", str(tmp_path / uuid.uuid4().hex))
+    for k, v in options.items():
+        w = w.option(k, v) if v is not None else w
+    return w
+
+
+def test_bad_options_and_incompatible_views_fail_at_start(spark: Any, bootstrap: str,
+                                                          tmp_path: Path) -> None:
+    from pyspark.sql import functions as F
+
+    suffix = uuid.uuid4().hex[:8]
+    cluster, view = f"c{suffix}", f"v{suffix}"
+    rate = spark.readStream.format("rate").option("rowsPerSecond", 5).load()
+    df = rate.groupBy((F.col("value") % 7).cast("string").alias("k")).agg(
+        F.count(F.lit(1)).alias("n"))
+    ok = {"view": view, "key": "k", "cluster": cluster}
+    for bad, named in [({"view": None}, "option 'view'"), ({"key": "nope"}, "option 'key'"),
+                       ({"partitions": "0"}, "option 'partitions'"),
+                       ({"view": "a b"}, "option 'view'"), ({"bogus": "1"}, "option 'bogus'")]:
+        with pytest.raises(ValueError, match=named):
+            _sink(df, bootstrap, tmp_path, **{**ok, **bad}).start()
+    with pytest.raises(ValueError, match=r"option 'kafka\.bootstrap\.servers'"):
+        streamiq.sink(df).options(**ok, checkpointLocation=str(tmp_path / "x")).start()
+    with pytest.raises(ValueError, match="outputMode 'complete'"):
+        _sink(df, bootstrap, tmp_path, **ok).outputMode("complete").start()
+    assert not spark.streams.active  # nothing was started
+
+    q = _sink(df, bootstrap, tmp_path, **ok).start()
+    q.stop()
+    spec = read_catalog({"bootstrap.servers": bootstrap}, f"_streamiq-{cluster}-catalog")[view]
+    assert spec.key_columns == (("k", "string"),) and spec.value_columns == (("n", "bigint"),)
+    retyped = rate.groupBy((F.col("value") % 7).cast("string").alias("k")).agg(
+        F.sum("value").cast("double").alias("n"))
+    with pytest.raises(ValueError, match=f"view '{view}'.*value column 'n' changed type "
+                                         "from bigint to double"):
+        _sink(retyped, bootstrap, tmp_path, **ok).start()
+    rekeyed = df.withColumnRenamed("k", "key")
+    with pytest.raises(ValueError, match=f"view '{view}'.*key columns changed from "
+                                         r"\(k string\) to \(key string\)"):
+        _sink(rekeyed, bootstrap, tmp_path, **{**ok, "key": "key"}).start()
+    wider = rate.groupBy((F.col("value") % 7).cast("string").alias("k")).agg(
+        F.count(F.lit(1)).alias("n"), F.max("value").alias("top"))
+    _sink(wider, bootstrap, tmp_path, **ok).start().stop()  # a value column added: fine
+    spec = read_catalog({"bootstrap.servers": bootstrap}, f"_streamiq-{cluster}-catalog")[view]
+    assert spec.value_columns == (("n", "bigint"), ("top", "bigint"))
+
+
+def test_append_mode_uses_the_streaming_writer(spark: Any, bootstrap: str,
+                                               tmp_path: Path) -> None:
+    """``format("streamiq")`` itself: append-mode rows and markers; a bad option there
+    fails the query (not start(): Spark calls no data source code in start)."""
+    from pyspark.sql import functions as F
+
+    suffix = uuid.uuid4().hex[:8]
+    view = f"a{suffix}"
+    rate = spark.readStream.format("rate").option("rowsPerSecond", 20).load()
+    rows = rate.select((F.col("value") % 5).cast("string").alias("k"),
+                       F.col("value").alias("v"), F.col("timestamp").alias("at"))
+    q = (rows.writeStream.format("streamiq").option("view", view).option("key", "k")
+         .option("kafka.bootstrap.servers", bootstrap).option("cluster", f"c{suffix}")
+         .option("checkpointLocation", str(tmp_path / "ck")).outputMode("append").start())
+    try:
+        _wait_for_marker(bootstrap, f"{view}-changelog")
+        deadline = time.monotonic() + 60
+        while q.lastProgress is None or q.lastProgress["batchId"] < 2:
+            assert time.monotonic() < deadline and q.isActive, q.exception()
+            time.sleep(0.2)
+    finally:
+        q.stop()
+    last, markers = changelog_state(read_topic(bootstrap, f"{view}-changelog"))
+    assert sorted(markers) == [0, 1, 2] and set(last) <= {"0", "1", "2", "3", "4"} and last
+    for k, row in last.items():
+        assert row["k"] == k and int(row["v"]) % 5 == int(k) and isinstance(row["at"], int)
+    assert all(ms[-1]["offsets"] == {} for ms in markers.values())  # rate: no Kafka offsets
+
+    bad = (rows.writeStream.format("streamiq").option("key", "k")
+           .option("kafka.bootstrap.servers", bootstrap)
+           .option("checkpointLocation", str(tmp_path / "ck2")).outputMode("append").start())
+    with pytest.raises(Exception, match="option 'view'"):
+        bad.awaitTermination(120)
