@@ -36,20 +36,6 @@ def _event(rnd: random.Random, i: int) -> dict[str, Any]:
             "ms": rnd.randrange(1, 500), "ts": 1_700_000_000_000 + i}
 
 
-def _truth(events: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    want: dict[str, dict[str, Any]] = {}
-    for e in events:
-        country = user_query.country_of(e["user"])
-        if country is None:
-            continue
-        w = want.setdefault(f"{country}|{e['page']}", {
-            "country": country, "page": e["page"], "views": 0, "total_ms": 0, "last_seen": 0})
-        w["views"] += 1
-        w["total_ms"] += e["ms"]
-        w["last_seen"] = max(w["last_seen"], e["ts"])
-    return want
-
-
 def test_user_query_changelog_exact_across_sigkill(bootstrap: str, tmp_path: Path) -> None:
     """Join + aggregate written through the sink; SIGKILL mid-stream and restart: the
     changelog's final state equals the ground truth, keyed and partitioned by contract."""
@@ -93,7 +79,7 @@ def test_user_query_changelog_exact_across_sigkill(bootstrap: str, tmp_path: Pat
         stop.set()
         proc.kill()
     last, markers = changelog_state(msgs)
-    assert last == _truth(events) and sum(ends.values()) == len(events)
+    assert last == user_query.truth(events) and sum(ends.values()) == len(events)
     assert sorted(markers) == [0, 1, 2]
     for m in msgs:
         if m.key() is not None:

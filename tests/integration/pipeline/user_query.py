@@ -13,7 +13,7 @@ from typing import Any
 
 from streamiq.pipeline.runner import READY_LINE
 
-__all__ = ["COUNTRIES", "USERS", "country_of", "page_views", "start"]
+__all__ = ["COUNTRIES", "USERS", "country_of", "page_views", "start", "truth"]
 
 USERS = 30  # u0..u29; the static table knows u0..u24 only: the join drops the rest
 COUNTRIES = ("FR", "DE", "JP", "BR")
@@ -22,6 +22,21 @@ COUNTRIES = ("FR", "DE", "JP", "BR")
 def country_of(user: str) -> str | None:
     i = int(user[1:])
     return COUNTRIES[i % len(COUNTRIES)] if i < 25 else None
+
+
+def truth(events: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The view's rows (by changelog key) that ``events`` must produce, computed in Python."""
+    want: dict[str, dict[str, Any]] = {}
+    for e in events:
+        country = country_of(e["user"])
+        if country is None:
+            continue
+        w = want.setdefault(f"{country}|{e['page']}", {
+            "country": country, "page": e["page"], "views": 0, "total_ms": 0, "last_seen": 0})
+        w["views"] += 1
+        w["total_ms"] += e["ms"]
+        w["last_seen"] = max(w["last_seen"], e["ts"])
+    return want
 
 
 def page_views(spark: Any, bootstrap: str, topic: str, max_per_trigger: int | None = None
