@@ -163,6 +163,20 @@ class NodeHttpProtocol(LimitedHttpProtocol):
             self._wire.close()
         super().connection_lost(exc)
 
+    # Back-pressure on the lookup wire, as uvicorn's flow control does for HTTP: while
+    # the replies waiting in the transport are past its high-water mark (the peer is not
+    # reading them), no more requests are read, so a peer that pipelines without reading
+    # cannot grow the node's memory (it grew 83 -> 622 MB on 60 MB of requests).
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self._wire is not None:
+            self._raw_transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._wire is not None:
+            self._raw_transport.resume_reading()
+
     def on_message_begin(self) -> None:
         # uvicorn cancels the keep-alive timer when bytes arrive; a lean answer can arm
         # it between two pipelined requests of one read, so cancel it here as well

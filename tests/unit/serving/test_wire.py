@@ -12,7 +12,14 @@ import pytest
 from fakes import RecordingTransport
 
 from streamiq.serving.hop import HopClient
-from streamiq.serving.wire import MAX_LINE, PREFACE, WireServer, WireUnsupported, request_frame
+from streamiq.serving.wire import (
+    MAX_LINE,
+    PREFACE,
+    WireServer,
+    WireUnsupported,
+    reply_frame,
+    request_frame,
+)
 from streamiq.views.bank import BALANCES
 
 A1 = "/v1/views/balances/keys/a1"
@@ -183,3 +190,23 @@ async def test_wire_server_answers_a_failing_lookup_with_500() -> None:
     server.feed(request_frame(0, 3, b"/a"))
     assert t.writes[0].startswith(b"500 ") and not t.closed
     server.close()
+
+
+async def test_a_peer_that_pipelines_without_reading_is_paused_not_buffered(
+        app: Any, serve_node: Serve) -> None:
+    """While replies wait unread, the owner reads no more requests: the sender blocks
+    (its own buffers fill) instead of the owner's memory growing; once the sender
+    reads, every reply comes, in order."""
+    port = await serve_node(app)
+    r, w = await asyncio.open_connection("127.0.0.1", port)
+    frame = request_frame(P1, 3, A1.encode())
+    n = (12 << 20) // len(frame)  # 12 MB of requests: more than the sockets' buffers
+    w.write(PREFACE + frame * n)
+    with pytest.raises(TimeoutError):  # the owner stopped reading
+        await asyncio.wait_for(w.drain(), 3)
+    status, body = await asyncio.wait_for(read_frame(r), 60)  # a hang guard, not a timing
+    assert status == 200
+    one = reply_frame(status, body)
+    rest = await asyncio.wait_for(r.readexactly(len(one) * (n - 1)), 120)  # resumes it
+    assert rest == one * (n - 1)  # every request answered, in order
+    w.close()
