@@ -51,7 +51,8 @@ class ReadyBar:
             self._progress = Progress(
                 TextColumn("[bold]streamiq up"), BarColumn(), MofNCompleteColumn(),
                 TextColumn("parts ready{task.fields[waiting]}"), TimeElapsedColumn(),
-                console=Console(highlight=False), transient=True, redirect_stdout=True,
+                console=Console(highlight=False, soft_wrap=True), transient=True,
+                redirect_stdout=True,
                 redirect_stderr=False)
             self._task = self._progress.add_task("up", total=self.total, waiting="")
             with self.lock:
