@@ -88,10 +88,14 @@ async def _send(http: httpx.AsyncClient, w: Write, totals: Totals) -> None:
     except httpx.HTTPError as exc:
         totals.fail(reason(exc))
         return
-    if r.status_code != 200:
+    try:
+        answer = r.json() if r.status_code == 200 else None
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict):
         totals.fail(f"HTTP {r.status_code}: {r.text[:200]}")
         return
-    totals.ok(w, r.json())
+    totals.ok(w, answer)
 
 
 async def _drive(args: argparse.Namespace, writes: Iterator[Write], totals: Totals,

@@ -95,6 +95,8 @@ class FakeIngest:
         self.calls += 1
         if self.fail_every and self.calls % self.fail_every == 0:
             return httpx.Response(503, json={"status": "PRODUCE_FAILED"})
+        if self.fail_every and self.calls % self.fail_every == 1 and self.calls > 1:
+            return httpx.Response(200, text="<html>a proxy's page</html>")
         if request.url.path == "/orders":
             body = json.loads(request.content)
             key, amount, topic = f"{body['store']}|{body['type']}", body["amount"], "orders"
@@ -136,10 +138,11 @@ def test_orders_run_totals_revenue_per_store_and_type(
 
 def test_failed_writes_are_counted_and_exit_1(capsys: pytest.CaptureFixture[str]) -> None:
     ingest = FakeIngest(["bank-transactions"], fail_every=5)
-    with pytest.raises(CliError, match="2 of 10 writes failed; first: HTTP 503"):
+    with pytest.raises(CliError, match="3 of 10 writes failed; first: HTTP 503"):
         run_load(["bank", "--count", "10", "--concurrency", "1"], ingest)
-    doc = json.loads(capsys.readouterr().out)
-    assert (doc["sent"], doc["failed"]) == (8, 2)
+    doc = json.loads(capsys.readouterr().out)  # 5th and 10th: 503; 6th: not JSON
+    assert (doc["sent"], doc["failed"]) == (7, 3)
+    assert sum(t["count"] for t in doc["totals"].values()) == 7
 
 
 def test_ingest_without_the_scenario_is_one_clear_error() -> None:
