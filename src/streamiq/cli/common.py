@@ -19,7 +19,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-__all__ = ["CliError", "add_address", "cell", "console", "print_json", "reason", "rows_table"]
+__all__ = ["CliError", "add_address", "cell", "console", "parse_addresses", "print_json",
+           "reason", "rows_table"]
 
 
 class CliError(Exception):
@@ -27,10 +28,38 @@ class CliError(Exception):
 
 
 def add_address(p: argparse.ArgumentParser, flag: str, env: str, default: str,
-                what: str) -> None:
-    """``--node HOST:PORT`` style flag whose default comes from ``env``."""
-    p.add_argument(flag, default=os.environ.get(env) or default, metavar="HOST:PORT",
+                what: str, several: bool = False) -> None:
+    """``--node HOST:PORT`` style flag whose default comes from ``env``; a malformed
+    address (from the flag or the variable) is a usage error naming the flag."""
+    from_env = os.environ.get(env)
+
+    def parse(raw: str) -> str:
+        try:
+            return parse_addresses(raw, several)
+        except argparse.ArgumentTypeError as exc:
+            if raw == from_env:
+                raise argparse.ArgumentTypeError(f"{exc} (from {env})") from None
+            raise
+
+    p.add_argument(flag, default=from_env or default, metavar="HOST:PORT", type=parse,
                    help=f"{what} [env {env}; default {default}]")
+
+
+def parse_addresses(raw: str, several: bool = False) -> str:
+    """``host:port[,host:port]`` checked and normalised (an ``http://`` prefix and a
+    trailing slash are dropped)."""
+    parts = [a.strip() for a in raw.split(",")]
+    if len(parts) > 1 and not several:
+        raise argparse.ArgumentTypeError(f"expected one host:port, got {raw!r}")
+    out = []
+    for part in parts:
+        address = part.removeprefix("http://").removeprefix("https://").rstrip("/")
+        host, sep, port = address.rpartition(":")
+        if not sep or not host or any(c in host for c in " /") or not port.isdigit() \
+                or not 1 <= int(port) <= 65535:
+            raise argparse.ArgumentTypeError(f"expected host:port, got {part!r}")
+        out.append(f"{host}:{port}")
+    return ",".join(out)
 
 
 def reason(exc: Exception) -> str:

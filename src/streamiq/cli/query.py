@@ -38,7 +38,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p: argparse.ArgumentParser = sub.add_parser(
         "query", help=HELP, description=HELP + ". Exits 1 when the key is not found.")
     add_address(p, "--node", "STREAMIQ_NODE", "localhost:9001",
-                "Any node of the cluster (comma-separate several to try in turn).")
+                "Any node of the cluster (comma-separate several to try in turn).", several=True)
     p.add_argument("view", metavar="VIEW",
                    help="view name, e.g. balances or order_counts (GET /v1/views lists them)")
     p.add_argument("key", metavar="KEY", nargs="?",

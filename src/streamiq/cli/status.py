@@ -27,7 +27,7 @@ HELP = "show the cluster: nodes, and per view the partitions each holds, role, l
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("status", help=HELP, description=HELP + ".")
     add_address(p, "--node", "STREAMIQ_NODE", "localhost:9001",
-                "Any node of the cluster (comma-separate several to try in turn).")
+                "Any node of the cluster (comma-separate several to try in turn).", several=True)
     p.set_defaults(check=None)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--timeout", type=float, default=3.0, metavar="SECONDS",
