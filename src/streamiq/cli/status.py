@@ -49,6 +49,9 @@ def fetch(seeds: str, timeout: float = 3.0, transport: httpx.BaseTransport | Non
             except (httpx.HTTPError, ValueError) as exc:
                 errors.append(f"{seed}: {reason(exc)}")
                 continue
+            if not isinstance(cluster, dict) or not isinstance(cluster.get("nodes"), list):
+                errors.append(f"{seed}: its /v1/cluster is not a streamiq cluster map")
+                continue
             health = {n["endpoint"]: _health(http, n["endpoint"]) for n in cluster["nodes"]}
             return seed, cluster, health
     raise CliError("no streamiq node answered (" + "; ".join(errors or ["no address"]) + ")")

@@ -116,6 +116,13 @@ def test_fetch_tries_the_seeds_in_turn_and_asks_every_member_for_health() -> Non
     assert health == {A: HEALTH[A], B: HEALTH[B], C: None}
 
 
+def test_fetch_skips_a_seed_that_is_not_a_streamiq_node() -> None:
+    routes = {f"{C}/v1/cluster": {"hello": "world"}, f"{B}/v1/cluster": cluster_doc()}
+    assert status.fetch(f"{C},{B}", transport=_transport(routes))[0] == B
+    with pytest.raises(CliError, match="its /v1/cluster is not a streamiq cluster map"):
+        status.fetch(C, transport=_transport(routes))
+
+
 def test_fetch_from_nothing_reachable_is_one_clear_error() -> None:
     with pytest.raises(CliError, match=r"no streamiq node answered .*127\.0\.0\.1:1: connection "
                                        "refused or host unreachable"):
