@@ -111,6 +111,7 @@ class Deployment:
         self._procs = procs
         self._free_port = free_port
         self.ports: list[int] = []
+        self.secret = uuid.uuid4().hex  # the nodes' --cluster-secret: heartbeats signed
 
     def common(self, app: str | None) -> list[str]:
         """Flags every part shares; ``app=None``: no --app (a node serves the catalog's
@@ -127,7 +128,7 @@ class Deployment:
              wait: bool = True) -> tuple[int, Proc]:
         port = port or self._free_port()
         args = [*self.common(app), "--port", str(port), "--state-dir",
-                str(self.root / "state"), *(extra or [])]
+                str(self.root / "state"), "--cluster-secret", self.secret, *(extra or [])]
         p = self._procs("node", args, name=f"node-{port}")
         if wait:
             p.wait_ready(f"http://127.0.0.1:{port}/health", 60)

@@ -92,6 +92,10 @@ class Settings(BaseSettings):
         64, ge=1, le=10_000, description="Concurrent internal (forwarded) requests per node."
     )
     redirect: bool = Field(False, description="Answer 307 to the owner instead of proxying.")
+    cluster_secret: SecretStr | None = Field(
+        None, description="Secret shared by a cluster's nodes: heartbeats are signed with "
+        "it (HMAC-SHA256) and unsigned or forged ones ignored. Unset: membership is not "
+        "authenticated (a warning says so). 'streamiq up' makes one for its nodes.")
 
     # --- pipeline ---
     master: str = Field("local[*]", description="Spark master URL.")

@@ -32,14 +32,15 @@ _BROKER = ("broker_host", "broker_port")
 _INGEST = ("ingest_host", "ingest_port")
 _NODE = ("host", "port", "advertised", "state_dir", "standby_replicas", "heartbeat_ms",
          "member_timeout_ms", "membership_period_s", "max_lag", "wait_timeout_ms",
-         "internal_concurrency", "redirect")
+         "max_waiters", "internal_concurrency", "redirect", "cluster_secret")
 _PIPELINE = ("master", "checkpoint_dir", "trigger_ms", "max_offsets_per_trigger")
 
 COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "up": ("run and supervise broker (unless --bootstrap-servers is given), ingest, "
            "pipeline and 3 nodes, restarting a part that dies",
            _KAFKA + _BROKER + _INGEST + _PIPELINE
-           + ("host", "state_dir", "standby_replicas", "max_lag", "redirect")),
+           + ("host", "state_dir", "standby_replicas", "max_lag", "redirect",
+              "cluster_secret")),
     "broker": ("run the embedded Kafka-protocol broker (Tansu)", _BROKER),
     "ingest": ("run the ingest HTTP service", _KAFKA + _INGEST),
     "pipeline": ("run the PySpark pipeline", _KAFKA + _PIPELINE),

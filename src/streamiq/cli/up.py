@@ -16,6 +16,7 @@ app) are checked first so a bad start fails with one clear line.
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -385,6 +386,7 @@ def run_up(settings: Settings, nodes: int = 3, node_port: int = 9001) -> None:
     else:
         _say(f"using Kafka at {settings.bootstrap_servers}")
     Path(settings.state_dir).mkdir(parents=True, exist_ok=True)
+    _share_cluster_secret(settings)
     sup = Supervisor(_parts(settings, nodes, node_port), broker,
                      _all_ready_line(settings, topics, nodes, node_port))
     code = 0
@@ -397,6 +399,14 @@ def run_up(settings: Settings, nodes: int = 3, node_port: int = 9001) -> None:
         sup.stop()
         _say("stopped")
     raise SystemExit(code)
+
+
+def _share_cluster_secret(s: Settings) -> None:
+    """The nodes sign their heartbeats with one secret: the one given, or a new one per
+    run. Handed down in the environment (never on a command line, where ps shows it)."""
+    secret = (s.cluster_secret.get_secret_value() if s.cluster_secret is not None
+              else secrets.token_urlsafe(24))
+    os.environ["STREAMIQ_CLUSTER_SECRET"] = secret
 
 
 def _fresh_state(s: Settings) -> None:

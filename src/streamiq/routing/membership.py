@@ -19,10 +19,18 @@ record must not make every node believe its peers are dead. While the listener i
 (between a crash and its restart, or after ``stop``) the members' clocks are frozen: a
 node that cannot hear keeps its last view rather than declaring every peer dead, and
 the time it was deaf is credited back to every member when it hears again.
+
+With a cluster secret (``--cluster-secret``) every heartbeat carries an HMAC-SHA256 of
+its value, keyed by the secret, in the record header ``streamiq-sig``; a record without
+a valid one is skipped and counted like any bad record, before its content is even
+parsed. So only a holder of the secret joins the cluster: a forged heartbeat cannot
+claim partitions, nor make nodes connect to an address it names.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import logging
 import threading
@@ -36,8 +44,9 @@ from streamiq.kafka.admin import delete_topics, ensure_topics, topic_names
 from streamiq.routing.epochs import EpochTopics
 from streamiq.supervise import Supervisor
 
-__all__ = ["MAX_HEARTBEAT_BYTES", "BadHeartbeat", "Heartbeat", "Member", "Membership",
-           "PartitionReport", "Report", "members_topic", "parse_heartbeat"]
+__all__ = ["MAX_HEARTBEAT_BYTES", "SIGNATURE_HEADER", "BadHeartbeat", "Heartbeat", "Member",
+           "Membership", "PartitionReport", "Report", "members_topic", "parse_heartbeat",
+           "sign", "signed"]
 
 log = logging.getLogger("streamiq.membership")
 
@@ -45,6 +54,21 @@ _SELF_TTL = 0.05  # seconds this node's own report may be reused by live()
 #: A heartbeat is ~60 bytes per partition held: 1 MiB is 1024 partitions of 16 views.
 MAX_HEARTBEAT_BYTES = 1 << 20
 _STATE_FIELDS = ("offset", "lag", "restored")
+SIGNATURE_HEADER = "streamiq-sig"
+
+
+def sign(secret: bytes, value: bytes) -> bytes:
+    """A heartbeat's signature: hex HMAC-SHA256 of its value under the cluster secret."""
+    return hmac.new(secret, value, hashlib.sha256).hexdigest().encode()
+
+
+def signed(secret: bytes | None, value: bytes, headers: Any) -> bool:
+    """True when there is no secret, or ``headers`` (a record's, as the Kafka client
+    gives them: a list of name/value pairs or None) carry ``value``'s signature."""
+    if secret is None:
+        return True
+    got = next((v for k, v in headers or () if k == SIGNATURE_HEADER), None)
+    return isinstance(got, bytes) and hmac.compare_digest(got, sign(secret, value))
 
 
 class PartitionReport(TypedDict):
@@ -145,8 +169,10 @@ class Membership:
     def __init__(self, kafka_conf: dict[str, Any], topic: str, endpoint: str,
                  report: Callable[[], Report],
                  heartbeat_ms: int = 250, timeout_ms: int = 1500,
-                 supervisor: Supervisor | None = None, period_s: float = 60.0) -> None:
+                 supervisor: Supervisor | None = None, period_s: float = 60.0,
+                 secret: bytes | None = None) -> None:
         self._conf = kafka_conf
+        self._secret = secret  # heartbeats are signed and checked with it (None: not)
         self.topics = EpochTopics(topic, period_s)
         self.endpoint = endpoint
         self.incarnation = uuid.uuid4().hex
@@ -248,14 +274,19 @@ class Membership:
         from confluent_kafka import Producer
 
         producer = Producer({"linger.ms": 0, "acks": "1", **self._conf})
+
+        def send(value: bytes) -> None:
+            headers: list[tuple[str, str | bytes | None]] | None = (
+                [(SIGNATURE_HEADER, sign(self._secret, value))] if self._secret else None)
+            producer.produce(self.topics.publish(time.time()), key=self.endpoint.encode(),
+                             value=value, headers=headers)
+
         try:
             while not self._stop.is_set():
-                producer.produce(self.topics.publish(time.time()), key=self.endpoint.encode(),
-                                 value=self._heartbeat())
+                send(self._heartbeat())
                 producer.poll(0)
                 self._stop.wait(self._interval)
-            producer.produce(self.topics.publish(time.time()), key=self.endpoint.encode(),
-                             value=self._heartbeat(leaving=True))
+            send(self._heartbeat(leaving=True))
         finally:
             producer.flush(2)
 
@@ -279,7 +310,7 @@ class Membership:
                 for m in msgs:
                     value = m.value()
                     if not m.error() and value is not None:
-                        self.receive(value)
+                        self.receive(value, m.headers())
         finally:
             self._deaf()
             try:
@@ -303,9 +334,11 @@ class Membership:
                     m.seen += gap
             self._deaf_since = None
 
-    def receive(self, raw: bytes) -> bool:
+    def receive(self, raw: bytes, headers: Any = None) -> bool:
         """Apply one record of the members topic; False (counted) if it was skipped."""
         try:
+            if not signed(self._secret, raw, headers):
+                raise BadHeartbeat("no valid signature (a member without the cluster secret)")
             doc = parse_heartbeat(raw)
         except BadHeartbeat as exc:
             self.skipped += 1

@@ -77,13 +77,21 @@ def _build(settings: Settings, views: dict[str, View], supervisor: Supervisor,
     membership = Membership(kafka, s.topic(members_topic(s.cluster)), s.endpoint,
                             lambda: late[0].report() if late else {},
                             s.heartbeat_ms, s.member_timeout_ms, supervisor,
-                            s.membership_period_s)
+                            s.membership_period_s, secret=_secret(s))
     router = Router(membership, partitions, s.standby_replicas,
                     [name for name, v in views.items() if v.is_global])
     catalog = s.topic(catalog_topic(s.cluster))
     ensure_topics(kafka, {catalog: 1}, config={"cleanup.policy": "compact"})
     discovery = Discovery(kafka, catalog, lambda spec: late[0].serve_spec(spec), supervisor)
     return Parts(partitions, topics, stores, materializer, membership, router, discovery)
+
+
+def _secret(settings: Settings) -> bytes | None:
+    if settings.cluster_secret is None:
+        log.warning("no --cluster-secret: membership is not authenticated, any writer to "
+                    "the members topic can join this cluster")
+        return None
+    return settings.cluster_secret.get_secret_value().encode()
 
 
 class Node:

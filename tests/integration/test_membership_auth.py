@@ -1,0 +1,98 @@
+"""A forged heartbeat does not join a cluster that has a secret: no partition moves to
+it, no node connects to the address it names, and answers stay right."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from typing import Any
+
+import httpx
+import pytest
+from changelog import produce_rows
+
+from streamiq.kafka.admin import ensure_topics
+from streamiq.routing.epochs import EpochTopics
+from streamiq.routing.membership import SIGNATURE_HEADER, members_topic, sign
+from streamiq.views.bank import BALANCES
+
+pytestmark = pytest.mark.integration
+
+
+class Listener:
+    """A TCP port that counts the connections made to it (it must see none)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock.settimeout(0.2)
+        self.address = f"127.0.0.1:{self.sock.getsockname()[1]}"
+        self.connections = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except TimeoutError:
+                continue
+            self.connections += 1
+            conn.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self.sock.close()
+
+
+def test_forged_heartbeats_claim_nothing_and_draw_no_connection(cluster: Any) -> None:
+    from confluent_kafka import Producer
+
+    ensure_topics({"bootstrap.servers": cluster.bootstrap},
+                  {cluster.topic(BALANCES.changelog_topic): 3})
+    rows = [{"account": f"a{i}", "balance": i, "count": 1, "last_update": 0} for i in range(30)]
+    produce_rows(cluster.bootstrap, cluster.topic(BALANCES.changelog_topic), BALANCES, rows)
+    ports = [p for p, _ in cluster.nodes(3, "bank")]
+    listener = Listener()
+    claim = {"endpoint": listener.address, "incarnation": "evil", "started_at": 0.0,
+             "partitions": {"balances": {str(p): {"offset": 10**9, "lag": 0, "restored": 1}
+                                         for p in range(3)}}}
+    forged = json.dumps(claim).encode()
+    topics = EpochTopics(cluster.topic(members_topic(cluster.name)), 60.0)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 0})
+    stop = threading.Event()
+
+    def forge() -> None:  # unsigned, signed with a guess, and plain garbage, all the time
+        while not stop.is_set():
+            topic = topics.publish(time.time())
+            producer.produce(topic, value=forged)
+            producer.produce(topic, value=forged,
+                             headers=[(SIGNATURE_HEADER, sign(b"guess", forged))])
+            producer.produce(topic, value=b"\x00not json")
+            producer.poll(0)
+            time.sleep(0.05)
+        producer.flush(10)
+
+    forger = threading.Thread(target=forge, daemon=True)
+    forger.start()
+    try:
+        time.sleep(2.0)  # more than a member timeout of forged heartbeats
+        with httpx.Client(timeout=10) as c:
+            for port in ports:
+                for row in rows:
+                    r = c.get(f"http://127.0.0.1:{port}/v1/views/balances/keys/{row['account']}")
+                    assert r.status_code == 200 and r.json()["value"] == row, r.text
+                    assert r.json()["served_by"] != listener.address
+                members = {n["endpoint"] for n in
+                           c.get(f"http://127.0.0.1:{port}/v1/cluster").json()["nodes"]}
+                assert members == {f"127.0.0.1:{p}" for p in ports}
+                skipped = c.get(f"http://127.0.0.1:{port}/health").json()["skipped_records"]
+                assert skipped["membership"] > 0
+    finally:
+        stop.set()
+        forger.join(10)
+        listener.close()
+    assert listener.connections == 0
