@@ -213,6 +213,26 @@ def _batch(msgs: list[Any], topic: str, partition: int, headers: bool, schema: A
     return pa.RecordBatch.from_arrays(cols, schema=schema)
 
 
+def _skip_lost(c: Any, topic: str, partition: int, nxt: int, end: int,
+               fail_on_data_loss: bool) -> int | None:
+    """Offsets from ``nxt`` are gone (retention, deleted records): raise ``DataLossError``
+    or, with failOnDataLoss=false, resume at the earliest offset left (None: none of
+    [nxt, end) is left)."""
+    from confluent_kafka import TopicPartition
+
+    lo, _ = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+    msg = (f"{topic}-{partition}: offsets [{nxt}, {end}) are no longer available (earliest "
+           f"is {lo}); some data may have been lost")
+    if fail_on_data_loss:
+        raise DataLossError(msg + ". Set failOnDataLoss=false to skip it.")
+    log.warning(msg)
+    if lo >= end:
+        return None
+    resumed = max(lo, nxt)
+    c.assign([TopicPartition(topic, partition, resumed)])
+    return resumed
+
+
 def read_range(kafka: Mapping[str, str], topic: str, partition: int, start: int, end: int,
                fail_on_data_loss: bool, include_headers: bool, poll_timeout_ms: int,
                chunk: int = 20_000) -> Iterator[Any]:
@@ -239,17 +259,10 @@ def read_range(kafka: Mapping[str, str], topic: str, partition: int, start: int,
                     good.append(m)
                     continue
                 if err.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
-                    lo, _ = c.get_watermark_offsets(TopicPartition(topic, partition),
-                                                    timeout=10)
-                    msg = (f"{topic}-{partition}: offsets [{nxt}, {end}) are no longer "
-                           f"available (earliest is {lo}); some data may have been lost")
-                    if fail_on_data_loss:
-                        raise DataLossError(msg + ". Set failOnDataLoss=false to skip it.")
-                    log.warning(msg)
-                    if lo >= end:
+                    resumed = _skip_lost(c, topic, partition, nxt, end, fail_on_data_loss)
+                    if resumed is None:
                         return
-                    nxt = max(lo, nxt)
-                    c.assign([TopicPartition(topic, partition, nxt)])
+                    nxt = resumed
                     break
                 if err.code() != KafkaError._PARTITION_EOF:
                     raise RuntimeError(f"{topic}-{partition}: {err}")

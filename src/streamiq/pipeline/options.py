@@ -171,9 +171,8 @@ class KafkaOptions:
         return any(t == topic for t, _ in self.assign)
 
 
-def parse_options(options: Mapping[str, Any], streaming: bool | None) -> KafkaOptions:
-    """Validate source options as Spark's kafka format does (``streaming=None``: either)."""
-    opts = {str(k).lower(): str(v) for k, v in options.items() if v is not None}
+def _kafka_params(options: Mapping[str, Any]) -> dict[str, str]:
+    """The ``kafka.*`` options, prefix dropped; the ones Spark's format forbids refused."""
     kafka: dict[str, str] = {}
     for k, v in options.items():
         if str(k).lower().startswith("kafka.") and str(k).lower() != "kafka.":
@@ -185,6 +184,10 @@ def parse_options(options: Mapping[str, Any], streaming: bool | None) -> KafkaOp
     if "bootstrap.servers" not in kafka:
         raise ValueError("option 'kafka.bootstrap.servers' must be specified for configuring "
                          "Kafka consumer")
+    return kafka
+
+
+def _check_names(opts: Mapping[str, str]) -> None:
     for k in opts:
         if k.startswith("kafka."):
             continue
@@ -195,45 +198,55 @@ def parse_options(options: Mapping[str, Any], streaming: bool | None) -> KafkaOp
             raise ValueError(f"unknown option '{k}' for streamiq-kafka (known: "
                              f"{', '.join(sorted(_KNOWN))}, kafka.*)")
 
+
+def _pattern(raw: str) -> str:
+    pattern = raw.strip()
+    if not pattern:
+        raise ValueError("option 'subscribePattern': pattern to subscribe is empty")
+    try:
+        re.compile(pattern)
+    except (re.error, RecursionError, OverflowError) as exc:  # nesting; a{4294967296}
+        raise ValueError(f"option 'subscribePattern': invalid regex: {exc}") from None
+    return pattern
+
+
+def _assign(raw: str) -> tuple[TP, ...]:
+    try:
+        spec = json.loads(raw)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise ValueError(f"option 'assign': not valid JSON: {exc}") from None
+    if (not isinstance(spec, dict) or not spec
+            or not all(isinstance(v, list) for v in spec.values())):
+        raise ValueError('option \'assign\': expected {"topic": [partitions...]}, got ' + raw)
+    tps: list[TP] = []
+    for t, parts in spec.items():
+        for p in parts:
+            if isinstance(p, bool) or not isinstance(p, int) or p < 0:
+                raise ValueError(f"option 'assign': partition {p!r} of {t!r} is not an "
+                                 "integer >= 0")
+            tps.append((str(t), p))
+    return tuple(sorted(set(tps)))
+
+
+def _strategy(opts: Mapping[str, str]) -> tuple[tuple[str, ...], str | None, tuple[TP, ...]]:
+    """(subscribe, subscribePattern, assign): exactly one of them given."""
     strategies = [s for s in ("subscribe", "subscribePattern", "assign") if s.lower() in opts]
     if len(strategies) != 1:
         raise ValueError("exactly one of the options 'subscribe', 'subscribePattern' or 'assign' "
                          f"must be specified, got {strategies or 'none'}")
-    subscribe: tuple[str, ...] = ()
-    pattern: str | None = None
-    assign: tuple[TP, ...] = ()
     if "subscribe" in opts:
         subscribe = tuple(t.strip() for t in opts["subscribe"].split(",") if t.strip())
         if not subscribe:
             raise ValueError("option 'subscribe': no topics to subscribe to")
-    elif "subscribepattern" in opts:
-        pattern = opts["subscribepattern"].strip()
-        if not pattern:
-            raise ValueError("option 'subscribePattern': pattern to subscribe is empty")
-        try:
-            re.compile(pattern)
-        except (re.error, RecursionError, OverflowError) as exc:  # nesting; a{4294967296}
-            raise ValueError(f"option 'subscribePattern': invalid regex: {exc}") from None
-    else:
-        try:
-            spec = json.loads(opts["assign"])
-        except (json.JSONDecodeError, RecursionError) as exc:
-            raise ValueError(f"option 'assign': not valid JSON: {exc}") from None
-        if (not isinstance(spec, dict) or not spec
-                or not all(isinstance(v, list) for v in spec.values())):
-            raise ValueError('option \'assign\': expected {"topic": [partitions...]}, got '
-                             + opts["assign"])
-        tps: list[TP] = []
-        for t, parts in spec.items():
-            for p in parts:
-                if isinstance(p, bool) or not isinstance(p, int) or p < 0:
-                    raise ValueError(f"option 'assign': partition {p!r} of {t!r} is not an "
-                                     "integer >= 0")
-                tps.append((str(t), p))
-        assign = tuple(sorted(set(tps)))
+        return subscribe, None, ()
+    if "subscribepattern" in opts:
+        return (), _pattern(opts["subscribepattern"]), ()
+    return (), None, _assign(opts["assign"])
 
-    if streaming is None:  # at load(): batch or stream is not known yet
-        streaming = "endingoffsets" not in opts
+
+def _offsets(opts: Mapping[str, str], streaming: bool, assign: tuple[TP, ...]
+             ) -> tuple[OffsetSpec, OffsetSpec]:
+    """(startingOffsets, endingOffsets) as the query kind allows them."""
     if streaming:
         if "endingoffsets" in opts:
             raise ValueError("option 'endingOffsets' is not allowed in streaming queries")
@@ -249,7 +262,18 @@ def parse_options(options: Mapping[str, Any], streaming: bool | None) -> KafkaOp
             missing = sorted(set(spec) - set(assign))
             if missing:
                 raise ValueError(f"option '{name}': {missing} are not in 'assign'")
+    return starting, ending
 
+
+def parse_options(options: Mapping[str, Any], streaming: bool | None) -> KafkaOptions:
+    """Validate source options as Spark's kafka format does (``streaming=None``: either)."""
+    opts = {str(k).lower(): str(v) for k, v in options.items() if v is not None}
+    kafka = _kafka_params(options)
+    _check_names(opts)
+    subscribe, pattern, assign = _strategy(opts)
+    if streaming is None:  # at load(): batch or stream is not known yet
+        streaming = "endingoffsets" not in opts
+    starting, ending = _offsets(opts, streaming, assign)
     poll = opts.get("kafkaconsumer.polltimeoutms", "120000")
     if not poll.isdigit() or int(poll) <= 0:
         raise ValueError(f"option 'kafkaConsumer.pollTimeoutMs' must be a positive integer, "
