@@ -1,8 +1,16 @@
-"""Pipeline benchmark, one bounded run (~4-5 minutes on 2 cores).
+"""Pipeline benchmark, one bounded run (~6-7 minutes on 2 cores; ``--only sink`` ~3).
 
 Setup: an embedded broker on a free port; ``bank`` transactions (JSON, 1000 accounts)
 in a 3-partition topic; Spark ``local[2]`` with :func:`streamiq.pipeline.session.spark_session`.
 
+0. The sink against Spark's ``noop`` (run first): the integration test's user query
+   (``tests/integration/pipeline/user_query.py``: ``streamiq-kafka`` source,
+   ``from_json``, join with a static table, ``groupBy`` of (country, page) with three
+   aggregates, update mode) over the same ``--events`` page views (200 keys),
+   ``--cap`` records per micro-batch, through ``streamiq.sink`` and through ``noop``
+   (before and after: the mean is the baseline), steady events/s excluding each run's
+   first batch, after ``--warm-events`` records went through both. Prints the ratio
+   (target >= 0.8).
 1. Throughput, side by side on the same topic in the same run:
    * a plain confluent-kafka consumer reading every record (``consume(10000)``
      batches), measured before and after the pipeline (the mean is the baseline: the
@@ -18,7 +26,7 @@ in a 3-partition topic; Spark ``local[2]`` with :func:`streamiq.pipeline.session
    transaction's ``ts``, for rows whose last update arrived in that batch).
 
 Usage: .venv/bin/python bench/bench_pipeline.py [--events 1000000] [--cap 200000]
-       [--warm-events 300000] [--trickle-s 30]
+       [--warm-events 300000] [--trickle-s 30] [--only all|sink]
 """
 
 from __future__ import annotations
@@ -30,6 +38,8 @@ import statistics
 import sys
 import tempfile
 import time
+import uuid
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -41,23 +51,33 @@ from _common import free_port, pct
 from streamiq.kafka.admin import ensure_topics
 from streamiq.kafka.broker import EmbeddedBroker
 from streamiq.pipeline.runner import build_view_stream
-from streamiq.pipeline.sink import ChangelogSink
 from streamiq.views import bank
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests/integration/pipeline"))
+import user_query  # the integration test's user query (join + aggregate), shared
 
 __all__ = ["main"]
 
 
 def produce(bs: str, topic: str, n: int, accounts: int = 1000) -> None:
-    p = Producer({"bootstrap.servers": bs, "linger.ms": 20, "batch.num.messages": 10000,
-                  "partitioner": "murmur2_random", "queue.buffering.max.messages": 500000})
     rnd = random.Random(1)
     now = int(time.time() * 1000)
-    for i in range(n):
+
+    def txn(i: int) -> tuple[str, str]:
         a = f"acct-{rnd.randrange(accounts)}"
-        v = json.dumps({"account": a, "amount": rnd.randrange(-100, 100), "ts": now + i})
+        return a, json.dumps({"account": a, "amount": rnd.randrange(-100, 100), "ts": now + i})
+
+    produce_all(bs, topic, (txn(i) for i in range(n)))
+
+
+def produce_all(bs: str, topic: str, records: Iterable[tuple[str, str]]) -> None:
+    """Produce (key, value) records as fast as the producer takes them."""
+    p = Producer({"bootstrap.servers": bs, "linger.ms": 20, "batch.num.messages": 10000,
+                  "partitioner": "murmur2_random", "queue.buffering.max.messages": 500000})
+    for k, v in records:
         while True:
             try:
-                p.produce(topic, key=a, value=v)
+                p.produce(topic, key=k, value=v)
                 break
             except BufferError:
                 p.poll(0.01)
@@ -83,20 +103,65 @@ def view_for(topic: str) -> Any:
 
 
 def run_query(spark: Any, bs: str, topic: str, ckpt: str, max_per_trigger: int | None
-              ) -> tuple[Any, ChangelogSink]:
+              ) -> tuple[Any, str]:
+    import streamiq
+
     view = view_for(topic)
-    ensure_topics({"bootstrap.servers": bs}, {view.changelog_topic: 3})
     kafka = {"bootstrap.servers": bs}
-    sink = ChangelogSink(view, kafka, 3, ckpt, spark)
-    q = (build_view_stream(spark, view, kafka, max_per_trigger).writeStream
-         .outputMode("update").foreachBatch(sink).option("checkpointLocation", ckpt)
-         .trigger(processingTime="0 seconds").start())
-    return q, sink
+    q = (streamiq.sink(build_view_stream(spark, view, kafka, max_per_trigger))
+         .option("view", view.name).option("key", "account")
+         .option("kafka.bootstrap.servers", bs).option("cluster", "bench")
+         .option("checkpointLocation", ckpt).trigger(processingTime="0 seconds").start())
+    return q, view.changelog_topic
+
+
+def user_query_run(spark: Any, bs: str, topic: str, cap: int | None, sink: str) -> Any:
+    """The integration test's user query, through the streamiq sink or Spark's noop."""
+    df = user_query.page_views(spark, bs, topic, cap)
+    ckpt = tempfile.mkdtemp(prefix="bench-ck-")
+    if sink == "noop":
+        return (df.writeStream.format("noop").outputMode("update")
+                .option("checkpointLocation", ckpt).trigger(processingTime="0 seconds").start())
+    return user_query.start(spark, df, bs, f"bench_views_{uuid.uuid4().hex[:6]}", "bench", ckpt)
+
+
+def produce_views(bs: str, topic: str, n: int) -> None:
+    rnd = random.Random(3)
+
+    def view(i: int) -> tuple[str, str]:
+        u = f"u{rnd.randrange(user_query.USERS)}"
+        return u, json.dumps({"user": u, "page": f"/p{rnd.randrange(50)}",
+                              "ms": rnd.randrange(500), "ts": 1_700_000_000_000 + i})
+
+    produce_all(bs, topic, (view(i) for i in range(n)))
+
+
+def sink_vs_noop(spark: Any, bs: str, n: int, cap: int, warm: int) -> dict[str, float]:
+    """Steady events/s of the user query through the sink and through noop (noop before
+    and after: the mean is the baseline), warmed at volume first."""
+    stamp = uuid.uuid4().hex[:6]
+    topic, warm_topic = f"bench-views-{stamp}", f"bench-views-warm-{stamp}"
+    ensure_topics({"bootstrap.servers": bs}, {topic: 3, warm_topic: 3})
+    produce_views(bs, topic, n)
+    produce_views(bs, warm_topic, warm)
+    for sink in ("noop", "streamiq"):  # JIT and Python workers warm for both sinks
+        throughput(user_query_run(spark, bs, warm_topic, cap, sink), warm)
+    out = {}
+    for label, sink in (("noop", "noop"), ("sink", "streamiq"), ("noop2", "noop")):
+        out[label] = throughput(user_query_run(spark, bs, topic, cap, sink), n)["steady"]
+        print(f"user query -> {sink}: {out[label]:,.0f} events/s (steady)", flush=True)
+    out["ratio"] = out["sink"] / statistics.mean([out["noop"], out["noop2"]])
+    return out
 
 
 def pipeline_throughput(spark: Any, bs: str, topic: str, n: int, cap: int | None
                         ) -> dict[str, float]:
     q, _ = run_query(spark, bs, topic, tempfile.mkdtemp(prefix="bench-ck-"), cap)
+    return throughput(q, n)
+
+
+def throughput(q: Any, n: int) -> dict[str, float]:
+    """Run ``q`` until it read ``n`` records; wall and steady (batches 2..) events/s."""
     t0 = time.perf_counter()
     while True:
         prog = [p for p in q.recentProgress if p["numInputRows"] > 0]
@@ -122,7 +187,7 @@ def pipeline_throughput(spark: Any, bs: str, topic: str, n: int, cap: int | None
 def trickle(spark: Any, bs: str, seconds: float) -> dict[str, list[float]]:
     topic = f"bench-trickle-{int(time.time())}"
     ensure_topics({"bootstrap.servers": bs}, {topic: 3})
-    q, sink = run_query(spark, bs, topic, tempfile.mkdtemp(prefix="bench-ck-"), None)
+    q, changelog = run_query(spark, bs, topic, tempfile.mkdtemp(prefix="bench-ck-"), None)
     p = Producer({"bootstrap.servers": bs, "linger.ms": 0, "partitioner": "murmur2_random"})
     rnd = random.Random(2)
     # warm up (JIT, Python workers), then measure
@@ -151,7 +216,7 @@ def trickle(spark: Any, bs: str, seconds: float) -> dict[str, list[float]]:
         print("trickle batch median ms by phase:", {k: statistics.median(
             pr["durationMs"].get(k, 0) for pr in measured) for k in parts}, flush=True)
     c = Consumer({"bootstrap.servers": bs, "group.id": "bench-lat", "enable.partition.eof": True})
-    c.assign([TopicPartition(sink.topic, i, 0) for i in range(3)])
+    c.assign([TopicPartition(changelog, i, 0) for i in range(3)])
     eof: set[int] = set()
     lat: list[float] = []
     while len(eof) < 3:
@@ -180,6 +245,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--warm-events", type=int, default=300_000,
                     help="records pushed through the pipeline before measuring (JIT warm-up)")
     ap.add_argument("--trickle-s", type=float, default=30.0)
+    ap.add_argument("--only", choices=("all", "sink"), default="all",
+                    help="sink: only the user query through the sink vs noop")
     args = ap.parse_args(argv)
     from streamiq.pipeline.session import spark_session
 
@@ -195,6 +262,11 @@ def main(argv: list[str] | None = None) -> None:
         produce(bs, warm, args.warm_events)
         spark = spark_session("local[2]", app_name="streamiq-bench")
         try:
+            sink = sink_vs_noop(spark, bs, args.events, args.cap, args.warm_events)
+            print(f"user query through the sink / noop: {sink['ratio']:.2f}x "
+                  "(target >= 0.8)", flush=True)
+            if args.only == "sink":
+                return
             plain = [plain_consumer(bs, topic, args.events)]
             print(f"plain consumer: {plain[0]:,.0f} events/s", flush=True)
             tr = trickle(spark, bs, args.trickle_s)  # also warms the JVM and Python workers
@@ -209,6 +281,10 @@ def main(argv: list[str] | None = None) -> None:
     base = statistics.mean(plain)
     b, lat = tr["batch_ms"], tr["ingest_to_changelog_ms"]
     rows = [
+        ("user query -> streamiq sink, steady", f"{sink['sink']:,.0f} events/s"),
+        ("user query -> noop, steady (before / after)",
+         f"{sink['noop']:,.0f} / {sink['noop2']:,.0f} events/s"),
+        ("ratio sink/noop", f"{sink['ratio']:.2f}   target >= 0.8"),
         ("plain confluent-kafka consumer (mean of 2)",
          f"{base:,.0f} events/s ({plain[0]:,.0f} / {plain[1]:,.0f})"),
         ("pipeline, wall (start -> all reflected)", f"{pipe['wall']:,.0f} events/s"),
