@@ -170,8 +170,10 @@ class Membership:
                  report: Callable[[], Report],
                  heartbeat_ms: int = 250, timeout_ms: int = 1500,
                  supervisor: Supervisor | None = None, period_s: float = 60.0,
-                 secret: bytes | None = None) -> None:
+                 secret: bytes | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._conf = kafka_conf
+        self._clock = clock  # seconds, monotonic (a test moves it by hand)
         self._secret = secret  # heartbeats are signed and checked with it (None: not)
         self.topics = EpochTopics(topic, period_s)
         self.endpoint = endpoint
@@ -192,7 +194,7 @@ class Membership:
         self.skipped = 0  # records on the topic that were not valid heartbeats
         # since when the listener has not been listening (None: it is); set until the
         # listener first runs, so members cannot expire before anything was heard
-        self._deaf_since: float | None = time.monotonic()
+        self._deaf_since: float | None = self._clock()
 
     def start(self) -> None:
         self.create_topics(time.time())  # before the first heartbeat needs them
@@ -239,7 +241,7 @@ class Membership:
 
     def live(self) -> dict[str, Member]:
         """Members heard from within the timeout (always including this node)."""
-        now = time.monotonic()
+        now = self._clock()
         deaf = self._deaf_since
         horizon = now if deaf is None else deaf  # deaf: judge members as when it last heard
         with self._lock:
@@ -262,7 +264,7 @@ class Membership:
         if endpoint == self.endpoint:
             return
         with self._lock:
-            self._suspects[endpoint] = time.monotonic()
+            self._suspects[endpoint] = self._clock()
 
     def _heartbeat(self, leaving: bool = False) -> bytes:
         doc = {"endpoint": self.endpoint, "incarnation": self.incarnation,
@@ -306,28 +308,29 @@ class Membership:
                         [TopicPartition(t, 0, OFFSET_END) for t in sorted(wanted - heard)])
                     heard = wanted
                 msgs = consumer.consume(100, 0.1)
-                self._hearing()
+                self.hearing()
                 for m in msgs:
                     value = m.value()
                     if not m.error() and value is not None:
                         self.receive(value, m.headers())
         finally:
-            self._deaf()
+            self.deaf()
             try:
                 consumer.close()
             except Exception as exc:
                 log.warning("members: closing the consumer failed: %r", exc)
 
-    def _deaf(self) -> None:
+    def deaf(self) -> None:
+        """The listener stopped hearing (crashed or stopped): freeze the members' clocks."""
         if self._deaf_since is None:
-            self._deaf_since = time.monotonic()
+            self._deaf_since = self._clock()
 
-    def _hearing(self) -> None:
+    def hearing(self) -> None:
         """The listener hears again: credit the members with the time it was deaf."""
         deaf = self._deaf_since
         if deaf is None:
             return
-        gap = time.monotonic() - deaf
+        gap = self._clock() - deaf
         with self._lock:
             for e, m in self._members.items():
                 if self._suspects.get(e, 0) < m.seen:  # a suspect stays one
@@ -353,7 +356,7 @@ class Membership:
         endpoint = doc["endpoint"]
         if endpoint == self.endpoint:
             return
-        now = time.monotonic()
+        now = self._clock()
         with self._lock:
             if doc["leaving"]:
                 self._members.pop(endpoint, None)

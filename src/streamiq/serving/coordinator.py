@@ -94,9 +94,15 @@ class Reply:
         return loads_row(self.content)  # a peer's partial answer: json.loads's value
 
 
+#: how a peer is asked over HTTP: (method, address, path, params, JSON body, headers,
+#: timeout) -> its reply; the pooled aiohttp session unless a test gives another
+Send = Callable[[str, str, str, Params, Any, dict[str, str], float], Awaitable[Reply]]
+
+
 class Coordinator:
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: Node, send: Send | None = None) -> None:
         self.node = node
+        self._send: Send = send or self._send_http
         s = node.settings
         # aiohttp, not httpx, for node-to-node calls: measured ~0.2 ms of client CPU per
         # call against ~1.7 ms for httpx (bench/bench_queries.py, forwarded lookups).
@@ -142,7 +148,7 @@ class Coordinator:
     def _headers(request: Request) -> dict[str, str]:
         return hop_headers(request.headers.get("authorization"))
 
-    def _budget(self, request: Request) -> float:
+    def budget(self, request: Request) -> float:
         """Seconds a forwarded request may take: its own position wait plus slack."""
         if "position" not in request.query_params:
             return _FORWARD_SLACK_S
@@ -155,11 +161,12 @@ class Coordinator:
         """Ask a peer; any transport failure is raised as a ``PeerError``."""
         try:
             return await self._send(request.method, address, request.url.path, params, body,
-                                    self._headers(request), self._budget(request))
+                                    self._headers(request), self.budget(request))
         except TRANSPORT_ERRORS as exc:
             raise peer_error(address, exc) from exc
 
-    def _unreachable(self, err: PeerError) -> None:
+    def unreachable(self, err: PeerError) -> None:
+        """A replica could not be asked: suspect it if it refused, log either way."""
         if isinstance(err, PeerUnreachable):
             log.warning("replica %s unreachable (%r); trying the next", err.address, err.cause)
             self.node.membership.suspect(err.address)
@@ -167,7 +174,7 @@ class Coordinator:
             log.warning("replica %s did not answer (%r); trying the next", err.address,
                         err.cause)
 
-    async def _send(self, method: str, address: str, path: str, params: Params, body: Any,
+    async def _send_http(self, method: str, address: str, path: str, params: Params, body: Any,
                     headers: dict[str, str], timeout: float = _FORWARD_SLACK_S) -> Reply:
         host, _, port = address.rpartition(":")
         url = URL.build(scheme="http", host=host, port=int(port), path=path)
@@ -235,7 +242,7 @@ class Coordinator:
                 r = await self._call(ep.address, request, request.query_params.multi_items(),
                                      body)
             except PeerError as err:
-                self._unreachable(err)
+                self.unreachable(err)
                 continue
             if r.status_code == 421:
                 continue
@@ -253,6 +260,10 @@ class Coordinator:
         """This node is assigned active for the partition, holds it, and is fresh enough."""
         return (self.role(view, partition) == "active"
                 and 0 <= self.node.lag(view, partition) <= max_lag)
+
+    def forget_roles(self) -> None:
+        """Derive this node's roles again at the next question (membership moved)."""
+        self._roles_at = -1e9
 
     def role(self, view: str, partition: int) -> str:
         """This node's role for a partition: "active", "standby" or "previous" (held, or
@@ -358,7 +369,7 @@ class Coordinator:
         try:
             r = await self._call(address, request, q, body(parts) if body else None)
         except PeerError as err:
-            self._unreachable(err)
+            self.unreachable(err)
             return None, parts
         if r.status_code == 400:  # the query itself is refused (it would be here too)
             raise BadRequest(str(r.json().get("error", "refused by a peer")),

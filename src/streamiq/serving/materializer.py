@@ -221,7 +221,7 @@ class Materializer:
                     time.sleep(0.05)
                     continue
                 msgs = consumer.consume(2000, 0.05)
-                self._apply(msgs)
+                self.apply(msgs)
                 self._refresh_watermarks(consumer, assigned)
         except Exception:
             self.forget()  # before anything else (closing the consumer may take a while)
@@ -232,7 +232,9 @@ class Materializer:
             except Exception as exc:  # the loop's own exception, if any, is the one told
                 log.warning("materializer: closing the consumer failed: %r", exc)
 
-    def _apply(self, msgs: list[Any]) -> None:
+    def apply(self, msgs: list[Any]) -> None:
+        """Apply fetched changelog records to the stores of the partitions held (the
+        loop's thread; a record that cannot be read is skipped and counted)."""
         batches: dict[tuple[str, int], list[Any]] = defaultdict(list)
         for m in msgs:
             if m.error():

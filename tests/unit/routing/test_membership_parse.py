@@ -82,10 +82,21 @@ def test_malformed_records_are_rejected(name: str) -> None:
         parse_heartbeat(BAD[name])
 
 
-def _membership() -> Membership:
+class Clock:
+    """A monotonic clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _membership(clock: Clock | None = None) -> Membership:
     """A membership that is not started (no Kafka): records are fed to receive()."""
-    m = Membership({"bootstrap.servers": "127.0.0.1:1"}, "t", A, dict, 250, 1500)
-    m._hearing()  # as the listener does once its consumer is assigned
+    m = Membership({"bootstrap.servers": "127.0.0.1:1"}, "t", A, dict, 250, 1500,
+                   clock=clock or Clock())
+    m.hearing()  # as the listener does once its consumer is assigned
     return m
 
 
@@ -107,25 +118,29 @@ def test_bad_records_are_skipped_and_counted_and_routing_is_unaffected() -> None
 
 
 def test_members_do_not_expire_while_the_listener_is_deaf() -> None:
-    m = _membership()
+    clock = Clock()
+    m = _membership(clock)
     m.receive(_raw(_hb(B)))
-    m._members[B].seen -= 1.0  # heard 1 s ago (timeout 1.5 s)
-    m._deaf()  # the listener crashed and stays down 5 s (both clocks moved back 5 s):
-    m._deaf_since = (m._deaf_since or 0) - 5.0
-    m._members[B].seen -= 5.0
+    clock.now += 1.0  # heard 1 s ago (timeout 1.5 s)
+    m.deaf()  # the listener crashed and stays down 5 s
+    clock.now += 5.0
     assert B in m.live()  # B is judged as when this node last heard, not declared dead
-    m._hearing()  # listening again: the deaf time is credited back
+    m.hearing()  # listening again: the deaf time is credited back
     assert B in m.live()
-    m._members[B].seen -= 2.0  # then silent past the timeout: dead
+    clock.now += 2.0  # then silent past the timeout: dead
     assert B not in m.live()
 
 
 def test_a_suspect_stays_suspect_across_deafness() -> None:
-    m = _membership()
+    clock = Clock()
+    m = _membership(clock)
     m.receive(_raw(_hb(B)))
-    m._deaf()
+    m.deaf()
+    clock.now += 0.1
     m.suspect(B)
-    m._hearing()
+    clock.now += 0.1
+    m.hearing()
     assert B not in m.live()
+    clock.now += 0.25
     m.receive(_raw(_hb(B)))  # until it heartbeats again
     assert B in m.live()

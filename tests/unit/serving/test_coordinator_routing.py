@@ -32,13 +32,11 @@ def make(handler: Any) -> tuple[Coordinator, list[str]]:
         settings=SimpleNamespace(internal_concurrency=4, redirect=False), endpoint=ME,
         router=FakeRouter(), membership=SimpleNamespace(suspect=suspects.append),
         partitions={"v": 3}, holds=lambda view, p: p == 0, lag=lambda view, p: 0 if p == 0 else -1)
-    co = Coordinator(node)  # type: ignore[arg-type]
-
     async def send(method: str, address: str, path: str, params: Params, body: Any,
                    headers: dict[str, str], timeout: float = 10.0) -> Reply:
         return handler(Sent(address, path, params, headers))
 
-    co._send = send  # type: ignore[method-assign]
+    co = Coordinator(node, send=send)  # type: ignore[arg-type]
     return co, suspects
 
 
@@ -121,6 +119,6 @@ def test_role_is_derived_from_membership_at_most_every_ttl() -> None:
     assert len(calls) == 3  # one derivation for all the questions above
     assigned[0], assigned[1] = [B, ME], [ME, B]  # the assignment moves
     assert co.role("v", 0) == "active"  # cached until the TTL passes
-    co._roles_at -= 1.0
+    co.forget_roles()
     assert [co.role("v", p) for p in range(3)] == ["standby", "active", "previous"]
     assert not co.active_here("v", 0, 0)

@@ -26,16 +26,16 @@ def _request(query: str) -> Request:
 
 def test_only_lost_connections_make_a_suspect() -> None:
     co, suspects = _coordinator()
-    co._unreachable(peer_error("slow:1", TimeoutError()))
-    co._unreachable(peer_error("slow:2", aiohttp.ServerTimeoutError()))
+    co.unreachable(peer_error("slow:1", TimeoutError()))
+    co.unreachable(peer_error("slow:2", aiohttp.ServerTimeoutError()))
     assert suspects == []
-    co._unreachable(peer_error("dead:1", ConnectionRefusedError()))
-    co._unreachable(peer_error("dead:2", aiohttp.ServerDisconnectedError()))
+    co.unreachable(peer_error("dead:1", ConnectionRefusedError()))
+    co.unreachable(peer_error("dead:2", aiohttp.ServerDisconnectedError()))
     assert suspects == ["dead:1", "dead:2"]
 
 
 def test_forward_budget_covers_the_position_wait() -> None:
     co, _ = _coordinator()
-    plain = co._budget(_request(""))
-    assert co._budget(_request("position=t:0:1&wait_ms=20000")) == plain + 20
-    assert co._budget(_request("position=t:0:1")) == plain + 5  # the node's default wait
+    plain = co.budget(_request(""))
+    assert co.budget(_request("position=t:0:1&wait_ms=20000")) == plain + 20
+    assert co.budget(_request("position=t:0:1")) == plain + 5  # the node's default wait

@@ -63,7 +63,7 @@ async def test_lean_forward_carries_authorization_and_says_one_hop(app: Any) -> 
     other = "127.0.0.1:2"
     deps = app.deps
     deps.node.router.active = other
-    deps.coordinator._roles_at = -1e9
+    deps.coordinator.forget_roles()
     sent: list[tuple[str, str, dict[str, str]]] = []
 
     async def get(address: str, path: str, headers: dict[str, str]) -> HopReply:

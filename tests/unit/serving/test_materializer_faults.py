@@ -153,7 +153,7 @@ def test_undecodable_records_are_skipped_counted_and_the_offset_advances(
     log.append(w, 0, b"s|t", json.dumps({**window, "window_start": 60_000}).encode())
     for view in ("balances", "order_counts_1m"):
         m.states[(view, 0)] = PartitionState()
-    m._apply(log.records[(b, 0)] + log.records[(w, 0)])
+    m.apply(log.records[(b, 0)] + log.records[(w, 0)])
     assert m.skipped == 3 + 7
     assert m.states[("balances", 0)].offset == 5  # past every record, bad ones too
     assert m.states[("balances", 0)].position == {"in": {0: 7}}
@@ -163,7 +163,7 @@ def test_undecodable_records_are_skipped_counted_and_the_offset_advances(
     assert [k for k, _ in m.stores["order_counts_1m"].scan(0)] == [store_key("s|t", 60_000)]
     # later good records still apply
     log.append(b, 0, b"a2", _row("a2", 2))
-    m._apply(log.records[(b, 0)][5:])
+    m.apply(log.records[(b, 0)][5:])
     assert m.stores["balances"].get(0, b"a2") == _row("a2", 2)
     assert m.skipped == 10 and m.states[("balances", 0)].offset == 6
 
@@ -181,7 +181,7 @@ def test_a_row_that_is_not_one_json_object_is_skipped_so_answers_cannot_be_injec
         log.append(b, 0, b"evil", bad)
     log.append(b, 0, b"a1", _row("a1", 1))
     m.states[("balances", 0)] = PartitionState()
-    m._apply(log.records[(b, 0)])
+    m.apply(log.records[(b, 0)])
     assert m.skipped == 8
     assert m.stores["balances"].get(0, b"evil") is None
     assert m.stores["balances"].get(0, b"a1") == _row("a1", 1)  # stored as it came
