@@ -224,6 +224,14 @@ class HopClient:
                 "http_only_peers": sorted(a for a in list(self._no_wire)
                                           if not self.speaks_wire(a))}
 
+    def pool(self, address: str) -> dict[str, int]:
+        """The wire connections to one peer: idle (pooled), busy (a request in flight),
+        and requests waiting for a connection slot."""
+        host = self._wire_hosts.get(address)
+        if host is None:
+            return {"idle": 0, "busy": 0, "waiting": 0}
+        return {"idle": len(host.idle), "busy": host.busy, "waiting": len(host.waiters)}
+
     def speaks_wire(self, address: str) -> bool:
         """False for a while after the peer answered the wire's preface with HTTP."""
         until = self._no_wire.get(address)

@@ -30,9 +30,8 @@ async def read_frame(reader: asyncio.StreamReader) -> bytes:
     return await reader.readuntil(b"\n") if line == PREFACE else line
 
 
-def idle(hop: HopClient, address: str) -> list[object]:
-    host = hop._wire_hosts.get(address)
-    return list(host.idle) if host else []
+def idle(hop: HopClient, address: str) -> int:
+    return hop.pool(address)["idle"]
 
 
 def reply(body: bytes, status: str = "200 OK", extra: str = "") -> bytes:
@@ -320,7 +319,7 @@ async def test_lookup_times_out_and_never_pools_that_connection(
     assert hop.lookup(address, FRAME, then, timeout=0.1)
     await asyncio.sleep(0.3)
     assert got == [None]  # failed, reported once
-    assert not idle(hop, address) and hop._wire_hosts[address].busy == 0
+    assert hop.pool(address) == {"idle": 0, "busy": 0, "waiting": 0}
     hop.close()
 
 
@@ -335,7 +334,7 @@ async def test_a_failing_reply_handler_does_not_break_the_pool(
 
     assert hop.lookup(address, FRAME, boom)
     await asyncio.sleep(0.1)
-    assert len(idle(hop, address)) == 1 and hop._wire_hosts[address].busy == 0
+    assert hop.pool(address) == {"idle": 1, "busy": 0, "waiting": 0}
     assert (await hop.fetch(address, FRAME)).body == b"ok"
     hop.close()
 
@@ -353,5 +352,5 @@ async def test_waiters_get_slots_in_turn_and_a_timed_out_waiter_gives_none_away(
     await asyncio.sleep(0.05)
     gate.set()
     assert (await first).body == b"ok" and (await second).body == b"ok"
-    assert hop._wire_hosts[address].busy == 0 and not hop._wire_hosts[address].waiters
+    assert hop.pool(address)["busy"] == 0 and hop.pool(address)["waiting"] == 0
     hop.close()
