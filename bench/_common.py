@@ -15,6 +15,10 @@ import httpx
 
 __all__ = ["NodeProc", "free_port", "pct", "wait_ready"]
 
+# Every bench but bench_auth.py measures with client authentication off (nodes, ingest
+# and 'streamiq up' read this); bench_auth.py puts on vs off side by side.
+os.environ.setdefault("STREAMIQ_AUTH", "false")
+
 
 def free_port() -> int:
     with socket.socket() as s:

@@ -31,20 +31,20 @@ from streamiq.views.bank import BALANCES
 TARGET = 0.9
 
 
-def start_cluster(bootstrap: str, root: Path, name: str, level: str) -> list[NodeProc]:
+def start_cluster(bootstrap: str, root: Path, name: str, extra: list[str]) -> list[NodeProc]:
     args = ["--bootstrap-servers", bootstrap, "--cluster", name, "--topic-prefix", "bl-",
-            "--app", "bank", "--state-dir", str(root / name), "--standby-replicas", "0",
-            *(["--log-level", level] if level != "default" else [])]
+            "--app", "bank", "--state-dir", str(root / name), "--standby-replicas", "0", *extra]
     return [NodeProc(free_port(), args, root / f"{name}-{i}.log") for i in range(2)]
 
 
-def mixed_paths(port: int, keys: list[str], n: int = 10_000) -> list[str]:
+def mixed_paths(port: int, keys: list[str], n: int = 10_000,
+                headers: dict[str, str] | None = None) -> list[str]:
     """Half keys the entry node owns (answered locally), half its peer owns (forwarded):
     the two clusters hash partitions to nodes differently, so the same keys would give
     them different mixes."""
     from streamiq.views.bank import BALANCES
 
-    meta = httpx.get(f"http://127.0.0.1:{port}/v1/cluster").json()
+    meta = httpx.get(f"http://127.0.0.1:{port}/v1/cluster", headers=headers).json()
     me = meta["self"]
     mine = {int(p) for p, pv in meta["views"]["balances"].items() if pv["assigned"][0] == me}
     local = [k for k in keys if BALANCES.partition_of(k, 3) in mine][:n // 2]
@@ -54,11 +54,13 @@ def mixed_paths(port: int, keys: list[str], n: int = 10_000) -> list[str]:
     return [f"/v1/views/balances/keys/{k}" for k in mix]
 
 
-def wait_loaded(port: int, n: int) -> None:
+def wait_loaded(port: int, n: int, headers: dict[str, str] | None = None) -> None:
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
-        d = httpx.get(f"http://127.0.0.1:{port}/v1/views/balances/aggregate", timeout=30).json()
-        nodes = httpx.get(f"http://127.0.0.1:{port}/v1/cluster").json()["nodes"]
+        d = httpx.get(f"http://127.0.0.1:{port}/v1/views/balances/aggregate", timeout=30,
+                      headers=headers).json()
+        nodes = httpx.get(f"http://127.0.0.1:{port}/v1/cluster",
+                          headers=headers).json()["nodes"]
         if d["status"] == "OK" and d["groups"] and d["groups"][0]["count(*)"] == n \
                 and len(nodes) == 2:
             return
@@ -66,8 +68,8 @@ def wait_loaded(port: int, n: int) -> None:
     raise TimeoutError(f"node {port} did not load {n} rows")
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def arguments(doc: str) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--keys", type=int, default=100_000)
     ap.add_argument("--pairs", type=int, default=8)
     ap.add_argument("--seconds", type=float, default=2.0)
@@ -75,7 +77,15 @@ def main() -> None:
     a = ap.parse_args()
     if shutil.which("wrk") is None:
         raise SystemExit("wrk not found (Debian: apt-get install -y wrk)")
-    root = Path(tempfile.mkdtemp(prefix="bench-log-level-"))
+    return a
+
+
+def paired(a: argparse.Namespace, variants: dict[str, list[str]],
+           headers: dict[str, dict[str, str] | None]) -> tuple[list[float], dict[str, float]]:
+    """Two clusters (node flags per variant), the same lookups to each in alternating
+    back-to-back pairs: the per-pair ratios first/second and each variant's median."""
+    first, second = variants
+    root = Path(tempfile.mkdtemp(prefix="bench-paired-"))
     broker = EmbeddedBroker("127.0.0.1", free_port()).start()
     clusters: dict[str, list[NodeProc]] = {}
     try:
@@ -83,38 +93,45 @@ def main() -> None:
                       {"bl-balances-changelog": 3})
         data = rows(a.keys)
         produce_rows(broker.bootstrap_servers, "bl-balances-changelog", BALANCES, data)
-        clusters = {level: start_cluster(broker.bootstrap_servers, root, f"l{level[0]}", level)
-                    for level in ("default", "warning")}
-        for nodes in clusters.values():
+        clusters = {v: start_cluster(broker.bootstrap_servers, root, f"c{i}", extra)
+                    for i, (v, extra) in enumerate(variants.items())}
+        for v, nodes in clusters.items():
             for n in nodes:
                 wait_ready(n.port, 180)
-            wait_loaded(nodes[0].port, a.keys)
+            wait_loaded(nodes[0].port, a.keys, headers[v])
         keys = [r["account"] for r in data]
-        paths = {level: mixed_paths(nodes[0].port, keys) for level, nodes in clusters.items()}
-        ratios, got = [], {"default": [], "warning": []}
+        paths = {v: mixed_paths(nodes[0].port, keys, headers=headers[v])
+                 for v, nodes in clusters.items()}
+        ratios: list[float] = []
+        got: dict[str, list[float]] = {v: [] for v in variants}
         for i in range(a.pairs):
-            order = ["default", "warning"] if i % 2 == 0 else ["warning", "default"]
             pair = {}
-            for level in order:
-                nodes = clusters[level]
-                pair[level] = wrk(f"http://127.0.0.1:{nodes[0].port}", paths[level], root,
-                                  a.conns,
-                                  a.seconds, pids=[n.proc.pid for n in nodes])
-                got[level].append(pair[level]["rps"])
-            ratios.append(pair["default"]["rps"] / pair["warning"]["rps"])
-            print(f"pair {i + 1}: default {pair['default']['rps']:.0f} req/s, warning "
-                  f"{pair['warning']['rps']:.0f} req/s, ratio {ratios[-1]:.2f}", flush=True)
-        med = statistics.median(ratios)
-        print(f"lookups/s (local + forwarded, c={a.conns}): default log level "
-              f"{statistics.median(got['default']):.0f}, --log-level warning "
-              f"{statistics.median(got['warning']):.0f}; median of {a.pairs} paired ratios "
-              f"{med:.2f}x (target >= {TARGET}x: {'met' if med >= TARGET else 'NOT met'})")
+            for v in ([first, second] if i % 2 == 0 else [second, first]):
+                nodes = clusters[v]
+                pair[v] = wrk(f"http://127.0.0.1:{nodes[0].port}", paths[v], root, a.conns,
+                              a.seconds, pids=[n.proc.pid for n in nodes], headers=headers[v])
+                got[v].append(pair[v]["rps"])
+            ratios.append(pair[first]["rps"] / pair[second]["rps"])
+            print(f"pair {i + 1}: {first} {pair[first]['rps']:.0f} req/s, {second} "
+                  f"{pair[second]['rps']:.0f} req/s, ratio {ratios[-1]:.2f}", flush=True)
+        return ratios, {v: statistics.median(r) for v, r in got.items()}
     finally:
         for nodes in clusters.values():
             for n in nodes:
                 n.stop()
         broker.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def main() -> None:
+    a = arguments(__doc__)
+    ratios, got = paired(a, {"default": [], "warning": ["--log-level", "warning"]},
+                         {"default": None, "warning": None})
+    med = statistics.median(ratios)
+    print(f"lookups/s (local + forwarded, c={a.conns}): default log level "
+          f"{got['default']:.0f}, --log-level warning {got['warning']:.0f}; median of "
+          f"{a.pairs} paired ratios {med:.2f}x (target >= {TARGET}x: "
+          f"{'met' if med >= TARGET else 'NOT met'})")
 
 
 if __name__ == "__main__":

@@ -215,7 +215,8 @@ def cpu_s(pids: list[int]) -> float:
 
 
 def wrk(url: str, paths: list[str], tmp: Path, conns: int, seconds: float,
-        body: Any = None, pids: list[int] | None = None) -> dict[str, float]:
+        body: Any = None, pids: list[int] | None = None,
+        headers: dict[str, str] | None = None) -> dict[str, float]:
     """Throughput, p50/p99 (ms) and server CPU per request (us, summed over ``pids``)."""
     pfile = tmp / f"paths-{random.randrange(1 << 30)}.txt"
     pfile.write_text("\n".join(paths) + "\n")
@@ -224,6 +225,7 @@ def wrk(url: str, paths: list[str], tmp: Path, conns: int, seconds: float,
     if body is not None:
         lua = (f"wrk.method = 'POST'\nwrk.body = [[{json.dumps(body)}]]\n"
                "wrk.headers['Content-Type'] = 'application/json'\n" + LUA)
+    lua = "".join(f"wrk.headers['{k}'] = '{v}'\n" for k, v in (headers or {}).items()) + lua
     script.write_text(lua)
     c0 = cpu_s(pids or [])
     out = subprocess.run(["wrk", "-t1", f"-c{conns}", f"-d{max(1, round(seconds))}s",

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import httpx
 
+from streamiq.auth import mint
+
 __all__ = ["Deployment", "Proc", "free_port", "wait_http"]
 
 
@@ -112,6 +114,15 @@ class Deployment:
         self._free_port = free_port
         self.ports: list[int] = []
         self.secret = uuid.uuid4().hex  # the nodes' --cluster-secret: heartbeats signed
+        # client authentication: off unless a test turns it on (then every request to a
+        # node or the ingest needs ``self.headers``); hops are authenticated either way
+        self.auth = False
+        self.jwt_secret = uuid.uuid4().hex
+        self.token = mint(self.jwt_secret, subject="tests")
+        self.headers = {"authorization": f"Bearer {self.token}"}
+
+    def auth_flags(self) -> list[str]:
+        return ["--auth", "--jwt-secret", self.jwt_secret] if self.auth else ["--no-auth"]
 
     def common(self, app: str | None) -> list[str]:
         """Flags every part shares; ``app=None``: no --app (a node serves the catalog's
@@ -128,7 +139,8 @@ class Deployment:
              wait: bool = True) -> tuple[int, Proc]:
         port = port or self._free_port()
         args = [*self.common(app), "--port", str(port), "--state-dir",
-                str(self.root / "state"), "--cluster-secret", self.secret, *(extra or [])]
+                str(self.root / "state"), "--cluster-secret", self.secret, *self.auth_flags(),
+                *(extra or [])]
         p = self._procs("node", args, name=f"node-{port}")
         if wait:
             p.wait_ready(f"http://127.0.0.1:{port}/health", 60)
@@ -145,7 +157,8 @@ class Deployment:
 
     def ingest(self, app: str = "bank") -> tuple[int, Proc]:
         port = self._free_port()
-        p = self._procs("ingest", [*self.common(app), "--ingest-port", str(port)],
+        p = self._procs("ingest", [*self.common(app), "--ingest-port", str(port),
+                                   *self.auth_flags()],
                         name=f"ingest-{port}")
         p.wait_ready(f"http://127.0.0.1:{port}/health", 60)
         return port, p

@@ -29,7 +29,8 @@ class ApiError(StreamiqError):
 
 def error_response(exc: StreamiqError) -> JSONResponse:
     """The one mapping of a streamiq error to an HTTP answer."""
-    return JSONResponse(exc.body(), status_code=exc.http_status)
+    headers = {"www-authenticate": "Bearer"} if exc.http_status == 401 else None
+    return JSONResponse(exc.body(), status_code=exc.http_status, headers=headers)
 
 
 def _describe(err: dict[str, Any]) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["Settings"]
+__all__ = ["Settings", "token_file"]
 
 
 class Settings(BaseSettings):
@@ -97,6 +97,18 @@ class Settings(BaseSettings):
         "it (HMAC-SHA256) and unsigned or forged ones ignored. Unset: membership is not "
         "authenticated (a warning says so). 'streamiq up' makes one for its nodes.")
 
+    # --- security ---
+    auth: bool = Field(
+        True, description="Require a client token (Authorization: Bearer) on every endpoint "
+        "but /health; needs --jwt-secret or --api-keys, and --cluster-secret on nodes. "
+        "'streamiq up' makes a secret and prints a demo token.")
+    jwt_secret: SecretStr | None = Field(
+        None, description="Secret of the HS256 JWTs clients send; a token's scope claim "
+        "lists views:NAME, views:* and ingest (no claim: read every view).")
+    api_keys: dict[str, str] = Field(
+        default_factory=dict, repr=False,
+        description='Static API keys and their scopes, as JSON: {"KEY": "views:* ingest"}.')
+
     # --- pipeline ---
     master: str = Field("local[*]", description="Spark master URL.")
     checkpoint_dir: Path = Field(
@@ -130,6 +142,21 @@ class Settings(BaseSettings):
         """The host:port other nodes use to reach this node."""
         return self.advertised or f"{self.host}:{self.port}"
 
+    def check_auth(self, *, node: bool) -> None:
+        """Refuse to serve with authentication on but nothing to check it with (a
+        ``ValueError`` naming the flags)."""
+        if not self.auth:
+            return
+        if self.jwt_secret is None and not self.api_keys:
+            raise ValueError("--auth is on but neither --jwt-secret nor --api-keys is set: "
+                             "give one (or --no-auth to serve without authentication)")
+        if node and self.cluster_secret is None:
+            raise ValueError("--auth is on but --cluster-secret is not set: the nodes of a "
+                             "cluster share it (or --no-auth to serve without "
+                             "authentication)")
+        if any(not k or any(c.isspace() for c in k) for k in self.api_keys):
+            raise ValueError("--api-keys: a key must be non-empty, without whitespace")
+
     def topic(self, name: str) -> str:
         """The real name of a streamiq topic (``topic_prefix`` + name)."""
         return self.topic_prefix + name
@@ -142,3 +169,9 @@ class Settings(BaseSettings):
             conf["sasl.password"] = self.kafka_password.get_secret_value()
         conf.update(overrides)
         return conf
+
+
+def token_file(s: Settings) -> Path:
+    """Where ``streamiq up`` saves its demo token (next to the state directory) and the
+    client commands look for one when neither --token nor STREAMIQ_TOKEN is given."""
+    return Path(s.state_dir).parent / "token"

@@ -9,6 +9,8 @@ the message.
 
     StreamiqError                 500 INTERNAL
     ├── BadRequest                400 BAD_REQUEST
+    ├── Unauthenticated           401 UNAUTHENTICATED (no valid token or cluster credential)
+    ├── Forbidden                 403 FORBIDDEN    (the token may not read that view)
     ├── NotFound                  404 NOT_FOUND
     │   └── UnknownView           404 UNKNOWN_VIEW
     ├── NotActive                 421 NOT_ACTIVE   (this node does not hold the partition)
@@ -28,9 +30,10 @@ from __future__ import annotations
 import json
 from typing import Any, ClassVar
 
-__all__ = ["BadRequest", "NotActive", "NotFound", "NotUpToBound", "Overloaded",
+__all__ = ["BadRequest", "Forbidden", "NotActive", "NotFound", "NotUpToBound", "Overloaded",
            "PayloadTooLarge", "PeerError", "PeerTimeout", "PeerUnreachable",
-           "RequestHeaderTooLarge", "StreamiqError", "Unavailable", "UnknownView"]
+           "RequestHeaderTooLarge", "StreamiqError", "Unauthenticated", "Unavailable",
+           "UnknownView"]
 
 _JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # as JSONResponse renders
 
@@ -58,6 +61,20 @@ class StreamiqError(Exception):
 class BadRequest(StreamiqError):
     http_status = 400
     code = "BAD_REQUEST"
+
+
+class Unauthenticated(StreamiqError):
+    """No valid client token, or a forwarded request without the cluster credential."""
+
+    http_status = 401
+    code = "UNAUTHENTICATED"
+
+
+class Forbidden(StreamiqError):
+    """A valid token that may not do this (e.g. read that view)."""
+
+    http_status = 403
+    code = "FORBIDDEN"
 
 
 class PayloadTooLarge(StreamiqError):

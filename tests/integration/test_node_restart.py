@@ -26,7 +26,7 @@ def _rows(n: int, bump: int = 0) -> list[dict[str, Any]]:
 def _node_args(bootstrap: str, port: int, state: Path) -> list[str]:
     return ["--bootstrap-servers", bootstrap, "--cluster", "restart", "--app", "bank",
             "--port", str(port),
-            "--state-dir", str(state), "--standby-replicas", "0"]
+            "--state-dir", str(state), "--standby-replicas", "0", "--no-auth"]
 
 
 def _balance(port: int, account: str) -> int | None:

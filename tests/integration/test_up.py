@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,8 +29,12 @@ import httpx
 import pytest
 from procs import free_port
 
+from streamiq.auth import mint
+
 pytestmark = pytest.mark.integration
 
+JWT_SECRET = uuid.uuid4().hex  # up's --jwt-secret (in its environment), so the tests
+HEADERS = {"authorization": f"Bearer {mint(JWT_SECRET, subject='tests')}"}  # have a token
 START_S = 300  # bounded waits, generous: Spark on a shared 2-core machine
 CONVERGE_S = 240
 
@@ -105,7 +110,8 @@ class Up:
         self.seen: dict[int, list[str]] = {}  # every process of the tree ever seen, by pid
 
     def start(self) -> None:
-        env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONUNBUFFERED": "1",
+               "STREAMIQ_JWT_SECRET": JWT_SECRET}
         argv = [sys.executable, "-m", "streamiq", "up",
                 "--broker-port", str(self.broker_port), "--ingest-port", str(self.ingest_port),
                 "--node-port", str(self.node_port), "--nodes", str(len(self.node_ports)),
@@ -116,6 +122,13 @@ class Up:
                                          start_new_session=True)
         self.wait_for("streamiq: all parts ready", START_S)
         self.tree()
+        # the demo token up printed is the one it saved, and the nodes take it
+        printed = self.wait_for(r"^  export STREAMIQ_TOKEN=(\S+)$", 1).group(1)
+        assert (self.root / "token").read_text().strip() == printed
+        url = f"http://127.0.0.1:{self.node_port}/v1/cluster"
+        assert httpx.get(url, timeout=10).status_code == 401
+        assert httpx.get(url, timeout=10, headers={"authorization": f"Bearer {printed}"}
+                         ).status_code == 200
 
     @property
     def pid(self) -> int:
@@ -192,7 +205,7 @@ def _post_json(c: httpx.Client, url: str, **kw: Any) -> Any:
 def _balances(port: int, accounts: list[str]) -> dict[str, int | None]:
     """Balances through one node's multi-get (None: not found)."""
     out: dict[str, int | None] = {}
-    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as c:
+    with httpx.Client(headers=HEADERS, base_url=f"http://127.0.0.1:{port}", timeout=30) as c:
         for i in range(0, len(accounts), 500):
             body = _post_json(c, "/v1/views/balances/keys", json={"keys": accounts[i:i + 500]})
             assert body["status"] == "OK", body
@@ -235,7 +248,8 @@ def _restart_line(part: str) -> str:
 def test_sigkill_of_a_node_is_restarted_while_the_others_answer(up: Up) -> None:
     rng = random.Random(1)
     expected = {f"n-{i}": rng.randint(1, 1000) for i in range(60)}
-    with httpx.Client(base_url=f"http://127.0.0.1:{up.ingest_port}", timeout=30) as c:
+    with httpx.Client(headers=HEADERS, base_url=f"http://127.0.0.1:{up.ingest_port}",
+                      timeout=30) as c:
         for account, amount in expected.items():
             _post_json(c, f"/account/{account}", params={"amount": amount})
     for port in up.node_ports:
@@ -251,7 +265,7 @@ def test_sigkill_of_a_node_is_restarted_while_the_others_answer(up: Up) -> None:
         r = random.Random(seed)
         # a fresh connection per query (as a load balancer's health-checked pool would)
         limits = httpx.Limits(max_keepalive_connections=0)
-        with httpx.Client(timeout=10, limits=limits) as c:
+        with httpx.Client(headers=HEADERS, timeout=10, limits=limits) as c:
             for _ in range(2000):  # bounded: ~100 queries/s per worker at most
                 if stop.is_set():
                     return
@@ -299,7 +313,7 @@ def test_sigkill_of_a_node_is_restarted_while_the_others_answer(up: Up) -> None:
 
 
 def _orders_by_key(port: int, prefix: str) -> dict[str, int]:
-    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as c:
+    with httpx.Client(headers=HEADERS, base_url=f"http://127.0.0.1:{port}", timeout=30) as c:
         r = c.get("/v1/views/order_counts/aggregate",
                   params={"group_by": "store,type", "agg": "sum(count)", "prefix": prefix})
         assert r.status_code == 200 and r.json()["status"] == "OK", r.text
@@ -307,7 +321,7 @@ def _orders_by_key(port: int, prefix: str) -> dict[str, int]:
 
 
 def _window_totals(port: int, prefix: str) -> dict[str, int]:
-    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as c:
+    with httpx.Client(headers=HEADERS, base_url=f"http://127.0.0.1:{port}", timeout=30) as c:
         r = c.get("/v1/views/order_counts_1m/windows",
                   params={"prefix": prefix, "from": 0, "limit": 1000})
         assert r.status_code == 200 and r.json()["status"] == "OK", r.text
@@ -326,7 +340,8 @@ def test_sigkill_of_the_pipeline_loses_and_double_counts_nothing(up: Up) -> None
     old_jvm = [pid for pid, argv in up.tree().items() if "java" in argv[0]]
     killed = threading.Event()
     offset = 0
-    with httpx.Client(base_url=f"http://127.0.0.1:{up.ingest_port}", timeout=30) as c:
+    with httpx.Client(headers=HEADERS, base_url=f"http://127.0.0.1:{up.ingest_port}",
+                      timeout=30) as c:
         for i in range(400):
             account = f"p-{rng.randrange(40)}"
             amount = rng.randint(-50, 100)
@@ -352,7 +367,8 @@ def test_sigkill_of_the_pipeline_loses_and_double_counts_nothing(up: Up) -> None
                f"order_counts exact on {port}")
         _until(lambda port=port: _same(_window_totals(port, "p-s"), orders), CONVERGE_S,
                f"order_counts_1m exact on {port}")
-    with httpx.Client(base_url=f"http://127.0.0.1:{up.node_ports[2]}", timeout=30) as c:
+    with httpx.Client(headers=HEADERS, base_url=f"http://127.0.0.1:{up.node_ports[2]}",
+                      timeout=30) as c:
         r = c.get("/v1/views/order_counts/aggregate",
                   params={"group_by": "type", "agg": "sum(count)", "prefix": "p-s"})
         assert {g["type"]: g["sum(count)"] for g in r.json()["groups"]}["GENERAL"] == general
@@ -369,7 +385,7 @@ def test_sigkill_of_ingest_loses_no_acknowledged_write(up: Up) -> None:
     deadline = time.monotonic() + 180
     after_kill = 0
     i = 0
-    with httpx.Client(base_url=f"http://127.0.0.1:{up.ingest_port}", timeout=10,
+    with httpx.Client(headers=HEADERS, base_url=f"http://127.0.0.1:{up.ingest_port}", timeout=10,
                       limits=httpx.Limits(max_keepalive_connections=0)) as c:
         while time.monotonic() < deadline and after_kill < 100:
             account, amount = f"i-{i}", i + 1  # one write per account: each is visible alone
@@ -435,7 +451,8 @@ def test_sigterm_to_up_alone_while_writes_stream_in(tmp_path: Path) -> None:
     stop = threading.Event()
 
     def write() -> None:
-        with httpx.Client(base_url=f"http://127.0.0.1:{u.ingest_port}", timeout=10) as c:
+        with httpx.Client(headers=HEADERS, base_url=f"http://127.0.0.1:{u.ingest_port}",
+                          timeout=10) as c:
             for k in range(20000):  # bounded
                 if stop.is_set():
                     return
@@ -451,7 +468,8 @@ def test_sigterm_to_up_alone_while_writes_stream_in(tmp_path: Path) -> None:
         u.start()
         writer.start()
         node = f"http://127.0.0.1:{u.node_port}"
-        _until(lambda: httpx.get(f"{node}/account/s-1", timeout=10).status_code == 200,
+        _until(lambda: httpx.get(f"{node}/account/s-1", timeout=10,
+                                 headers=HEADERS).status_code == 200,
                CONVERGE_S, "writes through the pipeline")
         time.sleep(3)
         out = _stop_and_check(u, lambda: os.kill(u.pid, signal.SIGTERM))

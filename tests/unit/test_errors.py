@@ -35,16 +35,17 @@ def test_each_error_carries_its_status_and_code(cls: type[StreamiqError], status
 
 
 def test_the_wire_maps_raised_errors_like_http() -> None:
-    def lookup(p: int, n: int, path: bytes) -> tuple[int, bytes]:
+    def lookup(p: int, n: int, path: bytes, token: bytes) -> tuple[int, bytes]:
         if p == 0:
             raise NotActive("not mine", partition=0)
         if p == 1:
             raise RuntimeError("bug")
         return 200, b"{}"
 
-    assert answer(lookup, 0, 3, b"/x") == (421, NotActive("not mine", partition=0).render())
-    assert answer(lookup, 1, 3, b"/x") == (500, b'{"status":"INTERNAL","error":"lookup failed"}')
-    assert answer(lookup, 2, 3, b"/x") == (200, b"{}")
+    assert answer(lookup, 0, 3, b"/x", b"-") == (421, NotActive("not mine", partition=0).render())
+    assert answer(lookup, 1, 3, b"/x", b"-") == (
+        500, b'{"status":"INTERNAL","error":"lookup failed"}')
+    assert answer(lookup, 2, 3, b"/x", b"-") == (200, b"{}")
 
 
 def test_peer_errors_name_the_peer_and_keep_the_cause() -> None:

@@ -12,6 +12,7 @@ import json
 import os
 import sys
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -19,8 +20,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-__all__ = ["CliError", "add_address", "cell", "console", "parse_addresses", "print_json",
-           "reason", "rows_table"]
+__all__ = ["CliError", "add_address", "add_token", "auth_headers", "cell", "console",
+           "parse_addresses", "print_json", "reason", "rows_table"]
 
 
 class CliError(Exception):
@@ -43,6 +44,27 @@ def add_address(p: argparse.ArgumentParser, flag: str, env: str, default: str,
 
     p.add_argument(flag, default=from_env or default, metavar="HOST:PORT", type=parse,
                    help=f"{what} [env {env}; default {default}]")
+
+
+def add_token(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--token", default=None, metavar="TOKEN",
+                   help="bearer token sent with every request [env STREAMIQ_TOKEN; default "
+                        "the demo token 'streamiq up' saved in .streamiq/token]")
+
+
+def auth_headers(args: argparse.Namespace) -> dict[str, str]:
+    """The Authorization header: --token, else STREAMIQ_TOKEN, else the token file
+    ``streamiq up`` wrote (next to STREAMIQ_STATE_DIR, default .streamiq/state)."""
+    token = getattr(args, "token", None) or os.environ.get("STREAMIQ_TOKEN") or _saved_token()
+    return {"authorization": f"Bearer {token}"} if token else {}
+
+
+def _saved_token() -> str | None:
+    state = Path(os.environ.get("STREAMIQ_STATE_DIR") or ".streamiq/state")
+    try:
+        return (state.parent / "token").read_text().strip() or None
+    except OSError:
+        return None
 
 
 def parse_addresses(raw: str, several: bool = False) -> str:
@@ -69,6 +91,11 @@ def reason(exc: Exception) -> str:
     if isinstance(exc, httpx.TimeoutException):
         return "timed out"
     if isinstance(exc, httpx.HTTPStatusError):
+        if exc.response.status_code == 401:
+            return ("answered HTTP 401: no valid token (give --token or set STREAMIQ_TOKEN; "
+                    "'streamiq up' prints one)")
+        if exc.response.status_code == 403:
+            return "answered HTTP 403: the token may not do this"
         return f"answered HTTP {exc.response.status_code}"
     if isinstance(exc, ValueError):
         return "answered something that is not JSON"

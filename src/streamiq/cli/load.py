@@ -28,7 +28,16 @@ from rich.progress import (
 )
 from rich.text import Text
 
-from streamiq.cli.common import CliError, add_address, console, print_json, reason, rows_table
+from streamiq.cli.common import (
+    CliError,
+    add_address,
+    add_token,
+    auth_headers,
+    console,
+    print_json,
+    reason,
+    rows_table,
+)
 from streamiq.cli.workload import SCENARIOS, Pacer, Totals, Write
 
 __all__ = ["add_parser", "report", "run"]
@@ -53,6 +62,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("scenario", choices=sorted(SCENARIOS), metavar="{bank,orders}",
                    help="bank: POST /account/{id}?amount=N; orders: POST /orders")
     add_address(p, "--ingest", "STREAMIQ_INGEST", "localhost:8080", "The ingest service.")
+    add_token(p)
     p.add_argument("--count", type=_positive(int, 1), default=100, metavar="N",
                    help="writes to make [default 100]")
     p.add_argument("--rate", type=_positive(float, 0), default=50.0, metavar="PER_S",
@@ -88,6 +98,9 @@ async def _send(http: httpx.AsyncClient, w: Write, totals: Totals) -> None:
     except httpx.HTTPError as exc:
         totals.fail(reason(exc))
         return
+    if r.status_code in (401, 403):  # every write would be refused: stop, say why
+        raise CliError(f"the ingest service refused the write: "
+                       f"{reason(httpx.HTTPStatusError('', request=r.request, response=r))}")
     try:
         answer = r.json() if r.status_code == 200 else None
     except ValueError:
@@ -105,7 +118,7 @@ async def _drive(args: argparse.Namespace, writes: Iterator[Write], totals: Tota
     limits = httpx.Limits(max_connections=n, max_keepalive_connections=n)
     pacer = Pacer(args.rate)
     async with httpx.AsyncClient(base_url=f"http://{args.ingest}", timeout=10, limits=limits,
-                                 transport=transport) as http:
+                                 transport=transport, headers=auth_headers(args)) as http:
         await _check_ingest(http, SCENARIOS[args.scenario][1], args.scenario)
 
         async def worker() -> None:

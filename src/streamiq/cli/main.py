@@ -29,10 +29,11 @@ _KAFKA = ("bootstrap_servers", "kafka_config", "cluster", "topic_prefix", "app",
           "partitions",
           "log_level")
 _BROKER = ("broker_host", "broker_port")
-_INGEST = ("ingest_host", "ingest_port")
+_AUTH = ("auth", "jwt_secret", "api_keys")
+_INGEST = ("ingest_host", "ingest_port", *_AUTH)
 _NODE = ("host", "port", "advertised", "state_dir", "standby_replicas", "heartbeat_ms",
          "member_timeout_ms", "membership_period_s", "max_lag", "wait_timeout_ms",
-         "max_waiters", "internal_concurrency", "redirect", "cluster_secret")
+         "max_waiters", "internal_concurrency", "redirect", "cluster_secret", *_AUTH)
 _PIPELINE = ("master", "checkpoint_dir", "trigger_ms", "max_offsets_per_trigger")
 
 COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -125,14 +126,14 @@ def settings_from_args(args: argparse.Namespace, fields: Sequence[str]) -> Setti
         v = getattr(args, f, None)
         if v is None:
             continue
-        if f == "kafka_config" and isinstance(v, str):
+        if f in ("kafka_config", "api_keys") and isinstance(v, str):
             try:
                 v = json.loads(v)
             except json.JSONDecodeError as exc:
                 raise FlagError(f"{_flag(f)}: not a JSON object: {exc}") from None
         given[f] = v
     try:
-        return Settings(**given)
+        settings = Settings(**given)
     except ValidationError as exc:
         msgs = []
         for err in exc.errors():
@@ -140,6 +141,12 @@ def settings_from_args(args: argparse.Namespace, fields: Sequence[str]) -> Setti
             where = _flag(name) if name in given else f"STREAMIQ_{name.upper()}"
             msgs.append(f"{where}: {err['msg']}")
         raise FlagError("; ".join(msgs)) from None
+    if "auth" in fields and "broker_host" not in fields:  # a node or ingest, not up
+        try:
+            settings.check_auth(node="cluster_secret" in fields)
+        except ValueError as exc:
+            raise FlagError(str(exc)) from None
+    return settings
 
 
 def _runner(cmd: str) -> Callable[..., None]:

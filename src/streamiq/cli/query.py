@@ -17,7 +17,16 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from streamiq.cli.common import CliError, add_address, cell, console, print_json, rows_table
+from streamiq.cli.common import (
+    CliError,
+    add_address,
+    add_token,
+    auth_headers,
+    cell,
+    console,
+    print_json,
+    rows_table,
+)
 from streamiq.client import Client, QueryError
 
 __all__ = ["add_parser", "check_args", "render", "run"]
@@ -39,6 +48,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "query", help=HELP, description=HELP + ". Exits 1 when the key is not found.")
     add_address(p, "--node", "STREAMIQ_NODE", "localhost:9001",
                 "Any node of the cluster (comma-separate several to try in turn).", several=True)
+    add_token(p)
     p.add_argument("view", metavar="VIEW",
                    help="view name, e.g. balances or order_counts (GET /v1/views lists them)")
     p.add_argument("key", metavar="KEY", nargs="?",
@@ -164,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
     mode = mode_of(args)
     timeout = 10.0 + (args.wait_ms or 5000) / 1000
     try:
-        with Client(args.node, timeout=timeout) as c:
+        with Client(args.node, timeout=timeout, headers=auth_headers(args)) as c:
             doc = _ask(c, args)
             last = c.last
     except QueryError as exc:

@@ -17,7 +17,16 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from streamiq.cli.common import CliError, add_address, cell, console, print_json, reason
+from streamiq.cli.common import (
+    CliError,
+    add_address,
+    add_token,
+    auth_headers,
+    cell,
+    console,
+    print_json,
+    reason,
+)
 
 __all__ = ["add_parser", "build_status", "fetch", "render", "run"]
 
@@ -28,19 +37,21 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("status", help=HELP, description=HELP + ".")
     add_address(p, "--node", "STREAMIQ_NODE", "localhost:9001",
                 "Any node of the cluster (comma-separate several to try in turn).", several=True)
+    add_token(p)
     p.set_defaults(check=None)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--timeout", type=float, default=3.0, metavar="SECONDS",
                    help="per-request timeout [default 3]")
 
 
-def fetch(seeds: str, timeout: float = 3.0, transport: httpx.BaseTransport | None = None
+def fetch(seeds: str, timeout: float = 3.0, transport: httpx.BaseTransport | None = None,
+          headers: dict[str, str] | None = None
           ) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """The node that answered, its ``/v1/cluster`` and each member's ``/health``
     (None for a member that did not answer)."""
     errors = []
     with httpx.Client(timeout=httpx.Timeout(timeout, connect=min(timeout, 2.0)),
-                      transport=transport) as http:
+                      transport=transport, headers=headers) as http:
         for seed in [s.strip() for s in seeds.split(",") if s.strip()]:
             try:
                 r = http.get(f"http://{seed}/v1/cluster")
@@ -158,7 +169,7 @@ def render(doc: dict[str, Any]) -> Group:
 
 
 def run(args: argparse.Namespace) -> int:
-    via, cluster, health = fetch(args.node, args.timeout)
+    via, cluster, health = fetch(args.node, args.timeout, headers=auth_headers(args))
     doc = build_status(via, cluster, health)
     if args.json:
         print_json(doc)

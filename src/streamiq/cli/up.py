@@ -15,6 +15,7 @@ app) are checked first so a bad start fails with one clear line.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -30,9 +31,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from pydantic import SecretStr
 
+from streamiq.auth import mint
 from streamiq.cli.readybar import ReadyBar
-from streamiq.config import Settings
+from streamiq.config import Settings, token_file
 from streamiq.kafka.broker import BrokerError, EmbeddedBroker, port_in_use
 
 __all__ = ["Part", "RestartPolicy", "Supervisor", "describe_exit", "run_broker", "run_up"]
@@ -386,7 +389,7 @@ def run_up(settings: Settings, nodes: int = 3, node_port: int = 9001) -> None:
     else:
         _say(f"using Kafka at {settings.bootstrap_servers}")
     Path(settings.state_dir).mkdir(parents=True, exist_ok=True)
-    _share_cluster_secret(settings)
+    _share_secrets(settings)
     sup = Supervisor(_parts(settings, nodes, node_port), broker,
                      _all_ready_line(settings, topics, nodes, node_port))
     code = 0
@@ -401,12 +404,31 @@ def run_up(settings: Settings, nodes: int = 3, node_port: int = 9001) -> None:
     raise SystemExit(code)
 
 
-def _share_cluster_secret(s: Settings) -> None:
-    """The nodes sign their heartbeats with one secret: the one given, or a new one per
-    run. Handed down in the environment (never on a command line, where ps shows it)."""
-    secret = (s.cluster_secret.get_secret_value() if s.cluster_secret is not None
-              else secrets.token_urlsafe(24))
-    os.environ["STREAMIQ_CLUSTER_SECRET"] = secret
+def _share_secrets(s: Settings) -> None:
+    """The nodes sign their heartbeats and hops with one cluster secret, and check client
+    tokens with one JWT secret: the ones given, or new ones per run. Handed down in the
+    environment (never on a command line, where ps shows it). Prints a demo token."""
+    def given_or_new(secret: SecretStr | None) -> str:
+        return secret.get_secret_value() if secret is not None else secrets.token_urlsafe(32)
+
+    os.environ["STREAMIQ_CLUSTER_SECRET"] = given_or_new(s.cluster_secret)
+    os.environ["STREAMIQ_AUTH"] = "true" if s.auth else "false"
+    if not s.auth:
+        _say("authentication is off (--no-auth): anyone who reaches a node reads every view")
+        return
+    jwt_secret = given_or_new(s.jwt_secret)
+    os.environ["STREAMIQ_JWT_SECRET"] = jwt_secret
+    if s.api_keys:
+        os.environ["STREAMIQ_API_KEYS"] = json.dumps(s.api_keys)
+    token = mint(jwt_secret, subject="demo", scope="views:* ingest")
+    where = token_file(s)
+    where.parent.mkdir(parents=True, exist_ok=True)
+    where.touch(mode=0o600)
+    where.write_text(token + "\n")
+    _say(f"demo token (reads every view, writes through ingest; saved in {where}, where "
+         f"streamiq status/query/load find it):")
+    with _OUT:
+        print(f"  export STREAMIQ_TOKEN={token}", flush=True)
 
 
 def _fresh_state(s: Settings) -> None:

@@ -24,10 +24,11 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
 
-from fastapi import FastAPI, Path, Query
+from fastapi import Depends, FastAPI, Path, Query, Request
 from pydantic import BaseModel, Field
 
 from streamiq._http import ApiError, install_error_handlers
+from streamiq.auth import Authenticator
 from streamiq.config import Settings
 from streamiq.kafka.admin import ensure_topics
 from streamiq.serving.consistency import token_for
@@ -114,6 +115,13 @@ def create_ingest_app(settings: Settings, app_def: App | None = None) -> FastAPI
     app = FastAPI(title="streamiq ingest", version="0.1.0", lifespan=lifespan,
                   description=__doc__)
     install_error_handlers(app)
+    auth = Authenticator.from_settings(settings)
+
+    async def writer(request: Request) -> None:
+        """Writes need a token with the ``ingest`` scope (streamiq/auth.py)."""
+        auth.writer(request.headers.get("authorization"))
+
+    guard = [Depends(writer)]
 
     async def send(topic: str, key: str, value: dict[str, Any]) -> dict[str, Any]:
         topic = settings.topic(topic)
@@ -126,7 +134,8 @@ def create_ingest_app(settings: Settings, app_def: App | None = None) -> FastAPI
                 "position": token_for(topic, partition, offset), "key": key, "record": value}
 
     if bank.TOPIC in app_def.topics:
-        @app.post("/account/{account}", tags=["bank"], summary="Record a bank transaction")
+        @app.post("/account/{account}", tags=["bank"], summary="Record a bank transaction",
+                  dependencies=guard)
         async def transaction(
             account: Annotated[str, Path(pattern=ID_PATTERN, description="Account id")],
             amount: Annotated[int, Query(ge=AMOUNT.lo, le=AMOUNT.hi,
@@ -136,7 +145,7 @@ def create_ingest_app(settings: Settings, app_def: App | None = None) -> FastAPI
             return await send(bank.TOPIC, account, record)
 
     if orders.TOPIC in app_def.topics:
-        @app.post("/orders", tags=["orders"], summary="Record an order")
+        @app.post("/orders", tags=["orders"], summary="Record an order", dependencies=guard)
         async def order(body: Order) -> dict[str, Any]:
             record = {**body.model_dump(), "ts": int(time.time() * 1000)}
             return await send(orders.TOPIC, body.store, record)

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
-from fastapi import APIRouter, FastAPI, Path, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, Path, Request, Response
 from fastapi.responses import JSONResponse
 
 from streamiq._http import install_error_handlers
@@ -31,7 +31,8 @@ __all__ = ["create_app", "create_asgi"]
 
 log = logging.getLogger("streamiq.node")
 
-def _routes(deps: Answers) -> APIRouter:
+def _open_routes(deps: Answers) -> APIRouter:
+    """What answers without a token: liveness and readiness (probes carry none)."""
     r = APIRouter()
     node = deps.node
 
@@ -41,6 +42,21 @@ def _routes(deps: Answers) -> APIRouter:
         return JSONResponse({**node.describe(), "hops": deps.coordinator.hop_stats(),
                              "traffic": deps.coordinator.traffic.totals()},
                             status_code=200 if node.ready() else 503)
+
+    return r
+
+
+def _routes(deps: Answers) -> APIRouter:
+    """Everything else: a client token (and on a forwarded request the cluster
+    credential) is checked before the route runs (``Coordinator.check``)."""
+
+    async def authenticated(request: Request) -> None:
+        deps.coordinator.check(request)
+
+    r = APIRouter(dependencies=[Depends(authenticated)],
+                  responses={401: {"description": "no valid token (UNAUTHENTICATED)"},
+                             403: {"description": "the token may not read this view"}})
+    node = deps.node
 
     @r.get("/account/{account}", tags=["bank"], summary="Balance of an account (seed 000)")
     async def account(request: Request,
@@ -117,7 +133,9 @@ def create_app(settings: Settings, node: Node) -> FastAPI:
     app = FastAPI(title="streamiq node", version="0.1.0", lifespan=lifespan,
                   description=__doc__)
     install_error_handlers(app)
-    app.include_router(_routes(deps))
-    app.include_router(query_routes(deps))
+    app.include_router(_open_routes(deps))
+    guarded = _routes(deps)
+    guarded.include_router(query_routes(deps))
+    app.include_router(guarded)
     app.state.deps = deps
     return app

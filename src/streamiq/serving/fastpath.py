@@ -5,7 +5,8 @@ A ``GET /v1/views/{view}/keys/{key}`` (or the seed's ``GET /account/{id}``, the
 from the store, before FastAPI routing and parameter validation, with the exact body
 and headers of the regular route, when either
 
-* it is a forwarded lookup (``X-Streamiq-Forwarded: 1``) for a partition this node
+* it is a forwarded lookup (``X-Streamiq-Forwarded`` with the cluster credential,
+  ``streamiq/auth.py``) for a partition this node
   holds (the owner's half of a forwarded lookup), or
 * this node is the partition's active owner within the default ``--max-lag`` (what
   the regular route would answer locally with hops 0), or
@@ -13,7 +14,10 @@ and headers of the regular route, when either
   404 relayed; a refused connection, 421 or 503 defers to the regular route, which
   tries the next replica and marks the dead one. The call goes over the lookup wire
   (``serving/wire.py``; the owner answers it in ``wire_lookup``), or over HTTP when the
-  client sent an Authorization header or the owner does not speak the wire.
+  owner does not speak the wire.
+
+The client's token is checked first (``streamiq/auth.py``; a request it does not allow
+falls through to the full app, which answers 401 or 403), and again by the owner.
 
 Anything else (unknown view, malformed key, windowed view, a missing local key,
 redirect mode, ``max_lag`` / ``position`` / ``wait_ms`` parameters) falls through to
@@ -59,7 +63,8 @@ ASGIApp = Callable[[Scope, Callable[[], Awaitable[Message]],
 
 log = logging.getLogger("streamiq.routing")
 
-_FWD = (FORWARDED.encode(), b"1")
+_FWD = FORWARDED.encode()
+_AUTH = b"authorization"
 _ACCOUNT = re.compile(ID_PATTERN)
 _HOPS = HOPS.encode()
 _SERVED_BY = SERVED_BY.encode()
@@ -138,8 +143,16 @@ class LeanLookups:
         node = self.deps.node
         p = view.partition_of(key, node.partitions[view.name])
         co = self.deps.coordinator
-        if _FWD in headers:
-            if not node.holds(view.name, p):
+        fwd = auth = None
+        for k, v in headers:
+            if k == _FWD:
+                fwd = v
+            elif k == _AUTH:
+                auth = v
+        if not co.auth.allows(auth, view.name):
+            return None  # the full app answers 401 or 403
+        if fwd is not None:
+            if not co.is_mark(fwd) or not node.holds(view.name, p):
                 return None
             co.traffic.for_peers += 1
             return self.local(view, key, p)
@@ -151,7 +164,7 @@ class LeanLookups:
             return None
         if raw_path is None or b" " in raw_path or b"\n" in raw_path:
             raw_path = quote(path).encode()
-        return self.forward(raw_path, view, p, max_lag, headers, then)
+        return self.forward(raw_path, view, p, max_lag, auth, then)
 
     def _target(self, path: str, check_key: bool = True) -> tuple[View, str] | None:
         """(view, key) of a lean-able lookup path; None for anything else."""
@@ -180,10 +193,12 @@ class LeanLookups:
                            (b"content-length", str(len(body)).encode()),
                            (_SERVED_BY, self.deps.node.endpoint.encode()), (_HOPS, b"0")]
 
-    def wire_lookup(self, p: int, partitions: int, raw_path: bytes) -> tuple[int, bytes]:
+    def wire_lookup(self, p: int, partitions: int, raw_path: bytes, token: bytes
+                    ) -> tuple[int, bytes]:
         """The owner's answer to a lookup that came over the wire (``serving/wire.py``):
         status and body as the regular route would give them to a forwarded request.
-        Raises ``BadRequest`` / ``NotActive``; ``wire.answer`` maps them to replies."""
+        Raises ``BadRequest`` / ``NotActive`` / ``Unauthenticated`` / ``Forbidden``;
+        ``wire.answer`` maps them to replies."""
         path = raw_path.decode("latin-1")
         if "%" in path:
             path = unquote(path)
@@ -193,6 +208,9 @@ class LeanLookups:
             raise BadRequest(f"not a key lookup of a keyed view: {path!r}")
         view, key = target
         node = self.deps.node
+        auth = self.deps.coordinator.auth
+        if auth.enabled:
+            auth.reader(b"Bearer " + token, view.name)
         if partitions != node.partitions[view.name] or not node.holds(view.name, p):
             raise self.deps.not_held(view.name, p)
         self.deps.coordinator.traffic.for_peers += 1
@@ -202,13 +220,13 @@ class LeanLookups:
         return 200, body
 
     def forward(self, raw_path: bytes, view: View, p: int, max_lag: int,
-                headers: Iterable[tuple[bytes, bytes]], then: Later | None
+                auth: bytes | None, then: Later | None
                 ) -> Awaitable[Answer | None] | _Pending | None:
         """One hop to the preferred replica; any trouble defers to the regular route.
 
-        Over the lookup wire (``serving/wire.py``), or over HTTP when the client sent
-        an Authorization header (it travels to the owner's HTTP stack) or the owner does
-        not speak the wire (through the coordinator's pooled aiohttp session). With
+        Over the lookup wire (``serving/wire.py``; the client's token goes in the frame),
+        or over HTTP when the owner does not speak the wire (through the coordinator's
+        pooled aiohttp session; the token as the Authorization header). With
         ``then`` and an idle pooled wire connection, the hop runs on callbacks and
         ``then(answer)`` gets its outcome (PENDING is returned); otherwise a coroutine
         that may wait for a slot or connect first.
@@ -217,12 +235,9 @@ class LeanLookups:
         if owner is None:
             return None
         hop = self.deps.coordinator.hop
-        auth = None
-        for k, v in headers:
-            if k == b"authorization":
-                auth = v
-        frame = (request_frame(p, self.deps.node.partitions[view.name], raw_path)
-                 if auth is None and hop.speaks_wire(owner) else None)
+        token = b"-" if auth is None else auth[7:].strip()  # the client's, checked again
+        frame = (request_frame(p, self.deps.node.partitions[view.name], raw_path, token)
+                 if hop.speaks_wire(owner) else None)
         if then is not None and frame is not None:
             def relayed(reply: HopReply | None) -> None:
                 try:
@@ -247,7 +262,9 @@ class LeanLookups:
                     reply = await hop.fetch(owner, frame)
             if reply is None:
                 reply = await self.deps.coordinator.http_hop(
-                    owner, raw_path.decode("latin-1"), _hop_headers(auth))
+                    owner, raw_path.decode("latin-1"),
+                    hop_headers(self.deps.coordinator.mark,
+                                None if auth is None else auth.decode("latin-1")))
         except TRANSPORT_ERRORS:
             reply = None
         return self._relayed(reply, owner, view, p, max_lag)
@@ -266,6 +283,3 @@ class LeanLookups:
             (b"content-type", b"application/json"),
             (b"content-length", str(len(reply.body)).encode()), *hdrs, (_HOPS, b"1")]
 
-
-def _hop_headers(auth: bytes | None) -> dict[str, str]:
-    return hop_headers(None if auth is None else auth.decode("latin-1"))

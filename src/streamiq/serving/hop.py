@@ -157,10 +157,10 @@ class _Conn(asyncio.Protocol):
 class _WireConn(_Conn):
     """A lookup-wire connection (``serving/wire.py``): preface, then frames."""
 
-    def __init__(self) -> None:
+    def __init__(self, mark: bytes) -> None:
         super().__init__()
         self._buf = b""
-        self._prefix = PREFACE
+        self._prefix = PREFACE + mark + b"\n"  # the cluster credential after the preface
 
     def _begin(self) -> None:
         self._buf = b""
@@ -210,8 +210,9 @@ class HopClient:
     otherwise).
     """
 
-    def __init__(self, *, max_per_host: int = 64, max_idle_per_host: int = 32,
-                 connect_timeout: float = 1.0) -> None:
+    def __init__(self, *, mark: bytes = b"1", max_per_host: int = 64,
+                 max_idle_per_host: int = 32, connect_timeout: float = 1.0) -> None:
+        self._mark = mark  # the cluster credential (streamiq.auth.hop_mark)
         self._wire_hosts: dict[str, _Host] = {}
         self._no_wire: dict[str, float] = {}  # peer -> until when it gets HTTP hops only
         self._max_per_host = max_per_host  # connections in use; more requests queue
@@ -289,7 +290,12 @@ class HopClient:
         if isinstance(exc, WireUnsupported) and host.address not in self._no_wire:
             log.warning("%s does not speak the lookup wire (%s); HTTP hops for %.0f s",
                         host.address, exc, _NO_WIRE_S)
-            self._no_wire[host.address] = time.monotonic() + _NO_WIRE_S
+            self.http_only(host.address, _NO_WIRE_S)
+
+    def http_only(self, address: str, seconds: float) -> None:
+        """Send ``address`` HTTP hops only, for ``seconds`` (as after it answered the
+        wire's preface with HTTP)."""
+        self._no_wire[address] = time.monotonic() + seconds
 
     def _host(self, address: str) -> _Host:
         host = self._wire_hosts.get(address)
@@ -352,7 +358,8 @@ class HopClient:
         name, _, port = host.address.rpartition(":")
         loop = asyncio.get_running_loop()
         async with asyncio.timeout(self._connect_timeout):
-            _, conn = await loop.create_connection(_WireConn, name, int(port))
+            _, conn = await loop.create_connection(lambda: _WireConn(self._mark), name,
+                                                   int(port))
         return conn
 
     def _checkin(self, host: _Host, conn: _Conn) -> None:

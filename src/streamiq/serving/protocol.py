@@ -153,7 +153,8 @@ class NodeHttpProtocol(LimitedHttpProtocol):
             self._head = None
             if data.startswith(PREFACE):
                 self._wire = WireServer(self._lean.wire_lookup, self._raw_transport, self.loop,
-                                        self.timeout_keep_alive)
+                                        self.timeout_keep_alive,
+                                        self._lean.deps.coordinator.mark_bytes)
                 self._wire.feed(data[len(PREFACE):])
                 return
         super().data_received(data)

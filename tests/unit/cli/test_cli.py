@@ -12,8 +12,8 @@ def _settings(argv: list[str]):  # type: ignore[no-untyped-def]
 
 def test_flags_override_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("STREAMIQ_PORT", "9100")
-    assert _settings(["node"]).port == 9100
-    assert _settings(["node", "--port", "9200"]).port == 9200
+    assert _settings(["node", "--no-auth"]).port == 9100
+    assert _settings(["node", "--no-auth", "--port", "9200"]).port == 9200
 
 
 def test_bad_flag_value_names_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
@@ -29,8 +29,24 @@ def test_bad_env_value_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> No
         _settings(["node"])
 
 
+def test_a_node_or_ingest_with_auth_on_needs_its_secrets(monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    for var in ("STREAMIQ_JWT_SECRET", "STREAMIQ_API_KEYS", "STREAMIQ_CLUSTER_SECRET",
+                "STREAMIQ_AUTH"):
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(SystemExit, match="--jwt-secret nor --api-keys"):
+        _settings(["node"])
+    with pytest.raises(SystemExit, match="--cluster-secret"):
+        _settings(["node", "--jwt-secret", "s" * 32])
+    with pytest.raises(SystemExit, match="--jwt-secret nor --api-keys"):
+        _settings(["ingest"])
+    assert _settings(["ingest", "--api-keys", '{"k": "ingest"}']).api_keys == {"k": "ingest"}
+    with pytest.raises(SystemExit, match="--api-keys"):
+        _settings(["ingest", "--api-keys", "{not json"])
+
+
 def test_kafka_passthrough_and_secret() -> None:
-    s = _settings(["node", "--kafka-config", '{"security.protocol": "SASL_SSL"}'])
+    s = _settings(["node", "--no-auth", "--kafka-config", '{"security.protocol": "SASL_SSL"}'])
     assert s.kafka()["security.protocol"] == "SASL_SSL"
     with pytest.raises(SystemExit, match="--kafka-config"):
         _settings(["node", "--kafka-config", "{not json"])

@@ -139,7 +139,7 @@ def test_unreachable_node_exits_1_with_one_line(capsys: pytest.CaptureFixture[st
 
 def test_json_output_is_the_status_document(monkeypatch: pytest.MonkeyPatch,
                                             capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(status, "fetch", lambda seeds, timeout: (seeds, cluster_doc(), HEALTH))
+    monkeypatch.setattr(status, "fetch", lambda seeds, timeout, **_: (seeds, cluster_doc(), HEALTH))
     monkeypatch.setenv("STREAMIQ_NODE", B)
     with pytest.raises(SystemExit) as exc:
         main(["status", "--json"])
@@ -154,7 +154,8 @@ def test_piped_table_keeps_long_endpoints_whole(monkeypatch: pytest.MonkeyPatch,
     doc = cluster_doc()
     doc["nodes"][0]["endpoint"] = long
     monkeypatch.delenv("COLUMNS", raising=False)
-    monkeypatch.setattr(status, "fetch", lambda seeds, timeout: (seeds, doc, {long: HEALTH[A]}))
+    monkeypatch.setattr(status, "fetch",
+                        lambda seeds, timeout, **_: (seeds, doc, {long: HEALTH[A]}))
     with pytest.raises(SystemExit) as exc:
         main(["status", "--node", long])
     assert exc.value.code == 0

@@ -38,7 +38,7 @@ def client(monkeypatch: pytest.MonkeyPatch) -> Iterator[TestClient]:
     monkeypatch.setattr(ingest, "Producer", _FakeProducer)
     monkeypatch.setattr(ingest, "ensure_topics", lambda *a, **k: {})
     _FakeProducer.sent = []
-    app = ingest.create_ingest_app(Settings(app="bank,orders"))
+    app = ingest.create_ingest_app(Settings(app="bank,orders", auth=False))
     with TestClient(app) as c:
         yield c
 
@@ -95,3 +95,27 @@ def test_bounds_are_the_pipelines() -> None:
     assert AMOUNT.check("amount") in bank.BALANCES.checks
     assert ORDER_AMOUNT.check("amount") in orders.ORDER_COUNTS.checks
     assert ORDER_AMOUNT.check("amount") in orders.ORDER_COUNTS_1M.checks
+
+
+def test_writes_need_a_token_with_the_ingest_scope(monkeypatch: pytest.MonkeyPatch) -> None:
+    from streamiq.auth import mint
+
+    monkeypatch.setattr(ingest, "Producer", _FakeProducer)
+    monkeypatch.setattr(ingest, "ensure_topics", lambda *a, **k: {})
+    _FakeProducer.sent = []
+    secret = "an-ingest-jwt-secret-32-bytes-long"
+    app = ingest.create_ingest_app(Settings(app="bank,orders", auth=True, jwt_secret=secret))
+    with TestClient(app) as c:
+        assert c.get("/health").status_code == 200  # probes carry no token
+        r = c.post("/account/100001", params={"amount": 5})
+        assert r.status_code == 401 and r.json()["status"] == "UNAUTHENTICATED"
+        reader = {"authorization": f"Bearer {mint(secret, scope='views:*')}"}
+        r = c.post("/account/100001", params={"amount": 5}, headers=reader)
+        assert r.status_code == 403 and r.json()["status"] == "FORBIDDEN"
+        r = c.post("/account/100001", params={"amount": "x"})  # 401 before validation
+        assert r.status_code == 401
+        assert _FakeProducer.sent == []
+        writer = {"authorization": f"Bearer {mint(secret)}"}
+        r = c.post("/account/100001", params={"amount": 5}, headers=writer)
+        assert r.status_code == 200, r.text
+        assert len(_FakeProducer.sent) == 1

@@ -31,7 +31,8 @@ def _serve(chunks: list[bytes], lookup: Any) -> tuple[_Transport, list[tuple[int
     loop = asyncio.new_event_loop()
     try:
         t = _Transport()
-        server = WireServer(lookup, t, loop, idle_timeout=60)  # type: ignore[arg-type]
+        server = WireServer(lookup, t, loop, 60, b"k")  # type: ignore[arg-type]
+        server.feed(b"k\n")  # the cluster credential first
         for c in chunks:
             server.feed(c)
         server.close()
@@ -52,18 +53,19 @@ def _replies(out: bytes) -> list[tuple[int, bytes]]:
     return frames
 
 
-def _echo(p: int, n: int, path: bytes) -> tuple[int, bytes]:
+def _echo(p: int, n: int, path: bytes, token: bytes) -> tuple[int, bytes]:
     if path == b"/missing":
         raise NotFound("no such key")
-    return 200, b"%d/%d %s" % (p, n, path)
+    return 200, b"%d/%d %s %s" % (p, n, path, token)
 
 
 paths = st.binary(max_size=60).filter(lambda b: b" " not in b and b"\n" not in b)
+tokens = st.binary(min_size=1, max_size=40).filter(lambda b: b" " not in b and b"\n" not in b)
 parts = st.integers(min_value=0, max_value=2**31)
 
 
-@given(st.lists(st.tuples(parts, parts, paths), min_size=1, max_size=5), st.data())
-def test_request_frames_reach_the_lookup(reqs: list[tuple[int, int, bytes]],
+@given(st.lists(st.tuples(parts, parts, paths, tokens), min_size=1, max_size=5), st.data())
+def test_request_frames_reach_the_lookup(reqs: list[tuple[int, int, bytes, bytes]],
                                          data: st.DataObject) -> None:
     stream = b"".join(request_frame(*r) for r in reqs)
     cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=4)))
@@ -72,10 +74,10 @@ def test_request_frames_reach_the_lookup(reqs: list[tuple[int, int, bytes]],
     assert replies == [_expected(*r) for r in reqs]
 
 
-def _expected(p: int, n: int, path: bytes) -> tuple[int, bytes]:
+def _expected(p: int, n: int, path: bytes, token: bytes) -> tuple[int, bytes]:
     if path == b"/missing":
         return 404, NotFound("no such key").render()
-    return 200, b"%d/%d %s" % (p, n, path)
+    return 200, b"%d/%d %s %s" % (p, n, path, token)
 
 
 line_parts = st.one_of(st.binary(max_size=12), huge_digits.map(str.encode),

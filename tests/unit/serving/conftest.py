@@ -53,8 +53,10 @@ class FakeRouter:
         self.active, self.fresh = owner, [ME]
 
 
-def make_app(root: Path) -> Any:
-    """A node app (the lean path around the FastAPI app) holding a1 in its balances."""
+def make_app(root: Path, settings: Settings | None = None) -> Any:
+    """A node app (the lean path around the FastAPI app) holding a1 in its balances;
+    client authentication off unless ``settings`` say otherwise."""
+    settings = settings or Settings(auth=False)
     stores = {"balances": RocksDBStore(root / "b"),
               "order_counts": RocksDBStore(root / "o"),
               "order_counts_1m": RocksDBStore(root / "w")}
@@ -62,13 +64,13 @@ def make_app(root: Path) -> Any:
     p = BALANCES.partition_of("a1", 3)
     stores["balances"].apply(p, [(b"a1", json.dumps(row).encode())], Checkpoint(offset=1))
     node = SimpleNamespace(
-        settings=Settings(), views={"balances": BALANCES, "order_counts": ORDER_COUNTS,
-                                    "order_counts_1m": ORDER_COUNTS_1M},
+        settings=settings, views={"balances": BALANCES, "order_counts": ORDER_COUNTS,
+                                  "order_counts_1m": ORDER_COUNTS_1M},
         partitions={"balances": 3, "order_counts": 3, "order_counts_1m": 3}, stores=stores,
         router=FakeRouter(),
         endpoint=ME, membership=SimpleNamespace(), holds=lambda v, q: v != "order_counts",
         lag=lambda v, q: 0)
-    return create_asgi(Settings(), node=node)  # type: ignore[arg-type]
+    return create_asgi(settings, node=node)  # type: ignore[arg-type]
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ from typing import Any
 from fastapi import Response
 from starlette.requests import Request
 
+from streamiq.config import Settings
 from streamiq.routing.router import Endpoint
 from streamiq.serving.coordinator import Coordinator, Params, Reply
 
@@ -29,7 +30,7 @@ class FakeRouter:
 def make(handler: Any) -> tuple[Coordinator, list[str]]:
     suspects: list[str] = []
     node = SimpleNamespace(
-        settings=SimpleNamespace(internal_concurrency=4, redirect=False), endpoint=ME,
+        settings=Settings(internal_concurrency=4, auth=False), endpoint=ME,
         router=FakeRouter(), membership=SimpleNamespace(suspect=suspects.append),
         partitions={"v": 3}, holds=lambda view, p: p == 0, lag=lambda view, p: 0 if p == 0 else -1)
     async def send(method: str, address: str, path: str, params: Params, body: Any,

@@ -12,9 +12,13 @@ from streamiq.serving.wire import answer
 from streamiq.views.bank import BALANCES
 
 
-async def call(app: Any, path: str, forwarded: bool, query: bytes = b"",
+async def call(app: Any, path: str, forwarded: bool | bytes, query: bytes = b"",
                auth: str | None = None, raw_path: bytes | None = None) -> tuple[int, Any, dict]:
-    headers = [(b"host", b"x")] + ([(b"x-streamiq-forwarded", b"1")] if forwarded else [])
+    """GET ``path`` through the lean path (which defers to the full app when it must);
+    ``forwarded``: marked forwarded (True: the mark of a cluster without a secret, or
+    the mark's bytes)."""
+    mark = forwarded if isinstance(forwarded, bytes) else b"1"
+    headers = [(b"host", b"x")] + ([(b"x-streamiq-forwarded", mark)] if forwarded else [])
     if auth:
         headers.append((b"authorization", auth.encode()))
     scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
@@ -57,13 +61,26 @@ async def test_everything_else_goes_to_the_route(app: Any, path: str, status: in
     assert got[0] == status and "status" in got[1]
 
 
-async def test_lean_forward_carries_authorization_and_says_one_hop(app: Any) -> None:
+async def test_lean_forward_carries_the_token_and_says_one_hop(app: Any) -> None:
     from streamiq.serving.hop import HopReply
 
     other = "127.0.0.1:2"
     deps = app.deps
     deps.node.router.active = other
     deps.coordinator.forget_roles()
+    frames: list[bytes] = []
+
+    async def fetch(address: str, frame: bytes) -> HopReply:
+        frames.append(frame)
+        return HopReply(200, {}, b'{"k":1}')
+
+    deps.coordinator.hop.fetch = fetch  # over the wire: the token rides in the frame
+    status, body, headers = await call(app, "/v1/views/balances/keys/zz", forwarded=False,
+                                       auth="Bearer t")
+    assert (status, body) == (200, {"k": 1}) and headers["x-streamiq-hops"] == "1"
+    p = BALANCES.partition_of("zz", 3)
+    assert frames == [b"%d 3 /v1/views/balances/keys/zz t\n" % p]
+    deps.coordinator.hop.http_only(other, 3600)  # an owner without the wire:
     sent: list[tuple[str, str, dict[str, str]]] = []
 
     async def get(address: str, path: str, headers: dict[str, str]) -> HopReply:
@@ -71,7 +88,7 @@ async def test_lean_forward_carries_authorization_and_says_one_hop(app: Any) -> 
         return HopReply(200, {b"x-streamiq-served-by": other.encode(),
                               b"x-streamiq-hops": b"0"}, b'{"k":1}')
 
-    deps.coordinator.http_hop = get  # an HTTP hop: the client sent Authorization
+    deps.coordinator.http_hop = get  # an HTTP hop: the token as Authorization
     status, body, headers = await call(app, "/v1/views/balances/keys/zz", forwarded=False,
                                        auth="Bearer t")
     assert (status, body) == (200, {"k": 1})
@@ -97,7 +114,7 @@ async def test_lean_forward_goes_over_the_wire_with_the_raw_path(app: Any) -> No
     assert sent == []
     status, body, headers = await call(app, "/v1/views/balances/keys/a bü", forwarded=False)
     p = BALANCES.partition_of("a bü", 3)
-    assert sent == [("127.0.0.1:2", b"%d 3 /v1/views/balances/keys/a%%20b%%C3%%BC\n" % p)]
+    assert sent == [("127.0.0.1:2", b"%d 3 /v1/views/balances/keys/a%%20b%%C3%%BC -\n" % p)]
     assert (status, body) == (404, {"status": "NOT_FOUND"})
     assert headers["x-streamiq-hops"] == "1" and headers["x-streamiq-served-by"] == "127.0.0.1:2"
     raw = "/v1/views/balances/keys/%61bc"  # as the client sent it: relayed unchanged
@@ -107,7 +124,8 @@ async def test_lean_forward_goes_over_the_wire_with_the_raw_path(app: Any) -> No
 
 def wire_lookup(app: Any, key: str, p: int | None = None, n: int = 3) -> tuple[int, Any]:
     p = BALANCES.partition_of(key, 3) if p is None else p
-    status, body = answer(app.wire_lookup, p, n, f"/v1/views/balances/keys/{quote(key)}".encode())
+    status, body = answer(app.wire_lookup, p, n, f"/v1/views/balances/keys/{quote(key)}".encode(),
+                          b"-")
     return status, json.loads(body)
 
 
@@ -117,14 +135,15 @@ async def test_wire_lookup_answers_like_the_route(app: Any) -> None:
                            query=b"wait_ms=1")
         assert wire_lookup(app, key) == route[:2]  # 200 with the row; 404, same body
         status, body = answer(app.wire_lookup, BALANCES.partition_of(key, 3), 3,
-                              f"/account/{key}".encode())
+                              f"/account/{key}".encode(), b"-")
         assert (status, json.loads(body)) == route[:2]  # the seed's shortcut, the same
     # never "not found" for a key it does not hold: a partition counted differently...
     status, body = wire_lookup(app, "a1", BALANCES.partition_of("a1", 4), n=4)
     assert status == 421 and body["status"] == "NOT_ACTIVE"
     app.deps.node.holds = lambda v, q: False  # ...or one this node does not hold
     assert wire_lookup(app, "a1")[0] == 421
-    status, body = answer(app.wire_lookup, 0, 3, b"/v1/views/order_counts_1m/keys/s1%7CGENERAL")
+    status, body = answer(app.wire_lookup, 0, 3, b"/v1/views/order_counts_1m/keys/s1%7CGENERAL",
+                          b"-")
     assert status == 400 and json.loads(body)["status"] == "BAD_REQUEST"  # windowed
 
 

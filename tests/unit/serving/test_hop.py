@@ -25,9 +25,13 @@ async def read_request(reader: asyncio.StreamReader) -> bytes:
 
 
 async def read_frame(reader: asyncio.StreamReader) -> bytes:
-    """The next wire request (the connection's preface first, when it comes)."""
+    """The next wire request (the connection's preface and credential first, when they
+    come)."""
     line = await reader.readuntil(b"\n")
-    return await reader.readuntil(b"\n") if line == PREFACE else line
+    if line == PREFACE:
+        assert await reader.readuntil(b"\n") == b"1\n"  # the credential (no secret: "1")
+        line = await reader.readuntil(b"\n")
+    return line
 
 
 def idle(hop: HopClient, address: str) -> int:

@@ -134,7 +134,8 @@ async def test_forwarded_lookups_reuse_a_pooled_hop_and_survive_a_dropped_one(
         hops.append(address)
         return http_hop(address, *a, **k)
 
-    deps.coordinator.http_hop = spy  # HTTP hops (Authorization): the pooled aiohttp session
+    deps.coordinator.http_hop = spy  # HTTP hops: the pooled aiohttp session
+    deps.coordinator.hop.http_only(address, 3600)  # an owner without the lookup wire
     r, w = await asyncio.open_connection("127.0.0.1", server)
     for n in (1, 2, 3):  # the first connects; the next ones go out on the pooled connection
         w.write(get(A1, "authorization: Bearer t"))

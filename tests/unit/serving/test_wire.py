@@ -48,17 +48,18 @@ async def test_the_node_port_speaks_the_wire_after_its_preface(app: Any, serve_n
     r, w = await asyncio.open_connection("127.0.0.1", port)
     w.write(PREFACE[:5])  # the preface may arrive in pieces
     await asyncio.sleep(0.05)
-    w.write(PREFACE[5:] + request_frame(P1, 3, A1.encode())  # four lookups in one write
+    # the credential (no secret: "1"), then four lookups in one write
+    w.write(PREFACE[5:] + b"1\n" + request_frame(P1, 3, A1.encode(), b"-")
             + request_frame(BALANCES.partition_of("nobody", 3), 3,
-                            b"/v1/views/balances/keys/nobody")
-            + request_frame(P1, 6, A1.encode()) + b"%d /x\n" % P1)
+                            b"/v1/views/balances/keys/nobody", b"-")
+            + request_frame(P1, 6, A1.encode(), b"-") + b"%d /x\n" % P1)
     got = [await read_frame(r) for _ in range(4)]
     assert [s for s, _ in got] == [200, 404, 421, 400]  # in order
     _, headers, body = await http_get(port, A1, "x-streamiq-forwarded: 1")
     assert got[0][1] == body  # byte for byte what an HTTP hop gets
     assert json.loads(got[1][1])["status"] == "NOT_FOUND"
     assert json.loads(got[2][1])["status"] == "NOT_ACTIVE"
-    w.write(request_frame(P1, 3, A1.encode()))  # the connection stays open for more
+    w.write(request_frame(P1, 3, A1.encode(), b"-"))  # the connection stays open for more
     assert await read_frame(r) == (200, body)
     w.close()
     status, headers, _ = await http_get(port, A1)  # HTTP on the same port is unaffected
@@ -126,7 +127,7 @@ async def test_an_owner_without_the_wire_gets_http_hops(app: Any, second_app: An
 
 async def test_hop_client_reads_a_reply_in_pieces_and_spots_an_http_peer() -> None:
     async def owner(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        assert await r.readexactly(len(PREFACE)) == PREFACE
+        assert await r.readexactly(len(PREFACE) + 2) == PREFACE + b"1\n"  # + credential
         await r.readuntil(b"\n")
         for piece in (b"20", b"0 7\n{\"a\"", b":1}"):
             w.write(piece)
@@ -137,10 +138,10 @@ async def test_hop_client_reads_a_reply_in_pieces_and_spots_an_http_peer() -> No
     srv = await asyncio.start_server(owner, "127.0.0.1", 0)
     address = f"127.0.0.1:{srv.sockets[0].getsockname()[1]}"
     hop = HopClient()
-    reply = await hop.fetch(address, request_frame(0, 3, b"/x"))
+    reply = await hop.fetch(address, request_frame(0, 3, b"/x", b"-"))
     assert (reply.status, reply.body) == (200, b'{"a":1}')
     with pytest.raises(WireUnsupported):
-        await hop.fetch(address, request_frame(0, 3, b"/x"))
+        await hop.fetch(address, request_frame(0, 3, b"/x", b"-"))
     assert not hop.speaks_wire(address)
     assert not hop.lookup(address, b"0 3 /x\n", lambda _: None)  # HTTP hops for a while
     hop.close()
@@ -150,17 +151,20 @@ async def test_hop_client_reads_a_reply_in_pieces_and_spots_an_http_peer() -> No
 async def test_wire_server_closes_on_an_overlong_line_and_when_idle() -> None:
     loop = asyncio.get_running_loop()
     t = RecordingTransport()
-    server = WireServer(lambda p, n, path: (200, b"{}"), t, loop, 60)  # type: ignore[arg-type]
-    server.feed(b"1 3 /a\n1 3 /b\n1 3 /c")
+    server = WireServer(lambda p, n, path, tok: (200, b"{}"), t, loop, 60,  # type: ignore[arg-type]
+                        b"1")
+    server.feed(b"1\n1 3 /a -\n1 3 /b -\n1 3 /c -")
     assert t.writes == [b"200 2\n{}200 2\n{}"] and not t.closed  # one write per read
     server.feed(b"x" * MAX_LINE)
     assert t.closed
     server.close()
 
     idle = RecordingTransport()
-    server = WireServer(lambda p, n, path: (200, b"{}"), idle, loop, 0.05)  # type: ignore[arg-type]
+    server = WireServer(lambda p, n, path, tok: (200, b"{}"), idle, loop,  # type: ignore[arg-type]
+                        0.05, b"1")
+    server.feed(b"1\n")
     await asyncio.sleep(0.03)
-    server.feed(request_frame(0, 3, b"/a"))  # activity keeps it open past one period
+    server.feed(request_frame(0, 3, b"/a", b"-"))  # activity keeps it open past one period
     await asyncio.sleep(0.06)
     assert not idle.closed
     await asyncio.sleep(0.1)
@@ -169,12 +173,12 @@ async def test_wire_server_closes_on_an_overlong_line_and_when_idle() -> None:
 
 
 async def test_wire_server_answers_a_failing_lookup_with_500() -> None:
-    def broken(p: int, n: int, path: bytes) -> tuple[int, bytes]:
+    def broken(p: int, n: int, path: bytes, token: bytes) -> tuple[int, bytes]:
         raise RuntimeError("boom")
 
     t = RecordingTransport()
-    server = WireServer(broken, t, asyncio.get_running_loop(), 60)  # type: ignore[arg-type]
-    server.feed(request_frame(0, 3, b"/a"))
+    server = WireServer(broken, t, asyncio.get_running_loop(), 60, b"1")  # type: ignore[arg-type]
+    server.feed(b"1\n" + request_frame(0, 3, b"/a", b"-"))
     assert t.writes[0].startswith(b"500 ") and not t.closed
     server.close()
 
@@ -186,9 +190,9 @@ async def test_a_peer_that_pipelines_without_reading_is_paused_not_buffered(
     reads, every reply comes, in order."""
     port = await serve_node(app)
     r, w = await asyncio.open_connection("127.0.0.1", port)
-    frame = request_frame(P1, 3, A1.encode())
+    frame = request_frame(P1, 3, A1.encode(), b"-")
     n = (12 << 20) // len(frame)  # 12 MB of requests: more than the sockets' buffers
-    w.write(PREFACE + frame * n)
+    w.write(PREFACE + b"1\n" + frame * n)
     with pytest.raises(TimeoutError):  # the owner stopped reading
         await asyncio.wait_for(w.drain(), 3)
     status, body = await asyncio.wait_for(read_frame(r), 60)  # a hang guard, not a timing
@@ -197,3 +201,22 @@ async def test_a_peer_that_pipelines_without_reading_is_paused_not_buffered(
     rest = await asyncio.wait_for(r.readexactly(len(one) * (n - 1)), 120)  # resumes it
     assert rest == one * (n - 1)  # every request answered, in order
     w.close()
+
+
+def test_a_wire_without_the_cluster_credential_is_refused_before_any_lookup() -> None:
+    asked: list[bytes] = []
+
+    def lookup(p: int, n: int, path: bytes, token: bytes) -> tuple[int, bytes]:
+        asked.append(path)
+        return 200, b"{}"
+
+    t = RecordingTransport()
+    loop = asyncio.new_event_loop()
+    try:
+        server = WireServer(lookup, t, loop, 60, b"the-mark")  # type: ignore[arg-type]
+        server.feed(b"1\n0 3 /a -\n")  # a guess, then a lookup in the same write
+        server.close()
+    finally:
+        loop.close()
+    assert asked == [] and t.closed
+    assert t.writes[0].startswith(b"401 ") and b"UNAUTHENTICATED" in t.writes[0]
