@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 demo: $(STAMP)
-	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/streamiq up
+	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/streamiq up $(ARGS)
 
 test: $(STAMP)
 	$(BIN)/ruff check src tests bench

@@ -9,6 +9,7 @@ marks the cache stale; the request is retried on the next candidate node.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -19,10 +20,20 @@ import httpx
 
 from streamiq.kafka.partitioner import partition_for
 
-__all__ = ["QueryError", "Served", "Spec"]
+__all__ = ["QueryError", "Served", "Spec", "with_token"]
 
 #: A node that refused a connection is tried last for this long (seconds).
 DOWN_S = 5.0
+
+
+def with_token(headers: dict[str, str] | None, token: str | None) -> dict[str, str]:
+    """``headers`` plus ``Authorization: Bearer`` with ``token`` (default: the
+    ``STREAMIQ_TOKEN`` environment variable; none when neither is set)."""
+    token = token or os.environ.get("STREAMIQ_TOKEN")
+    out = dict(headers or {})
+    if token and not any(k.lower() == "authorization" for k in out):
+        out["authorization"] = f"Bearer {token}"
+    return out
 
 
 class QueryError(Exception):

@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx
 
-from streamiq.client._core import QueryError, Spec, _Base
+from streamiq.client._core import QueryError, Spec, _Base, with_token
 
 __all__ = ["AsyncClient"]
 
@@ -16,19 +16,21 @@ class AsyncClient(_Base):
     """Query a streamiq cluster from asyncio; key requests go straight to their owner.
 
     ``nodes`` are seed addresses (``host:port``, comma-separated or a list); the rest
-    of the cluster is learned from ``/v1/cluster``. ``headers`` (e.g. Authorization)
-    go with every request. ``client.last`` says who answered the last request and
+    of the cluster is learned from ``/v1/cluster``. ``token`` (default: the
+    ``STREAMIQ_TOKEN`` environment variable) goes with every request as a bearer token,
+    and so do ``headers``. ``client.last`` says who answered the last request and
     with how many hops. One connection pool with keep-alive per client.
     """
 
-    def __init__(self, nodes: str | Iterable[str], *, headers: dict[str, str] | None = None,
+    def __init__(self, nodes: str | Iterable[str], *, token: str | None = None,
+                 headers: dict[str, str] | None = None,
                  timeout: float = 10.0, metadata_ttl: float = 30.0, retries: int = 3,
                  max_connections: int = 100,
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
         super().__init__(nodes, metadata_ttl)
         self.retries = retries
         self._http = httpx.AsyncClient(
-            headers=headers, timeout=httpx.Timeout(timeout, connect=1.0),
+            headers=with_token(headers, token), timeout=httpx.Timeout(timeout, connect=1.0),
             limits=httpx.Limits(max_connections=max_connections,
                                 max_keepalive_connections=max_connections),
             transport=transport)

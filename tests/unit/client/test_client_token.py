@@ -1,0 +1,33 @@
+"""The client sends a bearer token: given, or from STREAMIQ_TOKEN."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from streamiq.client import Client
+from streamiq.client._core import with_token
+
+
+def test_the_token_comes_from_the_argument_or_the_environment(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("STREAMIQ_TOKEN", raising=False)
+    assert with_token(None, None) == {}
+    assert with_token({"x": "1"}, "t") == {"x": "1", "authorization": "Bearer t"}
+    monkeypatch.setenv("STREAMIQ_TOKEN", "env-t")
+    assert with_token(None, None) == {"authorization": "Bearer env-t"}
+    assert with_token({"Authorization": "Basic x"}, None) == {"Authorization": "Basic x"}
+
+
+def test_every_request_carries_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("STREAMIQ_TOKEN", raising=False)
+    seen: list[str | None] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers.get("authorization"))
+        return httpx.Response(401, json={"status": "UNAUTHENTICATED", "error": "no"})
+
+    with Client("127.0.0.1:1", token="tok", transport=httpx.MockTransport(handler)) as c, \
+            pytest.raises(Exception, match="UNAUTHENTICATED"):
+        c.get("balances", "a1")
+    assert seen and set(seen) == {"Bearer tok"}
