@@ -26,13 +26,14 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_http(url: str, timeout: float, proc: subprocess.Popen[bytes] | None = None) -> bool:
+def wait_http(url: str, timeout: float, proc: subprocess.Popen[bytes] | None = None,
+              verify: bool | str = True) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
             return False
         try:
-            if httpx.get(url, timeout=1.0).status_code == 200:
+            if httpx.get(url, timeout=1.0, verify=verify).status_code == 200:
                 return True
         except httpx.HTTPError:
             pass
@@ -66,8 +67,8 @@ class Proc:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def wait_ready(self, url: str, timeout: float = 60) -> None:
-        if not wait_http(url, timeout, self.proc):
+    def wait_ready(self, url: str, timeout: float = 60, verify: bool | str = True) -> None:
+        if not wait_http(url, timeout, self.proc, verify):
             raise AssertionError(f"{self.name} not ready at {url}; log:\n{self.log()[-4000:]}")
 
     def wait_line(self, text: str, timeout: float = 120) -> None:
@@ -148,12 +149,34 @@ class Deployment:
             self.ports.append(port)
         return port, p
 
-    def nodes(self, n: int = 3, app: str | None = "bank", extra: list[str] | None = None
-              ) -> list[tuple[int, Proc]]:
+    def nodes(self, n: int = 3, app: str | None = "bank", extra: list[str] | None = None,
+              ca: str | None = None) -> list[tuple[int, Proc]]:
+        """``n`` nodes, ready; ``ca``: they serve HTTPS, verified with this CA file."""
         out = [self.node(app, extra=extra, wait=False) for _ in range(n)]
         for port, p in out:
-            p.wait_ready(f"http://127.0.0.1:{port}/health", 60)
+            scheme = "https" if ca else "http"
+            p.wait_ready(f"{scheme}://127.0.0.1:{port}/health", 60, verify=ca or True)
         return out
+
+    def settle(self, ports: list[int], view: str, timeout: float = 60,
+               ca: str | None = None) -> None:
+        """Wait until every node's /v1/cluster shows each partition of ``view`` served by
+        its assigned owner as active (a node that joins last takes some over, and a
+        query in between may find the old owner gone and the new one not restored)."""
+        scheme = "https" if ca else "http"
+        deadline = time.monotonic() + timeout
+        with httpx.Client(timeout=10, verify=ca or True, headers=self.headers) as c:
+            for port in ports:
+                while True:
+                    meta = c.get(f"{scheme}://127.0.0.1:{port}/v1/cluster").json()
+                    parts = meta["views"][view].values()
+                    if len(meta["nodes"]) == len(ports) and all(
+                            pv["replicas"] and pv["replicas"][0]["role"] == "active"
+                            and pv["replicas"][0]["address"] == pv["assigned"][0]
+                            for pv in parts):
+                        break
+                    assert time.monotonic() < deadline, f"{view} never settled: {meta}"
+                    time.sleep(0.2)
 
     def ingest(self, app: str = "bank") -> tuple[int, Proc]:
         port = self._free_port()

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = ["Settings", "token_file"]
@@ -109,6 +109,13 @@ class Settings(BaseSettings):
         default_factory=dict, repr=False,
         description='Static API keys and their scopes, as JSON: {"KEY": "views:* ingest"}.')
 
+    tls_cert_file: Path | None = Field(
+        None, description="PEM certificate (chain): serve HTTPS, and call peers over TLS.")
+    tls_key_file: Path | None = Field(None, description="PEM private key of --tls-cert-file.")
+    tls_ca_file: Path | None = Field(
+        None, description="PEM CA bundle peers' certificates are verified with (default: "
+        "the system's).")
+
     # --- pipeline ---
     master: str = Field("local[*]", description="Spark master URL.")
     checkpoint_dir: Path = Field(
@@ -127,6 +134,19 @@ class Settings(BaseSettings):
             if not sep or not host or not port.isdigit():
                 raise ValueError(f"expected host:port[,host:port], got {v!r}")
         return v
+
+    @field_validator("tls_cert_file", "tls_key_file", "tls_ca_file")
+    @classmethod
+    def _check_tls_file(cls, v: Path | None) -> Path | None:
+        if v is not None and not Path(v).is_file():
+            raise ValueError(f"no such file: {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _check_tls(self) -> Settings:
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("--tls-cert-file and --tls-key-file go together")
+        return self
 
     @field_validator("advertised")
     @classmethod

@@ -32,13 +32,6 @@ APP = App(name="global-test", topics=BALANCES.source_topics, views=(BALANCES, ST
 """
 
 
-def _settled(meta: dict[str, Any]) -> bool:
-    parts = meta["views"]["balances"].values()
-    return len(meta["nodes"]) == 3 and all(
-        pv["replicas"] and pv["replicas"][0]["role"] == "active"
-        and pv["replicas"][0]["address"] == pv["assigned"][0] for pv in parts)
-
-
 def test_every_node_answers_a_global_view_itself(cluster: Any, tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "siq_global_views.py").write_text(textwrap.dedent(MODULE))
@@ -65,10 +58,7 @@ def test_every_node_answers_a_global_view_itself(cluster: Any, tmp_path: Path,
                     break
                 assert time.monotonic() < deadline, held
                 time.sleep(0.2)
-        for port in ports:  # and the keyed view has settled: each partition's assigned
-            while not _settled(c.get(f"http://127.0.0.1:{port}/v1/cluster").json()):
-                assert time.monotonic() < deadline, "balances never settled"
-                time.sleep(0.2)  # active restored (a node that joined last takes some over)
+        cluster.settle(ports, "balances")  # and the keyed view: one active owner each
         described = c.get(f"http://127.0.0.1:{ports[0]}/v1/views").json()["views"]
         assert {v["name"]: v["global"] for v in described} == {"balances": False,
                                                                "stores": True}

@@ -30,10 +30,12 @@ _KAFKA = ("bootstrap_servers", "kafka_config", "cluster", "topic_prefix", "app",
           "log_level")
 _BROKER = ("broker_host", "broker_port")
 _AUTH = ("auth", "jwt_secret", "api_keys")
+_TLS = ("tls_cert_file", "tls_key_file", "tls_ca_file")  # parts run on their own only
 _INGEST = ("ingest_host", "ingest_port", *_AUTH)
 _NODE = ("host", "port", "advertised", "state_dir", "standby_replicas", "heartbeat_ms",
          "member_timeout_ms", "membership_period_s", "max_lag", "wait_timeout_ms",
-         "max_waiters", "internal_concurrency", "redirect", "cluster_secret", *_AUTH)
+         "max_waiters", "internal_concurrency", "redirect", "cluster_secret", *_AUTH,
+         *_TLS)
 _PIPELINE = ("master", "checkpoint_dir", "trigger_ms", "max_offsets_per_trigger")
 
 COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -43,7 +45,7 @@ COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
            + ("host", "state_dir", "standby_replicas", "max_lag", "redirect",
               "cluster_secret")),
     "broker": ("run the embedded Kafka-protocol broker (Tansu)", _BROKER),
-    "ingest": ("run the ingest HTTP service", _KAFKA + _INGEST),
+    "ingest": ("run the ingest HTTP service", _KAFKA + _INGEST + _TLS),
     "pipeline": ("run the PySpark pipeline", _KAFKA + _PIPELINE),
     "node": ("run one serving node", _KAFKA + _NODE),
 }
@@ -137,9 +139,13 @@ def settings_from_args(args: argparse.Namespace, fields: Sequence[str]) -> Setti
     except ValidationError as exc:
         msgs = []
         for err in exc.errors():
-            name = str(err["loc"][0]) if err["loc"] else "?"
+            msg = err["msg"].removeprefix("Value error, ")
+            if not err["loc"]:  # a check across settings names its flags itself
+                msgs.append(msg)
+                continue
+            name = str(err["loc"][0])
             where = _flag(name) if name in given else f"STREAMIQ_{name.upper()}"
-            msgs.append(f"{where}: {err['msg']}")
+            msgs.append(f"{where}: {msg}")
         raise FlagError("; ".join(msgs)) from None
     if "auth" in fields and "broker_host" not in fields:  # a node or ingest, not up
         try:

@@ -92,6 +92,9 @@ def _params(**kw: Any) -> list[tuple[str, Any]]:
 class _Base:
     def __init__(self, nodes: str | Iterable[str], metadata_ttl: float) -> None:
         seeds = nodes.split(",") if isinstance(nodes, str) else list(nodes)
+        # https:// on a seed: the cluster serves TLS (every node does, or none)
+        self.scheme = "https" if any(n.strip().startswith("https://") for n in seeds) \
+            else "http"
         self._nodes: list[str] = [_address(n) for n in seeds if n.strip()]
         if not self._nodes:
             raise ValueError("give at least one node address (host:port)")

@@ -18,14 +18,15 @@ class AsyncClient(_Base):
     ``nodes`` are seed addresses (``host:port``, comma-separated or a list); the rest
     of the cluster is learned from ``/v1/cluster``. ``token`` (default: the
     ``STREAMIQ_TOKEN`` environment variable) goes with every request as a bearer token,
-    and so do ``headers``. ``client.last`` says who answered the last request and
-    with how many hops. One connection pool with keep-alive per client.
+    and so do ``headers``. Seeds written ``https://host:port`` mean a cluster serving TLS;
+    ``verify`` is a CA bundle's path (or False). ``client.last`` says who answered the
+    last request and with how many hops. One connection pool with keep-alive per client.
     """
 
     def __init__(self, nodes: str | Iterable[str], *, token: str | None = None,
                  headers: dict[str, str] | None = None,
                  timeout: float = 10.0, metadata_ttl: float = 30.0, retries: int = 3,
-                 max_connections: int = 100,
+                 max_connections: int = 100, verify: bool | str = True,
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
         super().__init__(nodes, metadata_ttl)
         self.retries = retries
@@ -33,7 +34,7 @@ class AsyncClient(_Base):
             headers=with_token(headers, token), timeout=httpx.Timeout(timeout, connect=1.0),
             limits=httpx.Limits(max_connections=max_connections,
                                 max_keepalive_connections=max_connections),
-            transport=transport)
+            verify=verify, transport=transport)
 
     async def close(self) -> None:
         await self._http.aclose()
@@ -49,8 +50,8 @@ class AsyncClient(_Base):
         """Reload partition counts and ownership from the first node that answers."""
         for node in self._meta_order():
             try:
-                views = (await self._http.get(f"http://{node}/v1/views")).json()
-                cluster = (await self._http.get(f"http://{node}/v1/cluster")).json()
+                views = (await self._http.get(f"{self.scheme}://{node}/v1/views")).json()
+                cluster = (await self._http.get(f"{self.scheme}://{node}/v1/cluster")).json()
             except (httpx.HTTPError, ValueError):
                 self._failed(node)
                 continue
@@ -72,7 +73,7 @@ class AsyncClient(_Base):
                 node = candidates[0]
             tried.add(node)
             try:
-                r = await self._http.request(spec.method, f"http://{node}{spec.path}",
+                r = await self._http.request(spec.method, f"{self.scheme}://{node}{spec.path}",
                                              params=tuple(spec.params) or None, json=spec.json)
             except httpx.TransportError as exc:
                 error = exc

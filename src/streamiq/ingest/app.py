@@ -163,7 +163,9 @@ def run_ingest(settings: Settings) -> None:
     from streamiq.serving.logs import configure_logging
 
     configure_logging(settings.log_level)
-    print(f"streamiq ingest listening on http://{settings.ingest_host}:{settings.ingest_port}",
-          flush=True)
+    scheme = "https" if settings.tls_cert_file else "http"
+    print(f"streamiq ingest listening on {scheme}://{settings.ingest_host}:"
+          f"{settings.ingest_port}", flush=True)
     uvicorn.run(create_ingest_app(settings), host=settings.ingest_host, port=settings.ingest_port,
-                log_level="warning", access_log=False, timeout_graceful_shutdown=5)
+                log_level="warning", access_log=False, timeout_graceful_shutdown=5,
+                ssl_certfile=settings.tls_cert_file, ssl_keyfile=settings.tls_key_file)

@@ -25,6 +25,7 @@ from fastapi import Request, Response
 from fastapi.responses import RedirectResponse
 from yarl import URL
 
+from streamiq import tls
 from streamiq._http import error_response
 from streamiq.auth import Authenticator, hop_mark
 from streamiq.errors import (
@@ -122,7 +123,9 @@ class Coordinator:
         self.mark = hop_mark(s.cluster_secret.get_secret_value()
                              if s.cluster_secret else None)
         self.mark_bytes = self.mark.encode()
-        self.hop = HopClient(mark=self.mark_bytes)  # the lean path's key-lookup hop
+        self.scheme = tls.scheme(s)  # peers are reached as this node is (streamiq/tls.py)
+        self._ssl = tls.client_context(s)
+        self.hop = HopClient(mark=self.mark_bytes, ssl=self._ssl)  # the lean path's hop
         self._http_hops = 0  # the lean path's HTTP hops answered (http_hop)
         # forwarded requests from peers served at once (--internal-concurrency)
         self.peer_slots = asyncio.Semaphore(s.internal_concurrency)
@@ -138,7 +141,8 @@ class Coordinator:
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=256, limit_per_host=64,
-                                               keepalive_timeout=30, ttl_dns_cache=None),
+                                               keepalive_timeout=30, ttl_dns_cache=None,
+                                               ssl=self._ssl if self._ssl else True),
                 timeout=aiohttp.ClientTimeout(total=10.0, connect=1.0),
                 skip_auto_headers=("User-Agent",))
         return self._session
@@ -212,7 +216,7 @@ class Coordinator:
     async def _send_http(self, method: str, address: str, path: str, params: Params, body: Any,
                     headers: dict[str, str], timeout: float = _FORWARD_SLACK_S) -> Reply:
         host, _, port = address.rpartition(":")
-        url = URL.build(scheme="http", host=host, port=int(port), path=path)
+        url = URL.build(scheme=self.scheme, host=host, port=int(port), path=path)
         async with self.session().request(method, url, params=params, json=body,
                                           headers=headers,
                                           timeout=aiohttp.ClientTimeout(total=timeout,
@@ -226,7 +230,7 @@ class Coordinator:
         carried, or a peer without the lookup wire) on the pooled session: the path as
         the client sent it, the reply's headers lower-cased and raw (relayed as they
         came). Transport failures are raised as they are (``TRANSPORT_ERRORS``)."""
-        url = URL(f"http://{address}{raw_path}", encoded=True)
+        url = URL(f"{self.scheme}://{address}{raw_path}", encoded=True)
         async with self.session().get(url, headers=headers, allow_redirects=False,
                                       timeout=aiohttp.ClientTimeout(total=timeout,
                                                                     connect=1.0)) as r:
@@ -269,7 +273,7 @@ class Coordinator:
                     return resp
                 continue
             if self.redirect:
-                target = f"http://{ep.address}{request.url.path}"
+                target = f"{self.scheme}://{ep.address}{request.url.path}"
                 if request.url.query:
                     target += "?" + request.url.query
                 return RedirectResponse(target, status_code=307)

@@ -30,6 +30,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
+from ssl import SSLContext
 from typing import Any, NamedTuple, cast
 
 from streamiq.serving.wire import PREFACE, WireUnsupported
@@ -210,9 +211,11 @@ class HopClient:
     otherwise).
     """
 
-    def __init__(self, *, mark: bytes = b"1", max_per_host: int = 64,
-                 max_idle_per_host: int = 32, connect_timeout: float = 1.0) -> None:
+    def __init__(self, *, mark: bytes = b"1", ssl: SSLContext | None = None,
+                 max_per_host: int = 64, max_idle_per_host: int = 32,
+                 connect_timeout: float = 1.0) -> None:
         self._mark = mark  # the cluster credential (streamiq.auth.hop_mark)
+        self._ssl = ssl  # TLS to peers (streamiq/tls.py), or plain TCP
         self._wire_hosts: dict[str, _Host] = {}
         self._no_wire: dict[str, float] = {}  # peer -> until when it gets HTTP hops only
         self._max_per_host = max_per_host  # connections in use; more requests queue
@@ -358,8 +361,9 @@ class HopClient:
         name, _, port = host.address.rpartition(":")
         loop = asyncio.get_running_loop()
         async with asyncio.timeout(self._connect_timeout):
-            _, conn = await loop.create_connection(lambda: _WireConn(self._mark), name,
-                                                   int(port))
+            _, conn = await loop.create_connection(
+                lambda: _WireConn(self._mark), name, int(port), ssl=self._ssl,
+                server_hostname=name if self._ssl else None)
         return conn
 
     def _checkin(self, host: _Host, conn: _Conn) -> None:

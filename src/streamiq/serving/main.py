@@ -17,6 +17,7 @@ import threading
 
 import uvicorn
 
+from streamiq import tls
 from streamiq.config import Settings
 from streamiq.serving.app import create_asgi
 from streamiq.serving.logs import configure_logging
@@ -94,7 +95,8 @@ async def _serve(settings: Settings) -> int:
         server = uvicorn.Server(uvicorn.Config(
             create_asgi(settings, node), host=settings.host, port=settings.port,
             log_level="warning", http=node_protocol(), access_log=False, lifespan="on",
-            proxy_headers=False, timeout_graceful_shutdown=5))
+            proxy_headers=False, timeout_graceful_shutdown=5,
+            ssl_certfile=settings.tls_cert_file, ssl_keyfile=settings.tls_key_file))
 
         def fatal() -> None:
             server.should_exit = True
@@ -104,7 +106,7 @@ async def _serve(settings: Settings) -> int:
 
         node.on_fatal = fatal
         print(f"streamiq node {settings.endpoint} listening on "
-              f"http://{settings.host}:{settings.port}", flush=True)
+              f"{tls.scheme(settings)}://{settings.host}:{settings.port}", flush=True)
         # the app's lifespan closes the node: uvicorn re-raises a captured SIGTERM as
         # soon as serve() returns, so nothing after it is sure to run
         await server.serve()

@@ -88,6 +88,10 @@ def test_help_shows_defaults_as_typed(capsys: pytest.CaptureFixture[str]) -> Non
     (["node", "--port", "nope"], "streamiq: error: --port: Input should be a valid integer"),
     (["up", "--partitions", "0"], "streamiq: error: --partitions: Input should be greater"),
     (["ingest", "--kafka-config", "[1]"], "streamiq: error: --kafka-config: Input should be"),
+    (["node", "--tls-cert-file", "/no/cert.pem", "--tls-key-file", "/etc/hostname"],
+     "streamiq: error: --tls-cert-file: no such file: /no/cert.pem\n"),
+    (["ingest", "--tls-cert-file", "/etc/hostname"],
+     "streamiq: error: --tls-cert-file and --tls-key-file go together\n"),
 ])
 def test_bad_flag_exits_2_with_one_line(argv: list[str], line: str,
                                         capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,0 +1,30 @@
+"""TLS for the HTTP API and node-to-node traffic, from certificate files.
+
+A node (or the ingest service) given ``--tls-cert-file`` and ``--tls-key-file`` serves
+HTTPS only, and calls its peers over TLS as well: HTTP hops, scatter-gather partials and
+the lookup wire, verified against ``--tls-ca-file`` (default: the system's CAs). Every
+node of a cluster runs with TLS or none does: a peer's advertised ``host:port`` is
+reached with the same scheme, and the certificate must name that host.
+"""
+
+from __future__ import annotations
+
+import ssl
+
+from streamiq.config import Settings
+
+__all__ = ["client_context", "scheme"]
+
+
+def scheme(s: Settings) -> str:
+    return "https" if s.tls_cert_file is not None else "http"
+
+
+def client_context(s: Settings) -> ssl.SSLContext | None:
+    """The context a node verifies its peers with (None: plain TCP)."""
+    if s.tls_cert_file is None:
+        return None
+    ctx = ssl.create_default_context(
+        cafile=str(s.tls_ca_file) if s.tls_ca_file is not None else None)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    return ctx
