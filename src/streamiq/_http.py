@@ -1,4 +1,5 @@
-"""HTTP plumbing shared by the ingest service and the nodes: JSON errors, never a 500."""
+"""HTTP plumbing shared by the ingest service and the nodes: RFC 9457 problem documents
+for every error, never a bare 500."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from streamiq.errors import BadRequest, NotFound, StreamiqError
+from streamiq.errors import PROBLEM_JSON, BadRequest, NotFound, StreamiqError
 
 __all__ = ["ApiError", "error_response", "install_error_handlers"]
 
@@ -30,7 +31,8 @@ class ApiError(StreamiqError):
 def error_response(exc: StreamiqError) -> JSONResponse:
     """The one mapping of a streamiq error to an HTTP answer."""
     headers = {"www-authenticate": "Bearer"} if exc.http_status == 401 else None
-    return JSONResponse(exc.body(), status_code=exc.http_status, headers=headers)
+    return JSONResponse(exc.body(), status_code=exc.http_status, headers=headers,
+                        media_type=PROBLEM_JSON)
 
 
 def _describe(err: dict[str, Any]) -> str:

@@ -2,10 +2,16 @@
 
 Modelled on faust's ``web/exceptions.py`` and httpx's ``_exceptions.py``: each class
 carries its HTTP status and a stable machine-readable code, is raised where the problem
-is found, and is turned into an answer in one place: ``streamiq._http`` for HTTP (the
-JSON body ``{"status": <code>, "error": <message>, ...extra}``), the same bytes for the
-node-to-node lookup wire (``render``). Clients match on ``status`` (the code), never on
-the message.
+is found, and is turned into an answer in one place: ``streamiq._http`` for HTTP, the
+same bytes for the node-to-node lookup wire (``render``). The body is an RFC 9457
+problem document (``application/problem+json``)::
+
+    {"type": "urn:streamiq:problem:not-active", "title": "Not Active", "status": 421,
+     "code": "NOT_ACTIVE", "detail": "<message>", ...extra members}
+
+``status`` is the HTTP status (a number, as RFC 9457 defines it), ``code`` the stable
+machine-readable code clients match on (never the ``detail``), ``type`` a URN made from
+it. Successful answers keep their own ``{"status": "OK" | "PARTIAL", ...}`` shape.
 
     StreamiqError                 500 INTERNAL
     ├── BadRequest                400 BAD_REQUEST
@@ -30,12 +36,13 @@ from __future__ import annotations
 import json
 from typing import Any, ClassVar
 
-__all__ = ["BadRequest", "Forbidden", "NotActive", "NotFound", "NotUpToBound", "Overloaded",
-           "PayloadTooLarge", "PeerError", "PeerTimeout", "PeerUnreachable",
+__all__ = ["PROBLEM_JSON", "BadRequest", "Forbidden", "NotActive", "NotFound", "NotUpToBound",
+           "Overloaded", "PayloadTooLarge", "PeerError", "PeerTimeout", "PeerUnreachable",
            "RequestHeaderTooLarge", "StreamiqError", "Unauthenticated", "Unavailable",
            "UnknownView"]
 
 _JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # as JSONResponse renders
+PROBLEM_JSON = "application/problem+json"  # RFC 9457's media type
 
 
 class StreamiqError(Exception):
@@ -50,8 +57,10 @@ class StreamiqError(Exception):
         self.extra = extra
 
     def body(self) -> dict[str, Any]:
-        """The JSON error body (the shape every streamiq error answer has)."""
-        return {"status": self.code, "error": self.message, **self.extra}
+        """The RFC 9457 problem document (the shape every streamiq error answer has)."""
+        return {"type": "urn:streamiq:problem:" + self.code.lower().replace("_", "-"),
+                "title": self.code.replace("_", " ").title(), "status": self.http_status,
+                "code": self.code, "detail": self.message, **self.extra}
 
     def render(self) -> bytes:
         """``body()`` as the bytes an HTTP answer carries (for the lookup wire)."""

@@ -49,7 +49,7 @@ def test_tokens_scopes_and_the_cluster_credential(cluster: Any) -> None:
             assert c.get(f"{base}/health").status_code == 200
             for path in ("/account/a1", "/v1/views/balances/keys/a1", "/v1/cluster"):
                 r = c.get(base + path)
-                assert r.status_code == 401 and r.json()["status"] == "UNAUTHENTICATED", r.text
+                assert r.status_code == 401 and r.json()["code"] == "UNAUTHENTICATED", r.text
             r = c.post(f"{base}/v1/views/balances/keys", json={"keys": ["a1"]})
             assert r.status_code == 401
             hops = set()
@@ -58,7 +58,7 @@ def test_tokens_scopes_and_the_cluster_credential(cluster: Any) -> None:
                 assert r.status_code == 200 and r.json()["value"] == acc, r.text
                 hops.add(r.headers["x-streamiq-hops"])
                 r = c.get(f"{base}/v1/views/balances/keys/{acc['account']}", headers=scoped)
-                assert r.status_code == 403 and r.json()["status"] == "FORBIDDEN", r.text
+                assert r.status_code == 403 and r.json()["code"] == "FORBIDDEN", r.text
             assert hops == {"0", "1"}
             r = c.post(f"{base}/v1/views/balances/keys", headers=token,
                        json={"keys": [a["account"] for a in accounts]})
@@ -70,7 +70,7 @@ def test_tokens_scopes_and_the_cluster_credential(cluster: Any) -> None:
             for mark in ("1", "0" * 64):
                 r = c.get(f"{base}/v1/views/balances/scan", headers={
                     **token, "x-streamiq-forwarded": mark}, params={"partitions": "0,1,2"})
-                assert r.status_code == 401 and "cluster credential" in r.json()["error"]
+                assert r.status_code == 401 and "cluster credential" in r.json()["detail"]
                 r = c.get(f"{base}/account/a1", headers={**token, "x-streamiq-forwarded": mark})
                 assert r.status_code == 401
         # lookups forwarded by nodes went over the lookup wire, authenticated

@@ -79,16 +79,16 @@ def test_unknown_and_malformed_requests(cluster: Any) -> None:
     (port, _), = cluster.nodes(1, "bank")
     base = f"http://127.0.0.1:{port}"
     r = httpx.get(f"{base}/account/999999999")
-    assert r.status_code == 404 and r.json()["status"] == "NOT_FOUND"
+    assert r.status_code == 404 and r.json()["code"] == "NOT_FOUND"
     r = httpx.get(f"{base}/account/a%7Cb")
-    assert r.status_code == 400 and "account" in r.json()["error"]
+    assert r.status_code == 400 and "account" in r.json()["detail"]
     r = httpx.get(f"{base}/v1/views/nope/keys/1")
-    assert r.status_code == 404 and r.json()["status"] == "UNKNOWN_VIEW"
+    assert r.status_code == 404 and r.json()["code"] == "UNKNOWN_VIEW"
     ing = f"http://127.0.0.1:{ingest}"
     for params, word in (({"amount": "ten"}, "amount"), ({}, "amount"),
                          ({"amount": str(10**13)}, "amount")):
         r = httpx.post(f"{ing}/account/100001", params=params)
         assert r.status_code == 400, r.text
-        assert word in r.json()["error"]
+        assert word in r.json()["detail"]
     r = httpx.post(f"{ing}/account/bad%20id", params={"amount": 1})
-    assert r.status_code == 400 and "account" in r.json()["error"]
+    assert r.status_code == 400 and "account" in r.json()["detail"]

@@ -93,6 +93,6 @@ def test_a_position_never_reached_is_not_up_to_bound_on_every_query_type(cluster
     ]
     for r in answers:
         assert r.status_code == 503, (r.request.url, r.text)
-        assert r.json()["status"] == "NOT_UP_TO_BOUND", (r.request.url, r.text)
+        assert r.json()["code"] == "NOT_UP_TO_BOUND", (r.request.url, r.text)
     bad = httpx.get(f"{base}/order_counts/aggregate", params={"position": "nonsense"})
-    assert bad.status_code == 400 and "position" in bad.json()["error"], bad.text
+    assert bad.status_code == 400 and "position" in bad.json()["detail"], bad.text

@@ -219,12 +219,12 @@ def check_bad_input(port: int) -> None:
     ]
     for path, params, status, needle in cases:
         r = get(port, path, **params)
-        assert r.status_code == status and needle in r.json()["error"], (path, r.text)
+        assert r.status_code == status and needle in r.json()["detail"], (path, r.text)
     r = httpx.post(f"http://127.0.0.1:{port}/v1/views/order_counts/keys",
                    json={"keys": ["st01|GENERAL", "bad"]})
-    assert r.status_code == 400 and "keys[1]" in r.json()["error"]
+    assert r.status_code == 400 and "keys[1]" in r.json()["detail"]
     r = httpx.post(f"http://127.0.0.1:{port}/v1/views/order_counts/keys", json={"keys": []})
-    assert r.status_code == 400 and "keys" in r.json()["error"]
+    assert r.status_code == 400 and "keys" in r.json()["detail"]
 
 
 def test_redirect_mode_answers_307_to_the_owner(cluster: Any) -> None:

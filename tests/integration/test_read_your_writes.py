@@ -53,6 +53,6 @@ def test_unreachable_position_is_not_up_to_bound(cluster: Any) -> None:
     for token in (future, w["position"]):
         r = httpx.get(f"http://127.0.0.1:{port}/v1/views/balances/keys/ryw",
                       params={"position": token, "wait_ms": 300})
-        assert r.status_code == 503 and r.json()["status"] == "NOT_UP_TO_BOUND", r.text
+        assert r.status_code == 503 and r.json()["code"] == "NOT_UP_TO_BOUND", r.text
     r = httpx.get(f"http://127.0.0.1:{port}/account/ryw", params={"position": "nonsense"})
-    assert r.status_code == 400 and "position" in r.json()["error"]
+    assert r.status_code == 400 and "position" in r.json()["detail"]

@@ -28,9 +28,13 @@ def test_each_error_carries_its_status_and_code(cls: type[StreamiqError], status
                                                 code: str) -> None:
     err = cls("what went wrong", partition=2)
     assert (err.http_status, err.code) == (status, code)
-    assert err.body() == {"status": code, "error": "what went wrong", "partition": 2}
+    assert err.body() == {  # an RFC 9457 problem document, extra members after
+        "type": "urn:streamiq:problem:" + code.lower().replace("_", "-"),
+        "title": code.replace("_", " ").title(), "status": status, "code": code,
+        "detail": "what went wrong", "partition": 2}
     resp = error_response(err)  # HTTP: the same bytes the wire carries
     assert resp.status_code == status and bytes(resp.body) == err.render()
+    assert resp.headers["content-type"] == "application/problem+json"
     assert isinstance(err, StreamiqError)
 
 
@@ -44,7 +48,8 @@ def test_the_wire_maps_raised_errors_like_http() -> None:
 
     assert answer(lookup, 0, 3, b"/x", b"-") == (421, NotActive("not mine", partition=0).render())
     assert answer(lookup, 1, 3, b"/x", b"-") == (
-        500, b'{"status":"INTERNAL","error":"lookup failed"}')
+        500, b'{"type":"urn:streamiq:problem:internal","title":"Internal","status":500,'
+             b'"code":"INTERNAL","detail":"lookup failed"}')
     assert answer(lookup, 2, 3, b"/x", b"-") == (200, b"{}")
 
 

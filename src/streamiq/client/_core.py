@@ -37,14 +37,17 @@ def with_token(headers: dict[str, str] | None, token: str | None) -> dict[str, s
 
 
 class QueryError(Exception):
-    """A 4xx/5xx answer (``status`` is the body's machine-readable code)."""
+    """A 4xx/5xx answer: ``code`` is the problem document's machine-readable code (e.g.
+    ``NOT_ACTIVE``), ``detail`` its message, ``body`` the whole document."""
 
     def __init__(self, http_status: int, body: Any) -> None:
         self.http_status = http_status
         self.body = body
-        self.status = body.get("status", "ERROR") if isinstance(body, dict) else "ERROR"
-        message = body.get("error", body) if isinstance(body, dict) else body
-        super().__init__(f"{http_status} {self.status}: {message}")
+        doc = body if isinstance(body, dict) else {}
+        self.code: str = str(doc.get("code") or ("PARTIAL" if doc.get("status") == "PARTIAL"
+                                                 else "ERROR"))
+        self.detail: str = str(doc.get("detail", body))
+        super().__init__(f"{http_status} {self.code}: {self.detail}")
 
 
 @dataclass(frozen=True)
@@ -174,7 +177,7 @@ class _Base:
         except ValueError:
             body = r.text
         if r.status_code == 404 and not_found_ok and isinstance(body, dict) \
-                and body.get("status") == "NOT_FOUND":
+                and body.get("code") == "NOT_FOUND":
             return None
         if r.status_code >= 400:
             raise QueryError(r.status_code, body)

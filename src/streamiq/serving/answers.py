@@ -15,7 +15,7 @@ from fastapi import Request, Response
 from fastapi.responses import JSONResponse
 
 from streamiq._http import error_response
-from streamiq.errors import BadRequest, NotActive, NotFound, NotUpToBound, UnknownView
+from streamiq.errors import PROBLEM_JSON, BadRequest, NotActive, NotFound, NotUpToBound, UnknownView
 from streamiq.serving.consistency import Token, parse_tokens
 from streamiq.serving.coordinator import SERVED_BY, Coordinator
 from streamiq.serving.node import Node
@@ -119,7 +119,7 @@ class Answers:
             body = self.found_body(view, key, p)
             if body is None:
                 return Response(not_found_body(view, key, p, self.stamp(view.name, p)), 404,
-                                headers=headers, media_type="application/json")
+                                headers=headers, media_type=PROBLEM_JSON)
             return Response(body, headers=headers, media_type="application/json")
 
         return await self.coordinator.route(request, view.name, p, self.max_lag(max_lag), local)

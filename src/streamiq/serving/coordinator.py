@@ -411,7 +411,7 @@ class Coordinator:
             self.unreachable(err)
             return None, parts
         if r.status_code == 400:  # the query itself is refused (it would be here too)
-            raise BadRequest(str(r.json().get("error", "refused by a peer")),
+            raise BadRequest(str(r.json().get("detail", "refused by a peer")),
                              peer=address)
         if r.status_code != 200:
             return None, parts

@@ -40,7 +40,7 @@ from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 from urllib.parse import quote, unquote
 
-from streamiq.errors import BadRequest
+from streamiq.errors import PROBLEM_JSON, BadRequest
 from streamiq.serving.answers import Answers, not_found_body
 from streamiq.serving.coordinator import (
     FORWARDED,
@@ -68,6 +68,7 @@ _AUTH = b"authorization"
 _ACCOUNT = re.compile(ID_PATTERN)
 _HOPS = HOPS.encode()
 _SERVED_BY = SERVED_BY.encode()
+_JSON, _PROBLEM = b"application/json", PROBLEM_JSON.encode()  # an answer, an error (404)
 Answer = tuple[int, bytes, list[tuple[bytes, bytes]]]  # status, body, headers
 Later = Callable[[Answer | None], None]
 
@@ -189,7 +190,7 @@ class LeanLookups:
         body = self._found(view, key, p)
         if body is None:
             return None
-        return 200, body, [(b"content-type", b"application/json"),
+        return 200, body, [(b"content-type", _JSON),
                            (b"content-length", str(len(body)).encode()),
                            (_SERVED_BY, self.deps.node.endpoint.encode()), (_HOPS, b"0")]
 
@@ -280,6 +281,6 @@ class LeanLookups:
         hdrs = (relayed_headers(reply.headers, b"x-streamiq-", _HOPS)
                 if reply.headers else [(_SERVED_BY, owner.encode())])  # a wire reply
         return reply.status, reply.body, [
-            (b"content-type", b"application/json"),
+            (b"content-type", _JSON if reply.status == 200 else _PROBLEM),
             (b"content-length", str(len(reply.body)).encode()), *hdrs, (_HOPS, b"1")]
 

@@ -13,11 +13,12 @@ the body limit.
 
 from __future__ import annotations
 
+from http import HTTPStatus
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from streamiq.errors import PayloadTooLarge, RequestHeaderTooLarge, StreamiqError
+from streamiq.errors import PROBLEM_JSON, PayloadTooLarge, RequestHeaderTooLarge, StreamiqError
 
 __all__ = ["MAX_BODY_BYTES", "MAX_HEAD_BYTES", "LimitedHttpProtocol"]
 
@@ -90,8 +91,8 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         body = err.render()
         write = getattr(self.transport, "write_now", self.transport.write)  # not held back
         write(b"".join((
-            b"HTTP/1.1 %d %s\r\n" % (err.http_status, err.code.encode()),
-            b"content-type: application/json\r\ncontent-length: %d\r\n" % len(body),
+            b"HTTP/1.1 %d %s\r\n" % (err.http_status, _phrase(err.http_status)),
+            b"content-type: %s\r\ncontent-length: %d\r\n" % (PROBLEM_JSON.encode(), len(body)),
             b"connection: close\r\n\r\n", body)))
         if self.transport.can_write_eof():
             self.transport.write_eof()
@@ -106,3 +107,7 @@ def _content_length(headers: list[tuple[bytes, bytes]]) -> int | None:
             except ValueError:
                 return None
     return None
+
+
+def _phrase(status: int) -> bytes:
+    return HTTPStatus(status).phrase.encode()

@@ -103,7 +103,7 @@ def test_key_lookup_json_says_who_served_and_hops(monkeypatch: pytest.MonkeyPatc
 def test_missing_key_exits_1(monkeypatch: pytest.MonkeyPatch,
                              capsys: pytest.CaptureFixture[str]) -> None:
     t = fake_cluster({"/v1/views/balances/keys/nope": (
-        404, {"status": "NOT_FOUND", "error": "no such key"}, 0)})
+        404, {"code": "NOT_FOUND", "detail": "no such key"}, 0)})
     assert run_cli(monkeypatch, t, ["query", "balances", "nope", "--json"]) == 1
     out = capsys.readouterr()
     assert json.loads(out.out)["status"] == "NOT_FOUND" and "no key 'nope'" in out.err
@@ -112,7 +112,7 @@ def test_missing_key_exits_1(monkeypatch: pytest.MonkeyPatch,
 def test_server_error_is_one_line_exit_1(monkeypatch: pytest.MonkeyPatch,
                                          capsys: pytest.CaptureFixture[str]) -> None:
     t = fake_cluster({"/v1/views/nope/keys/k": (
-        404, {"status": "UNKNOWN_VIEW", "error": "unknown view 'nope'"}, 0)})
+        404, {"code": "UNKNOWN_VIEW", "detail": "unknown view 'nope'"}, 0)})
     assert run_cli(monkeypatch, t, ["query", "nope", "k"]) == 1
     assert capsys.readouterr().err == \
         "streamiq: error: 404 UNKNOWN_VIEW: unknown view 'nope'\n"

@@ -30,9 +30,9 @@ def fake(owners: dict[int, str], dead: set[str], log: list[str]) -> Any:
                     for p, o in owners.items()}}})
         key = req.url.path.rsplit("/", 1)[-1]
         if key == "missing":
-            return httpx.Response(404, json={"status": "NOT_FOUND", "error": "no row"})
+            return httpx.Response(404, json={"code": "NOT_FOUND", "detail": "no row"})
         if key == "bad":
-            return httpx.Response(400, json={"status": "BAD_REQUEST", "error": "bad key"})
+            return httpx.Response(400, json={"code": "BAD_REQUEST", "detail": "bad key"})
         hops = "0" if owners[partition_for(key, 3)] == node else "1"
         return httpx.Response(200, json={"key": key, "served_by": node},
                               headers={"x-streamiq-hops": hops})

@@ -25,7 +25,7 @@ def test_every_request_carries_it(monkeypatch: pytest.MonkeyPatch) -> None:
 
     def handler(request: httpx.Request) -> httpx.Response:
         seen.append(request.headers.get("authorization"))
-        return httpx.Response(401, json={"status": "UNAUTHENTICATED", "error": "no"})
+        return httpx.Response(401, json={"code": "UNAUTHENTICATED", "detail": "no"})
 
     with Client("127.0.0.1:1", token="tok", transport=httpx.MockTransport(handler)) as c, \
             pytest.raises(Exception, match="UNAUTHENTICATED"):

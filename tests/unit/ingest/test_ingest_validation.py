@@ -56,8 +56,8 @@ def test_order_amount_refused(client: TestClient, amount: str) -> None:
                     headers={"content-type": "application/json"})
     assert r.status_code == 400, r.text
     body = r.json()
-    assert body["status"] == "BAD_REQUEST"
-    assert body["error"].startswith("amount: "), body
+    assert body["code"] == "BAD_REQUEST"
+    assert body["detail"].startswith("amount: "), body
     assert _FakeProducer.sent == []
 
 
@@ -76,7 +76,7 @@ def test_order_amount_accepted(client: TestClient, amount: str) -> None:
 def test_bank_amount_refused(client: TestClient, amount: str) -> None:
     r = client.post(f"/account/a-1?amount={amount}")
     assert r.status_code == 400, r.text
-    assert r.json()["error"].startswith("amount: "), r.json()
+    assert r.json()["detail"].startswith("amount: "), r.json()
     assert _FakeProducer.sent == []
 
 
@@ -108,10 +108,10 @@ def test_writes_need_a_token_with_the_ingest_scope(monkeypatch: pytest.MonkeyPat
     with TestClient(app) as c:
         assert c.get("/health").status_code == 200  # probes carry no token
         r = c.post("/account/100001", params={"amount": 5})
-        assert r.status_code == 401 and r.json()["status"] == "UNAUTHENTICATED"
+        assert r.status_code == 401 and r.json()["code"] == "UNAUTHENTICATED"
         reader = {"authorization": f"Bearer {mint(secret, scope='views:*')}"}
         r = c.post("/account/100001", params={"amount": 5}, headers=reader)
-        assert r.status_code == 403 and r.json()["status"] == "FORBIDDEN"
+        assert r.status_code == 403 and r.json()["code"] == "FORBIDDEN"
         r = c.post("/account/100001", params={"amount": "x"})  # 401 before validation
         assert r.status_code == 401
         assert _FakeProducer.sent == []

@@ -35,7 +35,7 @@ def app(tmp_path: Path) -> Any:
 async def test_no_token_no_answer(app: Any, path: str) -> None:
     for auth in (None, "Bearer not-a-token", "Basic dXNlcjpwYXNz", TOKEN[:-2]):
         status, body, headers = await call(app, path, forwarded=False, auth=auth)
-        assert status == 401 and body["status"] == "UNAUTHENTICATED", (path, auth, body)
+        assert status == 401 and body["code"] == "UNAUTHENTICATED", (path, auth, body)
         assert headers["www-authenticate"] == "Bearer"
 
 
@@ -49,7 +49,7 @@ async def test_a_valid_token_is_answered_on_the_lean_path(app: Any) -> None:
 async def test_a_token_reads_only_its_views(app: Any) -> None:
     key = "Bearer orders-only-key"
     status, body, _ = await call(app, A1, forwarded=False, auth=key)
-    assert status == 403 and body["status"] == "FORBIDDEN" and body["view"] == "balances"
+    assert status == 403 and body["code"] == "FORBIDDEN" and body["view"] == "balances"
     status, body, _ = await call(app, "/v1/views/order_counts/keys/s1%7CGENERAL",
                                  forwarded=False, auth=key)
     assert status not in (401, 403), body  # its own view: answered (here: not held)
@@ -60,7 +60,7 @@ async def test_a_token_reads_only_its_views(app: Any) -> None:
 async def test_an_expired_or_foreign_token_is_refused(app: Any) -> None:
     expired = f"Bearer {mint(SECRET, ttl_s=-10)}"
     status, body, _ = await call(app, A1, forwarded=False, auth=expired)
-    assert status == 401 and "expired" in body["error"]
+    assert status == 401 and "expired" in body["detail"]
     foreign = f"Bearer {mint('another-secret-of-32-bytes-at-least')}"
     assert (await call(app, A1, forwarded=False, auth=foreign))[0] == 401
 
@@ -70,7 +70,7 @@ async def test_a_forged_forwarded_mark_is_refused_before_a_peer_slot(app: Any) -
     free = slots._value
     for path, query in ((A1, b""), ("/v1/views/balances/scan", b"partitions=0,1,2")):
         status, body, _ = await call(app, path, forwarded=True, auth=TOKEN, query=query)
-        assert status == 401 and "cluster credential" in body["error"], body
+        assert status == 401 and "cluster credential" in body["detail"], body
         assert slots._value == free  # no internal slot was taken
     # with the cluster credential, the owner still checks the client's token
     assert (await call(app, A1, forwarded=MARK))[0] == 401

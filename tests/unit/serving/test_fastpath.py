@@ -106,7 +106,7 @@ async def test_lean_forward_goes_over_the_wire_with_the_raw_path(app: Any) -> No
 
     async def fetch(address: str, frame: bytes) -> HopReply:
         sent.append((address, frame))
-        return HopReply(404, {}, b'{"status":"NOT_FOUND"}')  # a wire reply: no headers
+        return HopReply(404, {}, b'{"code":"NOT_FOUND"}')  # a wire reply: no headers
 
     deps.coordinator.hop.fetch = fetch
     await call(app, "/v1/views/balances/keys/a b/ü", forwarded=False)
@@ -115,7 +115,8 @@ async def test_lean_forward_goes_over_the_wire_with_the_raw_path(app: Any) -> No
     status, body, headers = await call(app, "/v1/views/balances/keys/a bü", forwarded=False)
     p = BALANCES.partition_of("a bü", 3)
     assert sent == [("127.0.0.1:2", b"%d 3 /v1/views/balances/keys/a%%20b%%C3%%BC -\n" % p)]
-    assert (status, body) == (404, {"status": "NOT_FOUND"})
+    assert (status, body) == (404, {"code": "NOT_FOUND"})
+    assert headers["content-type"] == "application/problem+json"
     assert headers["x-streamiq-hops"] == "1" and headers["x-streamiq-served-by"] == "127.0.0.1:2"
     raw = "/v1/views/balances/keys/%61bc"  # as the client sent it: relayed unchanged
     await call(app, "/v1/views/balances/keys/abc", forwarded=False, raw_path=raw.encode())
@@ -139,12 +140,12 @@ async def test_wire_lookup_answers_like_the_route(app: Any) -> None:
         assert (status, json.loads(body)) == route[:2]  # the seed's shortcut, the same
     # never "not found" for a key it does not hold: a partition counted differently...
     status, body = wire_lookup(app, "a1", BALANCES.partition_of("a1", 4), n=4)
-    assert status == 421 and body["status"] == "NOT_ACTIVE"
+    assert status == 421 and body["code"] == "NOT_ACTIVE"
     app.deps.node.holds = lambda v, q: False  # ...or one this node does not hold
     assert wire_lookup(app, "a1")[0] == 421
     status, body = answer(app.wire_lookup, 0, 3, b"/v1/views/order_counts_1m/keys/s1%7CGENERAL",
                           b"-")
-    assert status == 400 and json.loads(body)["status"] == "BAD_REQUEST"  # windowed
+    assert status == 400 and json.loads(body)["code"] == "BAD_REQUEST"  # windowed
 
 
 async def test_a_failing_lean_path_falls_back_to_the_full_app(app: Any) -> None:
@@ -171,8 +172,8 @@ async def test_windowed_view_lookup_is_refused_before_any_position_wait(app: Any
     status, body, _ = await call(app, "/v1/views/order_counts_1m/keys/s1|GENERAL",
                                  forwarded=False,
                                  query=b"position=orders:0:999999&wait_ms=60000")
-    assert status == 400 and body["status"] == "BAD_REQUEST"
-    assert "/v1/views/order_counts_1m/keys/{key}/windows" in body["error"]
+    assert status == 400 and body["code"] == "BAD_REQUEST"
+    assert "/v1/views/order_counts_1m/keys/{key}/windows" in body["detail"]
 
 
 @pytest.mark.parametrize(("status", "asks"), [(200, 1), (421, 2), (503, 2)])

@@ -42,7 +42,7 @@ async def test_headers_past_the_limit_are_431(app: Any, serve_node: Serve) -> No
     big = b"x-junk: " + b"a" * MAX_HEAD_BYTES + b"\r\n"
     status, _, body, closed = await _exchange(
         port, b"GET /v1/views/balances/keys/a1 HTTP/1.1\r\nhost: n\r\n" + big + b"\r\n")
-    assert status == 431 and json.loads(body)["status"] == "HEADER_TOO_LARGE" and closed
+    assert status == 431 and json.loads(body)["code"] == "HEADER_TOO_LARGE" and closed
 
 
 async def test_a_body_past_the_limit_is_413_announced_or_streamed(app: Any,
@@ -56,7 +56,7 @@ async def test_a_body_past_the_limit_is_413_announced_or_streamed(app: Any,
     chunked = head + b"transfer-encoding: chunked\r\n\r\n" + b"".join(
         b"%x\r\n%s\r\n" % (len(chunk), chunk) for _ in range(MAX_BODY_BYTES // len(chunk) + 1))
     status, _, body, closed = await _exchange(port, chunked)
-    assert status == 413 and json.loads(body)["status"] == "BODY_TOO_LARGE" and closed
+    assert status == 413 and json.loads(body)["code"] == "BODY_TOO_LARGE" and closed
 
 
 async def test_the_largest_legitimate_multi_get_is_answered(app: Any, serve_node: Serve) -> None:

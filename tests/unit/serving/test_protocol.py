@@ -61,7 +61,7 @@ async def test_pipelined_requests_are_answered_in_order(server: int) -> None:
             + get(A1 + "?wait_ms=1"))
     got = [await read_response(r) for _ in range(4)]
     assert [s for s, _, _ in got] == [200, 404, 200, 200]
-    assert json.loads(got[1][2])["status"] == "NOT_FOUND"
+    assert json.loads(got[1][2])["code"] == "NOT_FOUND"
     assert all(json.loads(b)["value"]["balance"] == 5 for s, _, b in got if s == 200)
     w.close()
 

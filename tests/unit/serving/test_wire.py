@@ -57,8 +57,8 @@ async def test_the_node_port_speaks_the_wire_after_its_preface(app: Any, serve_n
     assert [s for s, _ in got] == [200, 404, 421, 400]  # in order
     _, headers, body = await http_get(port, A1, "x-streamiq-forwarded: 1")
     assert got[0][1] == body  # byte for byte what an HTTP hop gets
-    assert json.loads(got[1][1])["status"] == "NOT_FOUND"
-    assert json.loads(got[2][1])["status"] == "NOT_ACTIVE"
+    assert json.loads(got[1][1])["code"] == "NOT_FOUND"
+    assert json.loads(got[2][1])["code"] == "NOT_ACTIVE"
     w.write(request_frame(P1, 3, A1.encode(), b"-"))  # the connection stays open for more
     assert await read_frame(r) == (200, body)
     w.close()
@@ -94,7 +94,7 @@ async def test_an_entry_node_forwards_lookups_over_the_wire(app: Any, second_app
     assert hop.pool(f"127.0.0.1:{owner}") == {"idle": 1, "busy": 0, "waiting": 0}
     status, headers, body = await http_get(port, "/v1/views/balances/keys/nobody")
     assert status == 404 and headers["x-streamiq-hops"] == "1"
-    assert json.loads(body)["status"] == "NOT_FOUND"
+    assert json.loads(body)["code"] == "NOT_FOUND"
 
 
 async def test_an_owner_without_the_wire_gets_http_hops(app: Any, second_app: Any,
