@@ -37,6 +37,7 @@ class Up:
         argv = [sys.executable, "-m", "streamiq", "up", "--app", "bank,orders",
                 "--nodes", str(nodes), "--node-port", str(self.node0),
                 "--broker-port", str(free_port()), "--ingest-port", str(self.ingest),
+                "--metrics-port", str(free_port()),
                 "--state-dir", str(root / "state"), "--checkpoint-dir", str(root / "ckpt")]
         env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONUNBUFFERED": "1"}
         self.started = time.monotonic()

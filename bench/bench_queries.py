@@ -22,6 +22,11 @@ straight to an echo process and through a relay process in between, both on bloc
 sockets and doing no work. On a 2-vCPU VM the relayed round trip is already about twice
 the direct one, so forwarded / local p50 at c=1 nears that ratio as serving gets faster.
 
+Last, metrics on vs off (issue 15): two more 2-node clusters, one with ``--no-metrics``,
+the same key lookups (half local, half forwarded, c=8) to each in ``--metrics-pairs``
+back-to-back pairs of alternating order (bench_log_level.paired); the median of the
+per-pair ratios is checked against on/off >= 0.95x. ``--only-metrics`` runs just that.
+
 Usage: .venv/bin/python bench/bench_queries.py [--keys 100000] [--seconds 5]
 Needs ``wrk`` (Debian: ``apt-get install -y wrk``). If ``nginx`` is installed (Debian:
 ``apt-get install -y nginx-light``), one more variant relays the local lookups through
@@ -37,6 +42,7 @@ import os
 import random
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -333,6 +339,10 @@ def main() -> None:
                     help="paired unloaded local/forwarded 1 s runs for the p50 ratio (median)")
     ap.add_argument("--client-pairs", type=int, default=8,
                     help="paired 2 s runs of raw httpx and the smart client (median)")
+    ap.add_argument("--metrics-pairs", type=int, default=8,
+                    help="paired 2 s runs with metrics on and off (median)")
+    ap.add_argument("--only-metrics", action="store_true",
+                    help="run only the metrics on/off comparison")
     ap.add_argument("--serve-ceiling", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--serve-echo", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--relay-to", type=int, help=argparse.SUPPRESS)
@@ -345,6 +355,28 @@ def main() -> None:
         return
     if shutil.which("wrk") is None:
         raise SystemExit("wrk not found (Debian: apt-get install -y wrk)")
+    if not a.only_metrics:
+        queries(a)
+    metrics_on_off(a)
+
+
+METRICS_TARGET = 0.95
+
+
+def metrics_on_off(a: argparse.Namespace) -> None:
+    """Lookups/s with metrics on vs off, paired (the cost of recording them)."""
+    from bench_log_level import paired  # it imports this module: not at import time
+
+    pa = argparse.Namespace(keys=a.keys, pairs=a.metrics_pairs, seconds=2.0, conns=8)
+    ratios, got = paired(pa, {"on": [], "off": ["--no-metrics"]}, {"on": None, "off": None})
+    med = statistics.median(ratios)
+    print(f"metrics: lookups/s (local + forwarded, c=8) on {got['on']:.0f}, off "
+          f"{got['off']:.0f}; median of {pa.pairs} paired ratios {med:.2f}x "
+          f"(pairs {', '.join(f'{r:.2f}' for r in ratios)}; target >= {METRICS_TARGET}x: "
+          f"{'met' if med >= METRICS_TARGET else 'NOT met'})")
+
+
+def queries(a: argparse.Namespace) -> None:
     root = Path(tempfile.mkdtemp(prefix="bench-queries-"))
     broker = EmbeddedBroker("127.0.0.1", free_port()).start()
     procs: list[NodeProc] = []

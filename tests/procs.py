@@ -188,8 +188,10 @@ class Deployment:
 
     def pipeline(self, app: str = "bank", extra: list[str] | None = None,
                  wait: bool = True) -> Proc:
+        self.pipeline_metrics = self._free_port()  # its /metrics (never the default 9400)
         p = self._procs("pipeline", [*self.common(app), "--master", "local[2]",
                                      "--checkpoint-dir", str(self.root / "checkpoints"),
+                                     "--metrics-port", str(self.pipeline_metrics),
                                      *(extra or [])], name="pipeline")
         if wait:
             p.wait_line("pipeline ready", 180)

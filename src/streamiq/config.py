@@ -50,6 +50,11 @@ class Settings(BaseSettings):
 
     log_level: str = Field("info", pattern="^(debug|info|warning|error)$",
                            description="Log level of every part (debug, info, warning, error).")
+    log_format: str = Field(
+        "auto", pattern="^(auto|json|text)$",
+        description="Log lines as JSON objects or text; auto: text on a terminal, else JSON.")
+    metrics: bool = Field(True, description="Prometheus metrics at /metrics (nodes, ingest) "
+                          "and on --metrics-port (pipeline); off: nothing recorded.")
 
     # --- embedded broker ---
     broker_host: str = Field("127.0.0.1", description="Embedded broker listen host.")
@@ -125,6 +130,9 @@ class Settings(BaseSettings):
     max_offsets_per_trigger: int | None = Field(
         None, ge=1, description="Cap on input records per micro-batch."
     )
+    metrics_host: str = Field("127.0.0.1", description="The pipeline's metrics listen host.")
+    metrics_port: int = Field(9400, ge=0, le=65535,
+                              description="The pipeline's Prometheus metrics port (0: none).")
 
     @field_validator("bootstrap_servers")
     @classmethod

@@ -103,6 +103,7 @@ class Up:
         self.root = root
         self.log_path = root / "up.log"
         self.broker_port = free_port()
+        self.metrics_port = free_port()  # the pipeline's (never the default 9400)
         self.ingest_port = free_port()
         self.node_port = _free_run(nodes, {self.broker_port, self.ingest_port})
         self.node_ports = [self.node_port + i for i in range(nodes)]
@@ -115,7 +116,7 @@ class Up:
         argv = [sys.executable, "-m", "streamiq", "up",
                 "--broker-port", str(self.broker_port), "--ingest-port", str(self.ingest_port),
                 "--node-port", str(self.node_port), "--nodes", str(len(self.node_ports)),
-                "--state-dir", str(self.root / "state"),
+                "--metrics-port", str(self.metrics_port), "--state-dir", str(self.root / "state"),
                 "--checkpoint-dir", str(self.root / "checkpoints")]
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
@@ -375,6 +376,9 @@ def test_sigkill_of_the_pipeline_loses_and_double_counts_nothing(up: Up) -> None
     assert up.child("pipeline") != old_pid
     assert not [pid for pid in old_jvm if _proc_info(pid) is not None], \
         "the killed pipeline's JVM outlived it"
+    # the restarted pipeline serves its metrics again on the port up gave it
+    metrics = httpx.get(f"http://127.0.0.1:{up.metrics_port}/metrics", timeout=10).text
+    assert 'streamiq_pipeline_input_records_total{view="balances"}' in metrics
 
 
 def test_sigkill_of_ingest_loses_no_acknowledged_write(up: Up) -> None:

@@ -27,7 +27,7 @@ __all__ = ["main"]
 
 _KAFKA = ("bootstrap_servers", "kafka_config", "cluster", "topic_prefix", "app", "views_module",
           "partitions",
-          "log_level")
+          "log_level", "log_format", "metrics")
 _BROKER = ("broker_host", "broker_port")
 _AUTH = ("auth", "jwt_secret", "api_keys")
 _TLS = ("tls_cert_file", "tls_key_file", "tls_ca_file")  # parts run on their own only
@@ -36,7 +36,8 @@ _NODE = ("host", "port", "advertised", "state_dir", "standby_replicas", "heartbe
          "member_timeout_ms", "membership_period_s", "max_lag", "wait_timeout_ms",
          "max_waiters", "internal_concurrency", "redirect", "cluster_secret", *_AUTH,
          *_TLS)
-_PIPELINE = ("master", "checkpoint_dir", "trigger_ms", "max_offsets_per_trigger")
+_PIPELINE = ("master", "checkpoint_dir", "trigger_ms", "max_offsets_per_trigger", "metrics_host",
+             "metrics_port")
 
 COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "up": ("run and supervise broker (unless --bootstrap-servers is given), ingest, "

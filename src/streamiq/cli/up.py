@@ -303,13 +303,22 @@ def _clock() -> str:
 def _common(s: Settings) -> list[str]:
     argv = ["--bootstrap-servers", s.bootstrap_servers, "--cluster", s.cluster,
             "--topic-prefix", s.topic_prefix,
-            "--app", s.app, "--partitions", str(s.partitions), "--log-level", s.log_level]
+            "--app", s.app, "--partitions", str(s.partitions), "--log-level", s.log_level,
+            "--log-format", _log_format(s)] + ([] if s.metrics else ["--no-metrics"])
     if s.views_module:
         argv += ["--views-module", s.views_module]
     if s.kafka_config:
         import json
         argv += ["--kafka-config", json.dumps(s.kafka_config)]
     return argv
+
+
+def _log_format(s: Settings) -> str:
+    """The children's stderr is a pipe to up: they log as up's own output is read (text
+    on a terminal, JSON lines otherwise), unless told."""
+    if s.log_format != "auto":
+        return s.log_format
+    return "text" if sys.stderr.isatty() else "json"
 
 
 def _parts(s: Settings, nodes: int, node_port: int) -> list[Part]:
@@ -320,7 +329,9 @@ def _parts(s: Settings, nodes: int, node_port: int) -> list[Part]:
                 ingest, _http_ok(f"{ingest}/health")),
            Part("pipeline", [*py, "pipeline", *_common(s), "--master", s.master,
                              "--checkpoint-dir", str(s.checkpoint_dir),
-                             "--trigger-ms", str(s.trigger_ms)],
+                             "--trigger-ms", str(s.trigger_ms),
+                             "--metrics-host", s.metrics_host,
+                             "--metrics-port", str(s.metrics_port)],
                 f"Spark {s.master}", _saw_ready_line)]
     for i in range(nodes):
         port = node_port + i

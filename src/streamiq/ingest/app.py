@@ -24,13 +24,15 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
 
-from fastapi import Depends, FastAPI, Path, Query, Request
+from fastapi import Depends, FastAPI, Path, Query, Request, Response
 from pydantic import BaseModel, Field
 
 from streamiq._http import ApiError, install_error_handlers
 from streamiq.auth import Authenticator
 from streamiq.config import Settings
+from streamiq.ingest.metrics import IngestCounters, Timed
 from streamiq.kafka.admin import ensure_topics
+from streamiq.metrics import CONTENT_TYPE
 from streamiq.serving.consistency import token_for
 from streamiq.views import bank, orders
 from streamiq.views.base import ID_PATTERN, App, load_app
@@ -116,6 +118,7 @@ def create_ingest_app(settings: Settings, app_def: App | None = None) -> FastAPI
                   description=__doc__)
     install_error_handlers(app)
     auth = Authenticator.from_settings(settings)
+    counters = app.state.counters = IngestCounters()
 
     async def writer(request: Request) -> None:
         """Writes need a token with the ``ingest`` scope (streamiq/auth.py)."""
@@ -128,7 +131,9 @@ def create_ingest_app(settings: Settings, app_def: App | None = None) -> FastAPI
         try:
             partition, offset = await state["producer"].send(topic, key, value)
         except Exception as exc:
+            counters.failed += 1
             raise ApiError(503, "PRODUCE_FAILED", f"write to {topic} failed: {exc}") from None
+        counters.written[topic] = counters.written.get(topic, 0) + 1
         log.debug("%s key=%s -> partition %d offset %d", topic, key, partition, offset)
         return {"topic": topic, "partition": partition, "offset": offset,
                 "position": token_for(topic, partition, offset), "key": key, "record": value}
@@ -154,6 +159,15 @@ def create_ingest_app(settings: Settings, app_def: App | None = None) -> FastAPI
     async def health() -> dict[str, Any]:
         return {"status": "ok", "topics": list(app_def.topics)}
 
+    if settings.metrics:
+        app.add_middleware(Timed, counters=counters)
+        render = counters.render()
+
+        @app.get("/metrics", tags=["ops"], response_class=Response,
+                 summary="Prometheus metrics of the ingest service")
+        async def metrics() -> Response:
+            return Response(render(), media_type=CONTENT_TYPE)
+
     return app
 
 
@@ -162,7 +176,7 @@ def run_ingest(settings: Settings) -> None:
 
     from streamiq.serving.logs import configure_logging
 
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, settings.log_format)
     scheme = "https" if settings.tls_cert_file else "http"
     print(f"streamiq ingest listening on {scheme}://{settings.ingest_host}:"
           f"{settings.ingest_port}", flush=True)

@@ -33,6 +33,7 @@ from streamiq.pipeline.deadletter import (
     parse_input,
     valid_column,
 )
+from streamiq.pipeline.metrics import PipelineStats
 from streamiq.pipeline.sink import batch_offsets, view_rows
 from streamiq.pipeline.sinkwriter import sink
 from streamiq.pipeline.source import FORMAT
@@ -113,6 +114,7 @@ class Pipeline:
         self.app = app
         self.kafka = settings.kafka()
         self.runs: dict[str, _ViewRun] = {}
+        self.stats = PipelineStats()  # --metrics-port (pipeline/metrics.py)
         self.events: queue.Queue[dict[str, Any]] = queue.Queue()
         self.error: BaseException | None = None
         self._recovered = True
@@ -234,6 +236,9 @@ class Pipeline:
                 src = p.sources[0] if p.sources else None
                 events.put({"name": p.name, "batch_id": p.batchId, "bad": int(metric["bad"]),
                             "records": int(metric["records"]),
+                            "duration_ms": p.batchDuration,
+                            "input_rate": p.inputRowsPerSecond,
+                            "process_rate": p.processedRowsPerSecond,
                             "start": src.startOffset if src else None,
                             "end": src.endOffset if src else None})
 
@@ -304,6 +309,7 @@ class Pipeline:
         if len(run.restarts) > _RESTARTS:
             raise RuntimeError(f"view {run.view.name!r}: query stopped {len(run.restarts)} "
                                f"times in {_RESTART_WINDOW_S:.0f} s; last: {first_line}")
+        self.stats.restarted(run.view.name)
         log.warning("view %s: query stopped (%s); restarting it from its checkpoint "
                     "(restart %d)", run.view.name, first_line, len(run.restarts))
         self._start_query(run)
@@ -329,6 +335,7 @@ class Pipeline:
         run = self.runs.get(ev["name"])
         if run is None:
             return
+        self.stats.batch(run.view.name, ev)
         run.records += ev["records"]
         if run.dead is None:
             return
@@ -366,7 +373,7 @@ class Pipeline:
 
 def run_pipeline(settings: Settings) -> None:
     """Run the app's views until SIGTERM/SIGINT (blocking); exit 1 if a query fails."""
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, settings.log_format)
     app = load_app(settings.app, settings.views_module)
     stop = threading.Event()
 
@@ -380,6 +387,8 @@ def run_pipeline(settings: Settings) -> None:
     spark = spark_session(settings.master, app_name=f"streamiq-{app.name}",
                           shuffle_partitions=settings.partitions)
     pipeline = Pipeline(spark, settings, app, stopping=stop)
+    if settings.metrics and settings.metrics_port:
+        pipeline.stats.serve(settings.metrics_host, settings.metrics_port)
     failed = False
     try:
         pipeline.start()

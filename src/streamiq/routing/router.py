@@ -13,6 +13,7 @@ each node materialises all of it and answers its lookups where they arrive.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,8 @@ from streamiq.routing.assignment import assign
 from streamiq.routing.membership import Member, Membership
 
 __all__ = ["Endpoint", "Router"]
+
+log = logging.getLogger("streamiq.routing")
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,8 @@ class Router:
         self.global_views = frozenset(global_views)  # held whole by every member
         self.copies = 1 + standby_replicas
         self._cache: tuple[frozenset[str], dict[int, dict[int, list[str]]]] | None = None
+        self._members: frozenset[str] = frozenset()  # the live set last routed with
+        self.changes = 0  # times the live set changed (joins and departures)
 
     @property
     def me(self) -> str:
@@ -48,9 +53,21 @@ class Router:
         """partition count -> partition -> [active, standbys...] for the live members."""
         live = frozenset(members if members is not None else self.membership.live())
         if self._cache is None or self._cache[0] != live:
+            if live != self._members:
+                self._changed(live)
             counts = set(self.partitions.values())
             self._cache = (live, {n: assign(sorted(live), n, self.copies) for n in counts})
         return self._cache[1]
+
+    def _changed(self, live: frozenset[str]) -> None:
+        """One line per membership change (the metric counts them)."""
+        joined, left = sorted(live - self._members), sorted(self._members - live)
+        if self._members or len(live) > 1:  # not this node alone on its first look
+            self.changes += 1
+            log.info("members: %s%s%s; %d live", "joined " + ", ".join(joined) if joined else "",
+                     "; " if joined and left else "", "left " + ", ".join(left) if left else "",
+                     len(live))
+        self._members = live
 
     def add_view(self, view: str, partitions: int, is_global: bool = False) -> None:
         """Route a view found while running (the view catalog)."""

@@ -19,9 +19,11 @@ from fastapi.responses import JSONResponse
 from streamiq._http import install_error_handlers
 from streamiq.config import Settings
 from streamiq.errors import BadRequest
+from streamiq.metrics import CONTENT_TYPE, Latency
 from streamiq.serving.answers import Answers
 from streamiq.serving.coordinator import Coordinator
 from streamiq.serving.fastpath import LeanLookups
+from streamiq.serving.metrics import LABELS, Timed, node_metrics
 from streamiq.serving.node import Node
 from streamiq.serving.params import MaxLag, Position, WaitMs
 from streamiq.serving.queries import query_routes
@@ -35,6 +37,14 @@ def _open_routes(deps: Answers) -> APIRouter:
     """What answers without a token: liveness and readiness (probes carry none)."""
     r = APIRouter()
     node = deps.node
+
+    if node.settings.metrics:
+        render = node_metrics(node, deps.coordinator)
+
+        @r.get("/metrics", tags=["ops"], summary="Prometheus metrics of this node",
+               response_class=Response)
+        async def metrics() -> Response:
+            return Response(render(), media_type=CONTENT_TYPE)
 
     @r.get("/health", tags=["ops"], summary="Liveness and readiness of this node")
     async def health() -> JSONResponse:
@@ -109,7 +119,9 @@ def create_asgi(settings: Settings, node: Node) -> LeanLookups:
     does not answer goes through the full app unchanged.
     """
     app = create_app(settings, node)
-    return LeanLookups(app, deps=app.state.deps)
+    deps: Answers = app.state.deps
+    latency = deps.coordinator.traffic.latency
+    return LeanLookups(app if latency is None else Timed(app, latency), deps=deps)
 
 
 def create_app(settings: Settings, node: Node) -> FastAPI:
@@ -119,6 +131,8 @@ def create_app(settings: Settings, node: Node) -> FastAPI:
     it returns: the lifespan is the last sure place to close RocksDB and leave the
     cluster)."""
     coordinator = Coordinator(node)
+    if settings.metrics:  # recorded per query (serving/metrics.py)
+        coordinator.traffic.latency = Latency(LABELS)
     deps = Answers(node, coordinator)
 
     @asynccontextmanager

@@ -37,6 +37,7 @@ import contextlib
 import logging
 import re
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from time import perf_counter
 from typing import Any
 from urllib.parse import quote, unquote
 
@@ -51,6 +52,7 @@ from streamiq.serving.coordinator import (
     relayed_headers,
 )
 from streamiq.serving.hop import HopReply
+from streamiq.serving.metrics import served_of
 from streamiq.serving.wire import WireUnsupported, request_frame
 from streamiq.views.base import ID_PATTERN, View
 
@@ -93,9 +95,14 @@ class LeanLookups:
     async def __call__(self, scope: Scope, receive: Callable[[], Awaitable[Message]],
                        send: Callable[[Message], Awaitable[None]]) -> None:
         if scope["type"] == "http" and scope["method"] == "GET" and not scope["query_string"]:
+            t0 = perf_counter()
             answer = await self.answer(scope["path"], scope["headers"], scope.get("raw_path"))
             if answer is not None:
                 status, body, headers = answer
+                latency = self.deps.coordinator.traffic.latency
+                if latency is not None:
+                    served = served_of("lookup", scope["headers"], headers)
+                    latency.observe(("lookup", served), perf_counter() - t0)
                 await send({"type": "http.response.start", "status": status,
                             "headers": headers})
                 await send({"type": "http.response.body", "body": body})

@@ -57,7 +57,7 @@ def run_node(settings: Settings) -> None:
     ``os._exit(1)`` is only the backstop when that shutdown hangs (a thread stuck in a
     native call) for ``FATAL_EXIT_GRACE_S``: a failed node must never linger half-alive.
     """
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, settings.log_format)
     code = asyncio.run(_serve(settings))
     if code == 1:
         log.critical("node %s exiting with status 1: a part could not recover",

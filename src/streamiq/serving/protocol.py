@@ -34,6 +34,7 @@ import asyncio
 import inspect
 import logging
 from collections.abc import Awaitable
+from time import perf_counter
 from typing import Any, cast
 
 import uvicorn
@@ -42,11 +43,13 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResp
 
 from streamiq.serving.fastpath import PENDING, Answer, LeanLookups
 from streamiq.serving.http_limits import LimitedHttpProtocol
+from streamiq.serving.metrics import served_of
 from streamiq.serving.wire import PREFACE, WireServer
 
 __all__ = ["MISSING_HOOKS", "NodeHttpProtocol", "missing_hooks", "node_protocol"]
 
 log = logging.getLogger("streamiq.node")
+_T0 = "streamiq.t0"  # scope key: when the lean path began answering (latency metric)
 
 #: What NodeHttpProtocol uses of uvicorn's httptools protocol beyond its public API.
 _PROTOCOL_HOOKS = ("_start_asgi_task", "_unset_keepalive_if_required", "on_message_begin",
@@ -136,6 +139,8 @@ class NodeHttpProtocol(LimitedHttpProtocol):
         self._head: bytes | None = b""  # a new connection's first bytes, until known
         self._wire: WireServer | None = None
         self._defaults: tuple[object, bytes] = (None, b"")  # default headers, rendered
+        # the lean path's answers' latency (serving/metrics.py); None: metrics off
+        self._latency = None if self._lean is None else self._lean.deps.coordinator.traffic.latency
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._raw_transport = transport  # the wire writes whole replies itself
@@ -192,6 +197,7 @@ class NodeHttpProtocol(LimitedHttpProtocol):
         scope = cycle.scope
         if (self._lean is not None and app is self.app and scope["method"] == "GET"
                 and not scope["query_string"]):
+            cast(Any, scope)[_T0] = perf_counter()
             pending = self._lean.begin(scope["path"], scope["headers"],
                                        lambda answer: self._answered(cycle, answer),
                                        scope["raw_path"])
@@ -225,6 +231,9 @@ class NodeHttpProtocol(LimitedHttpProtocol):
         if cycle.disconnected or cycle.response_complete:
             return
         status, body, headers = answer
+        if self._latency is not None:
+            self._latency.observe(("lookup", served_of("lookup", cycle.scope["headers"], headers)),
+                                  perf_counter() - cast(Any, cycle.scope)[_T0])
         src, defaults = self._defaults
         if cycle.default_headers is not src:  # uvicorn sets a new list (date) every second
             defaults = b"".join(b"%s: %s\r\n" % h for h in cycle.default_headers)

@@ -15,6 +15,8 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 
+from streamiq.metrics import Latency
+
 __all__ = ["Traffic", "log_summaries"]
 
 log = logging.getLogger("streamiq.traffic")
@@ -29,6 +31,7 @@ class Traffic:
     fanout: int = 0  # scatter-gather requests (multi-get, scan, aggregate) coordinated here
     for_peers: int = 0  # forwarded requests from other nodes answered here
     unavailable: int = 0  # no replica could answer (503)
+    latency: Latency | None = None  # per query type and how served; None: metrics off
 
     def forwarded_to(self, owner: str) -> None:
         self.forwarded[owner] = self.forwarded.get(owner, 0) + 1

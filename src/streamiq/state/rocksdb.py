@@ -96,5 +96,13 @@ class RocksDBStore(Store):
             it.next()
         return out
 
+    def stats(self) -> dict[str, int]:
+        """RocksDB's own estimates: keys (checkpoint entries included, one per
+        partition) and bytes in SST files plus memtables."""
+        prop = self._db.property_int_value
+        return {"rows": int(prop("rocksdb.estimate-num-keys") or 0),
+                "bytes": int((prop("rocksdb.total-sst-files-size") or 0)
+                             + (prop("rocksdb.cur-size-all-mem-tables") or 0))}
+
     def close(self) -> None:
         self._db.close()

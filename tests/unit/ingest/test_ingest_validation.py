@@ -119,3 +119,25 @@ def test_writes_need_a_token_with_the_ingest_scope(monkeypatch: pytest.MonkeyPat
         r = c.post("/account/100001", params={"amount": 5}, headers=writer)
         assert r.status_code == 200, r.text
         assert len(_FakeProducer.sent) == 1
+
+
+def test_metrics_count_writes_refusals_and_time_each_route(client: TestClient) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for i in range(3):
+        assert client.post(f"/account/a{i}?amount=5").status_code == 200
+    assert client.post("/orders", content=_order(1),
+                       headers={"content-type": "application/json"}).status_code == 200
+    assert client.post("/orders", content=_order("NaN"),
+                       headers={"content-type": "application/json"}).status_code == 400
+    r = client.get("/metrics")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for f in text_string_to_metric_families(r.text) for s in f.samples}
+    assert samples[("streamiq_ingest_records_total", (("topic", "bank-transactions"),))] == 3
+    assert samples[("streamiq_ingest_records_total", (("topic", "orders"),))] == 1
+    assert samples[("streamiq_ingest_refused_total", ())] == 1
+    assert samples[("streamiq_ingest_failed_total", ())] == 0
+    count = "streamiq_ingest_request_duration_seconds_count"
+    assert samples[(count, (("code", "2xx"), ("route", "/account/{account}")))] == 3
+    assert samples[(count, (("code", "4xx"), ("route", "/orders")))] == 1

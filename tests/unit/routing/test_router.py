@@ -99,3 +99,23 @@ def test_a_view_found_while_running_is_routed() -> None:
     r = _router(_all_hold())
     r.add_view("g", 2, is_global=True)
     assert sorted(r.assigned("g", 1)) == [A, B, C] and r.partitions["g"] == 2
+
+
+def test_membership_changes_are_counted_and_logged_once_each(
+        caplog: Any) -> None:
+    import logging
+
+    members: dict[str, dict[str, Any]] = {A: {}}
+    r = _router(members)
+    with caplog.at_level(logging.INFO, logger="streamiq.routing"):
+        r.assignment()  # this node alone, first look: not a change
+        assert r.changes == 0
+        members[B] = {}
+        members[C] = {}
+        r.assignment()
+        r.assignment()  # same members: nothing new
+        del members[B]
+        r.assignment()
+    assert r.changes == 2
+    lines = [rec.getMessage() for rec in caplog.records]
+    assert lines == [f"members: joined {B}, {C}; 3 live", f"members: left {B}; 2 live"]
