@@ -7,6 +7,11 @@ STAMP := $(VENV)/.installed
 .PHONY: install demo test test-unit test-integration lint bench clean
 
 $(STAMP): pyproject.toml
+	@# the dashboard's browser test drives Debian's Chromium (no browser download)
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+	  && { apt-get install -y -q chromium >/dev/null \
+	       || { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }; }; } \
+	  || echo "note: Chromium not installed (apt-get install -y chromium): the dashboard's browser test will fail"
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev,embedded]'

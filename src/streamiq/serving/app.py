@@ -22,6 +22,7 @@ from streamiq.errors import BadRequest
 from streamiq.metrics import CONTENT_TYPE, Latency
 from streamiq.serving.answers import Answers
 from streamiq.serving.coordinator import Coordinator
+from streamiq.serving.dashboard import dashboard_routes, mount_page
 from streamiq.serving.fastpath import LeanLookups
 from streamiq.serving.metrics import LABELS, Timed, node_metrics
 from streamiq.serving.node import Node
@@ -148,8 +149,10 @@ def create_app(settings: Settings, node: Node) -> FastAPI:
                   description=__doc__)
     install_error_handlers(app)
     app.include_router(_open_routes(deps))
+    mount_page(app)  # the dashboard's page and files: open, they hold no data
     guarded = _routes(deps)
     guarded.include_router(query_routes(deps))
+    guarded.include_router(dashboard_routes(deps))
     app.include_router(guarded)
     app.state.deps = deps
     return app

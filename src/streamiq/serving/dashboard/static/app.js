@@ -1,0 +1,252 @@
+// streamiq dashboard: reads /v1/events (server-sent events, fetched with the token) and
+// draws the cluster; runs queries against this node. Plain ES module, no dependencies.
+
+const $ = (sel) => document.querySelector(sel);
+let previous = null; // the last snapshot: request rates are differences between two
+let reading = null;  // the AbortController of the open event stream
+
+function authHeaders() {
+  const token = sessionStorage.getItem("streamiq-token") || "";
+  return token ? { authorization: `Bearer ${token}` } : {};
+}
+
+function cell(text, cls) {
+  const td = document.createElement("td");
+  td.textContent = text;
+  if (cls) td.className = cls;
+  return td;
+}
+
+function ms(seconds) {
+  return seconds == null ? "-" : `${(seconds * 1000).toFixed(seconds < 0.01 ? 2 : 1)} ms`;
+}
+
+function roles(snap) {
+  // view -> partition -> node -> {role, lag}
+  const out = {};
+  const held = {};
+  for (const n of snap.cluster.nodes) {
+    for (const [view, parts] of Object.entries(n.partitions)) {
+      for (const [p, st] of Object.entries(parts)) {
+        ((held[view] ??= {})[p] ??= {})[n.endpoint] = st;
+      }
+    }
+  }
+  for (const [view, parts] of Object.entries(snap.cluster.views)) {
+    out[view] = {};
+    for (const [p, info] of Object.entries(parts)) {
+      const row = (out[view][p] = {});
+      const here = (held[view] || {})[p] || {};
+      for (const [node, st] of Object.entries(here)) {
+        const i = info.assigned.indexOf(node);
+        const role = !st.restored ? "restoring" : i === 0 ? "active" : i > 0 ? "standby" : "previous";
+        row[node] = { role, lag: st.lag };
+      }
+    }
+  }
+  return out;
+}
+
+function drawNodes(snap, map) {
+  const body = $("#nodes tbody");
+  body.replaceChildren();
+  for (const n of snap.cluster.nodes) {
+    let active = 0, standby = 0, restoring = 0, lag = 0;
+    for (const parts of Object.values(map)) {
+      for (const row of Object.values(parts)) {
+        const r = row[n.endpoint];
+        if (!r) continue;
+        if (r.role === "active") active++;
+        else if (r.role === "restoring") restoring++;
+        else standby++;
+        lag = Math.max(lag, r.lag);
+      }
+    }
+    const tr = document.createElement("tr");
+    tr.dataset.node = n.endpoint;
+    const name = n.endpoint + (n.self ? " (this node)" : "");
+    const up = n.started_at ? `${Math.max(0, Math.round(snap.at - n.started_at))} s` : "-";
+    tr.append(cell(name), cell(active), cell(standby), cell(restoring), cell(lag), cell(up));
+    body.append(tr);
+  }
+}
+
+function drawMap(snap, map) {
+  const nodes = snap.cluster.nodes.map((n) => n.endpoint);
+  const root = $("#map");
+  root.replaceChildren();
+  for (const [view, parts] of Object.entries(map).sort()) {
+    const table = document.createElement("table");
+    table.dataset.view = view;
+    const caption = document.createElement("caption");
+    caption.textContent = view;
+    const head = document.createElement("tr");
+    const corner = document.createElement("th");
+    corner.scope = "col";
+    corner.textContent = "partition";
+    head.append(corner);
+    for (const n of nodes) {
+      const th = document.createElement("th");
+      th.scope = "col";
+      th.textContent = n;
+      head.append(th);
+    }
+    table.append(caption, head);
+    for (const [p, row] of Object.entries(parts)) {
+      const tr = document.createElement("tr");
+      const th = document.createElement("th");
+      th.scope = "row";
+      th.textContent = p;
+      tr.append(th);
+      for (const n of nodes) {
+        const td = document.createElement("td");
+        td.className = "cell";
+        const r = row[n];
+        td.dataset.node = n;
+        td.dataset.partition = p;
+        td.dataset.role = r ? r.role : "none";
+        if (r) {
+          const span = document.createElement("span");
+          span.className = r.role === "previous" ? "standby" : r.role;
+          span.textContent = `${r.role[0].toUpperCase()} ${r.lag}`;
+          span.title = `${r.role}, lag ${r.lag}`;
+          td.append(span);
+        } else {
+          td.textContent = "-";
+        }
+        tr.append(td);
+      }
+      table.append(tr);
+    }
+    root.append(table);
+  }
+}
+
+function drawTraffic(snap) {
+  const body = $("#traffic tbody");
+  body.replaceChildren();
+  const dt = previous ? snap.at - previous.at : 0;
+  for (const served of ["local", "forwarded", "fanout"]) {
+    const total = snap.traffic[served];
+    const rate = dt > 0 ? (total - previous.traffic[served]) / dt : 0;
+    const lat = snap.latency[served] || {};
+    const tr = document.createElement("tr");
+    tr.append(cell(served), cell(rate.toFixed(1)), cell(ms(lat.p50)), cell(ms(lat.p99)),
+      cell(total));
+    body.append(tr);
+  }
+}
+
+function drawPipeline(snap) {
+  const body = $("#pipeline tbody");
+  body.replaceChildren();
+  const views = Object.entries(snap.pipeline || {});
+  if (!views.length) {
+    const tr = document.createElement("tr");
+    const td = cell("no progress published yet");
+    td.colSpan = 7;
+    tr.append(td);
+    body.append(tr);
+  }
+  for (const [view, p] of views.sort()) {
+    const tr = document.createElement("tr");
+    const age = p.at ? `${Math.max(0, Math.round(snap.at - p.at))} s ago` : "-";
+    tr.append(cell(view), cell(p.batches), cell((p.input_rate || 0).toFixed(1)),
+      cell((p.process_rate || 0).toFixed(1)), cell(ms((p.duration_ms || 0) / 1000)),
+      cell(p.dead_letters), cell(age));
+    body.append(tr);
+  }
+}
+
+function draw(snap) {
+  const map = roles(snap);
+  drawNodes(snap, map);
+  drawMap(snap, map);
+  drawTraffic(snap);
+  drawPipeline(snap);
+  $("#status").textContent =
+    `live from ${snap.self}${snap.ready ? "" : " (not ready)"}: ${snap.cluster.nodes.length} nodes`;
+  previous = snap;
+}
+
+async function follow() {
+  if (reading) reading.abort();
+  reading = new AbortController();
+  const status = $("#status");
+  while (true) {
+    try {
+      const r = await fetch("/v1/events", { headers: authHeaders(), signal: reading.signal });
+      if (r.status === 401 || r.status === 403) {
+        status.textContent = `token refused (${r.status}): paste the token and connect`;
+        return;
+      }
+      if (!r.ok) throw new Error(`HTTP ${r.status}`);
+      const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
+      let buf = "";
+      while (true) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buf += value;
+        let end;
+        while ((end = buf.indexOf("\n\n")) >= 0) {
+          const frame = buf.slice(0, end);
+          buf = buf.slice(end + 2);
+          if (frame.startsWith("data: ")) draw(JSON.parse(frame.slice(6)));
+        }
+      }
+    } catch (err) {
+      if (reading.signal.aborted) return;
+      status.textContent = `disconnected (${err.message}); retrying`;
+    }
+    await new Promise((ok) => setTimeout(ok, 1000));
+  }
+}
+
+function queryRequest(form) {
+  const type = form.get("type");
+  const view = encodeURIComponent(form.get("view").trim());
+  const key = form.get("key").trim();
+  const params = form.get("params").trim();
+  const qs = params ? `?${params}` : "";
+  const base = `/v1/views/${view}`;
+  switch (type) {
+    case "lookup": return [`${base}/keys/${encodeURIComponent(key)}${qs}`, {}];
+    case "windows": return [`${base}/keys/${encodeURIComponent(key)}/windows${qs}`, {}];
+    case "multiget": return [`${base}/keys${qs}`, {
+      method: "POST", headers: { "content-type": "application/json" },
+      body: JSON.stringify({ keys: key.split(",").map((k) => k.trim()).filter(Boolean) }) }];
+    default: return [`${base}/${type}${qs}`, {}];
+  }
+}
+
+async function runQuery(event) {
+  event.preventDefault();
+  const [url, init] = queryRequest(new FormData(event.target));
+  const meta = $("#q-meta");
+  const answer = $("#q-answer");
+  meta.textContent = `${init.method || "GET"} ${url} ...`;
+  const t0 = performance.now();
+  try {
+    const r = await fetch(url, { ...init, headers: { ...(init.headers || {}), ...authHeaders() } });
+    const took = performance.now() - t0;
+    const text = await r.text();
+    let shown = text;
+    try { shown = JSON.stringify(JSON.parse(text), null, 2); } catch { /* not JSON */ }
+    const by = r.headers.get("x-streamiq-served-by") || "-";
+    const hops = r.headers.get("x-streamiq-hops") || "0";
+    meta.textContent = `${r.status} in ${took.toFixed(1)} ms; answered by ${by}, ` +
+      `${hops} hop${hops === "1" ? "" : "s"} from this node`;
+    answer.textContent = shown;
+  } catch (err) {
+    meta.textContent = `failed: ${err.message}`;
+  }
+}
+
+$("#token").value = sessionStorage.getItem("streamiq-token") || "";
+$("#auth").addEventListener("submit", (e) => {
+  e.preventDefault();
+  sessionStorage.setItem("streamiq-token", $("#token").value.trim());
+  follow();
+});
+$("#query").addEventListener("submit", runQuery);
+follow();

@@ -1,0 +1,94 @@
+"""The dashboard in a real browser (headless Chromium, driven by Playwright) against
+three real nodes with authentication on: it shows every node and partition, the map
+changes when a node stops, and a query typed in the box answers the right value.
+
+A screenshot of each state is saved under tests/artifacts/ (kept by CI as artifacts).
+Chromium is Debian's package (``make install`` puts it there as root); Playwright
+drives it through ``executable_path``, so nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from changelog import produce_rows
+
+from streamiq.kafka.admin import ensure_topics
+from streamiq.views.bank import BALANCES
+
+pytestmark = pytest.mark.integration
+
+ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
+WAIT_MS = 90_000
+
+
+def _chromium() -> str:
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert path, "Chromium is missing: apt-get install -y chromium (make install does it as root)"
+    return path
+
+
+def _actives(page: Any) -> int:
+    return int(page.locator('#map table[data-view="balances"] td[data-role="active"]').count())
+
+
+def test_dashboard_shows_the_cluster_live_and_runs_queries(cluster: Any) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    rows = [{"account": f"a{i}", "balance": i, "count": 1, "last_update": 0} for i in range(30)]
+    ensure_topics({"bootstrap.servers": cluster.bootstrap},
+                  {cluster.topic(BALANCES.changelog_topic): 3})
+    produce_rows(cluster.bootstrap, cluster.topic(BALANCES.changelog_topic), BALANCES, rows)
+    cluster.auth = True
+    nodes = cluster.nodes(3, extra=["--standby-replicas", "1"])
+    ports = [p for p, _ in nodes]
+    cluster.settle(ports, "balances")
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=_chromium(), headless=True,
+                                     args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 1000})
+            page.goto(f"http://127.0.0.1:{ports[0]}/")
+            page.fill("#token", cluster.token)
+            page.click("#auth button")
+            node_rows = page.locator("#nodes tbody tr")
+            expect(node_rows).to_have_count(3, timeout=WAIT_MS)
+            for port in ports:
+                expect(page.locator(f'#nodes tr[data-node="127.0.0.1:{port}"]')).to_have_count(1)
+            balances = page.locator('#map table[data-view="balances"]')
+            expect(balances.locator("tr")).to_have_count(4)  # a header row and 3 partitions
+            page.wait_for_function(
+                "document.querySelectorAll('#map table[data-view=\"balances\"] "
+                "td[data-role=\"active\"]').length === 3", timeout=WAIT_MS)
+            assert _actives(page) == 3
+            page.screenshot(path=str(ARTIFACTS / "dashboard-3-nodes.png"), full_page=True)
+
+            page.fill("#q-view", "balances")
+            page.fill("#q-key", "a7")
+            page.click("#query button")
+            expect(page.locator("#q-answer")).to_contain_text('"balance": 7', timeout=WAIT_MS)
+            expect(page.locator("#q-meta")).to_contain_text("200 in")
+            expect(page.locator("#q-meta")).to_contain_text("answered by 127.0.0.1:")
+
+            page.select_option("#q-type", "aggregate")
+            page.fill("#q-params", "agg=sum(balance)")
+            page.click("#query button")
+            expect(page.locator("#q-answer")).to_contain_text(f'"sum(balance)": {sum(range(30))}',
+                                                              timeout=WAIT_MS)
+
+            stopped = ports[2]
+            nodes[2][1].stop()
+            expect(node_rows).to_have_count(2, timeout=WAIT_MS)
+            gone = page.locator(f'#map td[data-node="127.0.0.1:{stopped}"]')
+            expect(gone).to_have_count(0, timeout=WAIT_MS)
+            page.wait_for_function(  # the survivors took over every active partition
+                "document.querySelectorAll('#map table[data-view=\"balances\"] "
+                "td[data-role=\"active\"]').length === 3", timeout=WAIT_MS)
+            page.screenshot(path=str(ARTIFACTS / "dashboard-node-stopped.png"), full_page=True)
+        finally:
+            browser.close()
+    assert (ARTIFACTS / "dashboard-node-stopped.png").stat().st_size > 10_000
