@@ -111,3 +111,16 @@ def test_each_part_counts_a_known_workload_exactly(cluster: Any) -> None:
     read = pipeline["streamiq_pipeline_input_records"][
         ("streamiq_pipeline_input_records_total", (("view", "balances"),))]
     assert read == 3 * len(accounts) + 2  # every input record, the two invalid ones too
+
+    # what the pipeline published reaches every node's dashboard
+    for port in nodes:
+        while True:
+            doc = httpx.get(f"http://127.0.0.1:{port}/v1/dashboard", timeout=10).json()
+            shown = doc["pipeline"].get("balances", {})
+            if shown.get("dead_letters") == 2:
+                break
+            assert time.monotonic() < deadline + 60, doc["pipeline"]
+            time.sleep(0.5)
+        assert shown["batches"] >= 1 and shown["records"] >= 2 and shown["at"] > 0
+        assert {n["endpoint"] for n in doc["cluster"]["nodes"]} == {
+            f"127.0.0.1:{p}" for p in nodes}

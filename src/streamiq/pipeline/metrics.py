@@ -32,6 +32,7 @@ class PipelineStats:
     restarts: dict[str, int] = field(default_factory=dict)  # view -> query restarts
     input_rate: dict[str, float] = field(default_factory=dict)  # last batch, records/s
     process_rate: dict[str, float] = field(default_factory=dict)
+    last_ms: dict[str, int] = field(default_factory=dict)  # last batch's duration
     durations: Latency = field(default_factory=lambda: Latency(("view",), _BATCH_BUCKETS))
 
     def batch(self, view: str, ev: dict[str, Any]) -> None:
@@ -40,7 +41,18 @@ class PipelineStats:
         self.dead_letters[view] = self.dead_letters.get(view, 0) + int(ev.get("bad", 0))
         self.input_rate[view] = float(ev.get("input_rate") or 0.0)
         self.process_rate[view] = float(ev.get("process_rate") or 0.0)
-        self.durations.observe((view,), float(ev.get("duration_ms") or 0) / 1000)
+        self.last_ms[view] = int(ev.get("duration_ms") or 0)
+        self.durations.observe((view,), self.last_ms[view] / 1000)
+
+    def progress(self, view: str) -> dict[str, Any]:
+        """What the dashboards show of a view (``pipeline/progress.py`` publishes it)."""
+        last = self.durations.counts.get((view,))
+        return {"batches": sum(last) if last else 0, "records": self.records.get(view, 0),
+                "dead_letters": self.dead_letters.get(view, 0),
+                "restarts": self.restarts.get(view, 0),
+                "input_rate": self.input_rate.get(view, 0.0),
+                "process_rate": self.process_rate.get(view, 0.0),
+                "duration_ms": self.last_ms.get(view, 0)}
 
     def restarted(self, view: str) -> None:
         self.restarts[view] = self.restarts.get(view, 0) + 1

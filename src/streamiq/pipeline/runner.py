@@ -34,12 +34,14 @@ from streamiq.pipeline.deadletter import (
     valid_column,
 )
 from streamiq.pipeline.metrics import PipelineStats
+from streamiq.pipeline.progress import ProgressPublisher
 from streamiq.pipeline.sink import batch_offsets, view_rows
 from streamiq.pipeline.sinkwriter import sink
 from streamiq.pipeline.source import FORMAT
 from streamiq.pipeline.warmup import warm_up
 from streamiq.serving.logs import configure_logging
 from streamiq.views.base import App, View, load_app
+from streamiq.views.catalog import progress_topic
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -115,6 +117,8 @@ class Pipeline:
         self.kafka = settings.kafka()
         self.runs: dict[str, _ViewRun] = {}
         self.stats = PipelineStats()  # --metrics-port (pipeline/metrics.py)
+        self.progress = ProgressPublisher(  # for the nodes' dashboards
+            self.kafka, settings.topic(progress_topic(settings.cluster)))
         self.events: queue.Queue[dict[str, Any]] = queue.Queue()
         self.error: BaseException | None = None
         self._recovered = True
@@ -336,6 +340,8 @@ class Pipeline:
         if run is None:
             return
         self.stats.batch(run.view.name, ev)
+        self.progress.publish(run.view.name, self.stats.progress(run.view.name),
+                              force=bool(ev["bad"]))
         run.records += ev["records"]
         if run.dead is None:
             return
@@ -368,6 +374,7 @@ class Pipeline:
         if self._listener is not None:
             self.spark.streams.removeListener(self._listener)
             self._listener = None
+        self.progress.close()
         self.pause_file.unlink(missing_ok=True)
 
 

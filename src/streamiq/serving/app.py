@@ -8,6 +8,7 @@ Every answer says who served it: ``served_by``, ``role`` (active / standby / pre
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -27,8 +28,11 @@ from streamiq.serving.fastpath import LeanLookups
 from streamiq.serving.metrics import LABELS, Timed, node_metrics
 from streamiq.serving.node import Node
 from streamiq.serving.params import MaxLag, Position, WaitMs
+from streamiq.serving.progress import Progress
 from streamiq.serving.queries import query_routes
+from streamiq.supervise import Supervisor
 from streamiq.views.base import ID_PATTERN
+from streamiq.views.catalog import progress_topic
 
 __all__ = ["create_app", "create_asgi"]
 
@@ -125,6 +129,15 @@ def create_asgi(settings: Settings, node: Node) -> LeanLookups:
     return LeanLookups(app if latency is None else Timed(app, latency), deps=deps)
 
 
+def _progress(settings: Settings) -> Progress:
+    """Follow the pipeline's progress (dashboard only: a supervisor of its own, so its
+    failures never make the node unready)."""
+    p = Progress(settings.kafka(), settings.topic(progress_topic(settings.cluster)),
+                 Supervisor())
+    p.start()
+    return p
+
+
 def create_app(settings: Settings, node: Node) -> FastAPI:
     """The HTTP routes over a node that is already open (``Node.open``). The lifespan
     runs the coordinator (pooled sessions, traffic summaries) and, at shutdown, closes
@@ -136,12 +149,16 @@ def create_app(settings: Settings, node: Node) -> FastAPI:
         coordinator.traffic.latency = Latency(LABELS)
     deps = Answers(node, coordinator)
 
+    followed: list[Progress] = []  # the pipeline's progress, while the app runs
+
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         coordinator.start()
+        followed.append(_progress(settings))
         try:
             yield
         finally:
+            await asyncio.to_thread(followed[0].stop)
             await coordinator.close()
             await node.stop()
 
@@ -152,7 +169,8 @@ def create_app(settings: Settings, node: Node) -> FastAPI:
     mount_page(app)  # the dashboard's page and files: open, they hold no data
     guarded = _routes(deps)
     guarded.include_router(query_routes(deps))
-    guarded.include_router(dashboard_routes(deps))
+    guarded.include_router(dashboard_routes(
+        deps, lambda: followed[0].snapshot() if followed else {}))
     app.include_router(guarded)
     app.state.deps = deps
     return app

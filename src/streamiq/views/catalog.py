@@ -40,7 +40,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
     from pyspark.sql.types import StructType
 
-__all__ = ["CATALOG_VERSION", "VIEW_NAME", "ViewSpec", "catalog_topic", "incompatibility"]
+__all__ = ["CATALOG_VERSION", "PROGRESS_TOPIC_CONFIG", "VIEW_NAME", "ViewSpec", "catalog_topic",
+           "incompatibility", "progress_topic"]
 
 CATALOG_VERSION = 1
 #: view names: also the start of topic names and of URLs (/v1/views/<name>)
@@ -52,6 +53,16 @@ Columns = tuple[tuple[str, str], ...]  # (name, Spark type), in order
 def catalog_topic(cluster: str) -> str:
     """The catalog topic of a cluster (before any topic prefix)."""
     return f"_streamiq-{cluster}-catalog"
+
+
+def progress_topic(cluster: str) -> str:
+    """Where a cluster's pipeline publishes its progress for the dashboards."""
+    return f"_streamiq-{cluster}-progress"
+
+
+#: where the broker applies them: the newest record per view kept, day-old ones dropped
+PROGRESS_TOPIC_CONFIG = {"cleanup.policy": "compact,delete",
+                         "retention.ms": str(24 * 3600 * 1000)}
 
 
 @dataclass(frozen=True, kw_only=True)

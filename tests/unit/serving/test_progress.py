@@ -1,0 +1,51 @@
+"""The pipeline's progress: published at most every few seconds per view, followed by
+the nodes (newest per view; garbage skipped and counted)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from streamiq.pipeline.progress import PERIOD_S, ProgressPublisher
+from streamiq.serving.progress import Progress
+from streamiq.supervise import Supervisor
+
+
+class _FakeProducer:
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, bytes, bytes]] = []
+
+    def produce(self, topic: str, key: bytes, value: bytes) -> None:
+        self.sent.append((topic, key, value))
+
+    def poll(self, timeout: float) -> int:
+        return 0
+
+
+def test_publishing_is_throttled_per_view_unless_forced(monkeypatch: Any) -> None:
+    clock = [100.0]
+    monkeypatch.setattr("streamiq.pipeline.progress.time.monotonic", lambda: clock[0])
+    pub = ProgressPublisher({}, "_streamiq-c-progress")
+    pub._producer = fake = _FakeProducer()
+    assert pub.publish("balances", {"batches": 1})
+    assert not pub.publish("balances", {"batches": 2})  # too soon
+    assert pub.publish("orders", {"batches": 1})  # another view has its own period
+    assert pub.publish("balances", {"batches": 3, "dead_letters": 1}, force=True)
+    clock[0] += PERIOD_S
+    assert pub.publish("balances", {"batches": 4})
+    docs = [json.loads(v) for _, _, v in fake.sent]
+    assert [(d["view"], d["batches"]) for d in docs] == [
+        ("balances", 1), ("orders", 1), ("balances", 3), ("balances", 4)]
+    assert all(t == "_streamiq-c-progress" and k == d["view"].encode()
+               for (t, k, _), d in zip(fake.sent, docs, strict=True))
+
+
+def test_the_follower_keeps_the_newest_per_view_and_skips_garbage() -> None:
+    p = Progress({}, "t", Supervisor())
+    p.receive(json.dumps({"view": "balances", "batches": 1}).encode())
+    p.receive(json.dumps({"view": "balances", "batches": 2}).encode())
+    for bad in (None, b"not json", b"[1]", b'{"view": 3}', b"[" * 5000,
+                json.dumps({"view": "x", "pad": "y" * 5000}).encode()):
+        p.receive(bad)
+    assert p.snapshot() == {"balances": {"view": "balances", "batches": 2}}
+    assert p.skipped == 6
