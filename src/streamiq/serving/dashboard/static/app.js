@@ -40,7 +40,9 @@ function roles(snap) {
       for (const [node, st] of Object.entries(here)) {
         const i = info.assigned.indexOf(node);
         const role = !st.restored ? "restoring" : i === 0 ? "active" : i > 0 ? "standby" : "previous";
-        row[node] = { role, lag: st.lag };
+        // a restoring replica: how much of the changelog it has applied so far
+        const done = st.lag > 0 ? Math.floor((100 * st.offset) / (st.offset + st.lag)) : 100;
+        row[node] = { role, lag: st.lag, done };
       }
     }
   }
@@ -108,8 +110,10 @@ function drawMap(snap, map) {
         if (r) {
           const span = document.createElement("span");
           span.className = r.role === "previous" ? "standby" : r.role;
-          span.textContent = `${r.role[0].toUpperCase()} ${r.lag}`;
-          span.title = `${r.role}, lag ${r.lag}`;
+          const restoring = r.role === "restoring";
+          span.textContent = `${r.role[0].toUpperCase()} ${restoring ? `${r.done}%` : r.lag}`;
+          span.title = restoring ? `restoring, ${r.done}% applied, ${r.lag} to go`
+            : `${r.role}, lag ${r.lag}`;
           td.append(span);
         } else {
           td.textContent = "-";
