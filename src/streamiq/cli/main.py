@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -21,6 +22,8 @@ from pydantic import ValidationError
 
 from streamiq.cli import load, query, status
 from streamiq.cli.common import CliError
+from streamiq.cli.configfile import ENV as CONFIG_ENV
+from streamiq.cli.configfile import ConfigFileError, file_settings
 from streamiq.config import Settings
 
 __all__ = ["main"]
@@ -98,6 +101,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for cmd, (help_, fields) in COMMANDS.items():
         sp = sub.add_parser(cmd, help=help_, description=help_ + ".")
+        sp.add_argument("--config", metavar="FILE",
+                        help=f"TOML file of settings (keys as the flags, with _; a [{cmd}] "
+                        f"table overrides the top level); flags and the environment win "
+                        f"[env {CONFIG_ENV}]")
         _add_fields(sp, fields)
         if cmd == "up":
             sp.add_argument("--nodes", type=int, default=3, metavar="N",
@@ -125,6 +132,13 @@ def settings_from_args(args: argparse.Namespace, fields: Sequence[str]) -> Setti
     """Settings from the environment, overridden by the flags given; errors name the flag
     (or the environment variable) and raise :class:`FlagError`."""
     given: dict[str, Any] = {}
+    path = getattr(args, "config", None) or os.environ.get(CONFIG_ENV)
+    from_file: dict[str, Any] = {}
+    if path:
+        try:
+            from_file = file_settings(path, args.command, fields, COMMANDS)
+        except ConfigFileError as exc:
+            raise FlagError(f"--config: {exc}") from None
     for f in fields:
         v = getattr(args, f, None)
         if v is None:
@@ -135,8 +149,9 @@ def settings_from_args(args: argparse.Namespace, fields: Sequence[str]) -> Setti
             except json.JSONDecodeError as exc:
                 raise FlagError(f"{_flag(f)}: not a JSON object: {exc}") from None
         given[f] = v
+    file_only = {k: v for k, v in from_file.items() if k not in given}
     try:
-        settings = Settings(**given)
+        settings = Settings(**file_only, **given)
     except ValidationError as exc:
         msgs = []
         for err in exc.errors():
@@ -145,7 +160,8 @@ def settings_from_args(args: argparse.Namespace, fields: Sequence[str]) -> Setti
                 msgs.append(msg)
                 continue
             name = str(err["loc"][0])
-            where = _flag(name) if name in given else f"STREAMIQ_{name.upper()}"
+            where = (_flag(name) if name in given else f"{path}: {name}"
+                     if name in file_only else f"STREAMIQ_{name.upper()}")
             msgs.append(f"{where}: {msg}")
         raise FlagError("; ".join(msgs)) from None
     if "auth" in fields and "broker_host" not in fields:  # a node or ingest, not up
