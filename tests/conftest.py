@@ -72,8 +72,10 @@ def procs(tmp_path: Path) -> Iterator[Callable[..., Any]]:
 
     started: list[Proc] = []
 
-    def make(command: str, args: list[str], name: str | None = None) -> Proc:
-        p = Proc(command, args, tmp_path / "logs", name or f"{command}-{len(started)}").start()
+    def make(command: str, args: list[str], name: str | None = None,
+             prefix: list[str] | None = None) -> Proc:
+        p = Proc(command, args, tmp_path / "logs", name or f"{command}-{len(started)}",
+                 prefix).start()
         started.append(p)
         return p
 

@@ -44,10 +44,12 @@ def wait_http(url: str, timeout: float, proc: subprocess.Popen[bytes] | None = N
 class Proc:
     """``python -m streamiq <command> <args>`` with its output in a log file."""
 
-    def __init__(self, command: str, args: list[str], log_dir: Path, name: str) -> None:
+    def __init__(self, command: str, args: list[str], log_dir: Path, name: str,
+                 prefix: list[str] | None = None) -> None:
         self.command = command
         self.args = args
         self.name = name
+        self.prefix = prefix or []  # e.g. ip netns exec NS: run on another test host
         self.log_path = log_dir / f"{name}.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -55,8 +57,9 @@ class Proc:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")  # noqa: SIM115 - kept open for the child's lifetime
         env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONUNBUFFERED": "1"}
-        self.proc = subprocess.Popen([sys.executable, "-m", "streamiq", self.command, *self.args],
-                                     stdout=log, stderr=subprocess.STDOUT, env=env)
+        self.proc = subprocess.Popen(
+            [*self.prefix, sys.executable, "-m", "streamiq", self.command, *self.args],
+            stdout=log, stderr=subprocess.STDOUT, env=env)
         return self
 
     @property
