@@ -1,5 +1,6 @@
 """Nodes on three separate test hosts (network namespaces joined by veth links), the
-broker on a fourth (the root namespace), nothing on loopback.
+broker on a fourth (the root namespace), nothing on loopback; then the same with the
+ingest and the pipeline on a Spark standalone cluster losing a worker.
 
 Each node binds and advertises its own host's address; the third binds 0.0.0.0 and
 advertises a service address that is not the one it was given as its host (as behind
@@ -10,8 +11,10 @@ links and bridge are removed even when the test fails.
 
 from __future__ import annotations
 
+import random
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -52,28 +55,30 @@ def test_three_hosts_answer_every_key_across_hosts(hosts: Hosts, procs: Any,
         broker.stop()
 
 
-def _three_hosts(hosts: Hosts, procs: Any, tmp_path: Path, bootstrap: str) -> None:
-    topic = f"mh-{BALANCES.changelog_topic}"
-    ensure_topics({"bootstrap.servers": bootstrap}, {topic: 3})
-    rows = [{"account": f"a{i}", "balance": i, "count": 1, "last_update": 0} for i in range(60)]
-    produce_rows(bootstrap, topic, BALANCES, rows)
+def _start_nodes(hosts: Hosts, procs: Any, tmp_path: Path, common: list[str]
+                 ) -> tuple[list[str], list[Any]]:
+    """A node on each host: hosts 0 and 1 bind their own address, host 2 binds 0.0.0.0
+    and advertises a service address; ready. Returns (advertised, procs)."""
     service = hosts.add_address(2, 200)  # the third host's service address
     binds = [hosts.addresses[0], hosts.addresses[1], "0.0.0.0"]
     advertised = [f"{hosts.addresses[0]}:{PORT}", f"{hosts.addresses[1]}:{PORT}",
                   f"{service}:{PORT}"]
-    common = ["--bootstrap-servers", bootstrap, "--cluster", "mh", "--topic-prefix", "mh-",
-              "--app", "bank", "--no-auth", "--cluster-secret", "mh-secret",
-              "--log-level", "info"]
-    nodes = [procs("node", [*common, "--host", binds[i], "--port", str(PORT),
+    nodes = [procs("node", [*common, "--no-auth", "--cluster-secret", "mh-secret",
+                            "--host", binds[i], "--port", str(PORT),
                             "--advertised", advertised[i],
                             "--state-dir", str(tmp_path / f"host{i}")],
                    name=f"node-host{i}", prefix=hosts.command(i, []))
              for i in range(3)]
     for ad, p in zip(advertised, nodes, strict=True):
         p.wait_ready(f"http://{ad}/health", 90)
-    deadline = time.monotonic() + 90
+    return advertised, nodes
+
+
+def _settle(advertised: list[str], timeout: float = 90) -> None:
+    """Every node sees the three, each partition's assigned owner active."""
+    deadline = time.monotonic() + timeout
     with httpx.Client(timeout=10) as c:
-        for ad in advertised:  # every node sees the three, each active where assigned
+        for ad in advertised:
             while True:
                 meta = c.get(f"http://{ad}/v1/cluster").json()
                 parts = meta["views"]["balances"].values()
@@ -83,6 +88,22 @@ def _three_hosts(hosts: Hosts, procs: Any, tmp_path: Path, bootstrap: str) -> No
                     break
                 assert time.monotonic() < deadline, meta
                 time.sleep(0.3)
+
+
+def _common(bootstrap: str, cluster: str) -> list[str]:
+    """What every part takes (nodes add --no-auth and --cluster-secret, ingest --no-auth)."""
+    return ["--bootstrap-servers", bootstrap, "--cluster", cluster, "--topic-prefix",
+            f"{cluster}-", "--app", "bank", "--log-level", "info"]
+
+
+def _three_hosts(hosts: Hosts, procs: Any, tmp_path: Path, bootstrap: str) -> None:
+    topic = f"mh-{BALANCES.changelog_topic}"
+    ensure_topics({"bootstrap.servers": bootstrap}, {topic: 3})
+    rows = [{"account": f"a{i}", "balance": i, "count": 1, "last_update": 0} for i in range(60)]
+    produce_rows(bootstrap, topic, BALANCES, rows)
+    advertised, nodes = _start_nodes(hosts, procs, tmp_path, _common(bootstrap, "mh"))
+    _settle(advertised)
+    with httpx.Client(timeout=10) as c:
         hops: set[str] = set()
         for ad in advertised:
             for row in rows:
@@ -97,3 +118,66 @@ def _three_hosts(hosts: Hosts, procs: Any, tmp_path: Path, bootstrap: str) -> No
     for p in nodes:
         log = p.log()
         assert "127.0.0.1" not in log.replace(f"{sys.executable}", ""), log[-3000:]
+
+
+def _deposit(ingest: str, rng: random.Random, n: int, expected: Counter[str]) -> None:
+    with httpx.Client(base_url=f"http://{ingest}", timeout=30) as c:
+        for _ in range(n):
+            account, amount = f"acct-{rng.randrange(50)}", rng.randint(-50, 100)
+            r = c.post(f"/account/{account}", params={"amount": amount})
+            assert r.status_code == 200, r.text
+            expected[account] += amount
+
+
+def _exact_everywhere(advertised: list[str], expected: Counter[str], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    with httpx.Client(timeout=10) as c:
+        for ad in advertised:
+            while True:
+                got = {a: c.get(f"http://{ad}/account/{a}") for a in expected}
+                wrong = {a: (r.status_code, r.text[:80]) for a, r in got.items()
+                         if r.status_code != 200 or r.json()["value"]["balance"] != expected[a]}
+                if not wrong:
+                    break
+                assert time.monotonic() < deadline, f"{ad}: {len(wrong)} wrong, e.g. " \
+                    f"{list(wrong.items())[:3]}"
+                time.sleep(1)
+
+
+def test_bank_through_a_standalone_spark_cluster_losing_a_worker(
+        hosts: Hosts, procs: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pipeline unchanged on a Spark standalone cluster (a master and two workers of
+    one core each, from pip's PySpark; executors run the same virtualenv), serving nodes
+    on three hosts; a worker killed mid-stream: the query goes on, balances stay exact."""
+    from procs import free_port
+    from spark_cluster import SparkStandalone
+
+    broker = EmbeddedBroker(hosts.gateway, free_port()).start()
+    spark = SparkStandalone(tmp_path / "spark", hosts.gateway, workers=2).start()
+    try:
+        common = _common(broker.bootstrap_servers, "sc")
+        ingest_port = free_port()
+        ingest = f"{hosts.gateway}:{ingest_port}"
+        procs("ingest", [*common, "--no-auth", "--ingest-host", hosts.gateway,
+                         "--ingest-port", str(ingest_port)], name="ingest"
+              ).wait_ready(f"http://{ingest}/health", 60)
+        advertised, _ = _start_nodes(hosts, procs, tmp_path, common)
+        monkeypatch.setenv("SPARK_LOCAL_IP", hosts.gateway)  # the driver, for the executors
+        pipeline = procs("pipeline", [*common, "--master", spark.url, "--checkpoint-dir",
+                                      str(tmp_path / "checkpoints"), "--metrics-port", "0"],
+                         name="pipeline")
+        pipeline.wait_line("pipeline ready", 300)
+        apps = spark.state().get("activeapps")
+        assert isinstance(apps, list) and apps and apps[0]["cores"] == 2, spark.state()
+        rng, expected = random.Random(5), Counter[str]()
+        _deposit(ingest, rng, 150, expected)
+        _exact_everywhere(advertised, expected, 180)
+
+        spark.kill_worker(0)  # mid-stream: writes keep coming
+        _deposit(ingest, rng, 150, expected)
+        _exact_everywhere(advertised, expected, 300)
+        assert pipeline.alive(), pipeline.log()[-3000:]
+        assert spark.alive_workers() == 1
+    finally:
+        spark.stop()
+        broker.stop()
