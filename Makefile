@@ -46,6 +46,9 @@ bench: $(STAMP)
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python bench/bench_log_level.py
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python bench/bench_first_write.py
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python bench/bench_soak.py
+	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python bench/bench_auth.py
+	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python bench/bench_sizing.py
+	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python bench/bench_cluster.py
 
 clean:
 	rm -rf $(VENV) .streamiq .pytest_cache .mypy_cache .ruff_cache
