@@ -111,6 +111,11 @@ def test_each_part_counts_a_known_workload_exactly(cluster: Any) -> None:
     read = pipeline["streamiq_pipeline_input_records"][
         ("streamiq_pipeline_input_records_total", (("view", "balances"),))]
     assert read == 3 * len(accounts) + 2  # every input record, the two invalid ones too
+    batches = pipeline["streamiq_pipeline_batch_duration_seconds"][
+        ("streamiq_pipeline_batch_duration_seconds_count", (("view", "balances"),))]
+    assert batches > 0
+    assert pipeline["streamiq_pipeline_dead_letters"][
+        ("streamiq_pipeline_dead_letters_total", (("view", "balances"),))] == 2
 
     # what the pipeline published reaches every node's dashboard
     for port in nodes:

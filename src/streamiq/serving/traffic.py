@@ -17,7 +17,10 @@ from dataclasses import dataclass, field
 
 from streamiq.metrics import Latency
 
-__all__ = ["Traffic", "log_summaries"]
+__all__ = ["SERVED", "Traffic", "log_summaries"]
+
+#: how a client's query was served (``serving/metrics.py``; "peer" is another node's)
+SERVED = ("local", "forwarded", "fanout")
 
 log = logging.getLogger("streamiq.traffic")
 
@@ -40,6 +43,24 @@ class Traffic:
         return {"local": self.local, "forwarded": sum(self.forwarded.values()),
                 "forwarded_to": dict(self.forwarded), "fanout": self.fanout,
                 "for_peers": self.for_peers, "unavailable": self.unavailable}
+
+    def latencies(self, quantiles: tuple[float, ...] = (0.5, 0.99)
+                  ) -> dict[str, dict[str, float | int | None]]:
+        """Per way of serving (local, forwarded, fanout; every query type merged):
+        ``{"count": n, "p50": seconds, "p99": seconds}`` as of now, the quantiles
+        estimated from the latency histogram like Prometheus' ``histogram_quantile``
+        (None before any query). Empty when metrics are off. For dashboards."""
+        lat = self.latency
+        if lat is None:
+            return {}
+        out: dict[str, dict[str, float | int | None]] = {}
+        for served in SERVED:
+            keys = [k for k in list(lat.counts) if k[1] == served]
+            row: dict[str, float | int | None] = {"count": sum(lat.count(k) for k in keys)}
+            for q in quantiles:
+                row[f"p{q * 100:g}"] = lat.quantile(q, keys)
+            out[served] = row
+        return out
 
     def copy(self) -> Traffic:
         return Traffic(self.local, dict(self.forwarded), self.fanout, self.for_peers,

@@ -59,3 +59,25 @@ async def test_summary_task_logs_one_line_per_busy_period(
     await asyncio.sleep(0.12)  # more idle periods: still one line
     task.cancel()
     assert len(lines()) == 1 and "1 local" in lines()[0]
+
+
+def test_latencies_per_way_served_for_dashboards() -> None:
+    from streamiq.metrics import Latency
+    from streamiq.serving.metrics import LABELS
+
+    assert Traffic().latencies() == {}  # metrics off
+    t = Traffic(latency=Latency(LABELS))
+    for _ in range(99):
+        t.latency.observe(("lookup", "local"), 0.0002)  # in (0.0001, 0.00025]
+    t.latency.observe(("scan", "local"), 0.2)  # windows/scan merged into "local" too
+    t.latency.observe(("lookup", "forwarded"), 0.003)
+    t.latency.observe(("lookup", "peer"), 9.0)  # another node's query: not shown
+    got = t.latencies()
+    assert set(got) == {"local", "forwarded", "fanout"}
+    assert got["local"]["count"] == 100
+    assert 0.0001 < got["local"]["p50"] <= 0.00025  # type: ignore[operator]
+    assert got["local"]["p99"] == pytest.approx(0.00025)  # the 99th of 100: top of its bucket
+    assert got["forwarded"] == {"count": 1, "p50": pytest.approx(0.00375),
+                                "p99": pytest.approx(0.004975)}
+    assert got["fanout"] == {"count": 0, "p50": None, "p99": None}
+    assert set(t.latencies((0.999,))["local"]) == {"count", "p99.9"}
