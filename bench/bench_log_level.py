@@ -81,9 +81,11 @@ def arguments(doc: str) -> argparse.Namespace:
 
 
 def paired(a: argparse.Namespace, variants: dict[str, list[str]],
-           headers: dict[str, dict[str, str] | None]) -> tuple[list[float], dict[str, float]]:
+           headers: dict[str, dict[str, str] | None],
+           cpu: dict[str, list[float]] | None = None) -> tuple[list[float], dict[str, float]]:
     """Two clusters (node flags per variant), the same lookups to each in alternating
-    back-to-back pairs: the per-pair ratios first/second and each variant's median."""
+    back-to-back pairs: the per-pair ratios first/second and each variant's median.
+    ``cpu``, when given, gets each run's server CPU per lookup (us) per variant."""
     first, second = variants
     root = Path(tempfile.mkdtemp(prefix="bench-paired-"))
     broker = EmbeddedBroker("127.0.0.1", free_port()).start()
@@ -111,6 +113,8 @@ def paired(a: argparse.Namespace, variants: dict[str, list[str]],
                 pair[v] = wrk(f"http://127.0.0.1:{nodes[0].port}", paths[v], root, a.conns,
                               a.seconds, pids=[n.proc.pid for n in nodes], headers=headers[v])
                 got[v].append(pair[v]["rps"])
+                if cpu is not None:
+                    cpu.setdefault(v, []).append(pair[v]["cpu_us"])
             ratios.append(pair[first]["rps"] / pair[second]["rps"])
             print(f"pair {i + 1}: {first} {pair[first]['rps']:.0f} req/s, {second} "
                   f"{pair[second]['rps']:.0f} req/s, ratio {ratios[-1]:.2f}", flush=True)

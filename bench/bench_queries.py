@@ -25,7 +25,10 @@ the direct one, so forwarded / local p50 at c=1 nears that ratio as serving gets
 Last, metrics on vs off (issue 15): two more 2-node clusters, one with ``--no-metrics``,
 the same key lookups (half local, half forwarded, c=8) to each in ``--metrics-pairs``
 back-to-back pairs of alternating order (bench_log_level.paired); the median of the
-per-pair ratios is checked against on/off >= 0.95x. ``--only-metrics`` runs just that.
+per-pair ratios is checked against on/off >= 0.95x. With it, the two clusters' server
+CPU per lookup (steadier than throughput when a neighbour takes a core) and, in this
+process, what recording one lookup costs (``served_of`` and ``Latency.observe``).
+``--only-metrics`` runs just that.
 
 Usage: .venv/bin/python bench/bench_queries.py [--keys 100000] [--seconds 5]
 Needs ``wrk`` (Debian: ``apt-get install -y wrk``). If ``nginx`` is installed (Debian:
@@ -47,6 +50,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import timeit
 from pathlib import Path
 from typing import Any
 
@@ -339,7 +343,7 @@ def main() -> None:
                     help="paired unloaded local/forwarded 1 s runs for the p50 ratio (median)")
     ap.add_argument("--client-pairs", type=int, default=8,
                     help="paired 2 s runs of raw httpx and the smart client (median)")
-    ap.add_argument("--metrics-pairs", type=int, default=8,
+    ap.add_argument("--metrics-pairs", type=int, default=16,
                     help="paired 2 s runs with metrics on and off (median)")
     ap.add_argument("--only-metrics", action="store_true",
                     help="run only the metrics on/off comparison")
@@ -368,12 +372,37 @@ def metrics_on_off(a: argparse.Namespace) -> None:
     from bench_log_level import paired  # it imports this module: not at import time
 
     pa = argparse.Namespace(keys=a.keys, pairs=a.metrics_pairs, seconds=2.0, conns=8)
-    ratios, got = paired(pa, {"on": [], "off": ["--no-metrics"]}, {"on": None, "off": None})
+    cpu: dict[str, list[float]] = {}
+    ratios, got = paired(pa, {"on": [], "off": ["--no-metrics"]}, {"on": None, "off": None},
+                         cpu)
     med = statistics.median(ratios)
     print(f"metrics: lookups/s (local + forwarded, c=8) on {got['on']:.0f}, off "
           f"{got['off']:.0f}; median of {pa.pairs} paired ratios {med:.2f}x "
           f"(pairs {', '.join(f'{r:.2f}' for r in ratios)}; target >= {METRICS_TARGET}x: "
           f"{'met' if med >= METRICS_TARGET else 'NOT met'})")
+    on_cpu, off_cpu = statistics.median(cpu["on"]), statistics.median(cpu["off"])
+    print(f"metrics: server CPU per lookup (both nodes, median) on {on_cpu:.0f} us, off "
+          f"{off_cpu:.0f} us ({on_cpu / off_cpu:.2f}x); recording one lookup in-process "
+          f"{record_cost_us():.2f} us")
+
+
+def record_cost_us(n: int = 200_000) -> float:
+    """What the node's protocol does per lean answer when metrics are on (us, best of 5):
+    how it was served, from the headers, then the histogram's bisect and additions."""
+    from streamiq.metrics import Latency
+    from streamiq.serving.metrics import LABELS, served_of
+
+    latency = Latency(LABELS)
+    request = [(b"host", b"127.0.0.1:9000"), (b"user-agent", b"wrk")]
+    answer = [(b"content-type", b"application/json"), (b"content-length", b"80"),
+              (b"x-streamiq-served-by", b"127.0.0.1:9001"), (b"x-streamiq-hops", b"1")]
+    t0 = time.perf_counter()
+
+    def record() -> None:
+        latency.observe(("lookup", served_of("lookup", request, answer)),
+                        time.perf_counter() - t0)
+
+    return min(timeit.repeat(record, number=n, repeat=5)) / n * 1e6
 
 
 def queries(a: argparse.Namespace) -> None:
