@@ -314,11 +314,11 @@ def _common(s: Settings) -> list[str]:
 
 
 def _log_format(s: Settings) -> str:
-    """The children's stderr is a pipe to up: they log as up's own output is read (text
-    on a terminal, JSON lines otherwise), unless told."""
+    """The children's stderr is a pipe to up, relayed to up's stdout: they log as that
+    is read (text on a terminal, JSON lines otherwise), unless told."""
     if s.log_format != "auto":
         return s.log_format
-    return "text" if sys.stderr.isatty() else "json"
+    return "text" if sys.stdout.isatty() else "json"
 
 
 def _parts(s: Settings, nodes: int, node_port: int) -> list[Part]:

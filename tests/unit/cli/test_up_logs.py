@@ -1,5 +1,5 @@
-"""``streamiq up`` reads its children's logs through pipes and relays them with a
-prefix: they log the way up's own stderr is read, unless told otherwise."""
+"""``streamiq up`` reads its children's logs through pipes and relays them to its stdout
+with a prefix: they log the way that is read, unless told otherwise."""
 
 from __future__ import annotations
 
@@ -22,6 +22,6 @@ class _Tty(io.StringIO):
     (True, "json", "json"), (False, "text", "text")])  # an explicit choice is kept
 def test_children_log_as_ups_output_is_read(
         monkeypatch: pytest.MonkeyPatch, tty: bool, fmt: str, child: str) -> None:
-    monkeypatch.setattr("sys.stderr", _Tty() if tty else io.StringIO())
+    monkeypatch.setattr("sys.stdout", _Tty() if tty else io.StringIO())  # where up relays
     argv = up._common(Settings(log_format=fmt))
     assert argv[argv.index("--log-format") + 1] == child
