@@ -130,12 +130,10 @@ def create_asgi(settings: Settings, node: Node) -> LeanLookups:
 
 
 def _progress(settings: Settings) -> Progress:
-    """Follow the pipeline's progress (dashboard only: a supervisor of its own, so its
-    failures never make the node unready)."""
-    p = Progress(settings.kafka(), settings.topic(progress_topic(settings.cluster)),
-                 Supervisor())
-    p.start()
-    return p
+    """The follower of the pipeline's progress, started with the app (dashboard only: a
+    supervisor of its own, so its failures never make the node unready)."""
+    return Progress(settings.kafka(), settings.topic(progress_topic(settings.cluster)),
+                    Supervisor())
 
 
 def create_app(settings: Settings, node: Node) -> FastAPI:
@@ -149,16 +147,16 @@ def create_app(settings: Settings, node: Node) -> FastAPI:
         coordinator.traffic.latency = Latency(LABELS)
     deps = Answers(node, coordinator)
 
-    followed: list[Progress] = []  # the pipeline's progress, while the app runs
+    progress = _progress(settings)  # the pipeline's progress, followed while the app runs
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         coordinator.start()
-        followed.append(_progress(settings))
+        progress.start()
         try:
             yield
         finally:
-            await asyncio.to_thread(followed[0].stop)
+            await asyncio.to_thread(progress.stop)
             await coordinator.close()
             await node.stop()
 
@@ -169,8 +167,8 @@ def create_app(settings: Settings, node: Node) -> FastAPI:
     mount_page(app)  # the dashboard's page and files: open, they hold no data
     guarded = _routes(deps)
     guarded.include_router(query_routes(deps))
-    guarded.include_router(dashboard_routes(
-        deps, lambda: followed[0].snapshot() if followed else {}))
+    guarded.include_router(dashboard_routes(deps, progress))
     app.include_router(guarded)
     app.state.deps = deps
+    app.state.progress = progress
     return app

@@ -32,7 +32,7 @@ def app(tmp_path: Path) -> Any:
 
 @pytest.mark.parametrize("path", [A1, "/account/a1", "/v1/cluster", "/v1/views",
                                   "/v1/views/balances/scan", "/v1/metadata/balances/a1",
-                                  "/v1/dashboard", "/v1/events"])
+                                  "/v1/dashboard", "/v1/events", "/v1/pipeline"])
 async def test_no_token_no_answer(app: Any, path: str) -> None:
     for auth in (None, "Bearer not-a-token", "Basic dXNlcjpwYXNz", TOKEN[:-2]):
         status, body, headers = await call(app, path, forwarded=False, auth=auth)

@@ -1,7 +1,7 @@
 """The dashboard every node serves at ``/``: the cluster as a picture, live.
 
 The page and its script are static files in this package (no CDN, no build step). The
-data comes from two routes that need a token like every query:
+data comes from routes that need a token like every query:
 
 - ``GET /v1/dashboard``: one snapshot (the cluster map of ``/v1/cluster``, this node's
   health, answers by how they were served, latency quantiles from the metrics, and the
@@ -9,7 +9,11 @@ data comes from two routes that need a token like every query:
 - ``GET /v1/events``: the same snapshot every second as server-sent events, for as long
   as the client reads (at most ``MAX_STREAMS`` at once per node). The page reads it
   with ``fetch`` so that it can send the ``Authorization`` header (``EventSource``
-  cannot).
+  cannot, and a token in the URL would end up in access logs);
+- ``GET /v1/pipeline``: the pipeline's progress alone, newest per view.
+
+Every open stream sends the same frame: it is built at most once per period, however
+many dashboards are open, so the streams cost the lookup path one snapshot a second.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -27,66 +31,91 @@ from fastapi.staticfiles import StaticFiles
 
 from streamiq.errors import Overloaded
 from streamiq.serving.answers import Answers
+from streamiq.serving.progress import Progress
 
-__all__ = ["MAX_STREAMS", "dashboard_routes", "mount_page", "snapshot"]
+__all__ = ["MAX_STREAMS", "PERIOD_S", "dashboard_routes", "mount_page", "snapshot"]
 
 STATIC = Path(__file__).parent / "static"
 MAX_STREAMS = 16  # event streams open at once per node
 PERIOD_S = 1.0
-_SERVED = ("local", "forwarded", "fanout")
 
 
-def snapshot(deps: Answers, progress: Callable[[], dict[str, Any]] | None = None
-             ) -> dict[str, Any]:
+def snapshot(deps: Answers, progress: Progress | None = None) -> dict[str, Any]:
     """What the page shows, as of now."""
     node, co = deps.node, deps.coordinator
-    latency: dict[str, Any] = {}
-    lat = co.traffic.latency
-    if lat is not None:
-        for served in _SERVED:
-            keys = [k for k in lat.counts if k[1] == served]
-            latency[served] = {"count": sum(lat.count(k) for k in keys),
-                               "p50": lat.quantile(0.5, keys), "p99": lat.quantile(0.99, keys)}
     return {"at": time.time(), "self": node.endpoint, "ready": node.ready(),
             "cluster": node.router.metadata(), "health": node.health(),
-            "traffic": co.traffic.totals(), "latency": latency,
-            "pipeline": progress() if progress is not None else {}}
+            "traffic": co.traffic.totals(), "latency": co.traffic.latencies(),
+            "pipeline": progress.snapshot() if progress is not None else {}}
 
 
-def dashboard_routes(deps: Answers,
-                     progress: Callable[[], dict[str, Any]] | None = None) -> APIRouter:
-    """The snapshot and the event stream (mounted where a token is checked)."""
+class _Frames:
+    """The event streams of one node: how many are open, and the frame they all send
+    (rebuilt when older than most of a period)."""
+
+    def __init__(self, deps: Answers, progress: Progress | None) -> None:
+        self.deps, self.progress = deps, progress
+        self.open: dict[object, float] = {}  # stream -> when it last sent
+        self._frame = b""
+        self._built = -PERIOD_S
+
+    def admit(self) -> object:
+        now = time.monotonic()
+        # a stream whose generator never ran (the client left before the body started)
+        # stops counting after a few periods
+        for k in [k for k, t in self.open.items() if now - t > 3 * PERIOD_S]:
+            del self.open[k]
+        if len(self.open) >= MAX_STREAMS:
+            raise Overloaded(f"more than {MAX_STREAMS} dashboard event streams open")
+        me = object()
+        self.open[me] = now
+        return me
+
+    def frame(self) -> bytes:
+        now = time.monotonic()
+        if now - self._built >= PERIOD_S * 0.8:
+            doc = json.dumps(snapshot(self.deps, self.progress), separators=(",", ":"))
+            self._frame, self._built = f"data: {doc}\n\n".encode(), now
+        return self._frame
+
+
+def dashboard_routes(deps: Answers, progress: Progress | None = None) -> APIRouter:
+    """The snapshot, the event stream and the pipeline's progress (mounted where a token
+    is checked)."""
     r = APIRouter()
-    # open streams -> when each last sent: one whose generator never ran (the client
-    # left before the body started) stops counting after a few periods
-    streams: dict[object, float] = {}
+    frames = _Frames(deps, progress)
 
     @r.get("/v1/dashboard", tags=["ops"], summary="One snapshot of what the dashboard shows")
     async def one() -> dict[str, Any]:
         return snapshot(deps, progress)
 
-    @r.get("/v1/events", tags=["ops"], include_in_schema=False)
+    @r.get("/v1/pipeline", tags=["ops"],
+           summary="The pipeline's progress per view, as the pipeline publishes it")
+    async def pipeline() -> dict[str, Any]:
+        if progress is None:
+            return {"topic": None, "views": {}, "skipped": 0}
+        return {"topic": progress.topic, "views": progress.snapshot(),
+                "skipped": progress.skipped}
+
+    @r.get("/v1/events", tags=["ops"], summary="The dashboard's snapshot every second "
+           "(text/event-stream)", response_class=StreamingResponse)
     async def events(request: Request) -> StreamingResponse:
-        now = time.monotonic()
-        for k in [k for k, t in streams.items() if now - t > 3 * PERIOD_S]:
-            del streams[k]
-        if len(streams) >= MAX_STREAMS:
-            raise Overloaded(f"more than {MAX_STREAMS} dashboard event streams open")
-        me = object()
-        streams[me] = now
+        me = frames.admit()
 
         async def stream() -> AsyncIterator[bytes]:
+            # ends when the client leaves: Starlette cancels it on the disconnect (or
+            # the send fails), and the check below catches a server that does neither
             try:
                 while not await request.is_disconnected():
-                    streams[me] = time.monotonic()
-                    doc = json.dumps(snapshot(deps, progress), separators=(",", ":"))
-                    yield f"data: {doc}\n\n".encode()
+                    frames.open[me] = time.monotonic()
+                    yield frames.frame()
                     await asyncio.sleep(PERIOD_S)
             finally:
-                streams.pop(me, None)
+                frames.open.pop(me, None)
 
         return StreamingResponse(stream(), media_type="text/event-stream",
-                                 headers={"cache-control": "no-store"})
+                                 headers={"cache-control": "no-store",
+                                          "x-accel-buffering": "no"})
 
     return r
 
