@@ -14,7 +14,10 @@ from typing import Any
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["Settings", "token_file"]
+__all__ = ["WILDCARD_HOSTS", "Settings", "token_file"]
+
+#: listen hosts that bind every interface: never an address to advertise to peers
+WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", "[::]", ""})
 
 
 class Settings(BaseSettings):

@@ -23,8 +23,8 @@ from pydantic import ValidationError
 from streamiq.cli import load, query, status
 from streamiq.cli.common import CliError
 from streamiq.cli.configfile import ENV as CONFIG_ENV
-from streamiq.cli.configfile import ConfigFileError, file_settings
-from streamiq.config import Settings
+from streamiq.cli.configfile import ConfigFileError, client_settings, file_settings
+from streamiq.config import WILDCARD_HOSTS, Settings
 
 __all__ = ["main"]
 
@@ -111,8 +111,12 @@ def build_parser() -> argparse.ArgumentParser:
                             help="serving nodes, on ports --node-port and up [default 3]")
             sp.add_argument("--node-port", type=int, default=9001, metavar="PORT",
                             help="first node's port [default 9001]")
-    for module in CLIENTS.values():
+    for name, module in CLIENTS.items():
         module.add_parser(sub)
+        sub.choices[name].add_argument(
+            "--config", metavar="FILE",
+            help=f"TOML file whose [client] table gives node, ingest and token; flags and "
+                 f"the environment win [env {CONFIG_ENV}]")
     return parser
 
 
@@ -164,12 +168,30 @@ def settings_from_args(args: argparse.Namespace, fields: Sequence[str]) -> Setti
                      if name in file_only else f"STREAMIQ_{name.upper()}")
             msgs.append(f"{where}: {msg}")
         raise FlagError("; ".join(msgs)) from None
+    if "advertised" in fields and settings.advertised is None and settings.host in WILDCARD_HOSTS:
+        raise FlagError(f"--host {settings.host or 'empty'} binds every interface, which is no "
+                        f"address peers can reach: give --advertised HOST:PORT (where the "
+                        f"other nodes reach this one)")
     if "auth" in fields and "broker_host" not in fields:  # a node or ingest, not up
         try:
             settings.check_auth(node="cluster_secret" in fields)
         except ValueError as exc:
             raise FlagError(str(exc)) from None
     return settings
+
+
+def _client_config(args: argparse.Namespace) -> bool:
+    """The config file's [client] table as the environment variables it stands for
+    (those not set already); True when there was any, so the flags are parsed again."""
+    path = args.config or os.environ.get(CONFIG_ENV)
+    if not path:
+        return False
+    try:
+        found = client_settings(path, COMMANDS)
+    except ConfigFileError as exc:
+        raise FlagError(f"--config: {exc}") from None
+    os.environ.update(found)  # this process's only: defaults of --node, --ingest, --token
+    return bool(found)
 
 
 def _runner(cmd: str) -> Callable[..., None]:
@@ -206,6 +228,12 @@ def _run_client(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     if args.command in CLIENTS:
+        try:
+            if _client_config(args):
+                args = build_parser().parse_args(argv)
+        except FlagError as exc:
+            print(f"streamiq: error: {exc}", file=sys.stderr, flush=True)
+            raise
         raise SystemExit(_run_client(args))
     try:
         settings = settings_from_args(args, COMMANDS[args.command][1])

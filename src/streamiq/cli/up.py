@@ -35,7 +35,7 @@ from pydantic import SecretStr
 
 from streamiq.auth import mint
 from streamiq.cli.readybar import ReadyBar
-from streamiq.config import Settings, token_file
+from streamiq.config import WILDCARD_HOSTS, Settings, token_file
 from streamiq.kafka.broker import BrokerError, EmbeddedBroker, port_in_use
 
 __all__ = ["Part", "RestartPolicy", "Supervisor", "describe_exit", "run_broker", "run_up"]
@@ -335,8 +335,11 @@ def _parts(s: Settings, nodes: int, node_port: int) -> list[Part]:
                 f"Spark {s.master}", _saw_ready_line)]
     for i in range(nodes):
         port = node_port + i
-        url = f"http://{s.host}:{port}"
+        # one machine: a node bound to every interface is reached on loopback
+        reach = "127.0.0.1" if s.host in WILDCARD_HOSTS else s.host
+        url = f"http://{reach}:{port}"
         argv = [*py, "node", *_common(s), "--host", s.host, "--port", str(port),
+                "--advertised", f"{reach}:{port}",
                 "--state-dir", str(s.state_dir), "--standby-replicas", str(s.standby_replicas),
                 "--max-lag", str(s.max_lag)] + (["--redirect"] if s.redirect else [])
         out.append(Part(f"node:{port}", argv, url, _http_ok(f"{url}/health")))

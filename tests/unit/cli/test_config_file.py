@@ -84,3 +84,113 @@ def test_a_missing_file_names_it(tmp_path: Path, capsys: pytest.CaptureFixture[s
     with pytest.raises(SystemExit):
         main(["ingest", "--config", str(tmp_path / "nope.toml")])
     assert "nope.toml: cannot read" in capsys.readouterr().err
+
+
+def test_a_node_bound_to_every_interface_must_say_where_peers_reach_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("STREAMIQ_ADVERTISED", raising=False)
+    monkeypatch.delenv("STREAMIQ_CONFIG", raising=False)
+    with pytest.raises(SystemExit) as exc:
+        main(["node", "--no-auth", "--host", "0.0.0.0"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--host 0.0.0.0 binds every interface" in err and "--advertised" in err
+    s = _settings(["node", "--no-auth", "--host", "0.0.0.0", "--advertised", "10.0.0.11:9001"])
+    assert s.endpoint == "10.0.0.11:9001"
+
+
+def test_up_advertises_loopback_for_nodes_bound_to_every_interface() -> None:
+    from streamiq.cli.up import _parts
+
+    s = _settings(["up", "--no-auth", "--host", "0.0.0.0", "--bootstrap-servers", "k:9092"])
+    nodes = [p for p in _parts(s, 2, 9001) if p.name.startswith("node")]
+    argv = nodes[1].argv
+    assert argv[argv.index("--host") + 1] == "0.0.0.0"
+    assert argv[argv.index("--advertised") + 1] == "127.0.0.1:9002"
+
+
+CLIENT_FILE = """\
+bootstrap_servers = "10.0.0.5:9092"
+
+[client]
+node = "10.0.0.11:9001,10.0.0.12:9001"
+ingest = "10.0.0.11:8080"
+token = "from-file"
+"""
+
+
+@pytest.fixture
+def client_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    for name in ("NODE", "INGEST", "TOKEN", "CONFIG"):  # main() sets them from the file:
+        monkeypatch.setenv(f"STREAMIQ_{name}", "")  # recorded, so undone after the test
+        monkeypatch.delenv(f"STREAMIQ_{name}")
+    return monkeypatch
+
+
+def _client_args(monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> dict[str, object]:
+    """What status/query/load would run with (their run() replaced)."""
+    from streamiq.cli import main as cli_main
+    from streamiq.cli.common import auth_headers
+
+    seen: dict[str, object] = {}
+
+    def run(args):  # type: ignore[no-untyped-def]
+        seen.update(vars(args), headers=auth_headers(args))
+        return 0
+
+    for module in cli_main.CLIENTS.values():
+        monkeypatch.setattr(module, "run", run)
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 0
+    return seen
+
+
+def test_client_commands_read_the_client_table(tmp_path: Path,
+                                               client_env: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(CLIENT_FILE)
+    got = _client_args(client_env, ["status", "--config", str(path)])
+    assert got["node"] == "10.0.0.11:9001,10.0.0.12:9001"
+    assert got["headers"] == {"authorization": "Bearer from-file"}
+    got = _client_args(client_env, ["load", "bank", "--config", str(path), "--count", "1"])
+    assert got["ingest"] == "10.0.0.11:8080"
+    # a flag, then the environment, win over the file
+    client_env.setenv("STREAMIQ_NODE", "10.0.0.99:9001")
+    client_env.setenv("STREAMIQ_CONFIG", str(path))
+    assert _client_args(client_env, ["status"])["node"] == "10.0.0.99:9001"
+    got = _client_args(client_env, ["query", "balances", "1", "--node", "10.0.0.98:9001",
+                                    "--token", "from-flag"])
+    assert got["node"] == "10.0.0.98:9001"
+    assert got["headers"] == {"authorization": "Bearer from-flag"}
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('[client]\nnodes = "a:1"\n', "unknown key 'nodes' in [client]"),
+    ('[client]\nnode = "nohost"\n', "client.node: expected host:port"),
+    ("[client]\ningest = 8080\n", "client.ingest: expected a string"),
+    ('prt = 1\n[client]\nnode = "a:1"\n', "unknown setting 'prt'"),
+])
+def test_bad_client_tables_are_one_line_naming_file_and_key(
+        tmp_path: Path, text: str, message: str, client_env: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(SystemExit) as exc:
+        main(["status", "--config", str(path)])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("streamiq: error: --config: ") and str(path) in err
+    assert message in err and err.count("\n") == 1
+
+
+def test_servers_ignore_the_client_table_but_check_it(tmp_path: Path,
+                                                      client_env: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(CLIENT_FILE)
+    assert _settings(["ingest", "--config", str(path), "--no-auth"]).bootstrap_servers \
+        == "10.0.0.5:9092"
+    path.write_text('[client]\nnode = "x"\n')
+    with pytest.raises(SystemExit):
+        _settings(["ingest", "--config", str(path), "--no-auth"])
