@@ -21,6 +21,9 @@ class _FakeProducer:
     def poll(self, timeout: float) -> int:
         return 0
 
+    def flush(self, timeout: float) -> int:
+        return 0
+
 
 def test_publishing_is_throttled_per_view_unless_forced(monkeypatch: Any) -> None:
     clock = [100.0]
@@ -38,6 +41,30 @@ def test_publishing_is_throttled_per_view_unless_forced(monkeypatch: Any) -> Non
         ("balances", 1), ("orders", 1), ("balances", 3), ("balances", 4)]
     assert all(t == "_streamiq-c-progress" and k == d["view"].encode()
                for (t, k, _), d in zip(fake.sent, docs, strict=True))
+
+
+def test_a_held_back_progress_is_sent_when_its_period_ends(monkeypatch: Any) -> None:
+    clock = [100.0]
+    monkeypatch.setattr("streamiq.pipeline.progress.time.monotonic", lambda: clock[0])
+    timers: list[tuple[float, Any]] = []
+    pub = ProgressPublisher({}, "t", later=lambda delay, run: timers.append((delay, run)))
+    pub._producer = fake = _FakeProducer()
+    assert pub.publish("balances", {"batches": 1})
+    clock[0] += 1
+    assert not pub.publish("balances", {"batches": 2})
+    assert not pub.publish("balances", {"batches": 3})  # replaces 2; no second timer
+    assert [d for d, _ in timers] == [PERIOD_S - 1]
+    clock[0] += PERIOD_S - 1
+    timers.pop()[1]()  # the pipeline went quiet: its last batch still goes out
+    timers.clear()
+    assert [json.loads(v)["batches"] for _, _, v in fake.sent] == [1, 3]
+    assert not pub.publish("balances", {"batches": 4})  # a new period from that send
+    assert pub.publish("orders", {"batches": 1})
+    pub.close()  # what is held goes out on close; a timer firing later sends nothing
+    for _, run in timers:
+        run()
+    assert [(json.loads(v)["view"], json.loads(v)["batches"]) for _, _, v in fake.sent] == [
+        ("balances", 1), ("balances", 3), ("orders", 1), ("balances", 4)]
 
 
 def test_the_follower_keeps_the_newest_per_view_and_skips_garbage() -> None:
