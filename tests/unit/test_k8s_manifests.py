@@ -4,6 +4,12 @@ node port, every STREAMIQ_* variable a real setting, the config file's keys know
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -60,3 +66,74 @@ def test_every_variable_is_a_setting_and_the_config_file_is_known(tmp_path: Path
     for command in ("node", "ingest", "pipeline"):  # unknown keys would raise here
         got = file_settings(path, command, COMMANDS[command][1], COMMANDS)
         Settings(**got)
+
+
+DEPLOY = MANIFEST.parents[1]
+ENV_REF = re.compile(r"\$\((\w+)\)")
+
+
+def _containers() -> list[dict[str, Any]]:
+    return [c for d in DOCS if d["kind"] in ("StatefulSet", "Deployment")
+            for c in d["spec"]["template"]["spec"]["containers"]]
+
+
+def test_variable_references_name_variables_defined_before_them() -> None:
+    # Kubernetes expands $(NAME) in an env value only from variables defined above it
+    for c in _containers():
+        seen: set[str] = set()
+        for e in c.get("env", []):
+            for ref in ENV_REF.findall(e.get("value", "")):
+                assert ref in seen, (c["name"], e["name"], ref)
+            seen.add(e["name"])
+
+
+def test_one_image_and_spark_executors_run_it_in_the_drivers_namespace() -> None:
+    assert {c["image"] for c in _containers()} == {"streamiq:0.1.0"}
+    pod = _kind("Deployment", "streamiq-pipeline")["spec"]["template"]["spec"]
+    (driver,) = pod["containers"]
+    assert "k8s://https://kubernetes.default.svc" in driver["args"]
+    submit = {e["name"]: e.get("value") for e in driver["env"]}["PYSPARK_SUBMIT_ARGS"]
+    conf = dict(c.split("=", 1) for c in submit.split("--conf")[1:] for c in [c.strip()])
+    assert conf["spark.kubernetes.container.image"] == driver["image"]
+    assert conf["spark.kubernetes.namespace"] == "$(POD_NAMESPACE)"
+    assert conf["spark.driver.host"] == "streamiq-pipeline-driver"  # the headless service
+    assert conf["spark.kubernetes.authenticate.driver.serviceAccountName"] \
+        == pod["serviceAccountName"] == _kind("ServiceAccount")["metadata"]["name"]
+    assert submit.rstrip().endswith("pyspark-shell")
+
+
+def test_the_dockerfile_runs_the_entrypoint_that_starts_executors() -> None:
+    docker = (DEPLOY / "Dockerfile").read_text()
+    assert "COPY deploy/entrypoint.sh /usr/local/bin/streamiq-entrypoint" in docker
+    assert 'ENTRYPOINT ["streamiq-entrypoint"]' in docker
+    subprocess.run(["bash", "-n", str(DEPLOY / "entrypoint.sh")], check=True)
+
+
+def _entrypoint(*args: str, env: dict[str, str] | None = None, timeout: float = 60
+                ) -> subprocess.CompletedProcess[str]:
+    path = f"{Path(sys.executable).parent}:{os.environ['PATH']}"
+    return subprocess.run(["bash", str(DEPLOY / "entrypoint.sh"), *args], text=True,
+                          capture_output=True, timeout=timeout,
+                          env={**os.environ, "PATH": path, **(env or {})})
+
+
+def test_the_entrypoint_passes_commands_to_streamiq() -> None:
+    out = _entrypoint("node", "--help")
+    assert out.returncode == 0 and "--advertised" in out.stdout
+
+
+@pytest.mark.skipif(shutil.which("java") is None, reason="no java")
+def test_the_entrypoint_runs_a_spark_executor_from_pips_pyspark() -> None:
+    """As Spark on Kubernetes starts an executor pod: the backend starts and calls the
+    driver (none here: connection refused), so the class and jars are found."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    out = _entrypoint("executor", env={
+        "SPARK_DRIVER_URL": f"spark://CoarseGrainedScheduler@127.0.0.1:{port}",
+        "SPARK_EXECUTOR_ID": "1", "SPARK_EXECUTOR_CORES": "1", "SPARK_APPLICATION_ID": "a-1",
+        "SPARK_EXECUTOR_POD_IP": "127.0.0.1", "SPARK_EXECUTOR_POD_NAME": "exec-1",
+        "SPARK_EXECUTOR_MEMORY": "256m", "SPARK_JAVA_OPT_0": "-Dspark.network.timeout=5s"})
+    assert out.returncode != 0
+    assert "KubernetesExecutorBackend: Started daemon" in out.stderr, out.stderr[-2000:]
+    assert f"Failed to connect to /127.0.0.1:{port}" in out.stderr, out.stderr[-2000:]
