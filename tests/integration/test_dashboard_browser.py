@@ -9,14 +9,17 @@ drives it through ``executable_path``, so nothing is downloaded.
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from changelog import produce_rows
 
 from streamiq.kafka.admin import ensure_topics
+from streamiq.serving.dashboard import MAX_STREAMS
 from streamiq.views.bank import BALANCES
 
 pytestmark = pytest.mark.integration
@@ -33,6 +36,20 @@ def _chromium() -> str:
 
 def _actives(page: Any) -> int:
     return int(page.locator('#map table[data-view="balances"] td[data-role="active"]').count())
+
+
+def _streams_end_with_their_clients(port: int, token: str) -> None:
+    """Twice as many event streams as a node takes at once, one after the other, each
+    left after its first frame: a stream still running after its client left would
+    keep its slot and the last ones would be refused (503)."""
+    headers = {"authorization": f"Bearer {token}"}
+    for _ in range(2 * MAX_STREAMS):
+        with httpx.stream("GET", f"http://127.0.0.1:{port}/v1/events", headers=headers,
+                          timeout=30) as r:
+            assert r.status_code == 200, r.read()
+            assert r.headers["content-type"].startswith("text/event-stream")
+            first = next(line for line in r.iter_lines() if line)
+            assert json.loads(first.removeprefix("data: "))["self"] == f"127.0.0.1:{port}"
 
 
 def test_dashboard_shows_the_cluster_live_and_runs_queries(cluster: Any) -> None:
@@ -65,7 +82,10 @@ def test_dashboard_shows_the_cluster_live_and_runs_queries(cluster: Any) -> None
                 "document.querySelectorAll('#map table[data-view=\"balances\"] "
                 "td[data-role=\"active\"]').length === 3", timeout=WAIT_MS)
             assert _actives(page) == 3
+            expect(balances.locator("caption")).to_contain_text("active replicas at most")
+            expect(page.locator("#traffic tbody tr")).to_have_count(3)  # local, forwarded, fanout
             page.screenshot(path=str(ARTIFACTS / "dashboard-3-nodes.png"), full_page=True)
+            _streams_end_with_their_clients(ports[1], cluster.token)
 
             page.fill("#q-view", "balances")
             page.fill("#q-key", "a7")
@@ -73,6 +93,12 @@ def test_dashboard_shows_the_cluster_live_and_runs_queries(cluster: Any) -> None
             expect(page.locator("#q-answer")).to_contain_text('"balance": 7', timeout=WAIT_MS)
             expect(page.locator("#q-meta")).to_contain_text("200 in")
             expect(page.locator("#q-meta")).to_contain_text("answered by 127.0.0.1:")
+
+            page.select_option("#q-type", "multiget")
+            page.fill("#q-key", "a3, a11")
+            page.click("#query button")
+            expect(page.locator("#q-answer")).to_contain_text('"balance": 11', timeout=WAIT_MS)
+            expect(page.locator("#q-answer")).to_contain_text('"balance": 3')
 
             page.select_option("#q-type", "aggregate")
             page.fill("#q-params", "agg=sum(balance)")

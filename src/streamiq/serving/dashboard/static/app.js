@@ -73,6 +73,21 @@ function drawNodes(snap, map) {
   }
 }
 
+function freshness(snap, view, parts) {
+  // how far behind the answers of this view are: the largest lag of an active replica,
+  // and when the pipeline last published progress for it
+  let worst = null;
+  for (const row of Object.values(parts)) {
+    for (const r of Object.values(row)) {
+      if (r.role === "active") worst = Math.max(worst ?? 0, r.lag);
+    }
+  }
+  const lag = worst == null ? "no active replica" : `active replicas at most ${worst} behind`;
+  const p = (snap.pipeline || {})[view];
+  const age = p && p.at ? `, pipeline progress ${Math.max(0, Math.round(snap.at - p.at))} s old` : "";
+  return lag + age;
+}
+
 function drawMap(snap, map) {
   const nodes = snap.cluster.nodes.map((n) => n.endpoint);
   const root = $("#map");
@@ -81,7 +96,7 @@ function drawMap(snap, map) {
     const table = document.createElement("table");
     table.dataset.view = view;
     const caption = document.createElement("caption");
-    caption.textContent = view;
+    caption.textContent = `${view}: ${freshness(snap, view, parts)}`;
     const head = document.createElement("tr");
     const corner = document.createElement("th");
     corner.scope = "col";
@@ -129,6 +144,7 @@ function drawMap(snap, map) {
 function drawTraffic(snap) {
   const body = $("#traffic tbody");
   body.replaceChildren();
+  $("#latency-note").hidden = Object.keys(snap.latency || {}).length > 0;
   const dt = previous ? snap.at - previous.at : 0;
   for (const served of ["local", "forwarded", "fanout"]) {
     const total = snap.traffic[served];
@@ -168,8 +184,9 @@ function draw(snap) {
   drawMap(snap, map);
   drawTraffic(snap);
   drawPipeline(snap);
-  $("#status").textContent =
-    `live from ${snap.self}${snap.ready ? "" : " (not ready)"}: ${snap.cluster.nodes.length} nodes`;
+  const when = new Date(snap.at * 1000).toLocaleTimeString();
+  $("#status").textContent = `live from ${snap.self}${snap.ready ? "" : " (not ready)"}: ` +
+    `${snap.cluster.nodes.length} nodes, as of ${when}`;
   previous = snap;
 }
 
