@@ -4,25 +4,29 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-unit test-integration lint bench clean
+.PHONY: install chromium demo test test-unit test-integration lint bench clean
 
 $(STAMP): pyproject.toml
-	@# the dashboard's browser test drives Debian's Chromium (no browser download)
-	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
-	  && { apt-get install -y -q chromium >/dev/null \
-	       || { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }; }; } \
-	  || echo "note: Chromium not installed (apt-get install -y chromium): the dashboard's browser test will fail"
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev,embedded]'
 	touch $(STAMP)
 
-install: $(STAMP)
+# the dashboard's browser test drives Debian's Chromium through Playwright (no browser
+# download): installed with apt-get when missing and running as root, checked every time
+chromium:
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+	  && export DEBIAN_FRONTEND=noninteractive \
+	  && { apt-get install -y -q chromium >/dev/null \
+	       || { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }; }; } \
+	  || echo "note: Chromium not installed (apt-get install -y chromium): the dashboard's browser test will fail"
+
+install: $(STAMP) chromium
 
 demo: $(STAMP)
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/streamiq up $(ARGS)
 
-test: $(STAMP)
+test: $(STAMP) chromium
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy src
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/pytest -q -ra tests
@@ -30,7 +34,7 @@ test: $(STAMP)
 test-unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit
 
-test-integration: $(STAMP)
+test-integration: $(STAMP) chromium
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/pytest -q -ra tests/integration
 
 lint: $(STAMP)
