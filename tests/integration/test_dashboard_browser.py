@@ -69,7 +69,9 @@ def test_dashboard_shows_the_cluster_live_and_runs_queries(cluster: Any) -> None
                                      args=["--no-sandbox"])
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 1000})
-            page.goto(f"http://127.0.0.1:{ports[0]}/")
+            page.goto(f"http://127.0.0.1:{ports[0]}/")  # the page is open, its data is not:
+            expect(page.locator("#status")).to_contain_text("token refused (401)",
+                                                            timeout=WAIT_MS)
             page.fill("#token", cluster.token)
             page.click("#auth button")
             node_rows = page.locator("#nodes tbody tr")

@@ -10,6 +10,11 @@ function authHeaders() {
   return token ? { authorization: `Bearer ${token}` } : {};
 }
 
+function say(text) {
+  const status = $("#status");
+  if (status.textContent !== text) status.textContent = text;
+}
+
 function cell(text, cls) {
   const td = document.createElement("td");
   td.textContent = text;
@@ -129,7 +134,11 @@ function drawMap(snap, map) {
           span.textContent = `${r.role[0].toUpperCase()} ${restoring ? `${r.done}%` : r.lag}`;
           span.title = restoring ? `restoring, ${r.done}% applied, ${r.lag} to go`
             : `${r.role}, lag ${r.lag}`;
-          td.append(span);
+          span.setAttribute("aria-hidden", "true");
+          const spoken = document.createElement("span");  // the letter, said in full
+          spoken.className = "sr-only";
+          spoken.textContent = span.title;
+          td.append(span, spoken);
         } else {
           td.textContent = "-";
         }
@@ -184,21 +193,21 @@ function draw(snap) {
   drawMap(snap, map);
   drawTraffic(snap);
   drawPipeline(snap);
-  const when = new Date(snap.at * 1000).toLocaleTimeString();
-  $("#status").textContent = `live from ${snap.self}${snap.ready ? "" : " (not ready)"}: ` +
-    `${snap.cluster.nodes.length} nodes, as of ${when}`;
+  // the live region says only what changes rarely (screen readers announce each change)
+  say(`live from ${snap.self}${snap.ready ? "" : " (not ready)"}: ` +
+    `${snap.cluster.nodes.length} nodes`);
+  $("#as-of").textContent = `as of ${new Date(snap.at * 1000).toLocaleTimeString()}`;
   previous = snap;
 }
 
 async function follow() {
   if (reading) reading.abort();
   reading = new AbortController();
-  const status = $("#status");
   while (true) {
     try {
       const r = await fetch("/v1/events", { headers: authHeaders(), signal: reading.signal });
       if (r.status === 401 || r.status === 403) {
-        status.textContent = `token refused (${r.status}): paste the token and connect`;
+        say(`token refused (${r.status}): paste the token and connect`);
         return;
       }
       if (!r.ok) throw new Error(`HTTP ${r.status}`);
@@ -217,7 +226,7 @@ async function follow() {
       }
     } catch (err) {
       if (reading.signal.aborted) return;
-      status.textContent = `disconnected (${err.message}); retrying`;
+      say(`disconnected (${err.message}); retrying`);
     }
     await new Promise((ok) => setTimeout(ok, 1000));
   }
