@@ -117,15 +117,18 @@ def test_each_part_counts_a_known_workload_exactly(cluster: Any) -> None:
     assert pipeline["streamiq_pipeline_dead_letters"][
         ("streamiq_pipeline_dead_letters_total", (("view", "balances"),))] == 2
 
-    # what the pipeline published reaches every node's dashboard
+    # what the pipeline published reaches every node's dashboard, up to its last batch
+    # (a progress held back by the publishing limit goes out when the period ends)
     for port in nodes:
         while True:
-            doc = httpx.get(f"http://127.0.0.1:{port}/v1/dashboard", timeout=10).json()
-            shown = doc["pipeline"].get("balances", {})
-            if shown.get("dead_letters") == 2:
+            doc = httpx.get(f"http://127.0.0.1:{port}/v1/pipeline", timeout=10).json()
+            shown = doc["views"].get("balances", {})
+            if shown.get("dead_letters") == 2 and shown.get("records") == read:
                 break
-            assert time.monotonic() < deadline + 60, doc["pipeline"]
+            assert time.monotonic() < deadline + 60, doc
             time.sleep(0.5)
-        assert shown["batches"] >= 1 and shown["records"] >= 2 and shown["at"] > 0
+        assert shown["batches"] >= 1 and shown["at"] > 0 and doc["skipped"] == 0
+        doc = httpx.get(f"http://127.0.0.1:{port}/v1/dashboard", timeout=10).json()
+        assert doc["pipeline"]["balances"]["records"] == read
         assert {n["endpoint"] for n in doc["cluster"]["nodes"]} == {
             f"127.0.0.1:{p}" for p in nodes}
