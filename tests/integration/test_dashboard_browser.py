@@ -1,10 +1,12 @@
 """The dashboard in a real browser (headless Chromium, driven by Playwright) against
-three real nodes with authentication on: it shows every node and partition, the map
-changes when a node stops, and a query typed in the box answers the right value.
+three real nodes with authentication on: its data is refused without the token, it
+shows every node and partition, the map changes when a node stops, queries typed in the
+box answer the right values, and event streams end with their clients.
 
-A screenshot of each state is saved under tests/artifacts/ (kept by CI as artifacts).
-Chromium is Debian's package (``make install`` puts it there as root); Playwright
-drives it through ``executable_path``, so nothing is downloaded.
+A screenshot of each state is saved under tests/artifacts/ (git-ignored; the folder to
+keep as a CI job's artifacts). Chromium is Debian's package (``make install`` and
+``make test`` put it there as root); Playwright drives it through ``executable_path``,
+so nothing is downloaded.
 """
 
 from __future__ import annotations
