@@ -19,7 +19,13 @@ def produce_rows(bootstrap: str, topic: str, view: View, rows: Iterable[dict[str
                   "linger.ms": 20, "enable.idempotence": True})
     n = 0
     for row in rows:
-        p.produce(topic, key=view.key_of(row).encode(), value=json.dumps(row).encode())
+        key, value = view.key_of(row).encode(), json.dumps(row).encode()
+        while True:
+            try:
+                p.produce(topic, key=key, value=value)
+                break
+            except BufferError:  # the local queue is full (a slow broker): let it drain
+                p.poll(0.5)
         n += 1
         if n % 10_000 == 0:
             p.poll(0)
