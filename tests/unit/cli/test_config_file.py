@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
+from streamiq.cli.configfile import client_settings, file_settings
 from streamiq.cli.main import COMMANDS, build_parser, main, settings_from_args
+from streamiq.config import Settings
 
 FILE = """\
 bootstrap_servers = "10.0.0.5:9092,10.0.0.6:9092"
@@ -194,3 +197,21 @@ def test_servers_ignore_the_client_table_but_check_it(tmp_path: Path,
     path.write_text('[client]\nnode = "x"\n')
     with pytest.raises(SystemExit):
         _settings(["ingest", "--config", str(path), "--no-auth"])
+
+
+def _toml_blocks() -> list[tuple[str, str]]:
+    root = Path(__file__).resolve().parents[3]
+    return [(f"{doc}#{i}", block)
+            for doc in ("README.md", "docs/deploy.md")
+            for i, block in enumerate(re.findall(r"```toml\n(.*?)```",
+                                                 (root / doc).read_text(), re.S))]
+
+
+@pytest.mark.parametrize(("where", "text"), _toml_blocks(), ids=lambda v: v[:20])
+def test_the_documented_config_files_are_accepted(where: str, text: str, tmp_path: Path,
+                                                  client_env: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "doc.toml"
+    path.write_text(text)
+    for command in ("node", "ingest", "pipeline"):
+        Settings(**file_settings(path, command, COMMANDS[command][1], COMMANDS))
+    client_settings(path, COMMANDS)
