@@ -4,9 +4,12 @@ Setup: an embedded broker on a free port; ``--keys`` rows of ``balances`` (about
 bytes of JSON each) produced straight to a 3-partition changelog. One node
 (``--standby-replicas 0``: it holds every partition) is started on it:
 
-1. restore from an empty store: seconds from the process start to ``/health`` 200;
+1. restore from an empty store: seconds from the process start to ``/health`` 200,
+   and the same less the start of a node of an empty cluster (Python, imports,
+   joining): the part that grows with the keys, the one to extrapolate from;
 2. memory: resident set of that node, minus that of a node of an empty cluster
-   started the same way (the baseline: Python, the libraries, RocksDB's caches);
+   started the same way (the baseline: Python, the libraries); not a per-key figure
+   (RocksDB's write buffers fill during the restore): compare several ``--keys``;
 3. disk: the node's RocksDB directory, after a restart (memtables flushed);
 4. restart from its checkpoint: seconds to ready again;
 5. lookups: wrk, random keys, c=8, ``--seconds``; lookups/s and server CPU per
@@ -73,7 +76,7 @@ def main() -> None:
     nodes: list[NodeProc] = []
     try:
         bs = broker.bootstrap_servers
-        empty, _ = start(bs, "sz0", root / "empty", root / "node-empty.log")
+        empty, empty_s = start(bs, "sz0", root / "empty", root / "node-empty.log")
         nodes.append(empty)
         time.sleep(3)
         base = rss_mb(empty.proc.pid)
@@ -98,11 +101,12 @@ def main() -> None:
         per_core = 1e6 / got["cpu_us"]
         m = a.keys / 1e6
         print(f"{a.keys:,} keys on one node (3 partitions, ~100-byte rows):")
-        print(f"  restore from an empty store: {restore_s:.1f} s ({restore_s / m:.1f} s per "
-              "million keys)")
+        print(f"  restore from an empty store: {restore_s:.1f} s; less an empty node's "
+              f"start ({empty_s:.1f} s): {restore_s - empty_s:.1f} s "
+              f"({(restore_s - empty_s) / m:.1f} s per million keys)")
         print(f"  restart from its checkpoint: {restart_s:.1f} s")
-        print(f"  memory over an empty node ({base:.0f} MB): {rss:.0f} MB "
-              f"({rss / m:.0f} MB per million keys)")
+        print(f"  memory over an empty node ({base:.0f} MB): +{rss:.0f} MB (not per key: "
+              "RocksDB's write buffers fill, then grow slowly)")
         print(f"  disk (RocksDB): {disk:.0f} MB ({disk / m:.0f} MB per million keys)")
         print(f"  lookups (c=8, local): {got['rps']:,.0f}/s, p50 {got['p50']:.2f} ms, "
               f"{got['cpu_us']:.0f} us of server CPU each: {per_core:,.0f} lookups/s per "
