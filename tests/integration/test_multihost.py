@@ -1,6 +1,7 @@
 """Nodes on three separate test hosts (network namespaces joined by veth links), the
-broker on a fourth (the root namespace), nothing on loopback; then the same with the
-ingest and the pipeline on a Spark standalone cluster losing a worker.
+broker on another (the root namespace), nothing on loopback; then the same with the
+ingest on a fourth host and the pipeline on a Spark standalone cluster (with the
+broker) losing a worker.
 
 Each node binds and advertises its own host's address; the third binds 0.0.0.0 and
 advertises a service address that is not the one it was given as its host (as behind
@@ -36,7 +37,7 @@ PORT = 9001  # every host has its own network: the same port on each
 
 @pytest.fixture
 def hosts() -> Iterator[Hosts]:
-    h = Hosts(3)
+    h = Hosts(4)  # nodes on 0-2; the ingest on 3 (in the Spark test)
     try:
         yield h
     finally:
@@ -156,10 +157,9 @@ def test_bank_through_a_standalone_spark_cluster_losing_a_worker(
     spark = SparkStandalone(tmp_path / "spark", hosts.gateway, workers=2).start()
     try:
         common = _common(broker.bootstrap_servers, "sc")
-        ingest_port = free_port()
-        ingest = f"{hosts.gateway}:{ingest_port}"
-        procs("ingest", [*common, "--no-auth", "--ingest-host", hosts.gateway,
-                         "--ingest-port", str(ingest_port)], name="ingest"
+        ingest = f"{hosts.addresses[3]}:8080"  # a host of its own
+        procs("ingest", [*common, "--no-auth", "--ingest-host", hosts.addresses[3],
+                         "--ingest-port", "8080"], name="ingest", prefix=hosts.command(3, [])
               ).wait_ready(f"http://{ingest}/health", 60)
         advertised, _ = _start_nodes(hosts, procs, tmp_path, common)
         monkeypatch.setenv("SPARK_LOCAL_IP", hosts.gateway)  # the driver, for the executors
