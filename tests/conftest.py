@@ -44,7 +44,9 @@ def make_topic(bootstrap: str) -> Callable[..., str]:
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
+def spark(broker: EmbeddedBroker) -> Iterator[Any]:
+    """Depends on the broker so that it stops first: its Python workers' cached Kafka
+    clients would otherwise retry a stopped broker while the session ends."""
     from streamiq.pipeline.session import spark_session
 
     s = spark_session("local[2]", app_name="streamiq-tests")
