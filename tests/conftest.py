@@ -21,8 +21,11 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 @pytest.fixture(scope="session")
 def broker() -> Iterator[EmbeddedBroker]:
+    from streamiq.pipeline.kafka_io import close_readers
+
     b = EmbeddedBroker("127.0.0.1", free_port()).start()
     yield b
+    close_readers()  # Kafka reads made in this process (tests of the source)
     b.stop()
 
 

@@ -24,7 +24,7 @@ from streamiq.pipeline.options import TP, KafkaOptions, Offsets
 
 __all__ = [
     "PROBE_DEFAULTS", "READER_DEFAULTS", "DataLossError", "EndProbe", "arrow_schema",
-    "read_range",
+    "close_readers", "read_range",
 ]
 
 log = logging.getLogger(__name__)
@@ -189,6 +189,15 @@ def _reader(kafka: Mapping[str, str]) -> Any:
     if c is None:
         c = _CONSUMERS[key] = Consumer(_client_conf(READER_DEFAULTS, kafka, "reader"))
     return c
+
+
+def close_readers() -> None:
+    """Close this process's pooled reader consumers. A Spark worker keeps them for its
+    life; a process that read in-process (a test) closes them before its broker goes,
+    or librdkafka retries the gone broker while the interpreter exits."""
+    while _CONSUMERS:
+        _, c = _CONSUMERS.popitem()
+        c.close()
 
 
 def _batch(msgs: list[Any], topic: str, partition: int, headers: bool, schema: Any) -> Any:
