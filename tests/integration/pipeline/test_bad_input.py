@@ -68,13 +68,13 @@ def _caught_up(bootstrap: str, topic: str, changelogs: list[str]) -> list[list[A
     return [wait_caught_up(bootstrap, c, ends, topic, 3, timeout=180) for c in changelogs]
 
 
-def _dead_letters(bootstrap: str, topic: str, want: int) -> dict[str, dict[str, Any]]:
+def _dead_letter_docs(bootstrap: str, topic: str, want: int) -> list[dict[str, Any]]:
+    """The dead-letter topic's records, once it holds ``want`` (or after 60 s)."""
     deadline = time.monotonic() + 60
     while True:
         docs = [json.loads(m.value()) for m in read_topic(bootstrap, topic)]
-        dead = {d["value"]: d for d in docs}
-        if len(dead) >= want or time.monotonic() > deadline:
-            return dead
+        if len(docs) >= want or time.monotonic() > deadline:
+            return docs
         time.sleep(0.5)
 
 
@@ -136,7 +136,9 @@ def test_hostile_records_are_dead_lettered_and_the_pipeline_keeps_running(
     assert got_windows == want_windows
 
     bad = {**BAD_TXNS, **BAD_ORDERS}
-    dead = _dead_letters(bootstrap, cluster.topic(DEAD_LETTER_TOPIC), len(bad))
+    docs = _dead_letter_docs(bootstrap, cluster.topic(DEAD_LETTER_TOPIC), len(bad))
+    dead = {d["value"]: d for d in docs}
+    assert len(docs) == len(dead), "a record was dead-lettered twice"
     assert {v: d["reason"] for v, d in dead.items()} == bad
     assert {d["view"] for v, d in dead.items() if v in BAD_TXNS} == {"balances"}
     assert pipe.alive(), pipe.log()[-4000:]
@@ -157,11 +159,6 @@ def test_hostile_records_are_dead_lettered_and_the_pipeline_keeps_running(
         assert again.alive(), again.log()[-4000:]
         time.sleep(0.5)
     assert again.log().count(": re-scanned batches 0..") == 2, again.log()[-4000:]
-    topic = cluster.topic(DEAD_LETTER_TOPIC)
-    while True:
-        values = sorted(json.loads(m.value())["value"] for m in read_topic(bootstrap, topic))
-        if len(values) >= 2 * len(bad) or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
-    assert values == sorted(2 * list(bad)), again.log()[-4000:]
+    docs = _dead_letter_docs(bootstrap, cluster.topic(DEAD_LETTER_TOPIC), 2 * len(bad))
+    assert sorted(d["value"] for d in docs) == sorted(2 * list(bad)), again.log()[-4000:]
     assert again.alive(), again.log()[-4000:]
