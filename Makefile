@@ -3,14 +3,26 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# Apache Kafka's jars for the embedded broker, resolved by Maven once (streamiq/kafka/jars.py)
+KAFKA := $(VENV)/.kafka-jars
 
 .PHONY: install chromium demo test test-unit test-integration lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev,embedded]'
+	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
+
+# Maven from Debian's packages when missing (and running as root), then the jars
+$(KAFKA): $(STAMP) src/streamiq/kafka/broker-pom.xml
+	@command -v mvn >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+	  && export DEBIAN_FRONTEND=noninteractive \
+	  && { apt-get install -y -q maven >/dev/null \
+	       || { apt-get update -q >/dev/null && apt-get install -y -q maven >/dev/null; }; }; } \
+	  || { echo "Maven is needed once to resolve Apache Kafka's jars: apt-get install maven"; exit 2; }
+	$(BIN)/streamiq broker --install
+	touch $(KAFKA)
 
 # the dashboard's browser test drives Debian's Chromium through Playwright (no browser
 # download): installed with apt-get when missing and running as root, checked every time
@@ -21,12 +33,12 @@ chromium:
 	       || { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }; }; } \
 	  || echo "note: Chromium not installed (apt-get install -y chromium): the dashboard's browser test will fail"
 
-install: $(STAMP) chromium
+install: $(STAMP) $(KAFKA) chromium
 
-demo: $(STAMP)
+demo: $(STAMP) $(KAFKA)
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/streamiq up $(ARGS)
 
-test: $(STAMP) chromium
+test: $(STAMP) $(KAFKA) chromium
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy src
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/pytest -q -ra tests
@@ -34,14 +46,14 @@ test: $(STAMP) chromium
 test-unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit
 
-test-integration: $(STAMP) chromium
+test-integration: $(STAMP) $(KAFKA) chromium
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/pytest -q -ra tests/integration
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy src
 
-bench: $(STAMP)
+bench: $(STAMP) $(KAFKA)
 	@command -v wrk >/dev/null || { echo "bench_queries needs wrk: apt-get install -y wrk"; exit 2; }
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python bench/bench_queries.py
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python bench/bench_ha.py

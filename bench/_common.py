@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import signal
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import httpx
 
-__all__ = ["NodeProc", "free_port", "pct", "wait_ready"]
+from streamiq.kafka.broker import EmbeddedBroker
+
+__all__ = ["NodeProc", "bench_broker", "free_port", "pct", "wait_ready"]
 
 # Every bench but bench_auth.py measures with client authentication off (nodes, ingest
 # and 'streamiq up' read this); bench_auth.py puts on vs off side by side.
@@ -24,6 +29,14 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def bench_broker() -> EmbeddedBroker:
+    """An Apache Kafka broker (not started) on a free port, its log in a temporary folder
+    removed at exit."""
+    data = tempfile.mkdtemp(prefix="streamiq-bench-kafka-")
+    atexit.register(shutil.rmtree, data, True)
+    return EmbeddedBroker("127.0.0.1", free_port(), data)
 
 
 def free_run(n: int) -> int:

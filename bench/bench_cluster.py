@@ -27,10 +27,10 @@ import tempfile
 import uuid
 from pathlib import Path
 
+from _common import bench_broker
 from bench_pipeline import pipeline_throughput, produce
 
 from streamiq.kafka.admin import ensure_topics
-from streamiq.kafka.broker import EmbeddedBroker
 
 
 def child(a: argparse.Namespace) -> None:
@@ -74,11 +74,10 @@ def main() -> None:
         child(a)
         return
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-    from procs import free_port
     from spark_cluster import SparkStandalone
 
     root = Path(tempfile.mkdtemp(prefix="bench-cluster-"))
-    broker = EmbeddedBroker("127.0.0.1", free_port()).start()
+    broker = bench_broker().start()
     spark = SparkStandalone(root / "spark", "127.0.0.1", workers=2).start()
     try:
         bs = broker.bootstrap_servers

@@ -22,9 +22,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import free_port, pct, wait_ready
-
-from streamiq.kafka.broker import EmbeddedBroker
+from _common import bench_broker, free_port, pct, wait_ready
 
 
 def _spawn(cmd: str, args: list[str], log: Path) -> subprocess.Popen[bytes]:
@@ -49,7 +47,7 @@ def main() -> None:
     a = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="streamiq-bench-fresh-"))
     procs: list[subprocess.Popen[bytes]] = []
-    with EmbeddedBroker("127.0.0.1", free_port()) as broker:
+    with bench_broker() as broker:
         common = ["--bootstrap-servers", broker.bootstrap_servers, "--app", "bank",
                   "--log-level", "warning"]
         try:

@@ -20,11 +20,10 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from _common import NodeProc, free_port, pct, wait_ready
+from _common import NodeProc, bench_broker, free_port, pct, wait_ready
 from changelog import produce_rows
 
 from streamiq.kafka.admin import ensure_topics
-from streamiq.kafka.broker import EmbeddedBroker
 from streamiq.views.bank import BALANCES
 
 
@@ -102,7 +101,7 @@ def main() -> None:
     ap.add_argument("--kills", type=int, default=5)
     a = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="streamiq-bench-ha-"))
-    with EmbeddedBroker("127.0.0.1", free_port()) as broker:
+    with bench_broker() as broker:
         times = failover(broker.bootstrap_servers, root, a.kills)
         print("failover: SIGKILL of the active owner -> first correct answer from a survivor")
         print(f"  samples {len(times)}  p50 {pct(times, 50) * 1000:.1f} ms  "

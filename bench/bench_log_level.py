@@ -20,12 +20,11 @@ import time
 from pathlib import Path
 
 import httpx
-from _common import NodeProc, free_port, wait_ready
+from _common import NodeProc, bench_broker, free_port, wait_ready
 from bench_queries import rows, wrk  # also puts tests/ on sys.path
 from changelog import produce_rows
 
 from streamiq.kafka.admin import ensure_topics
-from streamiq.kafka.broker import EmbeddedBroker
 from streamiq.views.bank import BALANCES
 
 TARGET = 0.9
@@ -88,7 +87,7 @@ def paired(a: argparse.Namespace, variants: dict[str, list[str]],
     ``cpu``, when given, gets each run's server CPU per lookup (us) per variant."""
     first, second = variants
     root = Path(tempfile.mkdtemp(prefix="bench-paired-"))
-    broker = EmbeddedBroker("127.0.0.1", free_port()).start()
+    broker = bench_broker().start()
     clusters: dict[str, list[NodeProc]] = {}
     try:
         ensure_topics({"bootstrap.servers": broker.bootstrap_servers},

@@ -46,10 +46,9 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import free_port, pct
+from _common import bench_broker, pct
 
 from streamiq.kafka.admin import ensure_topics
-from streamiq.kafka.broker import EmbeddedBroker
 from streamiq.pipeline.runner import build_view_stream
 from streamiq.views import bank
 
@@ -250,7 +249,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     from streamiq.pipeline.session import spark_session
 
-    with EmbeddedBroker("127.0.0.1", free_port()) as broker:
+    with bench_broker() as broker:
         bs = broker.bootstrap_servers
         stamp = int(time.time())
         topic, warm = f"bench-bank-{stamp}", f"bench-warm-{stamp}"

@@ -57,12 +57,11 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from _common import NodeProc, free_port, pct, wait_ready
+from _common import NodeProc, bench_broker, free_port, pct, wait_ready
 from changelog import produce_rows
 
 from streamiq.client import AsyncClient
 from streamiq.kafka.admin import ensure_topics
-from streamiq.kafka.broker import EmbeddedBroker
 from streamiq.views.bank import BALANCES
 
 LUA = """
@@ -407,7 +406,7 @@ def record_cost_us(n: int = 200_000) -> float:
 
 def queries(a: argparse.Namespace) -> None:
     root = Path(tempfile.mkdtemp(prefix="bench-queries-"))
-    broker = EmbeddedBroker("127.0.0.1", free_port()).start()
+    broker = bench_broker().start()
     procs: list[NodeProc] = []
     ceiling: subprocess.Popen[bytes] | None = None
     nginx: tuple[subprocess.Popen[bytes], int] | None = None

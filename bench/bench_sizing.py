@@ -31,12 +31,11 @@ import time
 from pathlib import Path
 
 import httpx
-from _common import NodeProc, free_port, wait_ready
+from _common import NodeProc, bench_broker, free_port, wait_ready
 from bench_queries import rows, wrk  # also puts tests/ on sys.path
 from changelog import produce_rows
 
 from streamiq.kafka.admin import ensure_topics
-from streamiq.kafka.broker import EmbeddedBroker
 from streamiq.views.bank import BALANCES
 
 
@@ -72,7 +71,7 @@ def main() -> None:
     if shutil.which("wrk") is None:
         raise SystemExit("wrk not found (Debian: apt-get install -y wrk)")
     root = Path(tempfile.mkdtemp(prefix="bench-sizing-"))
-    broker = EmbeddedBroker("127.0.0.1", free_port()).start()
+    broker = bench_broker().start()
     nodes: list[NodeProc] = []
     try:
         bs = broker.bootstrap_servers

@@ -78,7 +78,7 @@ def parts(up_pid: int) -> dict[str, int]:
         except OSError:
             continue
         words = [a.decode(errors="replace") for a in argv]
-        if any("tansu" in w for w in words[:1]):
+        if "kafka.Kafka" in words:
             out["broker"] = pid
         elif "streamiq" in words and len(words) > words.index("streamiq") + 1:
             cmd = words[words.index("streamiq") + 1]

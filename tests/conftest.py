@@ -1,4 +1,4 @@
-"""Shared fixtures: one embedded broker and one SparkSession per session, factories."""
+"""Shared fixtures: one Apache Kafka broker and one SparkSession per session, factories."""
 
 from __future__ import annotations
 
@@ -20,10 +20,11 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 
 @pytest.fixture(scope="session")
-def broker() -> Iterator[EmbeddedBroker]:
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
+    """One Apache Kafka broker (KRaft, its log in the session's temporary folder)."""
     from streamiq.pipeline.kafka_io import close_readers
 
-    b = EmbeddedBroker("127.0.0.1", free_port()).start()
+    b = EmbeddedBroker("127.0.0.1", free_port(), tmp_path_factory.mktemp("kafka")).start()
     yield b
     close_readers()  # Kafka reads made in this process (tests of the source)
     b.stop()

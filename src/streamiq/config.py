@@ -62,6 +62,11 @@ class Settings(BaseSettings):
     # --- embedded broker ---
     broker_host: str = Field("127.0.0.1", description="Embedded broker listen host.")
     broker_port: int = Field(9092, ge=1, le=65535, description="Embedded broker listen port.")
+    broker_dir: Path = Field(Path(".streamiq/kafka"),
+                             description="Embedded broker's log (Apache Kafka, KRaft): kept "
+                                         "across restarts; removed by up --fresh.")
+    broker_heap_mb: int = Field(384, ge=128, le=65_536,
+                                description="Embedded broker's JVM heap (-Xmx), in MB.")
 
     # --- ingest ---
     ingest_host: str = Field("127.0.0.1", description="Ingest HTTP listen host.")

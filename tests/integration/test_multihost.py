@@ -49,7 +49,7 @@ def test_three_hosts_answer_every_key_across_hosts(hosts: Hosts, procs: Any,
                                                    tmp_path: Path) -> None:
     from procs import free_port
 
-    broker = EmbeddedBroker(hosts.gateway, free_port()).start()
+    broker = EmbeddedBroker(hosts.gateway, free_port(), tmp_path / "kafka").start()
     try:
         _three_hosts(hosts, procs, tmp_path, broker.bootstrap_servers)
     finally:
@@ -153,7 +153,7 @@ def test_bank_through_a_standalone_spark_cluster_losing_a_worker(
     from procs import free_port
     from spark_cluster import SparkStandalone
 
-    broker = EmbeddedBroker(hosts.gateway, free_port()).start()
+    broker = EmbeddedBroker(hosts.gateway, free_port(), tmp_path / "kafka").start()
     spark = SparkStandalone(tmp_path / "spark", hosts.gateway, workers=2).start()
     try:
         common = _common(broker.bootstrap_servers, "sc")

@@ -31,7 +31,7 @@ __all__ = ["main"]
 _KAFKA = ("bootstrap_servers", "kafka_config", "cluster", "topic_prefix", "app", "views_module",
           "partitions",
           "log_level", "log_format", "metrics")
-_BROKER = ("broker_host", "broker_port")
+_BROKER = ("broker_host", "broker_port", "broker_dir", "broker_heap_mb")
 _AUTH = ("auth", "jwt_secret", "api_keys")
 _TLS = ("tls_cert_file", "tls_key_file", "tls_ca_file")  # parts run on their own only
 _INGEST = ("ingest_host", "ingest_port", *_AUTH)
@@ -48,7 +48,8 @@ COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
            _KAFKA + _BROKER + _INGEST + _PIPELINE
            + ("host", "state_dir", "standby_replicas", "max_lag", "redirect",
               "cluster_secret")),
-    "broker": ("run the embedded Kafka-protocol broker (Tansu)", _BROKER),
+    "broker": ("run the embedded Apache Kafka broker (KRaft, one node; --install resolves "
+               "its jars with Maven)", _BROKER),
     "ingest": ("run the ingest HTTP service", _KAFKA + _INGEST + _TLS),
     "pipeline": ("run the PySpark pipeline", _KAFKA + _PIPELINE),
     "node": ("run one serving node", _KAFKA + _NODE),
@@ -111,6 +112,13 @@ def build_parser() -> argparse.ArgumentParser:
                             help="serving nodes, on ports --node-port and up [default 3]")
             sp.add_argument("--node-port", type=int, default=9001, metavar="PORT",
                             help="first node's port [default 9001]")
+            sp.add_argument("--fresh", action="store_true",
+                            help="start from a clean slate: remove the embedded broker's log, "
+                                 "the node stores and the Spark checkpoints first")
+        if cmd == "broker":
+            sp.add_argument("--install", action="store_true",
+                            help="resolve Apache Kafka's jars with Maven (once; make install "
+                                 "runs it), then exit")
     for name, module in CLIENTS.items():
         module.add_parser(sub)
         sub.choices[name].add_argument(
@@ -243,7 +251,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     run = _runner(args.command)
     try:
         if args.command == "up":
-            run(settings, nodes=args.nodes, node_port=args.node_port)
+            run(settings, nodes=args.nodes, node_port=args.node_port, fresh=args.fresh)
+        elif args.command == "broker":
+            run(settings, install=args.install)
         else:
             run(settings)
     except KeyboardInterrupt:

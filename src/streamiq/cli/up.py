@@ -6,11 +6,15 @@ back to 0.5 s once it has stayed ready for 30 s) while the others keep running; 
 line says why and when, another when it is ready again. A restarted part resumes from
 its own checkpoint (a node from its RocksDB stores, the pipeline from its Spark
 checkpoints). A part that crash-loops (5 restarts within 60 s, or 5 in a row without
-staying ready) stops everything, and so does the death of the embedded broker (it keeps
-its log in memory only); ``up`` then exits 1. Ctrl-C or SIGTERM, sent to ``up`` alone
-or to its whole process group, stops every part (nodes first, broker last; a part still
-running 30 s later is killed) and ``up`` exits 0. Preconditions (Java, free ports, the
-app) are checked first so a bad start fails with one clear line.
+staying ready) stops everything; ``up`` then exits 1. The embedded broker (Apache Kafka,
+its log on disk under ``--broker-dir``) is started first and restarted on its log when it
+dies; the other parts reconnect to it by themselves, and only a broker that cannot be
+started again stops everything. Nothing is wiped at start: a second ``up`` resumes every
+view, store and checkpoint (``--fresh`` starts from a clean slate). Ctrl-C or SIGTERM,
+sent to ``up`` alone or to its whole process group, stops every part (nodes first,
+broker last; a part still running 30 s later is killed) and ``up`` exits 0.
+Preconditions (Java, the broker's jars, free ports, the app) are checked first so a bad
+start fails with one clear line.
 """
 
 from __future__ import annotations
@@ -48,6 +52,8 @@ _STOP_CODES = frozenset({0, -signal.SIGTERM, -signal.SIGINT, 128 + signal.SIGTER
 _SETTLE_S = 1.0
 #: how long a restart waits for the old process tree to let go of its output
 _DRAIN_S = 20.0
+#: starts of a dead embedded broker tried before everything stops
+BROKER_TRIES = 3
 
 
 def _say(msg: str) -> None:
@@ -199,10 +205,7 @@ class Supervisor:
         now = self.clock()
         if self.broker is not None and self.broker.proc is not None:
             rc = self.broker.proc.poll()
-            if rc is not None:
-                _say(f"the embedded broker exited at {_clock()} ({describe_exit(rc)}); "
-                     "it kept every topic in memory only, so nothing can resume: "
-                     "stopping everything")
+            if rc is not None and not self._restart_broker(rc):
                 return 1
         for part in self.parts:
             if part.proc is None:
@@ -217,6 +220,24 @@ class Supervisor:
             elif not part.ready and part.probe(part):
                 self._ready(part, now)
         return None
+
+    def _restart_broker(self, rc: int) -> bool:
+        """Start the embedded broker again on its log (the other parts reconnect by
+        themselves); False when it cannot be started after a few tries."""
+        assert self.broker is not None
+        _say(f"the embedded broker exited at {_clock()} ({describe_exit(rc)}); restarting it "
+             "on its log")
+        for attempt in range(1, BROKER_TRIES + 1):
+            try:
+                self.broker.start()
+            except BrokerError as exc:
+                _say(f"the embedded broker did not start (try {attempt} of {BROKER_TRIES}): "
+                     f"{exc}")
+                continue
+            _say(f"embedded broker ready again on {self.broker.bootstrap_servers}")
+            return True
+        _say("the embedded broker cannot be restarted: stopping everything")
+        return False
 
     def _exited(self, part: Part, rc: int, now: float) -> bool:
         """Schedule the part's restart; True when it is crash-looping."""
@@ -379,9 +400,12 @@ def _check(s: Settings, nodes: int, node_port: int, embedded: bool) -> tuple[str
     return topics
 
 
-def run_up(settings: Settings, nodes: int = 3, node_port: int = 9001) -> None:
+def run_up(settings: Settings, nodes: int = 3, node_port: int = 9001,
+           fresh: bool = False) -> None:
     embedded = "bootstrap_servers" not in settings.model_fields_set
     topics = _check(settings, nodes, node_port, embedded)
+    if fresh:
+        _clean_slate(settings, embedded)
     stopping = threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -392,14 +416,14 @@ def run_up(settings: Settings, nodes: int = 3, node_port: int = 9001) -> None:
     signal.signal(signal.SIGINT, on_signal)
     broker = None
     if embedded:
-        broker = EmbeddedBroker(settings.broker_host, settings.broker_port)
+        broker = _embedded_broker(settings)
         try:
             broker.start()
         except BrokerError as exc:
             _fail(str(exc))
         settings = settings.model_copy(update={"bootstrap_servers": broker.bootstrap_servers})
-        _fresh_state(settings)
-        _say(f"embedded Kafka-protocol broker ready on {broker.bootstrap_servers}")
+        _say(f"embedded Apache Kafka broker ready on {broker.bootstrap_servers} "
+             f"(log in {settings.broker_dir})")
     else:
         _say(f"using Kafka at {settings.bootstrap_servers}")
     Path(settings.state_dir).mkdir(parents=True, exist_ok=True)
@@ -445,25 +469,43 @@ def _share_secrets(s: Settings) -> None:
         print(f"  export STREAMIQ_TOKEN={token}", flush=True)
 
 
-def _fresh_state(s: Settings) -> None:
-    """The embedded broker keeps its log in memory: local state from an earlier run
-    (node stores, Spark checkpoints) describes a log that no longer exists."""
-    for d in (Path(s.state_dir), Path(s.checkpoint_dir)):
-        if d.exists() and any(d.iterdir()):
-            _say(f"embedded broker starts empty: clearing stale local state in {d}")
+def _embedded_broker(s: Settings) -> EmbeddedBroker:
+    return EmbeddedBroker(s.broker_host, s.broker_port, s.broker_dir, heap_mb=s.broker_heap_mb)
+
+
+def _clean_slate(s: Settings, embedded: bool) -> None:
+    """``--fresh``: the broker's log, node stores and checkpoints go. Only with the
+    embedded broker: beside an external Kafka's topics, fresh checkpoints would read
+    every input again into changelogs that already hold it."""
+    if not embedded:
+        _fail("--fresh removes the embedded broker's log with the local state; with "
+              "--bootstrap-servers, delete the topics and the local state yourself")
+    for d in (Path(s.broker_dir), Path(s.state_dir), Path(s.checkpoint_dir)):
+        if d.exists():
+            _say(f"--fresh: removing {d}")
             shutil.rmtree(d)
 
 
-def run_broker(settings: Settings) -> None:
-    """Run the embedded broker in the foreground until Ctrl-C or SIGTERM."""
+def run_broker(settings: Settings, install: bool = False) -> None:
+    """Run the embedded broker in the foreground until Ctrl-C or SIGTERM (``install``:
+    resolve its jars and exit)."""
+    if install:
+        from streamiq.kafka.jars import JarsError, install_jars
+
+        try:
+            print(f"streamiq: Apache Kafka's jars are in {install_jars()}", flush=True)
+        except JarsError as exc:
+            _fail(str(exc))
+        return
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
-        broker = EmbeddedBroker(settings.broker_host, settings.broker_port).start()
+        broker = _embedded_broker(settings).start()
     except BrokerError as exc:
         _fail(str(exc))
-    print(f"streamiq broker listening on {broker.bootstrap_servers}", flush=True)
+    print(f"streamiq broker listening on {broker.bootstrap_servers} "
+          f"(log in {settings.broker_dir})", flush=True)
     try:
         while not stop.wait(0.5):
             if broker.proc is None or broker.proc.poll() is not None:

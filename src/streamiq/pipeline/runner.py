@@ -40,7 +40,7 @@ from streamiq.pipeline.sinkwriter import sink
 from streamiq.pipeline.source import FORMAT
 from streamiq.pipeline.warmup import warm_up
 from streamiq.serving.logs import configure_logging
-from streamiq.views.base import App, View, load_app
+from streamiq.views.base import CHANGELOG_TOPIC_CONFIG, App, View, load_app
 from streamiq.views.catalog import progress_topic
 
 if TYPE_CHECKING:
@@ -146,8 +146,8 @@ class Pipeline:
             parts.update(ensure_topics(self.kafka, dict.fromkeys(self.topics_of(v), n)))
         want = {topic(v.changelog_topic): max(parts[t] for t in self.topics_of(v))
                 for v in self.app.views}
-        want[topic(DEAD_LETTER_TOPIC)] = n
-        parts.update(ensure_topics(self.kafka, want))
+        parts.update(ensure_topics(self.kafka, want, config=CHANGELOG_TOPIC_CONFIG))
+        parts.update(ensure_topics(self.kafka, {topic(DEAD_LETTER_TOPIC): n}))
         return parts
 
     def start(self) -> None:

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from streamiq.views.base import KEY_SEP, MARKER_HEADER, View, marker_value
+from streamiq.views.base import KEY_SEP, MARKER_HEADER, MARKER_KEY, View, marker_value
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -238,7 +238,7 @@ def produce_markers(kafka: Mapping[str, Any], topic: str, partitions: int, batch
     p = _producer(kafka)
     delivery = _Delivery(f"topic {topic}")
     for part in range(partitions):
-        p.produce(topic, value=marker, key=None, partition=part,
+        p.produce(topic, value=marker, key=MARKER_KEY, partition=part,
                   headers=[(MARKER_HEADER, b"1")], on_delivery=delivery)
     delivery.flush(p, timeout)
     return offsets

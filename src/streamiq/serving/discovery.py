@@ -7,8 +7,8 @@ far exists before the node serves) and then follows it (a supervised thread): a 
 view is added while the node runs, a compatible change (a value column added) replaces
 the description, an incompatible one (key columns, windowing, changelog topic or
 partitions changed, a column's type changed) is refused and reported, and the node
-goes on serving the view as it was described before. The embedded broker has no log
-compaction, so the last record per key wins here, as a compacted topic would keep it.
+goes on serving the view as it was described before. The topic is compacted, and the
+last record per key wins here (older ones stay until Kafka's cleaner runs).
 """
 
 from __future__ import annotations

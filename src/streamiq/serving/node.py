@@ -35,8 +35,8 @@ from streamiq.serving.materializer import Materializer
 from streamiq.state.base import Store
 from streamiq.state.rocksdb import RocksDBStore
 from streamiq.supervise import Supervisor
-from streamiq.views.base import App, View, load_app
-from streamiq.views.catalog import ViewSpec, catalog_topic
+from streamiq.views.base import CHANGELOG_TOPIC_CONFIG, App, View, load_app
+from streamiq.views.catalog import CATALOG_TOPIC_CONFIG, ViewSpec, catalog_topic
 
 __all__ = ["Node", "Parts"]
 
@@ -67,7 +67,8 @@ def _build(settings: Settings, views: dict[str, View], supervisor: Supervisor,
     s = settings
     topics = {name: s.topic(v.changelog_topic) for name, v in views.items()}
     kafka = s.kafka()
-    counts = ensure_topics(kafka, dict.fromkeys(topics.values(), s.partitions))
+    counts = ensure_topics(kafka, dict.fromkeys(topics.values(), s.partitions),
+                           config=CHANGELOG_TOPIC_CONFIG)
     partitions = {name: counts[t] for name, t in topics.items()}
     root = _state_path(s.state_dir, s.endpoint)
     stores: dict[str, Store] = {name: RocksDBStore(root / name) for name in views}
@@ -81,7 +82,7 @@ def _build(settings: Settings, views: dict[str, View], supervisor: Supervisor,
     router = Router(membership, partitions, s.standby_replicas,
                     [name for name, v in views.items() if v.is_global])
     catalog = s.topic(catalog_topic(s.cluster))
-    ensure_topics(kafka, {catalog: 1}, config={"cleanup.policy": "compact"})
+    ensure_topics(kafka, {catalog: 1}, config=CATALOG_TOPIC_CONFIG)
     discovery = Discovery(kafka, catalog, lambda spec: late[0].serve_spec(spec), supervisor)
     return Parts(partitions, topics, stores, materializer, membership, router, discovery)
 

@@ -8,8 +8,10 @@ The changelog contract (shared by the pipeline's sink and the nodes) lives here:
 * value: the row as a JSON object; timestamps as epoch milliseconds; windowed rows carry
   ``window_start`` and ``window_end``;
 * after each micro-batch the sink writes one *marker* to every changelog partition
-  (header ``streamiq-marker``, null key) whose value names the input offsets the batch
-  reflects: ``{"batch_id": n, "offsets": {topic: {partition: next_offset}}}``.
+  (header ``streamiq-marker``, key :data:`MARKER_KEY`) whose value names the input offsets
+  the batch reflects: ``{"batch_id": n, "offsets": {topic: {partition: next_offset}}}``;
+* the topic is compacted (:data:`CHANGELOG_TOPIC_CONFIG`): a node restoring from empty
+  reads about one record per key, and the last marker of each partition.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 __all__ = [
-    "ID_PATTERN", "KEY_SEP", "MARKER_HEADER", "MAX_KEY_BYTES", "App", "View", "decode_key",
+    "CHANGELOG_TOPIC_CONFIG", "ID_PATTERN", "KEY_SEP", "MARKER_HEADER", "MARKER_KEY",
+    "MAX_KEY_BYTES", "App", "View", "decode_key",
     "encode_key", "load_app", "store_key", "window_bounds",
 ]
 
@@ -37,6 +40,11 @@ ID_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
 
 KEY_SEP = "|"
 MARKER_HEADER = "streamiq-marker"
+#: the markers' key: a compacted topic refuses null keys, and this one (not UTF-8) can
+#: never be a view's key; compaction keeps each partition's last marker
+MARKER_KEY = b"\xffstreamiq-marker"
+#: settings of every changelog topic: compacted, the last row of each key kept
+CHANGELOG_TOPIC_CONFIG: Mapping[str, str] = {"cleanup.policy": "compact"}
 _WINDOW_SUFFIX = struct.Struct(">q")
 
 

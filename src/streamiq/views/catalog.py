@@ -1,10 +1,10 @@
 """The view catalog: what a changelog holds, published so serving nodes need no user code.
 
 Every ``streamiq`` sink publishes its view's :class:`ViewSpec` to the cluster's catalog
-topic (:func:`catalog_topic`, one partition, keyed by view name, compacted on Apache
-Kafka) when its query starts, before the query's first rows. A reader takes the *last*
-record per key: the embedded broker performs no compaction, so older descriptions of a
-view stay on the topic there.
+topic (:func:`catalog_topic`, one partition, keyed by view name, compacted:
+:data:`CATALOG_TOPIC_CONFIG`) when its query starts, before the query's first rows. A
+reader takes the *last* record per key (until the cleaner runs, older descriptions of a
+view are still on the topic).
 
 The record value is one JSON object (``ViewSpec.to_json``)::
 
@@ -40,8 +40,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
     from pyspark.sql.types import StructType
 
-__all__ = ["CATALOG_VERSION", "PROGRESS_TOPIC_CONFIG", "VIEW_NAME", "ViewSpec", "catalog_topic",
-           "incompatibility", "progress_topic"]
+__all__ = ["CATALOG_TOPIC_CONFIG", "CATALOG_VERSION", "PROGRESS_TOPIC_CONFIG", "VIEW_NAME",
+           "ViewSpec", "catalog_topic", "incompatibility", "progress_topic"]
 
 CATALOG_VERSION = 1
 #: view names: also the start of topic names and of URLs (/v1/views/<name>)
@@ -61,6 +61,8 @@ def progress_topic(cluster: str) -> str:
 
 
 #: where the broker applies them: the newest record per view kept, day-old ones dropped
+#: the catalog topic's settings: the last description of each view is kept forever
+CATALOG_TOPIC_CONFIG = {"cleanup.policy": "compact"}
 PROGRESS_TOPIC_CONFIG = {"cleanup.policy": "compact,delete",
                          "retention.ms": str(24 * 3600 * 1000)}
 

@@ -184,19 +184,51 @@ def test_a_crash_looping_part_stops_everything(capsys: pytest.CaptureFixture[str
                         line), line
 
 
-def test_the_embedded_broker_dying_stops_everything(capsys: pytest.CaptureFixture[str]) -> None:
-    class Broker:
-        proc = FakeProc()
+class FakeBroker:
+    """An embedded broker whose starts succeed ``starts_ok`` times, then fail."""
 
-    broker = Broker()
+    bootstrap_servers = "127.0.0.1:9092"
+
+    def __init__(self, starts_ok: int) -> None:
+        self.proc = FakeProc()
+        self.starts_ok = starts_ok
+        self.starts = 0
+
+    def start(self) -> FakeBroker:
+        from streamiq.kafka.broker import BrokerError
+
+        self.starts += 1
+        if self.starts > self.starts_ok:
+            raise BrokerError("port in use")
+        self.proc = FakeProc()
+        return self
+
+
+def test_a_dead_embedded_broker_is_restarted_on_its_log(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    broker = FakeBroker(starts_ok=1)
     w = World(["ingest"], broker=broker)
     assert w.step() is None
     broker.proc.returncode = -signal.SIGKILL
-    assert w.step() == 1
-    (line,) = _lines(capsys)
+    assert w.step() is None  # restarted: the parts keep running, nothing restarted
+    assert broker.starts == 1 and broker.proc.returncode is None
+    assert w.part("ingest").restarts == 0
+    died, ready = _lines(capsys)
     assert re.fullmatch(r"streamiq: the embedded broker exited at \d\d:\d\d:\d\d \(killed by "
-                        r"SIGKILL\); it kept every topic in memory only, so nothing can resume:"
-                        r" stopping everything", line), line
+                        r"SIGKILL\); restarting it on its log", died), died
+    assert ready == "streamiq: embedded broker ready again on 127.0.0.1:9092"
+
+
+def test_a_broker_that_cannot_be_restarted_stops_everything(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    broker = FakeBroker(starts_ok=0)
+    w = World(["ingest"], broker=broker)
+    broker.proc.returncode = 1
+    assert w.step() == 1
+    lines = _lines(capsys)
+    assert broker.starts == 3 and len(lines) == 5, lines
+    assert lines[1] == ("streamiq: the embedded broker did not start (try 1 of 3): port in use")
+    assert lines[-1] == "streamiq: the embedded broker cannot be restarted: stopping everything"
 
 
 def test_stop_terminates_nodes_first_and_restarts_nothing() -> None:

@@ -1,0 +1,48 @@
+"""The embedded broker's configuration and its one-line errors, without starting a JVM."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from streamiq.kafka.broker import BrokerError, EmbeddedBroker, new_cluster_id
+
+
+def test_missing_jars_name_the_install_command(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STREAMIQ_KAFKA_LIBS", str(tmp_path / "none"))
+    broker = EmbeddedBroker("127.0.0.1", 1, tmp_path / "log")
+    with pytest.raises(BrokerError, match=r"run 'streamiq broker --install'"):
+        broker.start()
+    assert broker.proc is None and not (tmp_path / "log").exists()
+
+
+def test_one_broker_is_its_own_quorum_on_a_port_kept_on_disk(tmp_path: Path) -> None:
+    tmp_path.mkdir(exist_ok=True)
+    props = EmbeddedBroker("127.0.0.1", 9092, tmp_path).properties()
+    voter = props["controller.quorum.voters"]
+    assert voter.startswith("1@127.0.0.1:")
+    assert props["process.roles"] == "broker,controller"
+    assert props["log.dirs"] == str(tmp_path.resolve() / "log")
+    assert props["offsets.topic.replication.factor"] == "1"
+    assert props["min.insync.replicas"] == "1"
+    # a restart keeps the controller's port (the quorum's address)
+    assert EmbeddedBroker("127.0.0.1", 9092, tmp_path).properties()[
+        "controller.quorum.voters"] == voter
+
+
+def test_three_brokers_replicate_three_times_and_need_two_in_sync(tmp_path: Path) -> None:
+    voters = {i: ("127.0.0.1", 20000 + i) for i in (1, 2, 3)}
+    props = EmbeddedBroker("127.0.0.1", 19092, tmp_path, node_id=2, voters=voters).properties()
+    assert props["controller.quorum.voters"] == (
+        "1@127.0.0.1:20001,2@127.0.0.1:20002,3@127.0.0.1:20003")
+    assert props["listeners"] == ("PLAINTEXT://127.0.0.1:19092,"
+                                  "CONTROLLER://127.0.0.1:20002")
+    assert props["default.replication.factor"] == "3"
+    assert props["min.insync.replicas"] == "2"
+
+
+def test_cluster_ids_are_kraft_uuids() -> None:
+    cid = new_cluster_id()
+    assert len(cid) == 22 and cid != new_cluster_id()
