@@ -40,7 +40,8 @@ class Up:
                 "--nodes", str(nodes), "--node-port", str(self.node0),
                 "--broker-port", str(free_port()), "--ingest-port", str(self.ingest),
                 "--metrics-port", str(free_port()),
-                "--state-dir", str(root / "state"), "--checkpoint-dir", str(root / "ckpt")]
+                "--state-dir", str(root / "state"), "--checkpoint-dir", str(root / "ckpt"),
+                "--broker-dir", str(root / "kafka")]
         env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONUNBUFFERED": "1"}
         self.started = time.monotonic()
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

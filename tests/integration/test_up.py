@@ -9,183 +9,33 @@ its own PID while writes stream in. Each group is SIGKILLed at teardown whatever
 
 from __future__ import annotations
 
-import contextlib
-import itertools
 import os
 import random
-import re
 import signal
 import subprocess
-import sys
 import threading
 import time
-import uuid
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from procs import free_port
-
-from streamiq.auth import mint
+from updemo import (
+    CONVERGE_S,
+    HEADERS,
+    START_S,
+    Up,
+    balances_of,
+    exact,
+    post_json,
+    proc_info,
+    same,
+    until,
+)
 
 pytestmark = pytest.mark.integration
-
-JWT_SECRET = uuid.uuid4().hex  # up's --jwt-secret (in its environment), so the tests
-HEADERS = {"authorization": f"Bearer {mint(JWT_SECRET, subject='tests')}"}  # have a token
-START_S = 300  # bounded waits, generous: Spark on a shared 2-core machine
-CONVERGE_S = 240
-
-
-def _port_free(port: int) -> bool:
-    import socket
-
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def _free_run(n: int, avoid: set[int]) -> int:
-    """First port of ``n`` consecutive free ports (nodes take --node-port and up)."""
-    for _ in range(200):
-        p = free_port()
-        run = range(p, p + n)
-        if p + n < 65536 and not avoid & set(run) and all(_port_free(q) for q in run):
-            return p
-    raise RuntimeError(f"no {n} consecutive free ports")
-
-
-def _proc_info(pid: int) -> tuple[int, list[str]] | None:
-    """(ppid, argv) of a live process, None when it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return None
-    if stat.rpartition(")")[2].split()[0] == "Z":
-        return None  # a zombie has exited
-    return int(stat.rpartition(")")[2].split()[1]), [a.decode(errors="replace") for a in argv if a]
-
-
-def _descendants(root: int) -> dict[int, list[str]]:
-    """Every live process below ``root`` (its argv), found through /proc's parent links."""
-    kids: dict[int, list[int]] = defaultdict(list)
-    argv: dict[int, list[str]] = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            info = _proc_info(int(d.name))
-            if info is not None:
-                kids[info[0]].append(int(d.name))
-                argv[int(d.name)] = info[1]
-    out: dict[int, list[str]] = {}
-    todo = list(kids[root])
-    while todo:
-        pid = todo.pop()
-        if pid in argv:
-            out[pid] = argv[pid]
-            todo += kids[pid]
-    return out
-
-
-def _has_flag(argv: list[str], flag: str, value: str) -> bool:
-    return any(a == flag and b == value for a, b in itertools.pairwise(argv))
-
-
-class Up:
-    """``python -m streamiq up`` in its own process group, output in a file."""
-
-    def __init__(self, root: Path, nodes: int = 3) -> None:
-        self.root = root
-        self.log_path = root / "up.log"
-        self.broker_port = free_port()
-        self.metrics_port = free_port()  # the pipeline's (never the default 9400)
-        self.ingest_port = free_port()
-        self.node_port = _free_run(nodes, {self.broker_port, self.ingest_port})
-        self.node_ports = [self.node_port + i for i in range(nodes)]
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.seen: dict[int, list[str]] = {}  # every process of the tree ever seen, by pid
-
-    def start(self) -> None:
-        env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONUNBUFFERED": "1",
-               "STREAMIQ_JWT_SECRET": JWT_SECRET}
-        argv = [sys.executable, "-m", "streamiq", "up",
-                "--broker-port", str(self.broker_port), "--ingest-port", str(self.ingest_port),
-                "--node-port", str(self.node_port), "--nodes", str(len(self.node_ports)),
-                "--metrics-port", str(self.metrics_port), "--state-dir", str(self.root / "state"),
-                "--checkpoint-dir", str(self.root / "checkpoints")]
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                         start_new_session=True)
-        self.wait_for("streamiq: all parts ready", START_S)
-        self.tree()
-        # the demo token up printed is the one it saved, and the nodes take it
-        printed = self.wait_for(r"^  export STREAMIQ_TOKEN=(\S+)$", 1).group(1)
-        assert (self.root / "token").read_text().strip() == printed
-        url = f"http://127.0.0.1:{self.node_port}/v1/cluster"
-        assert httpx.get(url, timeout=10).status_code == 401
-        assert httpx.get(url, timeout=10, headers={"authorization": f"Bearer {printed}"}
-                         ).status_code == 200
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def tail(self, n: int = 6000) -> str:
-        return self.log()[-n:]
-
-    def wait_for(self, pattern: str, timeout: float, after: int = 0) -> re.Match[str]:
-        """The first match of ``pattern`` (a regex) in the output from offset ``after``."""
-        deadline = time.monotonic() + timeout
-        while True:
-            m = re.search(pattern, self.log()[after:], re.MULTILINE)
-            if m is not None:
-                return m
-            assert self.proc is not None
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"no {pattern!r} in up's output (exit code "
-                                     f"{self.proc.poll()}); output:\n{self.tail()}")
-            time.sleep(0.2)
-
-    def tree(self) -> dict[int, list[str]]:
-        now = _descendants(self.pid)
-        self.seen.update(now)
-        return now
-
-    def child(self, command: str, port: int | None = None) -> int:
-        """PID of up's child running ``streamiq <command>`` (a node: on ``port``)."""
-        for pid, argv in self.tree().items():
-            if argv[1:4] == ["-m", "streamiq", command] and (
-                    port is None or _has_flag(argv, "--port", str(port))):
-                return pid
-        raise AssertionError(f"no child 'streamiq {command}' (port {port}) of up {self.pid}")
-
-    def alive(self) -> list[int]:
-        """Processes ever seen in the tree that still run the same command line."""
-        return [pid for pid, argv in self.seen.items()
-                if (info := _proc_info(pid)) is not None and info[1] == argv]
-
-    def kill_everything(self) -> None:
-        """SIGKILL the process group, then anything of the tree that left it (the broker
-        runs in its own session; Spark's JVM may)."""
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.tree()
-        with contextlib.suppress(ProcessLookupError):  # the group may be gone already
-            os.killpg(self.pid, signal.SIGKILL)
-        self.proc.wait()
-        for pid in self.alive():
-            os.kill(pid, signal.SIGKILL)
-
 
 @pytest.fixture(scope="module")
 def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
@@ -195,50 +45,6 @@ def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
         yield u
     finally:
         u.kill_everything()
-
-
-def _post_json(c: httpx.Client, url: str, **kw: Any) -> Any:
-    r = c.post(url, **kw)
-    assert r.status_code == 200, (url, r.status_code, r.text)
-    return r.json()
-
-
-def _balances(port: int, accounts: list[str]) -> dict[str, int | None]:
-    """Balances through one node's multi-get (None: not found)."""
-    out: dict[str, int | None] = {}
-    with httpx.Client(headers=HEADERS, base_url=f"http://127.0.0.1:{port}", timeout=30) as c:
-        for i in range(0, len(accounts), 500):
-            body = _post_json(c, "/v1/views/balances/keys", json={"keys": accounts[i:i + 500]})
-            assert body["status"] == "OK", body
-            for r in body["results"]:
-                out[r["key"]] = r["value"]["balance"] if r["found"] else None
-    return out
-
-
-def _until(check: Callable[[], Any], timeout: float, what: str) -> None:
-    """Wait until ``check()`` is true; on timeout fail with its last answer."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-        except (httpx.HTTPError, AssertionError) as exc:
-            last = exc
-        if last is True:
-            return
-        time.sleep(1)
-    raise AssertionError(f"{what}: not reached in {timeout:g} s; last: {str(last)[:2000]}")
-
-
-def _same(got: dict[str, Any], want: dict[str, Any]) -> bool | str:
-    """True, or what differs: (got, want) per key."""
-    wrong = {k: (got.get(k), want.get(k)) for k in got.keys() | want.keys()
-             if got.get(k) != want.get(k)}
-    return True if not wrong else f"{len(wrong)} differ (got, want): {list(wrong.items())[:5]}"
-
-
-def _exact(port: int, expected: dict[str, int]) -> bool | str:
-    return _same(_balances(port, sorted(expected)), expected)
 
 
 def _restart_line(part: str) -> str:
@@ -252,9 +58,9 @@ def test_sigkill_of_a_node_is_restarted_while_the_others_answer(up: Up) -> None:
     with httpx.Client(headers=HEADERS, base_url=f"http://127.0.0.1:{up.ingest_port}",
                       timeout=30) as c:
         for account, amount in expected.items():
-            _post_json(c, f"/account/{account}", params={"amount": amount})
+            post_json(c, f"/account/{account}", params={"amount": amount})
     for port in up.node_ports:
-        _until(lambda port=port: _exact(port, expected), CONVERGE_S, "balances visible")
+        until(lambda port=port: exact(port, expected), CONVERGE_S, "balances visible")
 
     victim = up.node_ports[1]
     survivors = [p for p in up.node_ports if p != victim]
@@ -309,7 +115,7 @@ def test_sigkill_of_a_node_is_restarted_while_the_others_answer(up: Up) -> None:
     print(restart.group(0))
     assert httpx.get(f"http://127.0.0.1:{victim}/health", timeout=10).status_code == 200
     assert up.child("node", victim) != old_pid
-    _until(lambda: _exact(victim, expected), 60, "the restarted node answers")
+    until(lambda: exact(victim, expected), 60, "the restarted node answers")
     assert all(up.child("node", p) for p in survivors)
 
 
@@ -346,10 +152,10 @@ def test_sigkill_of_the_pipeline_loses_and_double_counts_nothing(up: Up) -> None
         for i in range(400):
             account = f"p-{rng.randrange(40)}"
             amount = rng.randint(-50, 100)
-            _post_json(c, f"/account/{account}", params={"amount": amount})
+            post_json(c, f"/account/{account}", params={"amount": amount})
             balances[account] += amount
             store, kind = f"p-s{rng.randrange(5)}", rng.choice(["GENERAL", "RESTAURANT"])
-            _post_json(c, "/orders", json={"order_id": f"p-{i}", "store": store, "type": kind,
+            post_json(c, "/orders", json={"order_id": f"p-{i}", "store": store, "type": kind,
                                            "amount": rng.randint(1, 99)})
             orders[f"{store}|{kind}"] += 1
             if i == 100:  # writes keep streaming in while the pipeline is dead
@@ -363,10 +169,10 @@ def test_sigkill_of_the_pipeline_loses_and_double_counts_nothing(up: Up) -> None
                 offset)
     general = sum(n for k, n in orders.items() if k.endswith("|GENERAL"))
     for port in up.node_ports:
-        _until(lambda port=port: _exact(port, dict(balances)), CONVERGE_S, "balances exact")
-        _until(lambda port=port: _same(_orders_by_key(port, "p-s"), orders), CONVERGE_S,
+        until(lambda port=port: exact(port, dict(balances)), CONVERGE_S, "balances exact")
+        until(lambda port=port: same(_orders_by_key(port, "p-s"), orders), CONVERGE_S,
                f"order_counts exact on {port}")
-        _until(lambda port=port: _same(_window_totals(port, "p-s"), orders), CONVERGE_S,
+        until(lambda port=port: same(_window_totals(port, "p-s"), orders), CONVERGE_S,
                f"order_counts_1m exact on {port}")
     with httpx.Client(headers=HEADERS, base_url=f"http://127.0.0.1:{up.node_ports[2]}",
                       timeout=30) as c:
@@ -374,7 +180,7 @@ def test_sigkill_of_the_pipeline_loses_and_double_counts_nothing(up: Up) -> None
                   params={"group_by": "type", "agg": "sum(count)", "prefix": "p-s"})
         assert {g["type"]: g["sum(count)"] for g in r.json()["groups"]}["GENERAL"] == general
     assert up.child("pipeline") != old_pid
-    assert not [pid for pid in old_jvm if _proc_info(pid) is not None], \
+    assert not [pid for pid in old_jvm if proc_info(pid) is not None], \
         "the killed pipeline's JVM outlived it"
     # the restarted pipeline serves its metrics again on the port up gave it
     metrics = httpx.get(f"http://127.0.0.1:{up.metrics_port}/metrics", timeout=10).text
@@ -414,10 +220,10 @@ def test_sigkill_of_ingest_loses_no_acknowledged_write(up: Up) -> None:
     up.wait_for(r"^streamiq: ingest ready again \(http://127\.0\.0\.1:\d+\) after restart \d+$",
                 60, offset)
     for port in up.node_ports:
-        _until(lambda port=port: _exact(port, acked), CONVERGE_S,
+        until(lambda port=port: exact(port, acked), CONVERGE_S,
                f"every acknowledged write visible on {port}")
     # a write in flight when ingest died may or may not have reached Kafka; never twice
-    got = _balances(up.node_ports[0], unacked)
+    got = balances_of(up.node_ports[0], unacked)
     assert all(got[a] in (None, int(a.split("-")[1]) + 1) for a in unacked), got
 
 
@@ -437,7 +243,7 @@ def _stop_and_check(up: Up, send: Callable[[], None]) -> str:
     assert code == 0, out[-6000:]
     assert "restarting" not in out and "crash-looping" not in out, out[-6000:]
     assert out.rstrip().endswith("streamiq: stopped"), out[-3000:]
-    _until(lambda: up.alive() == [] or str(up.alive()), 30, "every process of up's tree gone")
+    until(lambda: up.alive() == [] or str(up.alive()), 30, "every process of up's tree gone")
     return out
 
 
@@ -472,7 +278,7 @@ def test_sigterm_to_up_alone_while_writes_stream_in(tmp_path: Path) -> None:
         u.start()
         writer.start()
         node = f"http://127.0.0.1:{u.node_port}"
-        _until(lambda: httpx.get(f"{node}/account/s-1", timeout=10,
+        until(lambda: httpx.get(f"{node}/account/s-1", timeout=10,
                                  headers=HEADERS).status_code == 200,
                CONVERGE_S, "writes through the pipeline")
         time.sleep(3)

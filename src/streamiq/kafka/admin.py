@@ -21,7 +21,9 @@ def ensure_topics(conf: dict[str, Any], topics: dict[str, int], timeout: float =
     """
     admin = AdminClient(conf)
     existing = topic_partitions(admin, list(topics), timeout)
-    missing = [NewTopic(name, n, 1, config=dict(config or {}))
+    # replication: the cluster's default.replication.factor (-1), so one broker gets 1
+    # and a production cluster what its operators set (min.insync.replicas likewise)
+    missing = [NewTopic(name, n, -1, config=dict(config or {}))
                for name, n in topics.items() if name not in existing]
     if missing:
         for name, fut in admin.create_topics(missing, operation_timeout=timeout).items():

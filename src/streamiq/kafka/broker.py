@@ -48,6 +48,7 @@ _DEV = {
     "log.retention.check.interval.ms": "30000",
     "num.network.threads": "2", "num.io.threads": "4",
     "log.cleaner.threads": "1", "log.cleaner.dedupe.buffer.size": str(16 << 20),
+    "log.cleaner.backoff.ms": "1000",  # a compacted topic is cleaned soon after it may be
     "auto.create.topics.enable": "false",
 }
 

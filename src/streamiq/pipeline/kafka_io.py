@@ -1,11 +1,8 @@
 """Kafka I/O of the source: the driver-side end-offset probe and the executor-side reader.
 
-Offsets are exact on Apache Kafka and on the embedded broker (Tansu). Tansu answers
-ListOffsets(latest) with the last batch's *base* offset + 1, so end offsets never come
-from ListOffsets: the probe fetches each partition at the last known end and reads the
-high watermark carried by the Fetch response (librdkafka ``get_watermark_offsets(tp,
-cached=True)``), which is correct on both. Only one fetch per partition per probe is
-made (it stops fetching right after), so the driver never re-reads the stream.
+End offsets come from ListOffsets (one request per partition leader for all the
+partitions asked, through the admin client): the high watermark, so a batch never reads
+past what every in-sync replica has.
 
 ``confluent_kafka`` is imported inside functions: these objects are pickled to Spark
 workers and clients are created lazily where they run.
@@ -31,16 +28,14 @@ log = logging.getLogger(__name__)
 
 #: librdkafka settings of the driver-side probe (user ``kafka.*`` options override them).
 PROBE_DEFAULTS: dict[str, Any] = {
-    "enable.partition.eof": True, "enable.auto.commit": False, "fetch.wait.max.ms": 10,
-    "auto.offset.reset": "earliest", "queued.min.messages": 1, "fetch.queue.backoff.ms": 1,
-    "fetch.error.backoff.ms": 10, "max.partition.fetch.bytes": 1024,
-    "isolation.level": "read_uncommitted", "topic.metadata.refresh.interval.ms": 5000,
+    "enable.auto.commit": False, "auto.offset.reset": "earliest",
+    "topic.metadata.refresh.interval.ms": 5000,
 }
-#: librdkafka settings of executor readers (low latency fetches: Tansu re-checks on a timer).
+#: librdkafka settings of executor readers (the broker answers a fetch as soon as it has
+#: data: no fetch-timing settings are needed for latency).
 READER_DEFAULTS: dict[str, Any] = {
     "enable.partition.eof": False, "enable.auto.commit": False,
-    "enable.auto.offset.store": False, "fetch.wait.max.ms": 10, "auto.offset.reset": "error",
-    "fetch.error.backoff.ms": 10, "fetch.queue.backoff.ms": 1,
+    "enable.auto.offset.store": False, "auto.offset.reset": "error",
     "isolation.level": "read_uncommitted", "queued.max.messages.kbytes": 32768,
 }
 
@@ -67,6 +62,7 @@ class EndProbe:
         self.opts = opts
         self.timeout = timeout
         self._consumer: Any = None
+        self._admin: Any = None
         self._ends: Offsets = {}  # last probed high watermark per partition
         self._lows: Offsets = {}
 
@@ -82,10 +78,11 @@ class EndProbe:
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
+        self._admin = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_consumer"] = None
+        state["_consumer"] = state["_admin"] = None
         return state
 
     def partitions(self) -> list[TP]:
@@ -104,7 +101,7 @@ class EndProbe:
         return sorted(out)
 
     def low(self, tp: TP) -> int:
-        """Earliest offset: log start offset of the last probe's fetch, else ListOffsets."""
+        """Earliest offset (ListOffsets), remembered: only retention moves it."""
         lo = self._lows.get(tp, -1)
         if lo < 0:
             from confluent_kafka import TopicPartition
@@ -114,47 +111,29 @@ class EndProbe:
         return max(lo, 0)
 
     def ends(self, tps: list[TP], hint: Mapping[TP, int] | None = None) -> Offsets:
-        """High watermark of each partition, from one fresh Fetch response per partition."""
-        from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
+        """High watermark of each partition (ListOffsets latest); one that does not answer
+        keeps the end known before (``hint``, else the last probe's)."""
+        from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+        from confluent_kafka.admin import AdminClient, OffsetSpec
 
         if not tps:
             return {}
-        hint = hint or {}
-        start: dict[TP, int] = {}
-        for tp in tps:
-            s = self._ends.get(tp, hint.get(tp, 0))
-            start[tp] = s if s >= 0 else 0
-        c = self.consumer
-        c.assign([TopicPartition(t, p, start[(t, p)] or OFFSET_BEGINNING) for t, p in tps])
-        pending = set(tps)
-        deadline = time.monotonic() + self.timeout
-        try:
-            while pending and time.monotonic() < deadline:
-                for m in c.consume(500, timeout=0.002):
-                    err = m.error()
-                    if (err is not None and err.code() != KafkaError._PARTITION_EOF
-                            and m.topic() is None):
-                        log.debug("probe: %s", err)
-                        continue
-                    pending.discard((m.topic(), m.partition()))
-                for tp in list(pending):  # a response showing a lower end is fresh too
-                    lo, hi = c.get_watermark_offsets(TopicPartition(*tp), cached=True)
-                    if hi >= 0 and hi < start[tp]:
-                        pending.discard(tp)
-            out: Offsets = {}
-            for tp in tps:
-                lo, hi = c.get_watermark_offsets(TopicPartition(*tp), cached=True)
-                if hi < 0:  # no response at all: keep what we knew
-                    hi = self._ends.get(tp, hint.get(tp, 0))
-                    log.warning("probe: no fetch response for %s-%d within %.1fs", *tp,
-                                self.timeout)
-                out[tp] = hi
-                if lo >= 0:
-                    self._lows[tp] = lo
-            if pending:
-                log.warning("probe: stale end offsets for %s", sorted(pending))
-        finally:
-            c.unassign()
+        if self._admin is None:
+            self._admin = AdminClient({k: v for k, v in _client_conf(
+                PROBE_DEFAULTS, self.opts.kafka, "probe").items()
+                if k not in ("group.id", "enable.auto.commit", "auto.offset.reset")})
+        asked = {TopicPartition(t, p): OffsetSpec.latest() for t, p in tps}
+        futures = self._admin.list_offsets(asked, isolation_level=IsolationLevel.READ_UNCOMMITTED,
+                                           request_timeout=self.timeout)
+        out: Offsets = {}
+        for tp, fut in futures.items():
+            key = (tp.topic, tp.partition)
+            try:
+                out[key] = fut.result().offset
+            except KafkaException as exc:
+                out[key] = self._ends.get(key, (hint or {}).get(key, 0))
+                log.warning("probe: no end offset for %s-%d (%s): keeping %d", *key, exc,
+                            out[key])
         self._ends.update(out)
         return out
 

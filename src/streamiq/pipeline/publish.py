@@ -42,24 +42,26 @@ def read_catalog(kafka: Mapping[str, Any], topic: str, timeout: float = 30.0
     from confluent_kafka import Consumer, TopicPartition
 
     c = Consumer({**kafka, "group.id": f"streamiq-sink-{uuid.uuid4().hex[:8]}",
-                  "enable.auto.commit": False, "enable.partition.eof": True,
-                  "fetch.wait.max.ms": 20})
+                  "enable.auto.commit": False})
     specs: dict[str, ViewSpec] = {}
     try:
+        _, high = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=timeout)
         c.assign([TopicPartition(topic, 0, 0)])
         deadline = time.monotonic() + timeout
-        while True:
+        seen = 0  # next offset to read
+        while seen < high:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"could not read the catalog {topic} to its end")
-            msgs = c.consume(500, 0.2)
-            for m in msgs:
+            for m in c.consume(500, 0.2):
                 if m.error():
-                    return specs  # end of partition
+                    continue
+                seen = (m.offset() or 0) + 1
                 try:
                     spec = ViewSpec.from_json(m.value() or b"")
                 except ValueError:
                     continue
                 specs[spec.name] = spec
+        return specs
     finally:
         c.close()
 

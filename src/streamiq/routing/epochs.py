@@ -1,11 +1,9 @@
 """Membership topics rotated by time, so heartbeats never pile up on any broker.
 
 A heartbeat matters for a few seconds, but a topic keeps it until retention removes
-it. The embedded broker applies neither retention nor compaction, and its fetches
-scan the whole partition: measured on this machine with 3 listeners and 12 heartbeats
-a second, the broker used 10% of a CPU on an empty topic and 138% once the topic held
-15,000 heartbeats (about 20 minutes of a 3-node cluster); an idle demo reached 77%
-after an hour. So heartbeats go to one topic per *epoch*:
+it (Kafka applies retention only to closed segments, on its own schedule). So
+heartbeats go to one topic per *epoch* (why epochs rather than one compacted topic:
+docs/design.md, "Membership topics per epoch"):
 
     _streamiq-<cluster>-members-<epoch>     epoch = floor(unix time / period)
 
@@ -13,10 +11,10 @@ A node publishes to its current epoch's topic and listens to the previous, curre
 next epochs' topics, so two nodes whose clocks differ by less than one period always
 hear each other (keep node clocks within a period of each other, as NTP does). Each
 node creates the next epoch's topic ahead of time and deletes those older than two
-epochs back, which no node within that skew still reads or writes. The same code is
-right on Apache Kafka; there each topic also gets ``retention.ms`` of three periods,
-which bounds it even where a node may not delete topics. ``--membership-period-s``
-sets the period (every node of a cluster must use the same one).
+epochs back, which no node within that skew still reads or writes. Each topic also
+gets ``retention.ms`` of three periods, which bounds it even where a node may not
+delete topics. ``--membership-period-s`` sets the period (every node of a cluster must
+use the same one).
 """
 
 from __future__ import annotations

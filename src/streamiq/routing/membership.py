@@ -296,7 +296,7 @@ class Membership:
         from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 
         consumer = Consumer({"group.id": "streamiq-membership", "enable.auto.commit": False,
-                             "fetch.wait.max.ms": 20, **self._conf})
+                             **self._conf})
         heard: set[str] = set()
         try:
             while not self._stop.is_set():

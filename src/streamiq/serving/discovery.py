@@ -70,7 +70,7 @@ class Discovery:
 
     def _consumer_conf(self) -> dict[str, Any]:
         return {"group.id": "streamiq-discovery", "enable.auto.commit": False,
-                "auto.offset.reset": "earliest", "fetch.wait.max.ms": 100, **self._conf}
+                "auto.offset.reset": "earliest", **self._conf}
 
     def _follow(self) -> None:
         from confluent_kafka import Consumer, TopicPartition

@@ -25,7 +25,7 @@ import logging
 import os
 import threading
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -133,6 +133,10 @@ class Materializer:
         self.states: dict[tuple[str, int], PartitionState] = {}
         self._wanted: set[tuple[str, int]] = set()
         self.skipped = 0  # changelog records that could not be decoded
+        #: changelog records fetched since this node started, per view (a restore from
+        #: a checkpoint reads only what came after it; from empty, after compaction,
+        #: about one record per key)
+        self.read: Counter[str] = Counter()
         self.on_apply = on_apply  # called (loop thread) after records were applied
         self._fault = _fault_from_env()
         self._lock = threading.Lock()
@@ -187,8 +191,8 @@ class Materializer:
         from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
         conf = {"group.id": "streamiq-materializer", "enable.auto.commit": False,
-                "enable.auto.offset.store": False, "fetch.wait.max.ms": 20,
-                "auto.offset.reset": "earliest", **self._conf}
+                "enable.auto.offset.store": False, "auto.offset.reset": "earliest",
+                **self._conf}
         consumer = Consumer(conf)
         assigned: set[tuple[str, int]] = set()
         try:
@@ -248,6 +252,7 @@ class Materializer:
             st = self.states.get((view, p))
             if st is None:
                 continue
+            self.read[view] += len(records)
             if records[0].offset() < st.offset:
                 # The consumer was reset below our checkpoint (topic re-created or
                 # truncated): our rows describe a log that is gone.

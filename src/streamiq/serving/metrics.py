@@ -166,6 +166,12 @@ def _partitions(node: Node) -> Iterator[Metric]:
     yield lag
     yield offset
     yield progress
+    read = CounterMetricFamily("streamiq_changelog_records_read",
+                               "Changelog records fetched since the node started",
+                               labels=["view"])
+    for view, n in sorted(node.materializer.read.items()):
+        read.add_metric([view], n)
+    yield read
 
 
 def _health(node: Node) -> Iterator[Metric]:

@@ -60,8 +60,7 @@ class Progress:
         # the pipeline may not have run yet
         ensure_topics(self._conf, {self.topic: 1}, config=PROGRESS_TOPIC_CONFIG)
         consumer = Consumer({"group.id": "streamiq-progress", "enable.auto.commit": False,
-                             "auto.offset.reset": "earliest", "fetch.wait.max.ms": 500,
-                             **self._conf})
+                             "auto.offset.reset": "earliest", **self._conf})
         try:
             low, high = consumer.get_watermark_offsets(TopicPartition(self.topic, 0),
                                                        timeout=10)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from streamiq.pipeline.runner import READY_LINE
+from streamiq.views.base import MARKER_HEADER, MARKER_KEY
 
 __all__ = [
     "PipelineProcess", "changelog_state", "input_ends", "read_topic", "wait_caught_up",
@@ -127,13 +128,18 @@ def input_ends(bootstrap: str, topic: str) -> dict[str, int]:
     return ends
 
 
+def is_marker(m: Any) -> bool:
+    """A changelog record is a marker by its header (its key is MARKER_KEY)."""
+    return dict(m.headers() or []).get(MARKER_HEADER) == b"1"
+
+
 def changelog_state(msgs: list[Any]) -> tuple[dict[str, dict[str, Any]], dict[int, list[Any]]]:
     """(last value per key, markers per partition) of changelog records."""
     last: dict[str, dict[str, Any]] = {}
     markers: dict[int, list[Any]] = {}
     for m in msgs:
-        if m.key() is None:
-            assert dict(m.headers() or []).get("streamiq-marker") == b"1"
+        if is_marker(m):
+            assert m.key() == MARKER_KEY  # compacted topics keep the last one
             markers.setdefault(m.partition(), []).append(json.loads(m.value()))
         else:
             last[m.key().decode()] = json.loads(m.value())

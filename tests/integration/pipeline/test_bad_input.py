@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from pipeline_harness import changelog_state, input_ends, read_topic, wait_caught_up
+from pipeline_harness import changelog_state, input_ends, is_marker, read_topic, wait_caught_up
 
 from streamiq.pipeline.deadletter import DEAD_LETTER_TOPIC
 from streamiq.views.limits import MAX_AMOUNT, MAX_TS_MS
@@ -129,7 +129,7 @@ def test_hostile_records_are_dead_lettered_and_the_pipeline_keeps_running(
         == want_total
     got_windows: dict[tuple[str, int], dict[str, Any]] = {}
     for m in win_msgs:
-        if m.key() is not None:
+        if not is_marker(m):
             v = json.loads(m.value())
             got_windows[(m.key().decode(), v["window_start"])] = {
                 "count": v["count"], "revenue": v["revenue"]}
