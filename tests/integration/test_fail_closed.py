@@ -21,6 +21,12 @@ import httpx
 import pytest
 from changelog import produce_rows
 from confluent_kafka import Producer
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+)
 from procs import free_port
 
 from streamiq.kafka.admin import ensure_topics
@@ -112,9 +118,19 @@ def test_junk_on_the_members_topic_is_skipped_and_routing_carries_on(cluster: An
                          "message.max.bytes": 4 * MAX_HEARTBEAT_BYTES})
     # the topic of the current membership epoch (routing/epochs.py; default 60 s period)
     topic = EpochTopics(cluster.topic(members_topic(cluster.name)), 60).publish(time.time())
+    # a topic that takes records past the nodes' heartbeat limit (Kafka's default is
+    # about that limit): the nodes' own check is the one under test
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    big = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+        ConfigEntry("max.message.bytes", str(4 * MAX_HEARTBEAT_BYTES),
+                    incremental_operation=AlterConfigOpType.SET)])
+    for fut in admin.incremental_alter_configs([big]).values():
+        fut.result(30)
+    failed: list[Any] = []
     for raw in junk:
-        producer.produce(topic, key=b"junk", value=raw)
-    assert producer.flush(30) == 0
+        producer.produce(topic, key=b"junk", value=raw,
+                         on_delivery=lambda err, _m: err is not None and failed.append(err))
+    assert producer.flush(30) == 0 and failed == [], failed
 
     _until(lambda: all(_health(p)["skipped_records"]["membership"] >= before[p] + len(junk)
                        for p in ports), "every node to count the junk as skipped")

@@ -28,6 +28,7 @@ from updemo import (
     START_S,
     Up,
     balances_of,
+    descendants,
     exact,
     post_json,
     proc_info,
@@ -144,7 +145,9 @@ def test_sigkill_of_the_pipeline_loses_and_double_counts_nothing(up: Up) -> None
     balances: Counter[str] = Counter()
     orders: Counter[str] = Counter()
     old_pid = up.child("pipeline")
-    old_jvm = [pid for pid, argv in up.tree().items() if "java" in argv[0]]
+    up.tree()  # remembered, so that what outlives it is found below
+    old_jvm = [pid for pid, argv in descendants(old_pid).items() if "java" in argv[0]]
+    assert old_jvm  # Spark's JVM, below the pipeline (the broker's is up's own child)
     killed = threading.Event()
     offset = 0
     with httpx.Client(headers=HEADERS, base_url=f"http://127.0.0.1:{up.ingest_port}",

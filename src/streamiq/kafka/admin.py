@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -32,7 +33,16 @@ def ensure_topics(conf: dict[str, Any], topics: dict[str, int], timeout: float =
             except KafkaException as exc:
                 if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                     raise RuntimeError(f"cannot create topic {name!r}: {exc}") from exc
-        existing = topic_partitions(admin, list(topics), timeout)
+        # the controller has created them; brokers learn of them a moment later
+        deadline = time.monotonic() + timeout
+        while True:
+            existing = topic_partitions(admin, list(topics), timeout)
+            if len(existing) == len(topics) or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        if len(existing) < len(topics):
+            raise RuntimeError(f"topics {sorted(set(topics) - set(existing))} were created but "
+                               f"no broker knows them after {timeout:g} s")
     return existing
 
 
