@@ -195,6 +195,8 @@ class Membership:
         # since when the listener has not been listening (None: it is); set until the
         # listener first runs, so members cannot expire before anything was heard
         self._deaf_since: float | None = self._clock()
+        # when this node last heard its own heartbeat on the topic (None: not yet)
+        self._heard_self: float | None = None
 
     def start(self) -> None:
         self.create_topics(time.time())  # before the first heartbeat needs them
@@ -240,10 +242,20 @@ class Membership:
                 t.join(5)
 
     def live(self) -> dict[str, Member]:
-        """Members heard from within the timeout (always including this node)."""
+        """Members heard from within the timeout (always including this node).
+
+        Members are judged at the last moment the members topic is known to have
+        delivered: now while this node hears its own heartbeats, else when it last did
+        (a partition leader lost, a broker restarting: every member falls silent at
+        once, and that is the log's outage, not the members'), or when its listener
+        stopped.
+        """
         now = self._clock()
-        deaf = self._deaf_since
-        horizon = now if deaf is None else deaf  # deaf: judge members as when it last heard
+        horizon = now
+        if self._deaf_since is not None:
+            horizon = self._deaf_since
+        if self._heard_self is not None:  # one missed heartbeat is not an outage yet
+            horizon = min(horizon, self._heard_self + 2 * self._interval)
         with self._lock:
             out = {e: m for e, m in self._members.items()
                    if horizon - m.seen <= self._timeout and self._suspects.get(e, 0) < m.seen}
@@ -330,12 +342,16 @@ class Membership:
         deaf = self._deaf_since
         if deaf is None:
             return
-        gap = self._clock() - deaf
         with self._lock:
-            for e, m in self._members.items():
-                if self._suspects.get(e, 0) < m.seen:  # a suspect stays one
-                    m.seen += gap
+            self._credit(self._clock() - deaf)
             self._deaf_since = None
+
+    def _credit(self, gap: float) -> None:
+        """Move the members' last heartbeats ``gap`` seconds on: time this node could
+        not hear them (the lock held)."""
+        for e, m in self._members.items():
+            if self._suspects.get(e, 0) < m.seen:  # a suspect stays one
+                m.seen += gap
 
     def receive(self, raw: bytes, headers: Any = None) -> bool:
         """Apply one record of the members topic; False (counted) if it was skipped."""
@@ -354,9 +370,15 @@ class Membership:
 
     def _on_heartbeat(self, doc: Heartbeat) -> None:
         endpoint = doc["endpoint"]
-        if endpoint == self.endpoint:
-            return
         now = self._clock()
+        if endpoint == self.endpoint:
+            if doc["incarnation"] == self.incarnation:  # the topic delivers
+                with self._lock:
+                    silent = 0.0 if self._heard_self is None else now - self._heard_self
+                    if silent > 2 * self._interval:  # it did not for a while
+                        self._credit(silent - 2 * self._interval)
+                    self._heard_self = now
+            return
         with self._lock:
             if doc["leaving"]:
                 self._members.pop(endpoint, None)

@@ -184,7 +184,8 @@ def test_stream_reader_exact_ranges_and_starting_offsets(
 
 def test_added_partitions_and_fail_on_data_loss(bootstrap: str, produce: Callable[..., None]
                                                 ) -> None:
-    """Tansu has no CreatePartitions: recreate the topic with more partitions instead."""
+    """The topic deleted and re-created with more partitions: the old offsets are lost
+    (an error, or skipped when failOnDataLoss is false), the new partitions read from 0."""
     from confluent_kafka.admin import AdminClient
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
