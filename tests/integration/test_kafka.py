@@ -111,17 +111,17 @@ def test_broker_sigkill_under_writes_is_restarted_and_loses_nothing(demo: Up) ->
 def test_a_second_up_resumes_every_view_without_reading_the_changelogs_again(
         demo: Up) -> None:
     want: Counter[str] = Counter()
+    general = _general_orders(demo.node_port)
     with httpx.Client(headers=HEADERS, base_url=f"http://127.0.0.1:{demo.ingest_port}",
                       timeout=30) as c:
-        for i in range(300):
-            account = f"d-{i % 30}"
+        for i in range(300):  # each a key of its own: at least 300 changelog rows
+            account = f"d-{i}"
             assert c.post(f"/account/{account}", params={"amount": i}).status_code == 200
             want[account] += i
         for i in range(30):
             order = {"order_id": f"o-{i}", "store": f"s-{i % 3}", "type": "GENERAL",
                      "amount": 1}
             assert c.post("/orders", json=order).status_code == 200
-    general = _general_orders(demo.node_port)
     until(lambda: _general_orders(demo.node_port) == general + 30, CONVERGE_S, "orders visible")
     for port in demo.node_ports:
         until(lambda port=port: exact(port, dict(want)), CONVERGE_S, "balances visible")
