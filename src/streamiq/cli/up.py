@@ -37,6 +37,7 @@ from typing import Any
 import httpx
 from pydantic import SecretStr
 
+from streamiq._signals import StopFlag, stop_on_signals
 from streamiq.auth import mint
 from streamiq.cli.readybar import ReadyBar
 from streamiq.config import WILDCARD_HOSTS, Settings, token_file
@@ -282,7 +283,7 @@ class Supervisor:
             self._announced = True
             _say(self.all_ready)
 
-    def run(self, stopping: threading.Event,
+    def run(self, stopping: StopFlag | threading.Event,
             tick: Callable[[list[Part]], None] | None = None) -> int:
         """Start every part, then step until told to stop; ``tick`` sees the parts
         after each step (the ready bar)."""
@@ -406,14 +407,8 @@ def run_up(settings: Settings, nodes: int = 3, node_port: int = 9001,
     topics = _check(settings, nodes, node_port, embedded)
     if fresh:
         _clean_slate(settings, embedded)
-    stopping = threading.Event()
-
-    def on_signal(signum: int, _frame: object) -> None:
-        stopping.set()
-
     # Before any child exists: Ctrl-C from here on stops cleanly, never a traceback.
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stopping = stop_on_signals()
     broker = None
     if embedded:
         broker = _embedded_broker(settings)
@@ -497,9 +492,7 @@ def run_broker(settings: Settings, install: bool = False) -> None:
         except JarsError as exc:
             _fail(str(exc))
         return
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    stop = stop_on_signals()
     try:
         broker = _embedded_broker(settings).start()
     except BrokerError as exc:

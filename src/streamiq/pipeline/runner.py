@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import queue
-import signal
 import tempfile
 import threading
 import time
@@ -23,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from streamiq._signals import StopFlag, stop_on_signals
 from streamiq.config import Settings
 from streamiq.kafka.admin import ensure_topics
 from streamiq.pipeline.deadletter import (
@@ -109,9 +109,9 @@ class Pipeline:
     """Starts, watches and stops the queries of an :class:`App`."""
 
     def __init__(self, spark: SparkSession, settings: Settings, app: App,
-                 stopping: threading.Event | None = None) -> None:
+                 stopping: StopFlag | threading.Event | None = None) -> None:
         self.spark = spark
-        self.stopping = stopping or threading.Event()
+        self.stopping: StopFlag | threading.Event = stopping or threading.Event()
         self.settings = settings
         self.app = app
         self.kafka = settings.kafka()
@@ -384,13 +384,7 @@ def run_pipeline(settings: Settings) -> None:
     """Run the app's views until SIGTERM/SIGINT (blocking); exit 1 if a query fails."""
     configure_logging(settings.log_level, settings.log_format)
     app = load_app(settings.app, settings.views_module)
-    stop = threading.Event()
-
-    def _on_signal(signum: int, frame: Any) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGINT, _on_signal)
-    signal.signal(signal.SIGTERM, _on_signal)
+    stop = stop_on_signals()
     from streamiq.pipeline.session import spark_session
 
     spark = spark_session(settings.master, app_name=f"streamiq-{app.name}",
