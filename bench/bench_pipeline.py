@@ -51,6 +51,7 @@ from _common import bench_broker, pct
 from streamiq.kafka.admin import ensure_topics
 from streamiq.pipeline.runner import build_view_stream
 from streamiq.views import bank
+from streamiq.views.base import MARKER_HEADER
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests/integration/pipeline"))
 import user_query  # the integration test's user query (join + aggregate), shared
@@ -222,7 +223,7 @@ def trickle(spark: Any, bs: str, seconds: float) -> dict[str, list[float]]:
         for m in c.consume(1000, timeout=1):
             if m.error():
                 eof.add(m.partition())
-            elif m.key() is not None:
+            elif not any(k == MARKER_HEADER for k, _ in m.headers() or []):
                 v = json.loads(m.value())
                 if v["last_update"] >= t_start:
                     lat.append(m.timestamp()[1] - v["last_update"])
