@@ -419,6 +419,8 @@ def run_up(settings: Settings, nodes: int = 3, node_port: int = 9001,
         settings = settings.model_copy(update={"bootstrap_servers": broker.bootstrap_servers})
         _say(f"embedded Apache Kafka broker ready on {broker.bootstrap_servers} "
              f"(log in {settings.broker_dir})")
+        if broker.formatted:
+            _stale_state(settings)
     else:
         _say(f"using Kafka at {settings.bootstrap_servers}")
     Path(settings.state_dir).mkdir(parents=True, exist_ok=True)
@@ -466,6 +468,16 @@ def _share_secrets(s: Settings) -> None:
 
 def _embedded_broker(s: Settings) -> EmbeddedBroker:
     return EmbeddedBroker(s.broker_host, s.broker_port, s.broker_dir, heap_mb=s.broker_heap_mb)
+
+
+def _stale_state(s: Settings) -> None:
+    """The broker's log was just made: node stores and Spark checkpoints left in the
+    folders describe another log (one removed by hand, or an earlier version's), whose
+    offsets would be taken for this one's."""
+    for d in (Path(s.state_dir), Path(s.checkpoint_dir)):
+        if d.exists() and any(d.iterdir()):
+            _say(f"the broker's log is new: removing {d}, state of an earlier log")
+            shutil.rmtree(d)
 
 
 def _clean_slate(s: Settings, embedded: bool) -> None:

@@ -116,6 +116,7 @@ class EmbeddedBroker:
         self.cluster_id = cluster_id
         self.config = dict(config or {})
         self.proc: subprocess.Popen[bytes] | None = None
+        self.formatted = False  # True once a start found no log and made a new one
 
     @property
     def bootstrap_servers(self) -> str:
@@ -189,6 +190,7 @@ class EmbeddedBroker:
         conf = self.data_dir / "server.properties"
         conf.write_text("".join(f"{k}={v}\n" for k, v in self.properties().items()))
         if not (self.data_dir / "log" / "meta.properties").is_file():
+            self.formatted = True
             cid = self.cluster_id or new_cluster_id()
             done = subprocess.run(self.command("kafka.tools.StorageTool", "format",
                                                "--ignore-formatted", "-t", cid, "-c", str(conf)),

@@ -44,3 +44,13 @@ def test_flags_of_up_and_broker() -> None:
     assert args.fresh and args.broker_dir == "x" and args.broker_heap_mb == "256"
     assert not build_parser().parse_args(["up"]).fresh
     assert build_parser().parse_args(["broker", "--install"]).install
+
+
+def test_a_new_broker_log_clears_the_state_of_an_earlier_one(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from streamiq.cli.up import _stale_state
+
+    s = _settings(tmp_path)  # stores and checkpoints of a log that is gone
+    _stale_state(s)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["broker_dir"]
+    assert capsys.readouterr().out.count("the broker's log is new: removing") == 2
