@@ -11,8 +11,8 @@ and resident memory are measured over a window at the start and one at the end.
 
     python bench/bench_soak.py [--minutes 6] [--window-s 45] [--period-s 4.8]
 
-``--period-s 86400`` runs the same soak without membership topic rotation (what the
-embedded broker did before: its CPU climbs with the topic's length).
+``--period-s 86400`` runs the same soak without membership topic rotation.
+``--writes 0 --reads 0``: the same parts idle.
 """
 
 from __future__ import annotations
@@ -103,8 +103,10 @@ def measure(up_pid: int, window_s: float) -> dict[str, tuple[float, float]]:
 
 def load(up: Up, writes: float, reads: float, stop: threading.Event,
          errors: list[str]) -> None:
+    if writes + reads <= 0:
+        return  # idle: nothing is sent
     rng = random.Random(7)
-    step = 1 / max(writes + reads, 1e-9)
+    step = 1 / (writes + reads)
     n = 0
     with httpx.Client(timeout=10) as client:
         while not stop.is_set():
