@@ -41,7 +41,7 @@ demo: $(STAMP) $(KAFKA)
 test: $(STAMP) $(KAFKA) chromium
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy src
-	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/pytest -q -ra tests
+	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/pytest -q -ra --durations=25 tests
 
 test-unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit

@@ -11,6 +11,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections import defaultdict
@@ -224,3 +225,27 @@ def exact(port: int, expected: dict[str, int]) -> bool | str:
     return same(balances_of(port, sorted(expected)), expected)
 
 
+class Writer(threading.Thread):
+    """POSTs amount 1 to a new account each time (bounded), noting which were acknowledged."""
+
+    def __init__(self, port: int, prefix: str, headers: dict[str, str] | None = None,
+                 pause: float = 0.02) -> None:
+        super().__init__(daemon=True)
+        self.port, self.prefix, self.headers, self.pause = port, prefix, headers, pause
+        self.acked: list[str] = []
+        self.unacked: list[str] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        with httpx.Client(headers=self.headers, base_url=f"http://127.0.0.1:{self.port}",
+                          timeout=60) as c:
+            for i in range(20_000):  # bounded
+                if self.stop.is_set():
+                    return
+                account = f"{self.prefix}-{i}"
+                try:
+                    ok = c.post(f"/account/{account}", params={"amount": 1}).status_code == 200
+                except httpx.HTTPError:
+                    ok = False
+                (self.acked if ok else self.unacked).append(account)
+                time.sleep(self.pause)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import threading
 import time
 import uuid
 from collections import Counter
@@ -26,7 +25,7 @@ import pytest
 from changelog import produce_rows
 from confluent_kafka import Consumer, Producer
 from procs import free_port
-from updemo import CONVERGE_S, HEADERS, Up, balances_of, exact, until
+from updemo import CONVERGE_S, HEADERS, Up, Writer, balances_of, exact, until
 
 from streamiq.kafka.admin import ensure_topics
 from streamiq.views.bank import BALANCES
@@ -57,33 +56,8 @@ def _broker_pid(up: Up) -> int:
     return pid
 
 
-class Writer(threading.Thread):
-    """POSTs amount 1 to a new account each time (bounded), noting which were acknowledged."""
-
-    def __init__(self, port: int, prefix: str) -> None:
-        super().__init__(daemon=True)
-        self.port, self.prefix = port, prefix
-        self.acked: list[str] = []
-        self.unacked: list[str] = []
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        with httpx.Client(headers=HEADERS, base_url=f"http://127.0.0.1:{self.port}",
-                          timeout=30) as c:
-            for i in range(5000):
-                if self.stop.is_set():
-                    return
-                account = f"{self.prefix}-{i}"
-                try:
-                    ok = c.post(f"/account/{account}", params={"amount": 1}).status_code == 200
-                except httpx.HTTPError:
-                    ok = False
-                (self.acked if ok else self.unacked).append(account)
-                time.sleep(0.02)
-
-
 def test_broker_sigkill_under_writes_is_restarted_and_loses_nothing(demo: Up) -> None:
-    writer = Writer(demo.ingest_port, f"k{uuid.uuid4().hex[:4]}")
+    writer = Writer(demo.ingest_port, f"k{uuid.uuid4().hex[:4]}", HEADERS)
     writer.start()
     try:
         until(lambda: len(writer.acked) >= 20, 60, "writes acknowledged before the kill")

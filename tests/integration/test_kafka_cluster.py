@@ -21,7 +21,7 @@ import httpx
 import pytest
 from confluent_kafka.admin import AdminClient
 from procs import Deployment, free_port
-from updemo import CONVERGE_S, exact, until
+from updemo import CONVERGE_S, Writer, balances_of, exact, until
 
 from streamiq.kafka.broker import EmbeddedBroker, new_cluster_id
 from streamiq.views import bank
@@ -70,27 +70,12 @@ class Traffic:
     accounts that were written before and never change; every outcome counted."""
 
     def __init__(self, ingest: int, nodes: list[int], fixed: dict[str, int]) -> None:
-        self.ingest, self.nodes, self.fixed = ingest, nodes, fixed
-        self.acked: list[str] = []
-        self.unacked: list[str] = []
+        self.nodes, self.fixed = nodes, fixed
+        self.writer = Writer(ingest, "w", pause=0.01)
         self.answers = 0
         self.wrong: list[Any] = []
         self.stop = threading.Event()
-        self.threads = [threading.Thread(target=self.write, daemon=True),
-                        threading.Thread(target=self.read, daemon=True)]
-
-    def write(self) -> None:
-        with httpx.Client(base_url=f"http://127.0.0.1:{self.ingest}", timeout=60) as c:
-            for i in range(20_000):  # bounded
-                if self.stop.is_set():
-                    return
-                account = f"w-{i}"
-                try:
-                    ok = c.post(f"/account/{account}", params={"amount": 1}).status_code == 200
-                except httpx.HTTPError:
-                    ok = False
-                (self.acked if ok else self.unacked).append(account)
-                time.sleep(0.01)
+        self.threads = [self.writer, threading.Thread(target=self.read, daemon=True)]
 
     def read(self) -> None:
         accounts = sorted(self.fixed)
@@ -117,6 +102,7 @@ class Traffic:
 
     def __exit__(self, *exc: object) -> None:
         self.stop.set()
+        self.writer.stop.set()
         for t in self.threads:
             t.join(90)
 
@@ -124,12 +110,12 @@ class Traffic:
 def _kill_and_restart(brokers: dict[int, EmbeddedBroker], victim: int,
                       traffic: Traffic) -> None:
     """SIGKILL a broker, let traffic flow without it, start it again on its log."""
-    acked = len(traffic.acked)
+    acked = len(traffic.writer.acked)
     brokers[victim].kill()
-    until(lambda: len(traffic.acked) >= acked + 30, 120, "writes acknowledged without it")
+    until(lambda: len(traffic.writer.acked) >= acked + 30, 120, "writes acknowledged without it")
     brokers[victim].start(timeout=120)
-    acked = len(traffic.acked)
-    until(lambda: len(traffic.acked) >= acked + 30, 120, "writes acknowledged after it")
+    acked = len(traffic.writer.acked)
+    until(lambda: len(traffic.writer.acked) >= acked + 30, 120, "writes acknowledged after it")
 
 
 def test_leaders_of_an_input_and_a_changelog_partition_killed_under_traffic(
@@ -156,7 +142,10 @@ def test_leaders_of_an_input_and_a_changelog_partition_killed_under_traffic(
         _kill_and_restart(brokers, _leader(bootstrap, cluster.topic(
             bank.BALANCES.changelog_topic), 1), traffic)
     assert traffic.answers > 100 and traffic.wrong == [], (traffic.answers, traffic.wrong[:10])
-    assert len(traffic.acked) > 100
+    assert len(traffic.writer.acked) > 100
     for port in nodes:  # no acknowledged write lost, none applied twice
-        until(lambda port=port: exact(port, {**fixed, **dict.fromkeys(traffic.acked, 1)}),
-              CONVERGE_S, "every acknowledged write visible exactly once")
+        want = {**fixed, **dict.fromkeys(traffic.writer.acked, 1)}
+        until(lambda port=port, want=want: exact(port, want), CONVERGE_S,
+              "every acknowledged write visible exactly once")
+        got = balances_of(port, traffic.writer.unacked)
+        assert all(v in (None, 1) for v in got.values()), got

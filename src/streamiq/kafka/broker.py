@@ -45,6 +45,7 @@ _LOG4J = """Configuration:
 _DEV = {
     "group.initial.rebalance.delay.ms": "0",  # a group of one is assigned at once
     "offsets.topic.num.partitions": "10",
+    "transaction.state.log.num.partitions": "4",  # idempotent producers' first start
     "log.retention.check.interval.ms": "30000",
     "num.network.threads": "2", "num.io.threads": "4",
     "log.cleaner.threads": "1", "log.cleaner.dedupe.buffer.size": str(16 << 20),
