@@ -221,6 +221,13 @@ def same(got: dict[str, Any], want: dict[str, Any]) -> bool | str:
     return True if not wrong else f"{len(wrong)} differ (got, want): {list(wrong.items())[:5]}"
 
 
+def metric(port: int, name: str) -> float:
+    """Sum of a node's Prometheus metric over its labels."""
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", headers=HEADERS, timeout=10).text
+    return sum(float(m.group(1)) for m in
+               re.finditer(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.MULTILINE))
+
+
 def exact(port: int, expected: dict[str, int]) -> bool | str:
     return same(balances_of(port, sorted(expected)), expected)
 

@@ -2,8 +2,10 @@
 come back while the rest keeps serving, and SIGTERM to the process group stops it all.
 
 One ``up`` (broker, ingest, pipeline, 3 nodes; its default app, bank and orders) is
-shared by the tests in file order: node kill, pipeline kill, ingest kill, then the
-SIGTERM to its whole process group. A second, one-node ``up`` gets a single SIGTERM to
+shared by the tests in file order: node kill, pipeline kill, ingest kill, broker kill
+(restarted on its log, the other parts reconnecting by themselves), then the SIGTERM to
+its whole process group and a second ``up`` on the same folders (durable: every view
+served at once, nothing read again). A second, one-node ``up`` gets a single SIGTERM to
 its own PID while writes stream in. Each group is SIGKILLed at teardown whatever happens.
 """
 
@@ -11,10 +13,12 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import subprocess
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,9 +31,11 @@ from updemo import (
     HEADERS,
     START_S,
     Up,
+    Writer,
     balances_of,
     descendants,
     exact,
+    metric,
     post_json,
     proc_info,
     same,
@@ -250,12 +256,81 @@ def _stop_and_check(up: Up, send: Callable[[], None]) -> str:
     return out
 
 
-def test_sigterm_to_the_process_group_stops_everything_cleanly(up: Up) -> None:
+def _broker_pid(up: Up) -> int:
+    (pid,) = [p for p, argv in up.tree().items() if "kafka.Kafka" in argv]
+    return pid
+
+
+def test_sigkill_of_the_broker_under_writes_is_restarted_and_loses_nothing(up: Up) -> None:
+    writer = Writer(up.ingest_port, f"k{uuid.uuid4().hex[:4]}", HEADERS)
+    writer.start()
+    try:
+        until(lambda: len(writer.acked) >= 20, 60, "writes acknowledged before the kill")
+        offset = len(up.log())
+        old = _broker_pid(up)
+        os.kill(old, signal.SIGKILL)
+        up.wait_for(r"^streamiq: the embedded broker exited at .* \(killed by SIGKILL\); "
+                    r"restarting it on its log$", 30, offset)
+        up.wait_for(r"^streamiq: embedded broker ready again on ", 120, offset)
+        assert _broker_pid(up) != old
+        before = len(writer.acked)
+        until(lambda: len(writer.acked) >= before + 20, 120, "writes acknowledged after it")
+    finally:
+        writer.stop.set()
+        writer.join(60)
+    # nodes, ingest and the pipeline reconnected by themselves: none was restarted
+    assert "restarting in" not in up.log()[offset:], up.tail()
+    for port in up.node_ports:
+        until(lambda port=port: exact(port, dict.fromkeys(writer.acked, 1)), CONVERGE_S,
+              "every acknowledged write visible exactly once")
+        got = balances_of(port, writer.unacked)
+        assert all(v in (None, 1) for v in got.values()), got  # never twice
+
+
+def _general_orders(port: int) -> int:
+    r = httpx.get(f"http://127.0.0.1:{port}/v1/views/order_counts/aggregate",
+                  params={"group_by": "type", "agg": "sum(count)"}, headers=HEADERS, timeout=30)
+    assert r.status_code == 200, r.text
+    return int({g["type"]: g["sum(count)"] for g in r.json()["groups"]}.get("GENERAL", 0))
+
+
+def test_sigterm_to_the_process_group_stops_everything_and_a_second_up_resumes(
+        up: Up) -> None:
+    """Ctrl-C, then ``make demo`` again: every part stops cleanly; the second ``up`` on
+    the same folders serves every view at once, its nodes resuming from their
+    checkpoints instead of reading the changelogs again."""
+    want: dict[str, int] = {}
+    general = _general_orders(up.node_port)
+    with httpx.Client(headers=HEADERS, base_url=f"http://127.0.0.1:{up.ingest_port}",
+                      timeout=30) as c:
+        for i in range(300):  # each a key of its own: at least 300 changelog rows
+            post_json(c, f"/account/d-{i}", params={"amount": i + 1})
+            want[f"d-{i}"] = i + 1
+        for i in range(30):
+            post_json(c, "/orders", json={"order_id": f"d-{i}", "store": f"d-s{i % 3}",
+                                           "type": "GENERAL", "amount": 1})
+    for port in up.node_ports:
+        until(lambda port=port: exact(port, want), CONVERGE_S, "balances visible")
+        until(lambda port=port: _general_orders(port) == general + 30, CONVERGE_S,
+              "orders visible")
+    offsets = {port: metric(port, "streamiq_changelog_offset") for port in up.node_ports}
+    assert all(n >= 300 for n in offsets.values()), offsets
+
     # what systemd, Docker, Kubernetes and a terminal's Ctrl-C do: up and all its children
     out = _stop_and_check(up, lambda: os.killpg(up.pid, signal.SIGTERM))
     assert "Traceback" not in out, out[-6000:]
     errors = [line for line in out.splitlines() if "ERROR" in line]
     assert errors == [], errors[:20]
+
+    up.start()  # same folders, same ports
+    for port in up.node_ports:
+        assert exact(port, want) is True  # served at once, nothing missing
+        assert _general_orders(port) == general + 30
+        read = metric(port, "streamiq_changelog_records_read_total")
+        # resumed from the checkpoints: a few markers at most, not the changelogs again
+        assert read * 10 < offsets[port], (port, read, offsets[port])
+    resumed = re.findall(r"resuming from changelog offset (\d+)", up.log())
+    assert resumed and any(int(o) > 0 for o in resumed)
 
 
 def test_sigterm_to_up_alone_while_writes_stream_in(tmp_path: Path) -> None:
