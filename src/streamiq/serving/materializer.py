@@ -190,9 +190,12 @@ class Materializer:
     def _run(self) -> None:
         from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
+        # fetch.wait.max.ms: a newly held partition's first fetch waits behind the one
+        # in flight, and until it answers librdkafka's cached end of a partition held
+        # before is stale (its restore target): kept short (issue 24's note)
         conf = {"group.id": "streamiq-materializer", "enable.auto.commit": False,
                 "enable.auto.offset.store": False, "auto.offset.reset": "earliest",
-                **self._conf}
+                "fetch.wait.max.ms": 20, **self._conf}
         consumer = Consumer(conf)
         assigned: set[tuple[str, int]] = set()
         try:
