@@ -215,7 +215,6 @@ class Materializer:
                         for v, p in sorted(new):
                             cp = self.stores[v].checkpoint(p) or Checkpoint(offset=OFFSET_BEGINNING)
                             st = PartitionState(offset=max(cp.offset, 0), position=cp.position)
-                            self._restore_target(consumer, v, p, st)
                             log.info("%s partition %d: resuming from changelog offset %d",
                                      v, p, st.offset)
                             with self._lock:  # halt() empties states under the same lock
@@ -322,22 +321,6 @@ class Materializer:
                     "rebuilding the partition from the log", view, p, seen, st.offset)
         self.stores[view].drop(p)
         st.offset, st.position, st.restored, st.target = 0, {}, False, -1
-
-    def _restore_target(self, consumer: Any, view: str, p: int, st: PartitionState) -> None:
-        """The end a newly held partition must reach before it answers, asked of the
-        broker (ListOffsets): the watermark librdkafka caches for a partition this
-        consumer held before is that of its last fetch, possibly long stale, and the
-        first fetch of the new assignment may wait behind one already in flight."""
-        from confluent_kafka import TopicPartition
-
-        try:
-            _, high = consumer.get_watermark_offsets(TopicPartition(self.topics[view], p),
-                                                     timeout=5)
-        except Exception as exc:  # the broker away: the first fetch response sets it
-            log.warning("%s partition %d: no end offset yet (%r)", view, p, exc)
-            return
-        if high is not None and high >= 0:
-            st.target = st.high_watermark = high
 
     def _refresh_watermarks(self, consumer: Any, assigned: set[tuple[str, int]]) -> None:
         from confluent_kafka import OFFSET_BEGINNING, TopicPartition
