@@ -143,7 +143,8 @@ class EmbeddedBroker:
         voters = self.voters()
         chost, cport = voters[self.node_id]
         replicas = str(min(3, len(voters)))
-        props = {
+        in_sync = "2" if len(voters) > 2 else "1"  # a write survives one broker's loss
+        return {
             "process.roles": "broker,controller", "node.id": str(self.node_id),
             "controller.quorum.voters": ",".join(f"{i}@{h}:{p}" for i, (h, p) in voters.items()),
             "listeners": f"PLAINTEXT://{self.host}:{self.port},CONTROLLER://{chost}:{cport}",
@@ -156,12 +157,11 @@ class EmbeddedBroker:
             "transaction.state.log.replication.factor": replicas,
             "share.coordinator.state.topic.replication.factor": replicas,
             "default.replication.factor": replicas,
-            "transaction.state.log.min.isr": "2" if len(voters) > 2 else "1",
-            "share.coordinator.state.topic.min.isr": "2" if len(voters) > 2 else "1",
-            "min.insync.replicas": "2" if len(voters) > 2 else "1",
+            "transaction.state.log.min.isr": in_sync,
+            "share.coordinator.state.topic.min.isr": in_sync,
+            "min.insync.replicas": in_sync,
             **_DEV, **self.config,
         }
-        return props
 
     def _java(self) -> str:
         home = os.environ.get("JAVA_HOME")
