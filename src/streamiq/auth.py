@@ -71,11 +71,13 @@ def hop_mark(cluster_secret: str | None) -> str:
 
 
 def mint(secret: str, *, subject: str = "demo", scope: str = "views:* ingest",
-         ttl_s: float | None = None) -> str:
-    """An HS256 token for ``secret`` (``streamiq up`` prints one for the demo)."""
-    claims: dict[str, object] = {"sub": subject, "scope": scope, "iat": int(time.time())}
+         ttl_s: float | None = None, now: float | None = None) -> str:
+    """An HS256 token for ``secret`` (``streamiq up`` prints one for the demo,
+    ``streamiq token`` mints others), issued at ``now`` (default: the time)."""
+    issued = time.time() if now is None else now
+    claims: dict[str, object] = {"sub": subject, "scope": scope, "iat": int(issued)}
     if ttl_s is not None:
-        claims["exp"] = int(time.time() + ttl_s)
+        claims["exp"] = int(issued + ttl_s)
     return jwt.encode(claims, secret, algorithm="HS256")
 
 

@@ -21,7 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 __all__ = ["CliError", "add_address", "add_token", "auth_headers", "cell", "console",
-           "parse_addresses", "print_json", "reason", "rows_table"]
+           "parse_addresses", "print_json", "reason", "rows_table", "saved_file"]
 
 
 class CliError(Exception):
@@ -59,10 +59,15 @@ def auth_headers(args: argparse.Namespace) -> dict[str, str]:
     return {"authorization": f"Bearer {token}"} if token else {}
 
 
+def saved_file(name: str) -> Path:
+    """A file ``streamiq up`` keeps beside its state directory (STREAMIQ_STATE_DIR,
+    default .streamiq/state): ``token``, ``jwt-secret``, ``up.json``."""
+    return Path(os.environ.get("STREAMIQ_STATE_DIR") or ".streamiq/state").parent / name
+
+
 def _saved_token() -> str | None:
-    state = Path(os.environ.get("STREAMIQ_STATE_DIR") or ".streamiq/state")
     try:
-        return (state.parent / "token").read_text().strip() or None
+        return saved_file("token").read_text().strip() or None
     except OSError:
         return None
 

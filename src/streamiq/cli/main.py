@@ -1,7 +1,8 @@
 """The streamiq command line.
 
 ``up`` runs everything; each part (broker, ingest, pipeline, node) also runs on its
-own; ``status``, ``query`` and ``load`` talk to a running cluster. Every setting flag
+own; ``status``, ``query`` and ``load`` talk to a running cluster, ``token`` mints a
+token for a running ``up``. Every setting flag
 mirrors a :class:`~streamiq.config.Settings` field and its env var
 ``STREAMIQ_<NAME>``; a flag given on the command line wins over the environment. The
 help texts are plain text (no markup): argparse prints them as written.
@@ -20,7 +21,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from streamiq.cli import load, query, status
+from streamiq.cli import load, query, status, tokens
 from streamiq.cli.common import CliError
 from streamiq.cli.configfile import ENV as CONFIG_ENV
 from streamiq.cli.configfile import ConfigFileError, client_settings, file_settings
@@ -57,11 +58,13 @@ COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
 
 
 #: commands that talk to a running cluster: module with add_parser(sub) and run(args)
-CLIENTS: dict[str, ModuleType] = {"status": status, "query": query, "load": load}
+CLIENTS: dict[str, ModuleType] = {"status": status, "query": query, "load": load,
+                                  "token": tokens}
 
 DESCRIPTION = ("streamiq: queryable state for PySpark Structured Streaming. 'streamiq up' "
                "runs the whole demo (broker, ingest, pipeline, 3 nodes); each part also runs "
-               "on its own; status, query and load talk to a running cluster.")
+               "on its own; status, query and load talk to a running cluster; token mints a token "
+               "for it.")
 EPILOG = ("Every setting flag also reads its environment variable STREAMIQ_<NAME> (shown "
           "in each command's help); a flag given on the command line wins. "
           "'streamiq COMMAND --help' lists a command's flags.")
@@ -220,7 +223,7 @@ def _runner(cmd: str) -> Callable[..., None]:
 
 
 def _run_client(args: argparse.Namespace) -> int:
-    """status / query / load: one line and exit 1 on failure, never a traceback."""
+    """status / query / load / token: one line and exit 1 on failure, never a traceback."""
     if args.check is not None:
         args.check(args)  # flags that do not go together: a usage error (exit 2)
     try:

@@ -4,12 +4,17 @@ The cluster map comes from the first node that answers ``GET /v1/cluster`` (ever
 computes the same one); readiness from each member's own ``GET /health``. Each node
 lists, per view, every partition it is assigned or holds: its role (``active``,
 ``standby``, or ``previous`` for a partition it still holds while new replicas
-restore), changelog offset and lag, and whether it has restored.
+restore), changelog offset and lag, and whether it has restored. When a ``streamiq up``
+runs on this machine, its parts (ready, restarts, crash-looping, next restart) come
+from the ``up.json`` it keeps beside the state directory (STREAMIQ_STATE_DIR).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import time
 from typing import Any
 
 import httpx
@@ -26,9 +31,10 @@ from streamiq.cli.common import (
     console,
     print_json,
     reason,
+    saved_file,
 )
 
-__all__ = ["add_parser", "build_status", "fetch", "render", "run"]
+__all__ = ["add_parser", "build_status", "fetch", "render", "render_up", "run", "up_parts"]
 
 HELP = "show the cluster: nodes, and per view the partitions each holds, role, lag, ready"
 
@@ -168,11 +174,56 @@ def render(doc: dict[str, Any]) -> Group:
     return Group(_summary(doc), table, *problems)
 
 
+def up_parts() -> dict[str, Any] | None:
+    """The ``up.json`` of a ``streamiq up`` still running (its PID alive), else None."""
+    try:
+        doc = json.loads(saved_file("up.json").read_text())
+        os.kill(int(doc["pid"]), 0)
+    except ProcessLookupError:
+        return None  # left by an up that was killed
+    except PermissionError:
+        pass  # another user's up: it runs
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return doc if isinstance(doc, dict) and isinstance(doc.get("parts"), list) else None
+
+
+def _part_line(p: dict[str, Any]) -> Text:
+    """``node:9003 crash-looping: restart 6, next in 16 s; last exit code 1 at ...``."""
+    state = "ready" if p.get("ready") else "crash-looping" if p.get("crash_looping") \
+        else "not ready"
+    text = f"{p.get('name')} {state}"
+    if p.get("restarts"):
+        text += f": {p['restarts']} restarts"
+    if p.get("restart_at") is not None:
+        text += f", next in {max(0.0, p['restart_at'] - time.time()):.0f} s"
+    if p.get("last_exit"):
+        text += f"; last exit {p['last_exit']}"
+    return Text(text, style="" if p.get("ready") else "bold red" if p.get("crash_looping")
+                else "yellow")
+
+
+def render_up(up: dict[str, Any]) -> Group:
+    parts = up["parts"]
+    ready = sum(bool(p.get("ready")) for p in parts)
+    head = Text(f"streamiq up (pid {up['pid']}): {ready} of {len(parts)} parts ready")
+    return Group(head, *(_part_line(p) for p in parts if p.get("restarts") or
+                         not p.get("ready")))
+
+
 def run(args: argparse.Namespace) -> int:
-    via, cluster, health = fetch(args.node, args.timeout, headers=auth_headers(args))
+    up = up_parts()
+    try:
+        via, cluster, health = fetch(args.node, args.timeout, headers=auth_headers(args))
+    except CliError:
+        if up is not None and not args.json:
+            console().print(render_up(up))
+        raise
     doc = build_status(via, cluster, health)
+    if up is not None:
+        doc["up"] = up
     if args.json:
         print_json(doc)
     else:
-        console().print(render(doc))
+        console().print(render(doc), *([render_up(up)] if up is not None else []))
     return 0

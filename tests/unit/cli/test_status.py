@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -162,3 +167,54 @@ def test_piped_table_keeps_long_endpoints_whole(monkeypatch: pytest.MonkeyPatch,
     out = capsys.readouterr().out
     assert f"cluster via {long}: 3 nodes (1 ready)" in out
     assert any(line.startswith(long) for line in out.splitlines())
+
+
+def _up_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pid: int) -> None:
+    """The up.json a running ``streamiq up`` keeps: ingest crash-looping."""
+    monkeypatch.setenv("STREAMIQ_STATE_DIR", str(tmp_path / "state"))
+    parts = [{"name": "ingest", "where": "x", "ready": False, "restarts": 6,
+              "crash_looping": True, "last_exit": "code 1 at 12:00:00", "restart_in_s": 30,
+              "restart_at": time.time() + 30},
+             {"name": f"node:{A}", "where": "y", "ready": True, "restarts": 0,
+              "crash_looping": False, "last_exit": None, "restart_in_s": None,
+              "restart_at": None}]
+    (tmp_path / "up.json").write_text(json.dumps({"pid": pid, "parts": parts}))
+
+
+def test_status_shows_the_restarts_of_a_running_up(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    _up_json(tmp_path, monkeypatch, os.getpid())
+    monkeypatch.setattr(status, "fetch", lambda seeds, timeout, **_: (seeds, cluster_doc(), HEALTH))
+    with pytest.raises(SystemExit) as exc:
+        main(["status"])
+    assert exc.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"streamiq up (pid {os.getpid()}): 1 of 2 parts ready" in out
+    assert re.search(r"ingest crash-looping: 6 restarts, next in (29|30) s; last exit code 1 "
+                     r"at 12:00:00", out), out
+    with pytest.raises(SystemExit):
+        main(["status", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["up"]["parts"][0]["restarts"] == 6
+
+
+def test_status_ignores_the_file_of_an_up_that_is_gone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    _up_json(tmp_path, monkeypatch, gone.pid)
+    assert status.up_parts() is None
+    (tmp_path / "up.json").write_text("{half")
+    assert status.up_parts() is None
+
+
+def test_status_with_no_node_answering_still_shows_ups_parts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    _up_json(tmp_path, monkeypatch, os.getpid())
+    with pytest.raises(SystemExit) as exc:
+        main(["status", "--node", "127.0.0.1:1", "--timeout", "1"])
+    assert exc.value.code == 1
+    out = capsys.readouterr()
+    assert "ingest crash-looping" in out.out and "no streamiq node answered" in out.err

@@ -1,66 +1,57 @@
-"""``streamiq up``'s supervisor without processes: restart policy, restarts, crash loops,
-broker death, stop; and what every part is started with."""
+"""``streamiq up``'s supervisor without processes: restart policy (capped backoff, no
+give-up), restarts, crash loops that never stop the other parts, broker death, stop, the
+state file ``status`` reads; and what every part is started with."""
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from streamiq.cli.up import (
-    Part,
-    RestartPolicy,
-    Supervisor,
-    _all_ready_line,
-    _parts,
-    describe_exit,
-)
+from streamiq.cli.supervisor import Part, RestartPolicy, Supervisor, describe_exit, write_state
+from streamiq.cli.up import _all_ready_line, _parts
 from streamiq.config import Settings
 
 
-def test_backoff_doubles_from_half_a_second_and_gives_up_after_five_in_a_row() -> None:
+def test_backoff_doubles_from_one_second_to_a_cap_of_thirty_and_never_gives_up() -> None:
     p = RestartPolicy()
-    # exits far apart in time, but the part never stays ready: backoff keeps growing
-    assert [p.exited(t * 1000.0) for t in range(5)] == [0.5, 1, 2, 4, 8]
-    assert p.exited(5000.0) is None
-    assert p.gave_up_because() == "5 restarts in a row without staying ready 30 s"
+    # exits far apart in time, but the part never stays ready: backoff grows to the cap
+    delays = [p.exited(t * 1000.0) for t in range(40)]
+    assert delays[:7] == [1, 2, 4, 8, 16, 30, 30]
+    assert delays[7:] == [30] * 33  # retried for ever, never None
+    assert p.crash_looping and p.streak == 40
 
 
-def test_backoff_is_capped() -> None:
-    p = RestartPolicy(max_delay=3, max_restarts=10)
-    assert [p.exited(t * 1000.0) for t in range(5)] == [0.5, 1, 2, 3, 3]
+def test_backoff_cap_is_the_policys() -> None:
+    p = RestartPolicy(max_delay=3)
+    assert [p.exited(t * 1000.0) for t in range(5)] == [1, 2, 3, 3, 3]
 
 
 def test_backoff_starts_over_once_the_part_stayed_ready() -> None:
     p = RestartPolicy()
-    assert p.exited(0) == 0.5
+    assert p.exited(0) == 1
     p.ready(5)
-    assert p.exited(20) == 1  # ready only 15 s: not stable yet
-    p.ready(25)
-    assert p.exited(55) == 0.5  # ready 30 s: starts over
-    assert p.exited(56) == 1
+    assert p.exited(60) == 2  # ready only 55 s: not stable yet
+    p.ready(70)
+    assert p.exited(130) == 1  # ready 60 s: starts over
+    assert p.exited(131) == 2
 
 
-def test_five_restarts_within_sixty_seconds_is_a_crash_loop() -> None:
-    p = RestartPolicy(stable_after=1)  # every run counts as stable: only the window applies
-    now = 0.0
-    for _ in range(5):
-        assert p.exited(now) == 0.5
-        p.ready(now + 1)
-        now += 11
-    assert p.exited(now) is None  # a sixth exit 55 s after the first restart
-    assert p.gave_up_because() == "5 restarts within 60 s"
-
-
-def test_restarts_older_than_the_window_do_not_count() -> None:
-    p = RestartPolicy(stable_after=1)
-    for i in range(5):
-        assert p.exited(i * 13.0) is not None
-        p.ready(i * 13.0 + 1)
-    assert p.exited(61.0) == 0.5  # the restart at t=0 is more than 60 s old
+def test_crash_looping_from_the_third_exit_in_a_row_until_it_stays_ready() -> None:
+    p = RestartPolicy()
+    p.exited(0)
+    p.exited(10)
+    assert not p.crash_looping
+    p.exited(20)
+    assert p.crash_looping
+    p.ready(30)
+    p.exited(100)  # stayed ready 70 s: this exit is the first of a new streak
+    assert not p.crash_looping and p.streak == 1
 
 
 def test_describe_exit() -> None:
@@ -100,13 +91,20 @@ class Clock:
 class World:
     """Parts backed by fake processes, a fake clock, a settable readiness."""
 
-    def __init__(self, names: list[str], broker: Any = None) -> None:
+    def __init__(self, names: list[str], broker: Any = None,
+                 out: pytest.CaptureFixture[str] | None = None) -> None:
+        self.capsys = out
+        self.out: list[str] = []  # every line printed so far (with ``out``)
         self.clock = Clock()
         self.ready: set[str] = set()
         self.spawned: list[str] = []
         self.parts = [Part(n, ["true"], f"at {n}", self._probe) for n in names]
-        self.sup = Supervisor(self.parts, broker, all_ready="all parts ready: go",
-                              spawn=self._spawn, clock=self.clock)
+        self.changes: list[list[dict[str, Any]]] = []
+        self.sup = Supervisor(self.parts, broker,
+                              announce=lambda: ["streamiq: all parts ready: go", "  token"],
+                              spawn=self._spawn, clock=self.clock,
+                              changed=lambda parts, now: self.changes.append(
+                                  [p.state(now) for p in parts]))
         self.sup.start_all()
 
     def _probe(self, part: Part) -> bool:
@@ -118,6 +116,11 @@ class World:
 
     def part(self, name: str) -> Part:
         return next(p for p in self.parts if p.name == name)
+
+    def last_out(self) -> str:
+        assert self.capsys is not None
+        self.out += self.capsys.readouterr().out.splitlines()
+        return self.out[-1]
 
     def step(self, dt: float = 0.25) -> int | None:
         self.clock.now += dt
@@ -135,17 +138,17 @@ def test_a_killed_part_is_restarted_and_announced_ready_again(
     assert w.step() is None
     assert _lines(capsys) == ["streamiq: ingest ready (at ingest)",
                               "streamiq: node:9002 ready (at node:9002)",
-                              "streamiq: all parts ready: go"]
+                              "streamiq: all parts ready: go", "  token"]
     w.ready.discard("node:9002")
     w.part("node:9002").proc.returncode = -signal.SIGKILL
     assert w.step() is None
     (line,) = _lines(capsys)
     assert re.fullmatch(r"streamiq: node:9002 exited at \d\d:\d\d:\d\d \(killed by SIGKILL, "
-                        r"up 0 s\); restarting in 0\.5 s \(restart 1\)", line), line
+                        r"up 0 s\); restarting in 1 s \(restart 1\)", line), line
     assert w.part("node:9002").proc is None and w.spawned.count("node:9002") == 1
-    assert w.step(0.2) is None  # backoff not over yet
+    assert w.step(0.5) is None  # backoff not over yet
     assert w.spawned.count("node:9002") == 1
-    assert w.step(0.4) is None
+    assert w.step(0.6) is None
     assert w.spawned.count("node:9002") == 2
     w.ready.add("node:9002")
     assert w.step() is None
@@ -167,21 +170,61 @@ def test_an_exit_like_a_group_signal_waits_for_ups_own_handler(
     assert "pipeline exited at" in capsys.readouterr().out
 
 
-def test_a_crash_looping_part_stops_everything(capsys: pytest.CaptureFixture[str]) -> None:
+def _crash(w: World, name: str) -> float:
+    """Make ``name`` exit with code 1, then step until it is started again; the delay
+    its restart line announced."""
+    w.part(name).proc.returncode = 1
+    assert w.step() is None
+    delay = float(re.search(r"restarting in ([\d.]+) s", w.last_out()).group(1))  # type: ignore[union-attr]
+    while w.part(name).proc is None:
+        assert w.step() is None  # a crash loop never stops everything
+    return delay
+
+
+def test_a_crash_looping_part_is_retried_with_capped_backoff_while_the_others_run(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    w = World(["ingest", "node:9001"], out=capsys)
+    w.ready = {"ingest"}
+    w.step()
+    ingest = w.part("ingest").proc
+    delays, waited = [], []
+    for _ in range(9):
+        down = w.clock.now
+        delays.append(_crash(w, "node:9001"))
+        waited.append(w.clock.now - down)
+    assert delays == [1, 2, 4, 8, 16, 30, 30, 30, 30]
+    assert all(d <= t <= d + 0.5 for d, t in zip(delays, waited, strict=True)), waited
+    assert w.spawned.count("node:9001") == 10 and w.part("node:9001").restarts == 9
+    assert w.part("ingest").proc is ingest and w.spawned.count("ingest") == 1
+    assert ingest.poll() is None and not ingest.terminated
+    assert re.search(r"\(restart 9, crash-looping: 9 exits without staying ready 60 s; the "
+                     r"other parts keep serving\)$", w.out[-1]), w.out[-1]
+    # it comes back, stays ready a minute: the next crash waits 1 s again
+    w.ready.add("node:9001")
+    w.step()
+    assert w.part("node:9001").ready and w.last_out() == "  token"  # the first time
+    assert w.out[-3:-1] == ["streamiq: node:9001 ready (at node:9001)",
+                            "streamiq: all parts ready: go"]
+    w.step(61)
+    assert _crash(w, "node:9001") == 1
+
+
+def test_the_state_file_says_restarts_and_crash_loops(tmp_path: Path) -> None:
     w = World(["ingest", "node:9001"])
-    for i in range(5):
+    for _ in range(3):
         w.part("node:9001").proc.returncode = 1
-        assert w.step() is None
-        assert f"(restart {i + 1})" in capsys.readouterr().out
-        for _ in range(40):  # until the backoff (at most 8 s) is over
+        w.step()
+        path = tmp_path / "up.json"
+        write_state(path, w.parts, w.clock.now)
+        doc = json.loads(path.read_text())
+        while w.part("node:9001").proc is None:
             w.step()
-        assert w.part("node:9001").proc is not None
-    w.part("node:9001").proc.returncode = 1
-    assert w.step() == 1
-    (line,) = _lines(capsys)
-    assert re.fullmatch(r"streamiq: node:9001 exited at \d\d:\d\d:\d\d \(code 1, up 2 s\): it is "
-                        r"crash-looping \(5 restarts within 60 s\); stopping everything",
-                        line), line
+    node = doc["parts"][1]
+    assert node["name"] == "node:9001" and node["restarts"] == 3 and node["crash_looping"]
+    assert node["restart_in_s"] == 4 and node["last_exit"].startswith("code 1 at ")
+    assert doc["parts"][0]["restarts"] == 0 and not doc["parts"][0]["crash_looping"]
+    # every start, exit and readiness was handed to ``changed``
+    assert [c[1]["restarts"] for c in w.changes].count(3) >= 2
 
 
 class FakeBroker:
