@@ -152,7 +152,9 @@ def aggregate_partitions(view: View, store: Store, partitions: Iterable[int],
         for sk, raw in store.scan(p, rng.lo, rng.hi):
             row = loads_row(raw)
             if needs_key and any(c not in row for c in needs_key):
-                parts = decode_key((sk[:-9] if view.windowed else sk).decode())
+                parts = decode_key((sk[:-9] if view.windowed else sk).decode(errors="replace"))
+                if len(parts) != len(view.key_columns):
+                    continue  # stored before rows were checked (views/rows.py): not a row
                 for c in needs_key:
                     row.setdefault(c, parts[key_idx[c]])
             gk: Any = tuple([row.get(c) for c in group_by])

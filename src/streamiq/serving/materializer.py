@@ -9,9 +9,12 @@ Fails closed: the thread is supervised (``serving/supervise.py``). When the loop
 ``states`` is emptied at once, so the node holds nothing, reports nothing restored in its
 heartbeats and answers no lookup from rows that stopped moving; the restarted loop is a
 fresh consumer resuming from the stores' checkpoints (exactly the rows already applied)
-and each partition answers again once it has restored. A changelog record that cannot be
-decoded (bad marker, windowed row without an integer ``window_start``, non-UTF-8 key of a
-windowed view, no key) is skipped and counted in ``skipped``; its offset still advances.
+and each partition answers again once it has restored.
+
+No changelog record stops it: one that is not a row of its view (``views/rows.py``:
+size, JSON, nesting, key, partition, column types, window) or a marker claiming what
+cannot be (``serving/markers.py``) is skipped and counted per view and reason
+(``skips``); its offset still advances, so a restart does not meet it again.
 
 Test hook: ``STREAMIQ_TEST_FAULT=materializer:<key>[:<times>]`` (read once, when the
 materializer is built) makes the loop raise on applying a record with that key, at most
@@ -20,7 +23,6 @@ materializer is built) makes the loop raise on applying a record with that key, 
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -30,11 +32,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
+from streamiq.serving.markers import EndsQuery, InputEnds, kafka_ends, parse_marker
 from streamiq.state.base import Checkpoint, Store
 from streamiq.supervise import Supervisor
-from streamiq.views.base import MARKER_HEADER, View, store_key
+from streamiq.views.base import MARKER_HEADER, View
+from streamiq.views.rows import BadRecord, check_row
 
 __all__ = ["FAULT_ENV", "Materializer", "PartitionState"]
 
@@ -55,49 +57,6 @@ def _fault_from_env() -> tuple[bytes, int] | None:
         return None
     key, _, times = rest.partition(":")
     return key.encode(), int(times) if times else -1
-
-
-class BadRecord(ValueError):
-    """A changelog record the materializer cannot decode (skipped and counted)."""
-
-
-def _marker_offsets(raw: bytes | None) -> dict[str, dict[int, int]]:
-    """The input offsets a marker names; BadRecord if it is not a valid marker."""
-    try:
-        doc = json.loads(raw) if raw is not None else None
-    except (ValueError, TypeError) as exc:
-        raise BadRecord(f"marker is not JSON: {exc}") from None
-    offsets = doc.get("offsets") if isinstance(doc, dict) else None
-    if not isinstance(offsets, dict):
-        raise BadRecord("marker without an offsets object")
-    out: dict[str, dict[int, int]] = {}
-    for t, po in offsets.items():
-        if not isinstance(po, dict):
-            raise BadRecord(f"marker offsets of {t!r} are not an object")
-        cur = out[t] = {}
-        for part, off in po.items():
-            if not isinstance(off, int) or isinstance(off, bool) or not str(part).isdigit():
-                raise BadRecord(f"marker offset {t!r}[{part!r}] is not a partition: offset")
-            cur[int(part)] = off
-    return out
-
-
-def _row_object(value: bytes) -> dict[str, Any]:
-    """A changelog row's value as a JSON object (BadRecord if it is not one)."""
-    try:
-        row = orjson.loads(value)
-    except orjson.JSONDecodeError:
-        raise BadRecord("row value is not JSON") from None
-    if not isinstance(row, dict):
-        raise BadRecord(f"row value is not a JSON object but {type(row).__name__}")
-    return row
-
-
-def _window_start(row: Mapping[str, Any]) -> int:
-    w = row.get("window_start")
-    if not isinstance(w, int) or isinstance(w, bool) or not -(1 << 63) <= w < (1 << 63):
-        raise BadRecord(f"windowed row without an integer window_start: {w!r}")
-    return w
 
 
 @dataclass
@@ -124,7 +83,9 @@ class Materializer:
     def __init__(self, kafka_conf: dict[str, Any], views: Mapping[str, View],
                  stores: Mapping[str, Store], topics: Mapping[str, str],
                  supervisor: Supervisor | None = None,
-                 on_apply: Callable[[], None] | None = None) -> None:
+                 on_apply: Callable[[], None] | None = None,
+                 partitions: Mapping[str, int] | None = None,
+                 input_ends: EndsQuery | None = None) -> None:
         self._conf = kafka_conf
         self.views = dict(views)
         self.stores = dict(stores)
@@ -132,7 +93,12 @@ class Materializer:
         self._topic_view = {t: name for name, t in self.topics.items()}
         self.states: dict[tuple[str, int], PartitionState] = {}
         self._wanted: set[tuple[str, int]] = set()
-        self.skipped = 0  # changelog records that could not be decoded
+        #: view -> changelog partitions: a row in another partition than its key's is
+        #: skipped (a view missing here is not checked)
+        self.partitions = dict(partitions or {})
+        self.skipped = 0  # changelog records skipped, in all
+        self.skips: Counter[tuple[str, str]] = Counter()  # (view, reason) -> skipped
+        self.ends = InputEnds(input_ends or kafka_ends(kafka_conf))
         #: changelog records fetched since this node started, per view (a restore from
         #: a checkpoint reads only what came after it; from empty, after compaction,
         #: about one record per key)
@@ -169,7 +135,8 @@ class Materializer:
         with self._lock:
             self.states = {}
 
-    def add_view(self, view: View, store: Store, topic: str) -> None:
+    def add_view(self, view: View, store: Store, topic: str,
+                 partitions: int | None = None) -> None:
         """Materialise one more view (found while running); its partitions are wanted
         through ``want`` as usual. The maps are replaced, not changed, for the loop."""
         with self._lock:
@@ -177,6 +144,8 @@ class Materializer:
             self.stores = {**self.stores, view.name: store}
             self.topics = {**self.topics, view.name: topic}
             self._topic_view = {**self._topic_view, topic: view.name}
+            if partitions is not None:
+                self.partitions = {**self.partitions, view.name: partitions}
 
     def want(self, wanted: set[tuple[str, int]]) -> None:
         """Set the (view, partition) pairs to materialise; applied at the next poll."""
@@ -262,16 +231,15 @@ class Materializer:
                 self._rebuild(view, p, st, records[0].offset())
             puts: list[tuple[bytes, bytes | None]] = []
             position = {t: dict(po) for t, po in st.position.items()}
-            windowed = self.views[view].windowed
             for m in records:
                 try:
-                    self._decode(m, windowed, puts, position)
+                    self._decode(m, view, puts, position)
+                except InjectedFault:
+                    raise
                 except BadRecord as exc:
-                    self.skipped += 1
-                    if self.skipped & (self.skipped - 1) == 0:  # 1st, 2nd, 4th, 8th...
-                        log.warning("%s partition %d offset %d: skipped a changelog record "
-                                    "(%s; %d skipped so far)", view, p, m.offset(), exc,
-                                    self.skipped)
+                    self._skip(view, p, m.offset(), exc.reason, exc)
+                except Exception as exc:  # a record no check foresaw: still never fatal
+                    self._skip(view, p, m.offset(), "undecodable", exc)
             next_offset = records[-1].offset() + 1
             self.stores[view].apply(p, puts, Checkpoint(offset=next_offset, position=position))
             st.offset = next_offset
@@ -279,42 +247,32 @@ class Materializer:
         if batches and self.on_apply is not None:
             self.on_apply()
 
-    def _decode(self, m: Any, windowed: bool, puts: list[tuple[bytes, bytes | None]],
+    def _skip(self, view: str, p: int, offset: int, reason: str, exc: Exception) -> None:
+        self.skipped += 1
+        self.skips[(view, reason)] += 1
+        if self.skipped & (self.skipped - 1) == 0:  # 1st, 2nd, 4th, 8th...: rate-limited
+            log.warning("%s partition %d offset %d: skipped a changelog record (%s: %s; "
+                        "%d skipped so far)", view, p, offset, reason, str(exc)[:200],
+                        self.skipped)
+
+    def _decode(self, m: Any, view: str, puts: list[tuple[bytes, bytes | None]],
                 position: dict[str, dict[int, int]]) -> None:
         """Add one record to the batch (a row) or to the position (a marker)."""
         headers = m.headers()
         if headers and any(k == MARKER_HEADER for k, _ in headers):
-            for t, po in _marker_offsets(m.value()).items():
+            offsets = parse_marker(m.value())
+            self.ends.check(offsets)
+            for t, po in offsets.items():
                 cur = position.setdefault(t, {})
                 for part, off in po.items():
                     cur[part] = max(cur.get(part, 0), off)
             return
         key = m.key()
-        if key is None:
-            raise BadRecord("row without a key")
         if self._fault is not None and key == self._fault[0] and self._fault[1] != 0:
             self._fault = (self._fault[0], self._fault[1] - 1)
             raise InjectedFault(f"{FAULT_ENV}: injected fault on key {key!r}")
-        value = m.value()
-        if value is None and not windowed:
-            puts.append((key, None))  # a tombstone: the row is gone
-            return
-        if value is None:
-            raise BadRecord("windowed row without a value")
-        # Answers paste stored rows into their JSON, so only a value that a strict parser
-        # reads as exactly one JSON object is stored (no trailing content, no NaN, valid
-        # UTF-8): it cannot break out of its place. Stored as it came, not re-encoded:
-        # orjson would turn integers past 64 bits into floats (a decimal(38) sum).
-        row = _row_object(value)
-        stored = value
-        if windowed:
-            try:
-                text = key.decode()
-            except UnicodeDecodeError:
-                raise BadRecord("key of a windowed row is not UTF-8") from None
-            puts.append((store_key(text, _window_start(row)), stored))
-        else:
-            puts.append((key, stored))
+        puts.append(check_row(self.views[view], key, m.value(), m.partition(),
+                              self.partitions.get(view)))
 
     def _rebuild(self, view: str, p: int, st: PartitionState, seen: int) -> None:
         log.warning("%s partition %d: changelog restarted (offset %d is below checkpoint %d); "

@@ -172,6 +172,13 @@ def _partitions(node: Node) -> Iterator[Metric]:
     for view, n in sorted(node.materializer.read.items()):
         read.add_metric([view], n)
     yield read
+    skipped = CounterMetricFamily("streamiq_changelog_records_skipped",
+                                  "Changelog records not applied (not a row of the view, or "
+                                  "a marker claiming what cannot be), by reason",
+                                  labels=["view", "reason"])
+    for (view, reason), n in sorted(node.materializer.skips.items()):
+        skipped.add_metric([view, reason], n)
+    yield skipped
 
 
 def _health(node: Node) -> Iterator[Metric]:

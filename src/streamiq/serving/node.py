@@ -73,7 +73,8 @@ def _build(settings: Settings, views: dict[str, View], supervisor: Supervisor,
     root = _state_path(s.state_dir, s.endpoint)
     stores: dict[str, Store] = {name: RocksDBStore(root / name) for name in views}
     materializer = Materializer(kafka, views, stores, topics, supervisor,
-                                on_apply=lambda: late[0].applied() if late else None)
+                                on_apply=lambda: late[0].applied() if late else None,
+                                partitions=partitions)
     # the node is made from these parts: the callbacks reach it once it exists (late)
     membership = Membership(kafka, s.topic(members_topic(s.cluster)), s.endpoint,
                             lambda: late[0].report() if late else {},
@@ -215,7 +216,7 @@ class Node:
         if own is None:  # new: store, materializer and routing first, the view last
             root = _state_path(self.settings.state_dir, self.endpoint)
             store = RocksDBStore(root / spec.name)
-            self.materializer.add_view(view, store, spec.changelog_topic)
+            self.materializer.add_view(view, store, spec.changelog_topic, spec.partitions)
             self.stores = {**self.stores, spec.name: store}
             self.topics = {**self.topics, spec.name: spec.changelog_topic}
             self.partitions = {**self.partitions, spec.name: spec.partitions}

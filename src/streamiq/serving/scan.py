@@ -89,7 +89,7 @@ def decode_cursor(view: str, cursor: str) -> bytes:
 
 
 def _row(view: View, partition: int, sk: bytes, raw: bytes) -> ScannedRow:
-    key = (sk[:-9] if view.windowed else sk).decode()
+    key = (sk[:-9] if view.windowed else sk).decode(errors="replace")  # checked when stored
     return {"key": key, "partition": partition, "value": loads_row(raw)}
 
 

@@ -44,6 +44,8 @@ BALANCES = View(
     key_columns=("account",),
     value_columns=("balance", "count", "last_update"),
     example={"account": "warmup", "amount": 0, "ts": 0},
+    types={"account": "string", "balance": BALANCE_TYPE, "count": "bigint",
+           "last_update": "bigint"},
 )
 
 APP = App(name="bank", topics=(TOPIC,), views=(BALANCES,))

@@ -83,6 +83,9 @@ class View:
     #: Global (Kafka Streams' GlobalKTable): every serving node holds every partition,
     #: so a lookup is answered where it arrives. For small reference tables.
     is_global: bool = False
+    #: Spark types (simple strings: ``bigint``, ``decimal(38,0)``) of the columns, where
+    #: known: serving nodes check changelog rows against them (``views/rows.py``)
+    types: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     @property
     def changelog_topic(self) -> str:

@@ -141,7 +141,8 @@ class ViewSpec:
                     key_columns=tuple(c for c, _ in self.key_columns),
                     value_columns=tuple(c for c, _ in self.value_columns),
                     window=(self.window or "unknown") if self.windowed else None,
-                    description=self.description, is_global=self.is_global)
+                    description=self.description, is_global=self.is_global,
+                    types=self.types)
 
     @classmethod
     def from_schema(cls, schema: StructType, *, name: str, key_columns: Sequence[str],

@@ -16,6 +16,8 @@ TOPIC = "orders"
 ORDER_TYPES = ("GENERAL", "RESTAURANT")
 _SCHEMA = "order_id STRING, store STRING, type STRING, amount DOUBLE, ts BIGINT"
 _REQUIRED = ("order_id", "store", "type", "amount", "ts")
+#: the views' columns as the sink writes them (checked by the nodes: views/rows.py)
+_TYPES = {"store": "string", "type": "string", "count": "bigint", "revenue": "double"}
 _EXAMPLE = {"order_id": "warmup", "store": "warmup", "type": "GENERAL", "amount": 0.0, "ts": 0}
 _CHECKS = (
     ("type IN ('GENERAL', 'RESTAURANT')", "type must be GENERAL or RESTAURANT"),
@@ -53,7 +55,7 @@ ORDER_COUNTS = View(
     description="Order count and revenue per (store, type).",
     source_topics=(TOPIC,), value_schema=_SCHEMA, required=_REQUIRED, checks=_CHECKS,
     transform=_counts, key_columns=("store", "type"), value_columns=("count", "revenue"),
-    example=_EXAMPLE,
+    example=_EXAMPLE, types=_TYPES,
 )
 
 ORDER_COUNTS_1M = View(
@@ -61,7 +63,7 @@ ORDER_COUNTS_1M = View(
     description="Order count and revenue per (store, type) per 1-minute event-time window.",
     source_topics=(TOPIC,), value_schema=_SCHEMA, required=_REQUIRED, checks=_CHECKS,
     transform=_counts_1m, key_columns=("store", "type"), value_columns=("count", "revenue"),
-    window="1 minute", watermark="1 minute", event_time="ts", example=_EXAMPLE,
+    window="1 minute", watermark="1 minute", event_time="ts", example=_EXAMPLE, types=_TYPES,
 )
 
 APP = App(name="orders", topics=(TOPIC,), views=(ORDER_COUNTS, ORDER_COUNTS_1M))

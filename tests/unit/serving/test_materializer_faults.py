@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from streamiq.config import Settings
+from streamiq.kafka.partitioner import partition_for
 from streamiq.routing.membership import Membership
 from streamiq.routing.router import Router
 from streamiq.serving.coordinator import Coordinator
@@ -24,7 +25,7 @@ from streamiq.serving.node import Node, Parts
 from streamiq.state.rocksdb import RocksDBStore
 from streamiq.supervise import Supervisor
 from streamiq.views.bank import BALANCES
-from streamiq.views.base import MARKER_HEADER, load_app, store_key
+from streamiq.views.base import MARKER_HEADER, MARKER_KEY, load_app, store_key
 from streamiq.views.orders import ORDER_COUNTS_1M
 
 TOPIC = {"balances": "cl-b", "order_counts_1m": "cl-w"}
@@ -119,10 +120,20 @@ def fake_kafka(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Log, list[Any]
     yield log, consumers
 
 
-def _materializer(tmp_path: Path, supervisor: Supervisor | None = None) -> Materializer:
+#: the input partitions there are, and their ends, as the fake Kafka reports them
+INPUT_ENDS = {("in", 0): 10, ("in", 1): 0}
+
+
+def _ends(tps: list[tuple[str, int]]) -> dict[tuple[str, int], int | None]:
+    return {tp: INPUT_ENDS.get(tp) for tp in tps}
+
+
+def _materializer(tmp_path: Path, supervisor: Supervisor | None = None,
+                  partitions: dict[str, int] | None = None) -> Materializer:
     views = {"balances": BALANCES, "order_counts_1m": ORDER_COUNTS_1M}
     stores = {name: RocksDBStore(tmp_path / name) for name in views}
-    return Materializer({}, views, stores, TOPIC, supervisor)
+    return Materializer({}, views, stores, TOPIC, supervisor, partitions=partitions,
+                        input_ends=_ends)
 
 
 def _wait(cond: Callable[[], bool], what: str, timeout: float = 20) -> None:
@@ -186,6 +197,57 @@ def test_a_row_that_is_not_one_json_object_is_skipped_so_answers_cannot_be_injec
     assert m.stores["balances"].get(0, b"evil") is None
     assert m.stores["balances"].get(0, b"a1") == _row("a1", 1)  # stored as it came
     assert m.states[("balances", 0)].offset == 9
+
+
+def test_poison_records_are_skipped_by_reason_and_never_stop_the_loop(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 28: deep JSON, a row in the wrong partition, a row off the schema, a marker
+    claiming offsets past the input's end, huge and random records: each is skipped and
+    counted by reason, the offset advances and the good rows around them are stored."""
+    m = _materializer(tmp_path, partitions={"balances": 3, "order_counts_1m": 3})
+    b = TOPIC["balances"]
+    good = partition_for(b"a1", 3)
+    log = Log()
+
+    def marker(offsets: Any) -> None:
+        raw = offsets if isinstance(offsets, bytes) else json.dumps(offsets).encode()
+        log.append(b, good, MARKER_KEY, b'{"offsets": ' + raw + b"}", True)
+
+    marker({"in": {"0": 5}})
+    log.append(b, good, b"a1", _row("a1", 1))
+    marker(b"[" * 50_000 + b"]" * 50_000)  # a RecursionError in json.loads before
+    log.append(b, good, b"a1", b"[" * 50_000 + b"]" * 50_000)
+    log.append(b, (good + 1) % 3, b"a1", _row("a1", 666))  # a1 is not in that partition
+    log.append(b, good, b"a1", json.dumps({"account": "a1", "balance": "x"}).encode())
+    marker({"in": {"0": 10**12}})  # far past the input's end (10)
+    marker({"in": {"9": 1}})  # no such input partition
+    log.append(b, good, b"a1", b'{"account":"a1","pad":"' + b"x" * (5 << 20) + b'"}')
+    log.append(b, good, bytes(range(256)), bytes(range(256)) * 8)
+    gone = next(k for k in (f"k{i}".encode() for i in range(99)) if partition_for(k, 3) == good)
+    log.append(b, good, gone, None)  # a tombstone: a row is deleted, no skip
+    for p in range(3):
+        m.states[("balances", p)] = PartitionState()
+    m.apply([r for recs in log.records.values() for r in recs])
+    assert m.skips == {("balances", "bad_marker"): 1,
+                       ("balances", "not_json"): 1, ("balances", "wrong_partition"): 1,
+                       ("balances", "wrong_type"): 1, ("balances", "marker_beyond_end"): 1,
+                       ("balances", "marker_unknown_partition"): 1,
+                       ("balances", "too_large"): 1, ("balances", "bad_key"): 1}
+    st = m.states[("balances", good)]
+    assert st.offset == len(log.records[(b, good)]) and st.position == {"in": {0: 5}}
+    assert m.stores["balances"].get(good, b"a1") == _row("a1", 1)
+    assert m.stores["balances"].checkpoint(good).position == {"in": {0: 5}}  # type: ignore[union-attr]
+    assert list(m.stores["balances"].scan((good + 1) % 3)) == []
+
+    # a record that breaks the decoding in a way no check foresaw is skipped too
+    def broken(*_: Any) -> Any:
+        raise KeyError("surprise")
+
+    monkeypatch.setattr("streamiq.serving.materializer.check_row", broken)
+    log.append(b, good, b"a1", _row("a1", 2))
+    m.apply(log.records[(b, good)][-1:])
+    assert m.skips[("balances", "undecodable")] == 1
+    assert st.offset == len(log.records[(b, good)])
 
 
 @contextlib.contextmanager

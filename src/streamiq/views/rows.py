@@ -1,0 +1,182 @@
+"""Changelog rows checked against their view before a node stores them.
+
+A serving node trusts no changelog record (anyone who can write the topic can write
+one). :func:`check_row` turns a record into what the store holds, or raises
+:class:`BadRecord` naming a *reason* (a metric label: one of :data:`REASONS`):
+
+* the value is at most :data:`MAX_RECORD_BYTES`, exactly one JSON object (strict: no
+  trailing content, NaN or invalid UTF-8, since answers paste stored rows into their
+  JSON) nested at most :data:`MAX_DEPTH` deep;
+* the key is UTF-8 and in the partition it was read from (Kafka's murmur2 over the key,
+  as the sink writes it), so no row is held, scanned or aggregated twice;
+* every key column is in the row, and the key is those columns joined by ``|`` (when
+  their text is known: strings, integers, booleans, nulls);
+* each column holds its type, when the view knows its columns' Spark types
+  (:attr:`View.types`): integers are integers within 64 bits, floating and decimal
+  numbers finite numbers, strings strings, timestamps epoch-ms integers; null is
+  allowed; value columns may be missing (added to the view later) or extra;
+* windowed rows carry an integer ``window_start`` (and ``window_end``, if any, after it).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import orjson
+
+from streamiq.kafka.partitioner import partition_for
+from streamiq.views.base import KEY_SEP, View, store_key
+
+__all__ = ["MAX_DEPTH", "MAX_RECORD_BYTES", "REASONS", "BadRecord", "check_row", "depth"]
+
+#: changelog records larger than this are skipped (a row is pasted whole into answers)
+MAX_RECORD_BYTES = 4 << 20
+#: arrays/objects nested deeper than this are skipped (Spark's nested types are shallow;
+#: deep values break recursive encoders downstream)
+MAX_DEPTH = 64
+_I64 = 1 << 63
+
+#: why a record was skipped (the ``reason`` label of the skip counter)
+REASONS = ("too_large", "not_json", "too_deep", "no_key", "bad_key", "wrong_partition",
+           "missing_column", "key_mismatch", "wrong_type", "bad_window", "bad_marker",
+           "marker_beyond_end", "marker_unknown_partition", "marker_unverified",
+           "undecodable")
+
+
+class BadRecord(ValueError):
+    """A changelog record that is not stored (skipped and counted under ``reason``)."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+
+
+def depth(doc: Any) -> int:
+    """How deeply arrays and objects nest in ``doc`` (0 for a scalar), iteratively."""
+    deepest, stack = 0, [(doc, 1)]
+    while stack:
+        v, d = stack.pop()
+        items = v.values() if isinstance(v, dict) else v if isinstance(v, list) else None
+        if items is None:
+            continue
+        deepest = max(deepest, d)
+        if d <= MAX_DEPTH:  # no need to walk further than the limit
+            stack.extend((x, d + 1) for x in items)
+    return deepest
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and -_I64 <= v < _I64
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+_SCALARS: dict[str, Callable[[Any], bool]] = {
+    **dict.fromkeys(("tinyint", "smallint", "int", "integer", "bigint", "long", "short",
+                     "byte", "timestamp", "timestamp_ntz"), _is_int),
+    **dict.fromkeys(("float", "double", "real", "decimal"), _is_number),
+    **dict.fromkeys(("string", "varchar", "char", "date", "binary"),
+                    lambda v: isinstance(v, str)),
+    "boolean": lambda v: isinstance(v, bool),
+    "array": lambda v: isinstance(v, list),
+    "map": lambda v: isinstance(v, dict),
+    "struct": lambda v: isinstance(v, dict),
+}
+
+
+def fits(spark_type: str, v: Any) -> bool:
+    """Whether JSON value ``v`` is what the sink writes for ``spark_type`` (a Spark
+    simple string such as ``bigint``, ``decimal(38,0)``, ``array<string>``); null fits
+    any type, an unknown type takes anything."""
+    if v is None:
+        return True
+    base = spark_type.strip().lower().split("(", 1)[0].split("<", 1)[0].strip()
+    check = _SCALARS.get(base)
+    return check is None or check(v)
+
+
+def _key_text(v: Any) -> str | None:
+    """The key text the sink writes for a key column's value (Arrow's cast to string),
+    None where it cannot be told from the JSON value (floats, dates, decimals...)."""
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str | int):
+        return str(v)
+    return None
+
+
+def _parse(value: bytes) -> dict[str, Any]:
+    if len(value) > MAX_RECORD_BYTES:
+        raise BadRecord("too_large", f"row value is {len(value)} bytes, more than "
+                        f"{MAX_RECORD_BYTES}")
+    try:
+        row = orjson.loads(value)  # orjson stops at 1024 levels: never a RecursionError
+    except orjson.JSONDecodeError as exc:
+        raise BadRecord("not_json", f"row value is not JSON: {str(exc)[:80]}") from None
+    if not isinstance(row, dict):
+        raise BadRecord("not_json", f"row value is not a JSON object but "
+                        f"{type(row).__name__}")
+    if depth(row) > MAX_DEPTH:
+        raise BadRecord("too_deep", f"row value nests deeper than {MAX_DEPTH}")
+    return row
+
+
+def _check_key(view: View, text: str, row: Mapping[str, Any]) -> None:
+    texts = []
+    for c in view.key_columns:
+        if c not in row:
+            raise BadRecord("missing_column", f"row without its key column {c!r}")
+        texts.append(_key_text(row[c]))
+    if all(t is not None for t in texts) and KEY_SEP.join(texts) != text:  # type: ignore[arg-type]
+        raise BadRecord("key_mismatch", f"row key {text[:80]!r} is not its key columns "
+                        f"{[row[c] for c in view.key_columns]!r}"[:200])
+
+
+def _check_types(view: View, row: Mapping[str, Any]) -> None:
+    for c, t in view.types.items():
+        if c in row and not fits(t, row[c]):
+            raise BadRecord("wrong_type", f"column {c!r} is {t}, got {row[c]!r}"[:200])
+
+
+def _window_start(row: Mapping[str, Any]) -> int:
+    w, end = row.get("window_start"), row.get("window_end")
+    if not _is_int(w):
+        raise BadRecord("bad_window", f"windowed row without an integer window_start: "
+                        f"{w!r}"[:200])
+    if end is not None and not (_is_int(end) and end > w):
+        raise BadRecord("bad_window", f"window_end {end!r} is not an integer after "
+                        f"window_start {w}"[:200])
+    return int(w)  # type: ignore[arg-type]
+
+
+def check_row(view: View, key: bytes | None, value: bytes | None, partition: int,
+              partitions: int | None) -> tuple[bytes, bytes | None]:
+    """The store's ``(key, value)`` for a changelog row read from ``partition`` (of
+    ``partitions``; None: not checked), value None for a tombstone; BadRecord if the
+    record is not a row of ``view``. The value is stored as it came (not re-encoded:
+    orjson would turn integers past 64 bits into floats, a ``decimal(38)`` sum)."""
+    if key is None:
+        raise BadRecord("no_key", "row without a key")
+    try:
+        text = key.decode()
+    except UnicodeDecodeError:
+        raise BadRecord("bad_key", "row key is not UTF-8") from None
+    if partitions is not None and partition_for(key, partitions) != partition:
+        raise BadRecord("wrong_partition", f"key {text[:80]!r} belongs to partition "
+                        f"{partition_for(key, partitions)}, not {partition}")
+    if value is None:
+        if view.windowed:
+            raise BadRecord("bad_window", "windowed row without a value")
+        return key, None  # a tombstone: the row is gone
+    row = _parse(value)
+    _check_key(view, text, row)
+    _check_types(view, row)
+    if view.windowed:
+        return store_key(text, _window_start(row)), value
+    return key, value
