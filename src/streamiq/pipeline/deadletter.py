@@ -5,14 +5,22 @@ value with ``from_json`` (PERMISSIVE, with a corrupt-record column), keeps the v
 rows and counts the invalid ones with an observed metric (``streamiq_dead_letters``).
 Only when a micro-batch reports invalid records is that batch's exact offset range
 (from the query progress, or the offset log after a restart) re-read as a *batch*
-query to find them, give each a reason and write them to ``streamiq-dead-letters``:
+query to find them, give each a reason and write them to ``streamiq-dead-letters``
+(:mod:`~streamiq.pipeline.deadletter_record`: the record's key and value as raw bytes,
+UTF-8 text or base64, truncated to fit the topic's ``max.message.bytes``)::
 
-``{"reason", "view", "topic", "partition", "offset", "timestamp", "key", "value"}``
+    {"reason", "view", "topic", "partition", "offset", "timestamp", "key", "key_encoding",
+     "key_bytes", "value", "value_encoding", "value_bytes", "truncated"}
+
+The input key is never decoded (views read the value only): a key that is not UTF-8
+is carried as bytes, and written in base64 when its record is dead-lettered.
 
 Delivery to the dead-letter topic is at-least-once: after a crash the batches since
 the last recorded one are scanned again.
 
-What is invalid, in the order the reason names it: a null value; not a JSON object; a
+What is invalid, in the order the reason names it: a null value; a value longer than
+:data:`MAX_VALUE_BYTES`; a value that is not valid UTF-8; not a JSON object (including
+empty, ``null``, non-object JSON, and JSON nested deeper than Jackson's limit); a
 field of the wrong type (including an integer beyond BIGINT); a missing required
 field; a non-finite number (``NaN``, ``Infinity``, ``1e309``) in *any* floating-point
 field of the schema (checked for every view: such a value poisons every sum over its
@@ -29,10 +37,13 @@ import json
 import logging
 import os
 import threading
+from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from streamiq.pipeline.deadletter_record import build, reason_class
+from streamiq.pipeline.deadletter_writer import DeadLetterWriter, RateLimitedLog
 from streamiq.pipeline.source import FORMAT
 from streamiq.views.base import View
 
@@ -40,16 +51,22 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
 __all__ = [
-    "CORRUPT", "DEAD_LETTER_TOPIC", "METRIC", "RAW_VALUE", "DeadLetters", "field_names",
+    "CORRUPT", "DEAD_LETTER_TOPIC", "MAX_VALUE_BYTES", "METRIC", "RAW_VALUE", "DeadLetters",
+    "field_names",
     "float_fields", "parse_input", "reason_column", "valid_column",
 ]
 
 log = logging.getLogger(__name__)
+_LOG = RateLimitedLog(log)  # one dead letter logged per interval, the rest counted
 
 DEAD_LETTER_TOPIC = "streamiq-dead-letters"
 METRIC = "streamiq_dead_letters"
 CORRUPT = "_streamiq_corrupt"
 RAW_VALUE = "_streamiq_value"
+#: longest input value a view accepts: a changelog record holds the key columns twice
+#: (key and value), so rows made from larger values could exceed the changelog topic's
+#: and the producer's limit (about 1 MB by default) and fail the sink's batch
+MAX_VALUE_BYTES = 400_000
 
 
 def parse_input(raw: DataFrame, view: View) -> DataFrame:
@@ -86,6 +103,21 @@ def float_fields(view: View) -> list[str]:
     return [f.name for f in schema.fields if isinstance(f.dataType, DoubleType | FloatType)]
 
 
+def _too_large() -> Column:
+    """True when the value is longer than :data:`MAX_VALUE_BYTES` (false when null)."""
+    from pyspark.sql import functions as F
+
+    return F.coalesce(F.octet_length(F.col(RAW_VALUE)) > MAX_VALUE_BYTES, F.lit(False))
+
+
+def _utf8_ok() -> Column:
+    """True when the value's bytes are valid UTF-8 (or null). Spark's cast of BINARY to
+    STRING keeps invalid bytes, and the sink would fail decoding them in a key."""
+    from pyspark.sql import functions as F
+
+    return F.coalesce(F.is_valid_utf8(F.col(RAW_VALUE).cast("string")), F.lit(True))
+
+
 def _non_finite(name: str) -> Column:
     """True when the field holds NaN or +-Infinity (false when null or finite)."""
     from pyspark.sql import functions as F
@@ -99,7 +131,8 @@ def valid_column(view: View) -> Column:
     finite floating-point fields, checks)."""
     from pyspark.sql import functions as F
 
-    cond = F.col(RAW_VALUE).isNotNull() & F.col(CORRUPT).isNull()
+    cond = (F.col(RAW_VALUE).isNotNull() & ~_too_large() & _utf8_ok()
+            & F.col(CORRUPT).isNull())
     for c in view.required:
         cond = cond & F.col(f"`{c}`").isNotNull()
     for c in float_fields(view):
@@ -119,6 +152,8 @@ def reason_column(view: View) -> Column:
     wrong = F.concat_ws(", ", *[F.when(F.col(f"`{n}`").isNull() & as_text[n].isNotNull(),
                                        F.lit(n)) for n in names])
     r = F.when(F.col(RAW_VALUE).isNull(), F.lit("null value"))
+    r = r.when(_too_large(), F.lit(f"value too large (over {MAX_VALUE_BYTES} bytes)"))
+    r = r.when(~_utf8_ok(), F.lit("value is not valid UTF-8"))
     r = r.when(as_text.isNull() | (F.col(CORRUPT).isNotNull() & (wrong == "")),
                F.lit("invalid JSON (not a JSON object)"))
     r = r.when(wrong != "", F.concat(F.lit("wrong type for field(s): "), wrong))
@@ -150,7 +185,8 @@ class DeadLetters:
         self.state_file = Path(checkpoint) / "streamiq-dead-letters.json"
         self.count = 0  # invalid records seen by the query (observed metric)
         self.written = 0  # dead letters written by this process
-        self._producer: Any = None
+        self.reasons: Counter[str] = Counter()  # written, by reason class
+        self._writer: DeadLetterWriter | None = None
         self._lock = threading.Lock()
 
     # -- progress of the dead-letter scan: last micro-batch whose bad records were written
@@ -166,8 +202,9 @@ class DeadLetters:
         tmp.write_text(json.dumps({"batch_id": batch_id}))
         os.replace(tmp, self.state_file)
 
-    def scan(self, start: Mapping[str, Any] | None, end: Mapping[str, Any]) -> int:
-        """Write the invalid records of offsets [start, end) (start None: earliest)."""
+    def _bad_records(self, start: Mapping[str, Any] | None, end: Mapping[str, Any]) -> Any:
+        """The invalid records of offsets [start, end): an Arrow table, key and value as
+        the raw bytes (never decoded in Spark or Arrow)."""
         from pyspark.sql import functions as F
 
         start_json = json.dumps(start) if start else "earliest"
@@ -180,48 +217,29 @@ class DeadLetters:
                .option("endingOffsets", json.dumps(end))
                .option("failOnDataLoss", "false").load())
         parsed = parse_input(raw, self.view)
-        key = F.col("_streamiq_key").cast("string")
-        bad = parsed.where(~valid_column(self.view)).select(
-            key.alias("key"),
-            F.to_json(F.struct(
-                reason_column(self.view).alias("reason"),
-                F.lit(self.view.name).alias("view"),
-                F.col("_streamiq_topic").alias("topic"),
-                F.col("_streamiq_partition").alias("partition"),
-                F.col("_streamiq_offset").alias("offset"),
-                F.unix_millis("kafka_timestamp").alias("timestamp"),
-                key.alias("key"),
-                F.col(RAW_VALUE).cast("string").alias("value"),
-            ), {"ignoreNullFields": "false"}).alias("value"))
-        table = bad.toArrow()
-        keys = table.column("key").to_pylist()
-        values = table.column("value").to_pylist()
-        self._write(keys, values)
-        return len(values)
+        return parsed.where(~valid_column(self.view)).select(
+            reason_column(self.view).alias("reason"),
+            F.col("_streamiq_topic").alias("topic"),
+            F.col("_streamiq_partition").alias("partition"),
+            F.col("_streamiq_offset").alias("offset"),
+            F.unix_millis("kafka_timestamp").alias("timestamp"),
+            F.col("_streamiq_key").alias("key"), F.col(RAW_VALUE).alias("value"),
+        ).toArrow()
 
-    def _write(self, keys: list[str | None], values: list[str]) -> None:
-        if not values:
-            return
-        if self._producer is None:
-            from confluent_kafka import Producer
-
-            self._producer = Producer({**self.kafka, "enable.idempotence": True,
-                                       "linger.ms": 5, "client.id": "streamiq-dead-letters"})
-        errors: list[str] = []
-
-        def cb(err: Any, msg: Any) -> None:
-            if err is not None:
-                errors.append(str(err))
-
-        for k, v in zip(keys, values, strict=True):
-            self._producer.produce(self.topic, value=v, key=k, on_delivery=cb)
-        left = self._producer.flush(30)
-        if left or errors:
-            raise RuntimeError(f"dead-letter write failed: {left} undelivered, {errors[:3]}")
+    def scan(self, start: Mapping[str, Any] | None, end: Mapping[str, Any]) -> int:
+        """Write the invalid records of offsets [start, end) (start None: earliest)."""
+        if self._writer is None:
+            self._writer = DeadLetterWriter(self.kafka, self.topic)
+        table = self._bad_records(start, end)
+        rows = table.to_pylist()  # strings are Spark's own (valid UTF-8); key/value bytes
+        letters = [(r["reason"], build(r["reason"], self.view.name, r["topic"], r["partition"],
+                                       r["offset"], r["timestamp"], r["key"], r["value"],
+                                       self._writer.max_bytes)) for r in rows]
+        self._writer.write(letters)
         with self._lock:
-            self.written += len(values)
-        for v in values[:5]:
-            log.warning("dead letter (view %s): %s", self.view.name, v[:300])
-        if len(values) > 5:
-            log.warning("... and %d more dead letters (view %s)", len(values) - 5,
-                        self.view.name)
+            self.written += len(letters)
+            self.reasons.update(reason_class(reason) for reason, _ in letters)
+        for reason, letter in letters:
+            _LOG.warn("dead letter (view %s, %s%s): %s", self.view.name, reason,
+                      ", truncated" if letter.truncated else "", letter.value[:300])
+        return len(letters)

@@ -8,7 +8,7 @@ on a daemon thread; a port already in use is a warning, not a failed pipeline.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +30,8 @@ class PipelineStats:
     records: dict[str, int] = field(default_factory=dict)  # view -> input records
     dead_letters: dict[str, int] = field(default_factory=dict)  # view -> invalid records
     restarts: dict[str, int] = field(default_factory=dict)  # view -> query restarts
+    #: (view, reason class) -> dead letters written (deadletter_record.reason_class)
+    reasons: dict[tuple[str, str], int] = field(default_factory=dict)
     input_rate: dict[str, float] = field(default_factory=dict)  # last batch, records/s
     process_rate: dict[str, float] = field(default_factory=dict)
     last_ms: dict[str, int] = field(default_factory=dict)  # last batch's duration
@@ -54,6 +56,11 @@ class PipelineStats:
                 "process_rate": self.process_rate.get(view, 0.0),
                 "duration_ms": self.last_ms.get(view, 0)}
 
+    def dead_lettered(self, view: str, reasons: Mapping[str, int]) -> None:
+        """The dead letters written for ``view`` so far, by reason class."""
+        for reason, n in reasons.items():
+            self.reasons[(view, reason)] = n
+
     def restarted(self, view: str) -> None:
         self.restarts[view] = self.restarts.get(view, 0) + 1
 
@@ -76,6 +83,12 @@ class PipelineStats:
             for view, v in sorted(values.items()):
                 fam.add_metric([view], v)
             yield fam
+        fam = CounterMetricFamily("streamiq_pipeline_dead_letters_written",
+                                  "Dead letters written, by view and reason",
+                                  labels=["view", "reason"])
+        for (view, reason), n in sorted(self.reasons.items()):
+            fam.add_metric([view, reason], n)
+        yield fam
 
     def serve(self, host: str, port: int) -> Any:
         """Serve ``/metrics`` on ``host:port`` (a daemon thread): the server (its

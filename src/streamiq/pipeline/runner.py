@@ -276,10 +276,17 @@ class Pipeline:
         end = batch_offsets(run.checkpoint, committed)
         if end is None:
             return
-        n = run.dead.scan(start, end)
+        n = self._scan(run, start, end)
         log.info("view %s: re-scanned batches %d..%d for dead letters: %d", run.view.name,
                  last + 1, committed, n)
         run.dead.record(committed)
+
+    def _scan(self, run: _ViewRun, start: dict[str, Any] | None, end: dict[str, Any]) -> int:
+        """Write the dead letters of [start, end); count them by reason."""
+        assert run.dead is not None
+        n = run.dead.scan(start, end)
+        self.stats.dead_lettered(run.view.name, run.dead.reasons)
+        return n
 
     def poll(self, timeout: float = 0.2) -> None:
         """Handle query progress (dead letters, counters); raise if a query failed."""
@@ -350,7 +357,7 @@ class Pipeline:
         if ev["bad"]:
             run.bad += ev["bad"]
             start = json.loads(ev["start"]) if ev["start"] not in (None, "", "None") else None
-            n = run.dead.scan(start, json.loads(ev["end"]))
+            n = self._scan(run, start, json.loads(ev["end"]))
             log.warning("view %s batch %d: %d invalid record(s) -> %s (%d written; total %d)",
                         run.view.name, ev["batch_id"], ev["bad"], run.dead.topic, n,
                         self.dead_letters)

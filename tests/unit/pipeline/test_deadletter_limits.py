@@ -133,3 +133,23 @@ def test_balance_changelog_value_is_a_json_integer(spark: Any) -> None:
     values = {r.key: r.value for r in out}
     assert json.loads(values["a"])["balance"] == MAX_AMOUNT + 5
     assert '"balance":-3,' in values["b"]
+
+
+def test_values_that_would_fail_the_sink_are_invalid(spark: Any) -> None:
+    """Invalid UTF-8 inside a JSON string used to pass (the sink then failed decoding
+    the key); a value past MAX_VALUE_BYTES would make changelog rows too large."""
+    from streamiq.pipeline.deadletter import MAX_VALUE_BYTES
+
+    now = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    big = json.dumps({"account": "a" * MAX_VALUE_BYTES, "amount": 1, "ts": TS}).encode()
+    values = [b'{"account": "a\xff", "amount": 1, "ts": 1}', big,
+              b"[" * 5000 + b"]" * 5000, b"", b"null", _bank(3).encode()]
+    rows = [(b"\xff\xfe", v, "t", 0, i, now, 0) for i, v in enumerate(values)]
+    parsed = parse_input(spark.createDataFrame(rows, schema_ddl(False)), bank.BALANCES)
+    got = [(r.ok, r.why) for r in parsed.orderBy("_streamiq_offset").select(
+        valid_column(bank.BALANCES).alias("ok"), reason_column(bank.BALANCES).alias("why"),
+    ).collect()]
+    assert got == [(False, "value is not valid UTF-8"),
+                   (False, f"value too large (over {MAX_VALUE_BYTES} bytes)"),
+                   *[(False, "invalid JSON (not a JSON object)")] * 3,
+                   (True, None)]  # an invalid-UTF-8 key is carried as bytes, never decoded

@@ -48,3 +48,14 @@ def test_a_port_in_use_is_a_warning_not_a_failure() -> None:
         s.bind(("127.0.0.1", 0))
         s.listen()
         assert PipelineStats().serve("127.0.0.1", s.getsockname()[1]) is None
+
+
+def test_dead_letters_written_are_counted_by_reason() -> None:
+    stats = PipelineStats()
+    stats.dead_lettered("balances", {"null value": 2, "wrong type for field(s)": 1})
+    stats.dead_lettered("balances", {"null value": 3, "wrong type for field(s)": 1})
+    samples = {(s.labels["view"], s.labels["reason"]): s.value
+               for f in stats.collect() for s in f.samples
+               if s.name == "streamiq_pipeline_dead_letters_written_total"}
+    assert samples == {("balances", "null value"): 3,
+                       ("balances", "wrong type for field(s)"): 1}
