@@ -3,7 +3,9 @@ come back while the rest keeps serving, and SIGTERM to the process group stops i
 
 One ``up`` (broker, ingest, pipeline, 3 nodes; its default app, bank and orders) is
 shared by the tests in file order: node kill, pipeline kill, ingest kill, broker kill
-(restarted on its log, the other parts reconnecting by themselves), then the SIGTERM to
+(restarted on its log, the other parts reconnecting by themselves), ingest crash-looping
+(its port taken: restarted with a capped backoff while the nodes answer), the demo token
+and ``streamiq token``, then the SIGTERM to
 its whole process group and a second ``up`` on the same folders (durable: every view
 served at once, nothing read again). A second, one-node ``up`` gets a single SIGTERM to
 its own PID while writes stream in. Each group is SIGKILLed at teardown whatever happens.
@@ -11,11 +13,17 @@ its own PID while writes stream in. Each group is SIGKILLed at teardown whatever
 
 from __future__ import annotations
 
+import contextlib
+import itertools
+import json
 import os
 import random
 import re
 import signal
+import socket
+import stat
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -25,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import jwt
 import pytest
 from updemo import (
     CONVERGE_S,
@@ -285,6 +294,127 @@ def test_sigkill_of_the_broker_under_writes_is_restarted_and_loses_nothing(up: U
               "every acknowledged write visible exactly once")
         got = balances_of(port, writer.unacked)
         assert all(v in (None, 1) for v in got.values()), got  # never twice
+
+
+def _hold_port(port: int, stop: threading.Event) -> threading.Thread:
+    """Take ``port`` as soon as the killed part lets go of it (bounded), accepting and
+    closing whatever connects (up's readiness probe fails at once) until ``stop``; the
+    thread that does it closes the port when it ends."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            sock.bind(("127.0.0.1", port))
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+    sock.listen(16)
+    sock.settimeout(0.2)
+
+    def serve() -> None:
+        with sock:
+            while not stop.is_set():
+                with contextlib.suppress(TimeoutError):
+                    sock.accept()[0].close()
+    holder = threading.Thread(target=serve, daemon=True)
+    holder.start()
+    return holder
+
+
+_CRASH = (r"^streamiq: ingest exited at \d\d:\d\d:\d\d \((?:code \d+|killed by SIGKILL), "
+          r"up \d+ s\); restarting in ([\d.]+) s \(restart \d+(, crash-looping: \d+ exits "
+          r"without staying ready 60 s; the other parts keep serving)?\)$")
+
+
+def test_a_crash_looping_part_is_retried_with_capped_backoff_while_the_others_answer(
+        up: Up) -> None:
+    """Ingest killed, its port taken: every restart fails (port in use). It is restarted
+    for ever, 1 s doubling to 30 s, while every node keeps answering; ``streamiq status``
+    shows it crash-looping; freed, it comes back."""
+    expected = {f"c-{i}": i + 1 for i in range(30)}
+    with httpx.Client(headers=HEADERS, base_url=f"http://127.0.0.1:{up.ingest_port}",
+                      timeout=30) as c:
+        for account, amount in expected.items():
+            post_json(c, f"/account/{account}", params={"amount": amount})
+    for port in up.node_ports:
+        until(lambda port=port: exact(port, expected), CONVERGE_S, "balances visible")
+    offset = len(up.log())
+    stop = threading.Event()
+    os.kill(up.child("ingest"), signal.SIGKILL)
+    holder = _hold_port(up.ingest_port, stop)
+    try:
+        def delays() -> list[float]:
+            return [float(m.group(1)) for m in
+                    re.finditer(_CRASH, up.log()[offset:], re.MULTILINE)]
+
+        def capped_twice_and_nodes_answer() -> bool | str:
+            for port in up.node_ports:  # the other parts keep serving, every time
+                ok = exact(port, expected)
+                if ok is not True:
+                    raise AssertionError(f"node {port}: {ok}")
+            assert up.proc is not None and up.proc.poll() is None, up.tail()
+            return delays().count(30) >= 2 or str(delays())
+
+        until(capped_twice_and_nodes_answer, 400, "restarts up to the 30 s cap, twice")
+        got = delays()
+        print(f"\ningest restarts, delays: {got}")
+        assert got[0] in (1, 2, 4), got  # 1 s, unless its earlier kill was under 60 s ago
+        assert all(b == min(2 * a, 30) for a, b in itertools.pairwise(got)), got
+        assert "crash-looping: 3 exits without staying ready 60 s" in up.log()[offset:]
+        env = {k: v for k, v in os.environ.items() if k != "STREAMIQ_JWT_SECRET"}
+        env["STREAMIQ_STATE_DIR"] = str(up.root / "state")
+        shown = subprocess.run(
+            [sys.executable, "-m", "streamiq", "status", "--json",
+             "--node", f"127.0.0.1:{up.node_port}"],
+            env=env, capture_output=True, text=True, timeout=60)
+        assert shown.returncode == 0, shown.stderr
+        parts = {p["name"]: p for p in json.loads(shown.stdout)["up"]["parts"]}
+        assert parts["ingest"]["crash_looping"] and parts["ingest"]["restarts"] >= len(got)
+        assert all(p["ready"] for name, p in parts.items() if name != "ingest"), parts
+    finally:
+        stop.set()
+        holder.join(10)
+    up.wait_for(r"^streamiq: ingest ready again \(http://127\.0\.0\.1:\d+\) after restart "
+                r"\d+$", 120, offset)
+    with httpx.Client(headers=HEADERS, timeout=30) as c:
+        post_json(c, f"http://127.0.0.1:{up.ingest_port}/account/c-back", params={"amount": 7})
+    until(lambda: exact(up.node_ports[0], {"c-back": 7}), CONVERGE_S, "a write after it")
+
+
+def test_the_demo_token_comes_with_all_parts_ready_and_token_mints_scoped_ones(
+        up: Up) -> None:
+    lines = up.log().splitlines()
+    ready = next(i for i, line in enumerate(lines)
+                 if line.startswith("streamiq: all parts ready"))
+    assert lines[ready + 1].startswith("streamiq: demo token (reads every view"), lines[ready + 1]
+    assert lines[ready + 2].startswith("  export STREAMIQ_TOKEN="), lines[ready + 2]
+    assert not any("STREAMIQ_TOKEN" in line for line in lines[:ready])  # not a minute early
+    demo = jwt.decode(lines[ready + 2].split("=", 1)[1], options={"verify_signature": False})
+    assert demo["exp"] - demo["iat"] == 24 * 3600
+    for name in ("token", "jwt-secret"):
+        assert stat.S_IMODE((up.root / name).stat().st_mode) == 0o600, name
+    env = {k: v for k, v in os.environ.items() if k != "STREAMIQ_JWT_SECRET"}
+    env["STREAMIQ_STATE_DIR"] = str(up.root / "state")  # the secret up saved, no other
+    minted = subprocess.run(
+        [sys.executable, "-m", "streamiq", "token", "--scope", "views:balances", "--ttl", "10m"],
+        env=env, capture_output=True, text=True, timeout=60)
+    assert minted.returncode == 0, minted.stderr
+    bearer = {"authorization": f"Bearer {minted.stdout.strip()}"}
+    with httpx.Client(headers=HEADERS, timeout=30) as c:
+        post_json(c, f"http://127.0.0.1:{up.ingest_port}/account/t-1", params={"amount": 5})
+    until(lambda: exact(up.node_ports[1], {"t-1": 5}), CONVERGE_S, "t-1 visible")
+    node = f"http://127.0.0.1:{up.node_ports[1]}"
+    r = httpx.get(f"{node}/v1/views/balances/keys/t-1", headers=bearer, timeout=30)
+    assert r.status_code == 200 and r.json()["value"]["balance"] == 5, r.text
+    r = httpx.get(f"{node}/v1/views/order_counts/keys/store-1%7CGENERAL", headers=bearer,
+                  timeout=30)
+    assert r.status_code == 403 and r.json()["code"] == "FORBIDDEN", r.text
+    r = httpx.post(f"http://127.0.0.1:{up.ingest_port}/account/x", params={"amount": 1},
+                   headers=bearer, timeout=30)
+    assert r.status_code == 403, r.text
 
 
 def _general_orders(port: int) -> int:
