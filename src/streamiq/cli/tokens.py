@@ -95,7 +95,10 @@ def parse_scope(raw: str) -> str:
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("token", help=HELP, description=HELP + ". Prints the token.")
+    p = sub.add_parser("token", help=HELP, description=(
+        f"{HELP}. Prints the token. The secret is read from jwt-secret beside the state "
+        "directory (STREAMIQ_STATE_DIR, default .streamiq/state), or STREAMIQ_JWT_SECRET "
+        "when set."))
     p.add_argument("--scope", required=True, type=parse_scope, metavar="SCOPES",
                    help="what it may do: views:NAME (read one view), views:* (every view), "
                         "ingest (write); several separated by spaces or commas")

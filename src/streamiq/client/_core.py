@@ -5,6 +5,11 @@ which partition), computes a key's partition with Kafka's murmur2 partitioner an
 sends key requests straight to the partition's active owner, so a fresh cache means
 no extra hop. Anything else goes to any node. A connection error or NOT_ACTIVE (421)
 marks the cache stale; the request is retried on the next candidate node.
+
+Keys and view names go in the path percent-encoded whole (``quote(key, safe="")``),
+so any string can be looked up: ``/`` travels as ``%2F`` and stays part of the key.
+A key that is not valid Unicode (a lone surrogate) is sent as such and the node
+answers 400 (``QueryError`` with ``code`` BAD_REQUEST).
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import httpx
 
 from streamiq.kafka.partitioner import partition_for
 
-__all__ = ["QueryError", "Served", "Spec", "with_token"]
+__all__ = ["QueryError", "Served", "Spec", "segment", "with_token"]
 
 #: A node that refused a connection is tried last for this long (seconds).
 DOWN_S = 5.0
@@ -69,6 +74,15 @@ class Spec:
     json: Any = None
     view: str | None = None
     keys: Sequence[str] = ()
+
+
+def segment(text: str) -> str:
+    """``text`` as one path segment: every character but ``A-Za-z0-9_.-~``
+    percent-encoded as UTF-8 (a lone surrogate as the bytes it would be, which the node
+    refuses by name), and the dots of ``.`` or ``..`` too (HTTP clients resolve those)."""
+    if text in (".", ".."):
+        return text.replace(".", "%2E")
+    return quote(text, safe="", errors="surrogatepass")
 
 
 def _address(node: str) -> str:
@@ -134,9 +148,13 @@ class _Base:
         return sorted(self._nodes, key=lambda n: self._down.get(n, 0) > now - DOWN_S)
 
     def partition(self, view: str, key: str) -> int | None:
-        """A key's partition (None until the view's partition count is known)."""
+        """A key's partition (None until the view's partition count is known, or for a
+        key that is not valid Unicode: any node answers it with a 400)."""
         n = self._counts.get(view)
-        return partition_for(key.encode(), n) if n else None
+        try:
+            return partition_for(key.encode(), n) if n else None
+        except UnicodeEncodeError:
+            return None
 
     def owner(self, view: str, key: str) -> str | None:
         p = self.partition(view, key)
@@ -186,7 +204,7 @@ class _Base:
     # -- request specs --
     @staticmethod
     def _key_path(view: str, key: str, suffix: str = "") -> str:
-        return f"/v1/views/{quote(view, safe='')}/keys/{quote(key, safe='|')}{suffix}"
+        return f"/v1/views/{segment(view)}/keys/{segment(key)}{suffix}"
 
     def _get_spec(self, view: str, key: str, max_lag: int | None, position: str | None,
                   wait_ms: int | None) -> Spec:
@@ -195,12 +213,16 @@ class _Base:
                     (key,))
 
     def _multi_spec(self, view: str, keys: Sequence[str], max_lag: int | None) -> Spec:
-        return Spec("POST", f"/v1/views/{quote(view, safe='')}/keys", _params(max_lag=max_lag),
+        return Spec("POST", f"/v1/views/{segment(view)}/keys", _params(max_lag=max_lag),
                     {"keys": list(keys)}, view, list(keys))
 
     @staticmethod
     def _view_spec(view: str, what: str, **params: Any) -> Spec:
-        return Spec("GET", f"/v1/views/{quote(view, safe='')}/{what}", _params(**params))
+        return Spec("GET", f"/v1/views/{segment(view)}/{what}", _params(**params))
+
+    @staticmethod
+    def _metadata_spec(view: str, key: str) -> Spec:
+        return Spec("GET", f"/v1/metadata/{segment(view)}/{segment(key)}")
 
     def _windows_spec(self, view: str, key: str, start: int, end: int | None,
                       max_lag: int | None) -> Spec:

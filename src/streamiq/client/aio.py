@@ -98,7 +98,7 @@ class AsyncClient(_Base):
         return doc
 
     async def metadata(self, view: str, key: str) -> dict[str, Any]:
-        doc: dict[str, Any] = await self._run(Spec("GET", f"/v1/metadata/{view}/{key}"))
+        doc: dict[str, Any] = await self._run(self._metadata_spec(view, key))
         return doc
 
     async def get(self, view: str, key: str, *, max_lag: int | None = None,

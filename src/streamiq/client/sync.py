@@ -100,7 +100,7 @@ class Client(_Base):
         return doc
 
     def metadata(self, view: str, key: str) -> dict[str, Any]:
-        doc: dict[str, Any] = self._run(Spec("GET", f"/v1/metadata/{view}/{key}"))
+        doc: dict[str, Any] = self._run(self._metadata_spec(view, key))
         return doc
 
     def get(self, view: str, key: str, *, max_lag: int | None = None,

@@ -15,13 +15,14 @@ from fastapi import Request, Response
 from fastapi.responses import JSONResponse
 
 from streamiq._http import error_response
+from streamiq.auth import Principal
 from streamiq.errors import PROBLEM_JSON, BadRequest, NotActive, NotFound, NotUpToBound, UnknownView
 from streamiq.serving.consistency import Token, parse_tokens
 from streamiq.serving.coordinator import SERVED_BY, Coordinator
 from streamiq.serving.node import Node
 from streamiq.views.base import View
 
-__all__ = ["Answers", "json_str", "not_found_body"]
+__all__ = ["Answers", "check_key", "json_str", "not_found_body"]
 
 
 def json_str(s: str) -> bytes:
@@ -31,6 +32,18 @@ def json_str(s: str) -> bytes:
         return orjson.dumps(s)
     except orjson.JSONEncodeError:
         return encode_basestring(s).encode()
+
+
+def check_key(view: View, key: str, field: str = "key") -> None:
+    """A key ``view`` can hold, or a 400 naming ``field`` and what is wrong (empty, the
+    wrong columns, too long, not valid Unicode)."""
+    if not key:
+        raise BadRequest(f"{field}: the key is empty (a {view.name!r} key has the form "
+                         f"{'|'.join(view.key_columns)!r})", field=field)
+    try:
+        view.parse_key(key)
+    except ValueError as exc:
+        raise BadRequest(f"{field}: {exc}", field=field) from None
 
 
 class Answers:
@@ -47,6 +60,10 @@ class Answers:
         if v is None:
             raise UnknownView(f"no view named {name!r}", views=sorted(self.node.views))
         return v
+
+    def who(self, request: Request) -> Principal:
+        """The caller (its token was checked before the route ran; cached)."""
+        return self.coordinator.auth.principal(request.headers.get("authorization"))
 
     def max_lag(self, value: int | None) -> int:
         return self.node.settings.max_lag if value is None else value
@@ -104,10 +121,7 @@ class Answers:
         if view.windowed:  # before any position wait or forwarding: the answer is known
             raise BadRequest(f"view {view.name!r} is windowed: use "
                              f"/v1/views/{view.name}/keys/{{key}}/windows")
-        try:
-            view.parse_key(key)
-        except ValueError as exc:
-            raise BadRequest(str(exc)) from None
+        check_key(view, key)
         tokens = self.tokens(position)
         p = view.partition_of(key, self.node.partitions[view.name])
 

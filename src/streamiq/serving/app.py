@@ -1,7 +1,10 @@
 """The node's HTTP API (FastAPI; OpenAPI at /docs).
 
 Keys made of several columns are written with their parts joined by ``|``
-(``store-7|GENERAL``); URL-encode it as ``store-7%7CGENERAL`` if your client insists.
+(``store-7|GENERAL``). A key is any text, percent-encoded as UTF-8 in the path
+(``store-7%7CGENERAL``; ``a%2Fb`` is the key ``a/b``): a path that is not UTF-8 once
+decoded, or an empty key, is a 400 (``serving/paths.py``). A token sees the metadata
+of the views it may read only (``serving/visible.py``).
 Every answer says who served it: ``served_by``, ``role`` (active / standby / previous),
 ``lag`` in the body and ``X-Streamiq-Hops`` / ``X-Streamiq-Served-By`` headers.
 """
@@ -19,15 +22,15 @@ from fastapi.responses import JSONResponse
 
 from streamiq._http import install_error_handlers
 from streamiq.config import Settings
-from streamiq.errors import BadRequest
 from streamiq.metrics import CONTENT_TYPE, Latency
-from streamiq.serving.answers import Answers
+from streamiq.serving.answers import Answers, check_key
 from streamiq.serving.coordinator import Coordinator
 from streamiq.serving.dashboard import dashboard_routes, mount_page
 from streamiq.serving.fastpath import LeanLookups
 from streamiq.serving.metrics import LABELS, Timed, node_metrics
 from streamiq.serving.node import Node
 from streamiq.serving.params import MaxLag, Position, WaitMs
+from streamiq.serving.paths import KEY, PathSegments, restore
 from streamiq.serving.progress import Progress
 from streamiq.serving.queries import query_routes
 from streamiq.supervise import Supervisor
@@ -63,9 +66,11 @@ def _open_routes(deps: Answers) -> APIRouter:
 
 def _routes(deps: Answers) -> APIRouter:
     """Everything else: a client token (and on a forwarded request the cluster
-    credential) is checked before the route runs (``Coordinator.check``)."""
+    credential) is checked before the route runs (``Coordinator.check``), on the path
+    parameters as the client wrote them (``paths.restore``)."""
 
     async def authenticated(request: Request) -> None:
+        restore(request)
         deps.coordinator.check(request)
 
     r = APIRouter(dependencies=[Depends(authenticated)],
@@ -73,7 +78,7 @@ def _routes(deps: Answers) -> APIRouter:
                              403: {"description": "the token may not read this view"}})
     node = deps.node
 
-    @r.get("/account/{account}", tags=["bank"], summary="Balance of an account (seed 000)")
+    @r.get("/account/{account:segment}", tags=["bank"], summary="Balance of an account (seed 000)")
     async def account(request: Request,
                       account: Annotated[str, Path(pattern=ID_PATTERN,
                                                    description="Account id")],
@@ -87,19 +92,16 @@ def _routes(deps: Answers) -> APIRouter:
         return {"views": [dict(v.describe(), partitions=node.partitions[v.name])
                           for v in node.views.values()]}
 
-    @r.get("/v1/views/{view}/keys/{key}", tags=["views"], summary="Key lookup, from any node")
+    @r.get("/v1/views/{view}/keys/" + KEY, tags=["views"], summary="Key lookup, from any node")
     async def get_key(request: Request, view: str, key: str, max_lag: MaxLag = None,
                       position: Position = None, wait_ms: WaitMs = None) -> Response:
         return await deps.lookup(request, deps.view(view), key, max_lag, position, wait_ms)
 
-    @r.get("/v1/metadata/{view}/{key}", tags=["metadata"],
+    @r.get("/v1/metadata/{view}/" + KEY, tags=["metadata"],
            summary="Partition, active node and standbys of a key")
     async def key_metadata(view: str, key: str, max_lag: MaxLag = None) -> dict[str, Any]:
         v = deps.view(view)
-        try:
-            v.parse_key(key)
-        except ValueError as exc:
-            raise BadRequest(str(exc)) from None
+        check_key(v, key)
         p = v.partition_of(key, node.partitions[v.name])
         assigned = node.router.assigned(v.name, p)
         replicas = node.router.replicas(v.name, p, deps.max_lag(max_lag))
@@ -163,6 +165,7 @@ def create_app(settings: Settings, node: Node) -> FastAPI:
     app = FastAPI(title="streamiq node", version="0.1.0", lifespan=lifespan,
                   description=__doc__)
     install_error_handlers(app)
+    app.add_middleware(PathSegments)  # keys taken from the raw path (serving/paths.py)
     app.include_router(_open_routes(deps))
     mount_page(app)  # the dashboard's page and files: open, they hold no data
     guarded = _routes(deps)

@@ -19,6 +19,7 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, AnyStr
+from urllib.parse import quote
 
 import aiohttp
 from fastapi import Request, Response
@@ -84,6 +85,13 @@ def relayed_headers(headers: Mapping[AnyStr, AnyStr], prefix: AnyStr, hops: AnyS
     """The owner's ``x-streamiq-*`` headers an entry relays to its client (all but the
     hop count, which the entry sets); ``prefix`` and ``hops`` as str or bytes."""
     return [(k, v) for k, v in headers.items() if k.startswith(prefix) and k != hops]
+
+
+def raw_path(request: Request) -> str:
+    """The path as the client wrote it, percent-encoding and all (a key may hold
+    ``%2F``: ``serving/paths.py``), for the same request to a peer."""
+    raw = request.scope.get("raw_path")
+    return raw.decode("latin-1") if raw else quote(request.url.path)
 
 
 def peer_error(address: str, exc: BaseException) -> PeerError:
@@ -199,7 +207,7 @@ class Coordinator:
                     body: Any = None) -> Reply:
         """Ask a peer; any transport failure is raised as a ``PeerError``."""
         try:
-            return await self._send(request.method, address, request.url.path, params, body,
+            return await self._send(request.method, address, raw_path(request), params, body,
                                     self._headers(request), self.budget(request))
         except TRANSPORT_ERRORS as exc:
             raise peer_error(address, exc) from exc
@@ -216,7 +224,7 @@ class Coordinator:
     async def _send_http(self, method: str, address: str, path: str, params: Params, body: Any,
                     headers: dict[str, str], timeout: float = _FORWARD_SLACK_S) -> Reply:
         host, _, port = address.rpartition(":")
-        url = URL.build(scheme=self.scheme, host=host, port=int(port), path=path)
+        url = URL.build(scheme=self.scheme, host=host, port=int(port), path=path, encoded=True)
         async with self.session().request(method, url, params=params, json=body,
                                           headers=headers,
                                           timeout=aiohttp.ClientTimeout(total=timeout,
@@ -273,7 +281,7 @@ class Coordinator:
                     return resp
                 continue
             if self.redirect:
-                target = f"{self.scheme}://{ep.address}{request.url.path}"
+                target = f"{self.scheme}://{ep.address}{raw_path(request)}"
                 if request.url.query:
                     target += "?" + request.url.query
                 return RedirectResponse(target, status_code=307)

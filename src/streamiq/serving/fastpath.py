@@ -20,8 +20,10 @@ The client's token is checked first (``streamiq/auth.py``; a request it does not
 falls through to the full app, which answers 401 or 403), and again by the owner.
 
 Anything else (unknown view, malformed key, windowed view, a missing local key,
-redirect mode, ``max_lag`` / ``position`` / ``wait_ms`` parameters) falls through to
-the regular FastAPI route, which owns the error answers.
+redirect mode, ``max_lag`` / ``position`` / ``wait_ms`` parameters, a path that is not
+UTF-8 once percent-decoded) falls through to the regular FastAPI route, which owns the
+error answers. A path with a ``%`` is taken apart from the raw path
+(``serving/paths.py``), so a key holding ``/`` (``%2F``) is looked up as it is.
 
 Two ways in: ``LeanLookups`` is an ASGI app wrapping the FastAPI app, and the node's
 HTTP protocol (``serving/protocol.py``) calls ``begin`` straight from the HTTP parser,
@@ -39,7 +41,7 @@ import re
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from time import perf_counter
 from typing import Any
-from urllib.parse import quote, unquote
+from urllib.parse import quote
 
 from streamiq.errors import PROBLEM_JSON, BadRequest
 from streamiq.serving.answers import Answers, not_found_body
@@ -53,6 +55,7 @@ from streamiq.serving.coordinator import (
 )
 from streamiq.serving.hop import HopReply
 from streamiq.serving.metrics import served_of
+from streamiq.serving.paths import not_utf8, segments
 from streamiq.serving.wire import WireUnsupported, request_frame
 from streamiq.views.base import ID_PATTERN, View
 
@@ -144,7 +147,14 @@ class LeanLookups:
 
     def _begin(self, path: str, headers: Iterable[tuple[bytes, bytes]], then: Later | None,
                raw_path: bytes | None) -> Answer | Awaitable[Answer | None] | _Pending | None:
-        target = self._target(path)
+        if raw_path is not None and b"%" in raw_path:
+            try:
+                parts = segments(raw_path)
+            except UnicodeDecodeError:
+                return None  # the full app answers 400
+        else:
+            parts = path.split("/")
+        target = self._target(parts)
         if target is None:
             return None
         view, key = target
@@ -174,9 +184,9 @@ class LeanLookups:
             raw_path = quote(path).encode()
         return self.forward(raw_path, view, p, max_lag, auth, then)
 
-    def _target(self, path: str, check_key: bool = True) -> tuple[View, str] | None:
-        """(view, key) of a lean-able lookup path; None for anything else."""
-        parts = path.split("/")
+    def _target(self, parts: list[str], check_key: bool = True) -> tuple[View, str] | None:
+        """(view, key) of a lean-able lookup path, given as its decoded segments; None
+        for anything else."""
         if len(parts) == 3 and parts[1] == "account":  # the seed's /account/{id} shortcut
             view = self.deps.node.views.get("balances")
             return None if view is None or not _ACCOUNT.fullmatch(parts[2]) else (view, parts[2])
@@ -207,13 +217,15 @@ class LeanLookups:
         status and body as the regular route would give them to a forwarded request.
         Raises ``BadRequest`` / ``NotActive`` / ``Unauthenticated`` / ``Forbidden``;
         ``wire.answer`` maps them to replies."""
-        path = raw_path.decode("latin-1")
-        if "%" in path:
-            path = unquote(path)
+        try:
+            parts = segments(raw_path)
+        except UnicodeDecodeError:
+            raise not_utf8(raw_path) from None
         # the entry checked the key's form; a malformed one is in no store: a plain 404
-        target = self._target(path, check_key=False)
+        target = self._target(parts, check_key=False)
         if target is None:
-            raise BadRequest(f"not a key lookup of a keyed view: {path!r}")
+            raise BadRequest(f"not a key lookup of a keyed view: "
+                             f"{raw_path.decode('latin-1')!r}")
         view, key = target
         node = self.deps.node
         auth = self.deps.coordinator.auth

@@ -26,7 +26,7 @@ from streamiq.serving.aggregate import (
     parse_aggs,
     parse_group_by,
 )
-from streamiq.serving.answers import Answers
+from streamiq.serving.answers import Answers, check_key
 from streamiq.serving.coordinator import HOPS, SERVED_BY
 from streamiq.serving.params import (
     Cursor,
@@ -45,6 +45,7 @@ from streamiq.serving.partials import (
     P,
     ScanPartial,
 )
+from streamiq.serving.paths import KEY
 from streamiq.serving.scan import KeyRange, decode_cursor, merge_rows, scan_partitions
 from streamiq.views.base import View, window_bounds
 
@@ -62,13 +63,6 @@ class MultiGet(BaseModel):
 
 def _bad(message: str, field: str) -> BadRequest:
     return BadRequest(message, field=field)
-
-
-def _key_ok(view: View, key: str, field: str) -> None:
-    try:
-        view.parse_key(key)
-    except ValueError as exc:
-        raise _bad(f"{field}: {exc}", field) from None
 
 
 class _Gather:
@@ -146,7 +140,7 @@ def _multi_get_route(r: APIRouter, deps: Answers) -> None:
             raise _bad(f"view {v.name!r} is windowed: use /v1/views/{v.name}/windows", "view")
         keys = list(dict.fromkeys(body.keys))
         for i, k in enumerate(keys):
-            _key_ok(v, k, f"keys[{i}]")
+            check_key(v, k, f"keys[{i}]")
         n = node.partitions[v.name]
         part_of = {k: v.partition_of(k, n) for k in keys}
         g = _Gather(deps, request, v, fresh, partitions)
@@ -245,11 +239,11 @@ def _key_windows_route(r: APIRouter, deps: Answers) -> None:
     """GET /v1/views/{view}/keys/{key}/windows"""
     node = deps.node
 
-    @r.get("/v1/views/{view}/keys/{key}/windows", summary="One key's windows in [from, to)")
+    @r.get("/v1/views/{view}/keys/" + KEY + "/windows", summary="One key's windows in [from, to)")
     async def key_windows(request: Request, view: str, key: str, fresh: Fresh,
                           start: FromMs = 0, end: ToMs = _FAR) -> Response:
         v = _windowed(deps, view)
-        _key_ok(v, key, "key")
+        check_key(v, key)
         if start > end:
             raise _bad(f"from {start} is after to {end}", "from")
         p = v.partition_of(key, node.partitions[v.name])

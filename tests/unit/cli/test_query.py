@@ -181,3 +181,30 @@ def test_windows_of_a_key(monkeypatch: pytest.MonkeyPatch,
     out = capsys.readouterr().out
     assert "/v1/views/order_counts_1m/keys/s1|GENERAL/windows?from=0&max_lag=3" in t.seen
     assert "2 windows of s1|GENERAL (partition 0)" in out and "120000" in out
+
+
+@pytest.mark.parametrize(("key", "raw"), [("dir/a1", "dir%2Fa1"), ("..", "%2E%2E"),
+                                          ("s|t", "s%7Ct"), ("\udcff", "%ED%B3%BF")])
+def test_any_key_is_sent_percent_encoded_whole(monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str],
+                                               key: str, raw: str) -> None:
+    """``..`` once went to /v1/views/balances (an HTTP client resolves dot segments); a
+    byte that is not UTF-8 in the argument (a lone surrogate in argv) raised in the
+    client. Each now travels as one segment and the node's answer is printed."""
+    seen: list[bytes] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url.raw_path)
+        if request.url.path in ("/v1/views", "/v1/cluster"):
+            return fake_cluster({}).handler(request)  # type: ignore[attr-defined]
+        if b"%ED" in request.url.raw_path:
+            return httpx.Response(400, json={"code": "BAD_REQUEST", "detail": "not UTF-8"})
+        return httpx.Response(200, json={"view": "balances", "key": key, "partition": 0,
+                                         "value": ROW})
+
+    code = run_cli(monkeypatch, httpx.MockTransport(handle), ["query", "balances", key, "--json"])
+    assert f"/v1/views/balances/keys/{raw}".encode() in seen
+    if raw.startswith("%ED"):
+        assert code == 1 and "400 BAD_REQUEST: not UTF-8" in capsys.readouterr().err
+    else:
+        assert code == 0 and json.loads(capsys.readouterr().out)["key"] == key
