@@ -7,7 +7,7 @@ long as ``up`` runs, one line per restart, while the other parts keep serving. O
 Ctrl-C / SIGTERM, or an embedded broker that cannot be started again
 (``BROKER_TRIES``), stops everything. The parts' state (ready, restarts, last exit,
 next restart) is written to a small JSON file (``up.json`` beside the state
-directory) that ``streamiq status`` reads.
+directory) that ``streamiq status`` reads, and as metrics to ``up.prom`` beside it.
 """
 
 from __future__ import annotations
@@ -152,16 +152,36 @@ def _spawn(part: Part, env: dict[str, str]) -> None:
     part.relay.start()
 
 
+_FAMILIES = (("streamiq_up_part_restarts_total", "counter", "Restarts of the part by up.",
+              "restarts"),
+             ("streamiq_up_part_crash_looping", "gauge",
+              "1 while the part exits again and again without staying ready.", "crash_looping"),
+             ("streamiq_up_part_ready", "gauge", "1 while the part is ready.", "ready"))
+
+
+def prometheus_text(states: list[dict[str, Any]]) -> str:
+    """The parts' restarts, crash loops and readiness in Prometheus' text format (for
+    node_exporter's textfile collector: up serves no endpoint of its own)."""
+    lines = []
+    for name, kind, help_, key in _FAMILIES:
+        lines += [f"# HELP {name} {help_}", f"# TYPE {name} {kind}"]
+        lines += [f'{name}{{part="{p["name"]}"}} {int(p[key])}' for p in states]
+    return "\n".join(lines) + "\n"
+
+
 def write_state(path: Path, parts: list[Part], now: float) -> None:
-    """``up.json``: up's PID and every part's state, replaced atomically (a reader never
-    sees half a file)."""
-    doc = {"pid": os.getpid(), "updated": time.time(), "parts": [p.state(now) for p in parts]}
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp.write_text(json.dumps(doc, indent=1) + "\n")
-        os.replace(tmp, path)
-    except OSError as exc:  # status shows less; the parts keep running
-        say(f"could not write {path}: {exc}")
+    """``up.json`` (up's PID and every part's state) and ``up.prom`` (the same as
+    metrics) beside it, each replaced atomically: a reader never sees half a file."""
+    states = [p.state(now) for p in parts]
+    doc = {"pid": os.getpid(), "updated": time.time(), "parts": states}
+    for where, text in ((path, json.dumps(doc, indent=1) + "\n"),
+                        (path.with_suffix(".prom"), prometheus_text(states))):
+        tmp = where.with_name(where.name + ".tmp")
+        try:
+            tmp.write_text(text)
+            os.replace(tmp, where)
+        except OSError as exc:  # status shows less; the parts keep running
+            say(f"could not write {where}: {exc}")
 
 
 class Supervisor:

@@ -178,7 +178,8 @@ def run_up(settings: Settings, nodes: int = 3, node_port: int = 9001,
     finally:
         say("stopping")
         sup.stop()
-        state.unlink(missing_ok=True)
+        for gone in (state, state.with_suffix(".prom")):
+            gone.unlink(missing_ok=True)
         say("stopped")
     raise SystemExit(code)
 

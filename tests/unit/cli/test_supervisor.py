@@ -223,6 +223,11 @@ def test_the_state_file_says_restarts_and_crash_loops(tmp_path: Path) -> None:
     assert node["name"] == "node:9001" and node["restarts"] == 3 and node["crash_looping"]
     assert node["restart_in_s"] == 4 and node["last_exit"].startswith("code 1 at ")
     assert doc["parts"][0]["restarts"] == 0 and not doc["parts"][0]["crash_looping"]
+    metrics = (tmp_path / "up.prom").read_text()
+    assert 'streamiq_up_part_restarts_total{part="node:9001"} 3\n' in metrics
+    assert 'streamiq_up_part_crash_looping{part="node:9001"} 1\n' in metrics
+    assert 'streamiq_up_part_crash_looping{part="ingest"} 0\n' in metrics
+    assert "# TYPE streamiq_up_part_restarts_total counter\n" in metrics
     # every start, exit and readiness was handed to ``changed``
     assert [c[1]["restarts"] for c in w.changes].count(3) >= 2
 
