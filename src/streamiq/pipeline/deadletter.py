@@ -241,5 +241,6 @@ class DeadLetters:
             self.reasons.update(reason_class(reason) for reason, _ in letters)
         for reason, letter in letters:
             _LOG.warn("dead letter (view %s, %s%s): %s", self.view.name, reason,
-                      ", truncated" if letter.truncated else "", letter.value[:300])
+                      ", truncated" if letter.truncated else "",
+                      letter.value[:300].decode("utf-8", "replace"))
         return len(letters)

@@ -17,7 +17,8 @@ from streamiq.pipeline.runner import READY_LINE
 from streamiq.views.base import MARKER_HEADER, MARKER_KEY
 
 __all__ = [
-    "PipelineProcess", "changelog_state", "input_ends", "read_topic", "wait_caught_up",
+    "PipelineProcess", "changelog_state", "dead_letter_docs", "input_ends", "read_topic",
+    "wait_caught_up",
 ]
 
 HERE = Path(__file__).parent
@@ -118,6 +119,17 @@ def read_topic(bootstrap: str, topic: str, timeout: float = 15.0) -> list[Any]:
         return sorted(out, key=lambda m: (m.partition(), m.offset()))
     finally:
         c.close()
+
+
+def dead_letter_docs(bootstrap: str, topic: str, want: int,
+                     timeout: float = 60.0) -> list[dict[str, Any]]:
+    """The dead-letter topic's records, once it holds ``want`` (or after ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        docs = [json.loads(m.value()) for m in read_topic(bootstrap, topic)]
+        if len(docs) >= want or time.monotonic() > deadline:
+            return docs
+        time.sleep(0.5)
 
 
 def input_ends(bootstrap: str, topic: str) -> dict[str, int]:

@@ -15,7 +15,13 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from pipeline_harness import changelog_state, input_ends, is_marker, read_topic, wait_caught_up
+from pipeline_harness import (
+    changelog_state,
+    dead_letter_docs,
+    input_ends,
+    is_marker,
+    wait_caught_up,
+)
 
 from streamiq.pipeline.deadletter import DEAD_LETTER_TOPIC
 from streamiq.views.limits import MAX_AMOUNT, MAX_TS_MS
@@ -66,16 +72,6 @@ def _caught_up(bootstrap: str, topic: str, changelogs: list[str]) -> list[list[A
     counted = input_ends(bootstrap, topic)  # counts partitions holding records only
     ends = {str(p): counted.get(str(p), 0) for p in range(3)}
     return [wait_caught_up(bootstrap, c, ends, topic, 3, timeout=180) for c in changelogs]
-
-
-def _dead_letter_docs(bootstrap: str, topic: str, want: int) -> list[dict[str, Any]]:
-    """The dead-letter topic's records, once it holds ``want`` (or after 60 s)."""
-    deadline = time.monotonic() + 60
-    while True:
-        docs = [json.loads(m.value()) for m in read_topic(bootstrap, topic)]
-        if len(docs) >= want or time.monotonic() > deadline:
-            return docs
-        time.sleep(0.5)
 
 
 def _expected_orders(orders: list[str]) -> tuple[dict[str, Any], dict[tuple[str, int], Any]]:
@@ -136,7 +132,7 @@ def test_hostile_records_are_dead_lettered_and_the_pipeline_keeps_running(
     assert got_windows == want_windows
 
     bad = {**BAD_TXNS, **BAD_ORDERS}
-    docs = _dead_letter_docs(bootstrap, cluster.topic(DEAD_LETTER_TOPIC), len(bad))
+    docs = dead_letter_docs(bootstrap, cluster.topic(DEAD_LETTER_TOPIC), len(bad))
     dead = {d["value"]: d for d in docs}
     assert len(docs) == len(dead), "a record was dead-lettered twice"
     assert {v: d["reason"] for v, d in dead.items()} == bad
@@ -159,6 +155,6 @@ def test_hostile_records_are_dead_lettered_and_the_pipeline_keeps_running(
         assert again.alive(), again.log()[-4000:]
         time.sleep(0.5)
     assert again.log().count(": re-scanned batches 0..") == 2, again.log()[-4000:]
-    docs = _dead_letter_docs(bootstrap, cluster.topic(DEAD_LETTER_TOPIC), 2 * len(bad))
+    docs = dead_letter_docs(bootstrap, cluster.topic(DEAD_LETTER_TOPIC), 2 * len(bad))
     assert sorted(d["value"] for d in docs) == sorted(2 * list(bad)), again.log()[-4000:]
     assert again.alive(), again.log()[-4000:]
