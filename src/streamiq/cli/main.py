@@ -37,7 +37,8 @@ _AUTH = ("auth", "jwt_secret", "api_keys")
 _TLS = ("tls_cert_file", "tls_key_file", "tls_ca_file")  # parts run on their own only
 _INGEST = ("ingest_host", "ingest_port", *_AUTH)
 _NODE = ("host", "port", "advertised", "state_dir", "standby_replicas", "heartbeat_ms",
-         "member_timeout_ms", "membership_period_s", "max_lag", "wait_timeout_ms",
+         "member_timeout_ms", "membership_period_s", "max_view_partitions", "max_views",
+         "max_lag", "wait_timeout_ms",
          "max_waiters", "internal_concurrency", "redirect", "cluster_secret", *_AUTH,
          *_TLS)
 _PIPELINE = ("master", "checkpoint_dir", "trigger_ms", "max_offsets_per_trigger", "metrics_host",

@@ -12,10 +12,11 @@ Only members of the same cluster topic are ever routed to.
 
 Its three threads (heartbeat publisher, listener, membership-topic keeper) are supervised
 (``streamiq/supervise.py``): a crash restarts the thread with a fresh Kafka client. A
-record on the topic that is not a valid heartbeat (not JSON, not an
-object, wrong types, an endpoint that is not ``host:port``, a partitions map with junk,
-over ``MAX_HEARTBEAT_BYTES``) is skipped and counted in ``skipped``, never fatal: one bad
-record must not make every node believe its peers are dead. While the listener is down
+record on the topic that is not a valid heartbeat (``routing/heartbeats.py``: not JSON,
+nested too deep, not an object, wrong types, an endpoint that is not ``host:port``, a
+partitions map with junk, over ``MAX_HEARTBEAT_BYTES``) is skipped and counted per
+reason in ``skips``, never fatal: one bad record must not make every node believe its
+peers are dead. While the listener is down
 (between a crash and its restart, or after ``stop``) the members' clocks are frozen: a
 node that cannot hear keeps its last view rather than declaring every peer dead, and
 the time it was deaf is credited back to every member when it hears again.
@@ -24,73 +25,50 @@ With a cluster secret (``--cluster-secret``) every heartbeat carries an HMAC-SHA
 its value, keyed by the secret, in the record header ``streamiq-sig``; a record without
 a valid one is skipped and counted like any bad record, before its content is even
 parsed. So only a holder of the secret joins the cluster: a forged heartbeat cannot
-claim partitions, nor make nodes connect to an address it names.
+claim partitions, nor make nodes connect to an address it names. The signed value
+binds its send time and number within the incarnation, so a replayed heartbeat (a
+dead node's, re-produced) is refused and counted (``replayed``, ``clock_skew``).
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import json
 import logging
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypedDict, cast
+from typing import Any
 
 from streamiq.kafka.admin import delete_topics, ensure_topics, topic_names
+from streamiq.kafka.skips import Skips
 from streamiq.routing.epochs import EpochTopics
+from streamiq.routing.heartbeats import (
+    MAX_HEARTBEAT_BYTES,
+    SIGNATURE_HEADER,
+    BadHeartbeat,
+    Freshness,
+    Heartbeat,
+    PartitionReport,
+    Report,
+    encode,
+    parse,
+    parse_heartbeat,
+    sign,
+    signed,
+)
 from streamiq.supervise import Supervisor
 
-__all__ = ["MAX_HEARTBEAT_BYTES", "SIGNATURE_HEADER", "BadHeartbeat", "Heartbeat", "Member",
-           "Membership", "PartitionReport", "Report", "members_topic", "parse_heartbeat",
-           "sign", "signed"]
+__all__ = ["MAX_HEARTBEAT_BYTES", "MAX_SKEW_S", "SIGNATURE_HEADER", "BadHeartbeat",
+           "Heartbeat", "Member", "Membership", "PartitionReport", "Report", "members_topic",
+           "parse_heartbeat", "sign", "signed"]
 
 log = logging.getLogger("streamiq.membership")
 
 _SELF_TTL = 0.05  # seconds this node's own report may be reused by live()
-#: A heartbeat is ~60 bytes per partition held: 1 MiB is 1024 partitions of 16 views.
-MAX_HEARTBEAT_BYTES = 1 << 20
-_STATE_FIELDS = ("offset", "lag", "restored")
-SIGNATURE_HEADER = "streamiq-sig"
-
-
-def sign(secret: bytes, value: bytes) -> bytes:
-    """A heartbeat's signature: hex HMAC-SHA256 of its value under the cluster secret."""
-    return hmac.new(secret, value, hashlib.sha256).hexdigest().encode()
-
-
-def signed(secret: bytes | None, value: bytes, headers: Any) -> bool:
-    """True when there is no secret, or ``headers`` (a record's, as the Kafka client
-    gives them: a list of name/value pairs or None) carry ``value``'s signature."""
-    if secret is None:
-        return True
-    got = next((v for k, v in headers or () if k == SIGNATURE_HEADER), None)
-    return isinstance(got, bytes) and hmac.compare_digest(got, sign(secret, value))
-
-
-class PartitionReport(TypedDict):
-    """What a member says of one partition it holds, in every heartbeat."""
-
-    offset: int  # the next changelog offset it will apply
-    lag: int  # changelog records behind the end
-    restored: int  # 1 once its initial restore is done (it may answer), else 0
-
-
-#: view -> partition -> report: a member's partitions, as heartbeats carry them.
-Report = dict[str, dict[int, PartitionReport]]
-
-
-class Heartbeat(TypedDict):
-    """A validated record of the members topic (``parse_heartbeat``)."""
-
-    endpoint: str  # host:port peers reach it on
-    incarnation: str  # new on every start
-    leaving: bool  # a clean stop: drop it at once
-    started_at: float
-    partitions: Report
+#: signed heartbeats sent further than this from a receiver's clock are refused (at
+#: most the membership period: clocks must agree within it anyway)
+MAX_SKEW_S = 30.0
 
 
 def members_topic(cluster: str) -> str:
@@ -107,62 +85,6 @@ class Member:
     started_at: float = 0.0
 
 
-class BadHeartbeat(ValueError):
-    """A record on the members topic that is not a valid heartbeat."""
-
-
-def _int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def parse_heartbeat(raw: bytes) -> Heartbeat:
-    """A validated heartbeat: ``endpoint`` (host:port), ``incarnation``, ``leaving``,
-    ``started_at`` and ``partitions`` (view -> partition -> {offset, lag, restored}).
-    Raises BadHeartbeat for anything else."""
-    if len(raw) > MAX_HEARTBEAT_BYTES:
-        raise BadHeartbeat(f"{len(raw)} bytes (limit {MAX_HEARTBEAT_BYTES})")
-    try:
-        doc = json.loads(raw)
-    except (ValueError, TypeError, RecursionError) as exc:  # UnicodeDecodeError: ValueError
-        raise BadHeartbeat(f"not JSON: {exc}") from None
-    if not isinstance(doc, dict):
-        raise BadHeartbeat("not a JSON object")
-    endpoint = doc.get("endpoint")
-    host, _, port = endpoint.rpartition(":") if isinstance(endpoint, str) else ("", "", "")
-    if (not host or not port.isascii() or not port.isdigit() or len(port) > 5
-            or not 1 <= int(port) <= 65535
-            or any(c.isspace() or c in "/?#@" for c in host)):
-        raise BadHeartbeat(f"endpoint {endpoint!r} is not host:port")
-    incarnation = doc.get("incarnation")
-    if not isinstance(incarnation, str) or not incarnation:
-        raise BadHeartbeat("incarnation is not a string")
-    leaving = doc.get("leaving", False)
-    started_at = doc.get("started_at", 0)
-    if not isinstance(leaving, bool):
-        raise BadHeartbeat("leaving is not a boolean")
-    if (not isinstance(started_at, (int, float)) or isinstance(started_at, bool)
-            or not -1e18 < started_at < 1e18):  # not NaN/inf; no float() of a huge int
-        raise BadHeartbeat("started_at is not a number")
-    raw_parts = doc.get("partitions", {})
-    if not isinstance(raw_parts, dict):
-        raise BadHeartbeat("partitions is not an object")
-    parts: Report = {}
-    for view, ps in raw_parts.items():
-        if not isinstance(ps, dict):
-            raise BadHeartbeat(f"partitions of {view!r} is not an object")
-        out = parts[view] = {}
-        for p, st in ps.items():
-            if not (isinstance(p, str) and p.isascii() and p.isdigit()):
-                raise BadHeartbeat(f"{view!r} partition {p!r} is not a number")
-            if not isinstance(st, dict) or not all(_int(st.get(f)) for f in _STATE_FIELDS):
-                raise BadHeartbeat(f"{view!r} partition {p}: expected integer "
-                                   f"offset, lag and restored")
-            out[int(p)] = PartitionReport(offset=st["offset"], lag=st["lag"],
-                                          restored=st["restored"])
-    return Heartbeat(endpoint=cast(str, endpoint), incarnation=incarnation, leaving=leaving,
-                     started_at=float(started_at), partitions=parts)
-
-
 class Membership:
     """Publishes this node's heartbeat and tracks the live members of the cluster."""
 
@@ -171,10 +93,14 @@ class Membership:
                  heartbeat_ms: int = 250, timeout_ms: int = 1500,
                  supervisor: Supervisor | None = None, period_s: float = 60.0,
                  secret: bytes | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], float] = time.time) -> None:
         self._conf = kafka_conf
         self._clock = clock  # seconds, monotonic (a test moves it by hand)
+        self._wall = wall  # seconds since the Unix epoch: heartbeats' sent_at
         self._secret = secret  # heartbeats are signed and checked with it (None: not)
+        self._fresh = Freshness(min(period_s, MAX_SKEW_S), require=secret is not None)
+        self._seq = 0  # heartbeats sent by this incarnation
         self.topics = EpochTopics(topic, period_s)
         self.endpoint = endpoint
         self.incarnation = uuid.uuid4().hex
@@ -191,12 +117,17 @@ class Membership:
         self._threads = [self.supervisor.thread("heartbeat", self._publish, self._stop),
                          self.supervisor.thread("members", self._listen, self._stop),
                          self.supervisor.thread("member-topics", self._keep_topics, self._stop)]
-        self.skipped = 0  # records on the topic that were not valid heartbeats
+        self.skips = Skips(log, "members record")  # records not used, per reason
         # since when the listener has not been listening (None: it is); set until the
         # listener first runs, so members cannot expire before anything was heard
         self._deaf_since: float | None = self._clock()
         # when this node last heard its own heartbeat on the topic (None: not yet)
         self._heard_self: float | None = None
+
+    @property
+    def skipped(self) -> int:
+        """Records on the members topics that were not used as heartbeats."""
+        return self.skips.total
 
     def start(self) -> None:
         self.create_topics(time.time())  # before the first heartbeat needs them
@@ -279,10 +210,11 @@ class Membership:
             self._suspects[endpoint] = self._clock()
 
     def _heartbeat(self, leaving: bool = False) -> bytes:
+        self._seq += 1
         doc = {"endpoint": self.endpoint, "incarnation": self.incarnation,
-               "started_at": self.started_at, "leaving": leaving,
-               "partitions": {} if leaving else self._report()}
-        return json.dumps(doc).encode()
+               "started_at": self.started_at, "sent_at": self._wall(), "seq": self._seq,
+               "leaving": leaving, "partitions": {} if leaving else self._report()}
+        return encode(doc)
 
     def _publish(self) -> None:
         from confluent_kafka import Producer
@@ -357,13 +289,15 @@ class Membership:
         """Apply one record of the members topic; False (counted) if it was skipped."""
         try:
             if not signed(self._secret, raw, headers):
-                raise BadHeartbeat("no valid signature (a member without the cluster secret)")
-            doc = parse_heartbeat(raw)
+                raise BadHeartbeat("no valid signature (a member without the cluster secret)",
+                                   "unsigned")
+            doc, sent = parse(raw)
+            self._fresh.check(doc, sent, self._wall())
         except BadHeartbeat as exc:
-            self.skipped += 1
-            if self.skipped & (self.skipped - 1) == 0:  # 1st, 2nd, 4th, 8th...
-                log.warning("members: skipped a record that is not a heartbeat (%s; %d "
-                            "skipped so far)", exc, self.skipped)
+            self.skips.skip(exc.reason, str(exc))
+            return False
+        except Exception as exc:  # a record no check foresaw: still never fatal
+            self.skips.skip("undecodable", repr(exc))
             return False
         self._on_heartbeat(doc)
         return True

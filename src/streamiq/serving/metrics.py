@@ -193,6 +193,13 @@ def _health(node: Node) -> Iterator[Metric]:
     for topic, n in sorted(health["skipped_records"].items()):
         skipped.add_metric([topic], n)
     yield skipped
+    reasons = CounterMetricFamily("streamiq_topic_records_skipped",
+                                  "Records of the members, catalog and progress topics not "
+                                  "used, by reason", labels=["topic", "reason"])
+    for topic, skips in sorted(node.topic_skips().items()):
+        for reason, n in sorted(skips.reasons.items()):
+            reasons.add_metric([topic, reason], n)
+    yield reasons
     restarts = CounterMetricFamily("streamiq_part_restarts",
                                    "Background parts that failed and were restarted",
                                    labels=["part"])

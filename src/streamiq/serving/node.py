@@ -27,6 +27,7 @@ from typing import Any
 from streamiq.config import Settings
 from streamiq.errors import Overloaded
 from streamiq.kafka.admin import ensure_topics
+from streamiq.kafka.skips import Skips
 from streamiq.routing.membership import Membership, Report, members_topic
 from streamiq.routing.router import Router
 from streamiq.serving.consistency import Token, reflects
@@ -84,7 +85,8 @@ def _build(settings: Settings, views: dict[str, View], supervisor: Supervisor,
                     [name for name, v in views.items() if v.is_global])
     catalog = s.topic(catalog_topic(s.cluster))
     ensure_topics(kafka, {catalog: 1}, config=CATALOG_TOPIC_CONFIG)
-    discovery = Discovery(kafka, catalog, lambda spec: late[0].serve_spec(spec), supervisor)
+    discovery = Discovery(kafka, catalog, lambda spec: late[0].serve_spec(spec), supervisor,
+                          max_partitions=s.max_view_partitions, max_views=s.max_views)
     return Parts(partitions, topics, stores, materializer, membership, router, discovery)
 
 
@@ -116,6 +118,8 @@ class Node:
         self.membership = parts.membership
         self.router = parts.router
         self.discovery = parts.discovery
+        #: skips of other topics read for this node (the app adds "progress")
+        self.reads: dict[str, Skips] = {}
         self.supervisor = supervisor
         supervisor.on_fatal = self._fatal
         self._sync_task: asyncio.Task[None] | None = None
@@ -289,6 +293,12 @@ class Node:
         st = self.materializer.states.get((view, partition))
         return st is not None and reflects(st.position, tokens)
 
+    def topic_skips(self) -> dict[str, Skips]:
+        """Records skipped per reason, per topic read besides the changelogs
+        (streamiq_topic_records_skipped, /health's skip_reasons)."""
+        return {"membership": self.membership.skips, "catalog": self.discovery.skips,
+                **self.reads}
+
     def health(self) -> dict[str, Any]:
         """Supervision counters: exceptions caught per part, parts restarting now, the
         part that could not recover, and records skipped because they could not be read."""
@@ -298,6 +308,7 @@ class Node:
                     "membership": self.membership.skipped,
                     "changelog": self.materializer.skipped,
                     "catalog": self.discovery.skipped},
+                "skip_reasons": {t: dict(s.reasons) for t, s in self.topic_skips().items()},
                 # views whose newest description on the catalog is refused, and why
                 "refused_views": dict(self.discovery.refused)}
 

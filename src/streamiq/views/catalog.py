@@ -34,7 +34,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from streamiq.kafka.skips import Skip, load_object
 from streamiq.views.base import View
+from streamiq.views.catalog_bounds import MAX_CATALOG_BYTES, bounds
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -112,15 +114,11 @@ class ViewSpec:
     @classmethod
     def from_json(cls, raw: bytes | str) -> ViewSpec:
         """Decode a catalog record; ValueError when it is not a view description."""
-        try:
-            d = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ValueError(f"not JSON: {exc}") from None
-        if not isinstance(d, dict):
-            raise ValueError("not a JSON object")
+        d = load_object(raw, MAX_CATALOG_BYTES)  # Skip: a ValueError naming a reason
         if d.get("version") != CATALOG_VERSION:
-            raise ValueError(f"catalog version {d.get('version')!r} is not "
-                             f"{CATALOG_VERSION}")
+            raise Skip("bad_version", f"catalog version {str(d.get('version'))[:20]!r} is "
+                       f"not {CATALOG_VERSION}")
+        bounds(d)
         try:
             return cls(name=_typed(d, "name", str),
                        key_columns=_columns_in(d.get("key_columns"), "key_columns"),
@@ -131,8 +129,8 @@ class ViewSpec:
                        window=d.get("window") if isinstance(d.get("window"), str) else None,
                        is_global=_typed(d, "global", bool),
                        description=str(d.get("description") or ""))
-        except TypeError as exc:
-            raise ValueError(str(exc)) from None
+        except (TypeError, ValueError) as exc:
+            raise Skip("bad_spec", str(exc)[:300]) from None
 
     def to_view(self) -> View:
         """The :class:`View` a serving node needs (no transform: the pipeline runs elsewhere)."""

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+from collections import Counter
 
 from streamiq.serving.discovery import Discovery
 from streamiq.supervise import Supervisor
@@ -65,3 +67,51 @@ def test_a_view_the_node_cannot_serve_is_refused_with_the_reason() -> None:
     d.receive(SPEC.to_json())
     assert d.refused == {"page_views": "this node's app describes it otherwise"}
     assert d.specs == {}
+
+
+def _record(**fields: object) -> bytes:
+    return json.dumps({**json.loads(SPEC.to_json()), **fields}).encode()
+
+
+def test_any_bytes_any_nesting_any_size_is_skipped_with_a_reason() -> None:
+    d, served = _discovery()
+    records = {b"[" * 100_000: "not_json", b"\xff\xfe": "not_json", b"7": "not_object",
+               b"{" + b" " * (300 << 10) + b"}": "too_large",
+               _record(version="1"): "bad_version", _record(partitions=-1): "bad_spec",
+               _record(changelog_topic="a/b"): "bad_name",
+               _record(value_columns=[{"name": f"c{i}", "type": "int"} for i in range(600)]):
+                   "too_many_columns",
+               _record(key_columns=[{"name": "\x00", "type": "string"}]): "bad_name"}
+    for raw in records:
+        d.receive(raw)
+    assert served == [] and d.specs == {}
+    assert d.skips.reasons == Counter(records.values())
+    d.receive(SPEC.to_json())  # the part carries on
+    assert served == [SPEC]
+
+
+def test_a_huge_partition_count_is_refused_and_counted() -> None:
+    d, served = _discovery()
+    d.receive(_record(partitions=10**9))
+    d.receive(_record(name="edge", partitions=256))  # the default bound itself is fine
+    assert [s.name for s in served] == ["edge"]
+    assert d.skips.reasons == Counter({"too_many_partitions": 1})
+    assert "max_view_partitions" in d.refused["page_views"]
+
+
+def test_views_beyond_max_views_are_refused_and_counted() -> None:
+    served: list[ViewSpec] = []
+    d = Discovery({}, "catalog", served.append, Supervisor(), max_views=2)
+    for i in range(4):
+        d.receive(_record(name=f"v{i}"))
+    d.receive(_record(name="v0", value_columns=[{"name": "count", "type": "bigint"},
+                                                {"name": "x", "type": "int"}]))
+    assert [s.name for s in served] == ["v0", "v1", "v0"]  # a known view may still change
+    assert d.skips.reasons == Counter({"too_many_views": 2}) and set(d.refused) == {"v2", "v3"}
+
+
+def test_refused_views_remembered_are_bounded() -> None:
+    d, _ = _discovery()
+    for i in range(1000):
+        d.receive(_record(name=f"v{i}", partitions=10**6))
+    assert d.skipped == 1000 and len(d.refused) <= 256

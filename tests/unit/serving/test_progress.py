@@ -76,3 +76,14 @@ def test_the_follower_keeps_the_newest_per_view_and_skips_garbage() -> None:
         p.receive(bad)
     assert p.snapshot() == {"balances": {"view": "balances", "batches": 2}}
     assert p.skipped == 6
+
+
+def test_skipped_progress_records_are_counted_per_reason() -> None:
+    p = Progress({}, "t", Supervisor())
+    for bad in (None, b"[" * 4000, b"\xff", b"[1]", b'{"view": "../x"}',
+                json.dumps({"view": "x", "pad": "y" * 5000}).encode()):
+        p.receive(bad)
+    assert p.skips.reasons == {"not_json": 3, "not_object": 1, "bad_view": 1, "too_large": 1}
+    for i in range(1100):  # a flood of view names does not grow what is kept
+        p.receive(json.dumps({"view": f"v{i}"}).encode())
+    assert len(p.snapshot()) == 1024 and p.skips.reasons["too_many_views"] == 76
