@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 
 class RecordingTransport:
     """Stands in for an asyncio transport: records writes, remembers being closed."""
@@ -24,3 +27,20 @@ class RecordingTransport:
 
     def is_closing(self) -> bool:
         return self.closed
+
+
+class FakeIngestProducer:
+    """Stands in for the ingest's Kafka producer: records what would be produced."""
+
+    sent: list[tuple[str, str, dict[str, Any]]] = []
+
+    def __init__(self, conf: dict[str, Any]) -> None:
+        pass
+
+    async def send(self, topic: str, key: str, value: dict[str, Any]) -> tuple[int, int]:
+        json.dumps(value, allow_nan=False)  # what reaches the topic is plain JSON
+        self.sent.append((topic, key, value))
+        return 0, len(self.sent) - 1
+
+    def close(self) -> None:
+        pass

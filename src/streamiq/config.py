@@ -71,6 +71,11 @@ class Settings(BaseSettings):
     # --- ingest ---
     ingest_host: str = Field("127.0.0.1", description="Ingest HTTP listen host.")
     ingest_port: int = Field(8080, ge=1, le=65535, description="Ingest HTTP listen port.")
+    request_read_timeout_s: float = Field(
+        20.0, gt=0, le=3600,
+        description="A client must send a whole HTTP request (line, headers, body) within "
+                    "this many seconds of starting it (or of connecting), else it is answered "
+                    "408 and closed (nodes, ingest): slow or stalled clients hold nothing.")
 
     # --- serving node ---
     host: str = Field("127.0.0.1", description="Node HTTP listen host.")

@@ -38,8 +38,8 @@ from typing import Any, ClassVar
 
 __all__ = ["PROBLEM_JSON", "BadRequest", "Forbidden", "NotActive", "NotFound", "NotUpToBound",
            "Overloaded", "PayloadTooLarge", "PeerError", "PeerTimeout", "PeerUnreachable",
-           "RequestHeaderTooLarge", "StreamiqError", "Unauthenticated", "Unavailable",
-           "UnknownView"]
+           "RequestHeaderTooLarge", "RequestTimeout", "StreamiqError", "Unauthenticated",
+           "Unavailable", "UnknownView"]
 
 _JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # as JSONResponse renders
 PROBLEM_JSON = "application/problem+json"  # RFC 9457's media type
@@ -98,6 +98,13 @@ class RequestHeaderTooLarge(StreamiqError):
 
     http_status = 431
     code = "HEADER_TOO_LARGE"
+
+
+class RequestTimeout(StreamiqError):
+    """The client did not send a whole request in time (``--request-read-timeout-s``)."""
+
+    http_status = 408
+    code = "REQUEST_TIMEOUT"
 
 
 class NotFound(StreamiqError):

@@ -36,11 +36,12 @@ _BROKER = ("broker_host", "broker_port", "broker_dir", "broker_heap_mb")
 _AUTH = ("auth", "jwt_secret", "api_keys")
 _TLS = ("tls_cert_file", "tls_key_file", "tls_ca_file")  # parts run on their own only
 _INGEST = ("ingest_host", "ingest_port", *_AUTH)
+_HTTP = ("request_read_timeout_s",)  # parts run on their own only, as _TLS
 _NODE = ("host", "port", "advertised", "state_dir", "standby_replicas", "heartbeat_ms",
          "member_timeout_ms", "membership_period_s", "max_view_partitions", "max_views",
          "max_lag", "wait_timeout_ms",
          "max_waiters", "internal_concurrency", "redirect", "cluster_secret", *_AUTH,
-         *_TLS)
+         *_TLS, *_HTTP)
 _PIPELINE = ("master", "checkpoint_dir", "trigger_ms", "max_offsets_per_trigger", "metrics_host",
              "metrics_port")
 
@@ -52,7 +53,7 @@ COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
               "cluster_secret")),
     "broker": ("run the embedded Apache Kafka broker (KRaft, one node; --install resolves "
                "its jars with Maven)", _BROKER),
-    "ingest": ("run the ingest HTTP service", _KAFKA + _INGEST + _TLS),
+    "ingest": ("run the ingest HTTP service", _KAFKA + _INGEST + _TLS + _HTTP),
     "pipeline": ("run the PySpark pipeline", _KAFKA + _PIPELINE),
     "node": ("run one serving node", _KAFKA + _NODE),
 }

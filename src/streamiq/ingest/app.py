@@ -11,6 +11,14 @@ pipeline would dead-letter it: amounts outside the bounds of ``streamiq.views.li
 that is not a JSON number. The order's ``amount`` is *strict*: in lax mode a JSON
 ``false``/``true`` (or ``"12"``) would be coerced to ``0.0``/``1.0`` (``12.0``) and
 stored as an order no client sent.
+
+Its HTTP edge is the nodes' (``serving/http_limits.py``, run by ``run_ingest``): a
+write's token is checked from its headers before any of its body is read (401/403, the
+body never read), a body past 4 MiB is 413 (from ``Content-Length``, or counted while
+chunked), a head past 64 KiB or 100 fields 431, and a request not sent whole within
+``--request-read-timeout-s`` 408; each counted by reason
+(``streamiq_ingest_refused_unread_total``). Keys (account, store, order id) are at most
+64 characters (``ID_PATTERN``).
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ from streamiq.ingest.metrics import IngestCounters, Timed
 from streamiq.kafka.admin import ensure_topics
 from streamiq.metrics import CONTENT_TYPE
 from streamiq.serving.consistency import token_for
+from streamiq.serving.http_limits import Gate, HttpEdge, LimitedHttpProtocol
 from streamiq.views import bank, orders
 from streamiq.views.base import ID_PATTERN, App, load_app
 from streamiq.views.limits import AMOUNT, ORDER_AMOUNT
@@ -119,6 +128,9 @@ def create_ingest_app(settings: Settings, app_def: App | None = None) -> FastAPI
     install_error_handlers(app)
     auth = Authenticator.from_settings(settings)
     counters = app.state.counters = IngestCounters()
+    # what run_ingest's protocol checks before a body is read (serving/http_limits.py)
+    app.state.http_edge = HttpEdge(settings.request_read_timeout_s, gate=_token_gate(auth),
+                                   refusals=counters.unread)
 
     async def writer(request: Request) -> None:
         """Writes need a token with the ``ingest`` scope (streamiq/auth.py)."""
@@ -171,6 +183,17 @@ def create_ingest_app(settings: Settings, app_def: App | None = None) -> FastAPI
     return app
 
 
+def _token_gate(auth: Authenticator) -> Gate:
+    """Anything but GET/HEAD is a write: its token is checked from the headers, so a
+    request without one is answered 401 before its body is read."""
+
+    def gate(method: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+        if method not in (b"GET", b"HEAD"):
+            auth.writer(next((v for k, v in headers if k == b"authorization"), None))
+
+    return gate
+
+
 def run_ingest(settings: Settings) -> None:
     import uvicorn
 
@@ -180,6 +203,8 @@ def run_ingest(settings: Settings) -> None:
     scheme = "https" if settings.tls_cert_file else "http"
     print(f"streamiq ingest listening on {scheme}://{settings.ingest_host}:"
           f"{settings.ingest_port}", flush=True)
-    uvicorn.run(create_ingest_app(settings), host=settings.ingest_host, port=settings.ingest_port,
+    app = create_ingest_app(settings)
+    uvicorn.run(app, host=settings.ingest_host, port=settings.ingest_port,
+                http=LimitedHttpProtocol.with_edge(app.state.http_edge),
                 log_level="warning", access_log=False, timeout_graceful_shutdown=5,
                 ssl_certfile=settings.tls_cert_file, ssl_keyfile=settings.tls_key_file)

@@ -1,5 +1,6 @@
 """The ingest service's Prometheus metrics (``GET /metrics``): writes acknowledged per
-topic, refused, failed, and the latency of each write route."""
+topic, refused (those refused before they were read whole also by reason), failed, and
+the latency of each write route."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, Metric
 
 from streamiq.metrics import Latency, exposition
+from streamiq.serving.http_limits import Refusals
 
 __all__ = ["IngestCounters", "Timed"]
 
@@ -20,7 +22,8 @@ Message = MutableMapping[str, Any]
 @dataclass
 class IngestCounters:
     written: dict[str, int] = field(default_factory=dict)  # topic -> acknowledged writes
-    refused: int = 0  # write requests answered 4xx (bad input, no or wrong token)
+    refused: int = 0  # write requests the app answered 4xx (bad input, no or wrong token)
+    unread: Refusals = field(default_factory=Refusals)  # refused by the protocol, by reason
     failed: int = 0  # writes the broker did not acknowledge (503)
     latency: Latency = field(default_factory=lambda: Latency(("route", "code")))
 
@@ -35,8 +38,14 @@ class IngestCounters:
         for topic, n in sorted(self.written.items()):
             written.add_metric([topic], n)
         yield written
-        yield CounterMetricFamily("streamiq_ingest_refused",
-                                  "Write requests refused with a 4xx", value=self.refused)
+        unread = CounterMetricFamily(
+            "streamiq_ingest_refused_unread", "Requests refused before they were read "
+            "whole (no token, too large, too slow), by reason", labels=["reason"])
+        for reason, n in sorted(self.unread.counts.items()):
+            unread.add_metric([reason], n)
+        yield unread
+        yield CounterMetricFamily("streamiq_ingest_refused", "Write requests refused with a "
+                                  "4xx", value=self.refused + sum(self.unread.counts.values()))
         yield CounterMetricFamily("streamiq_ingest_failed",
                                   "Writes the broker did not acknowledge", value=self.failed)
 

@@ -20,6 +20,7 @@ import uvicorn
 from streamiq import tls
 from streamiq.config import Settings
 from streamiq.serving.app import create_asgi
+from streamiq.serving.http_limits import HttpEdge
 from streamiq.serving.logs import configure_logging
 from streamiq.serving.node import Node
 from streamiq.serving.protocol import node_protocol
@@ -94,7 +95,8 @@ async def _serve(settings: Settings) -> int:
         # proxy_headers=False: NodeHttpProtocol's lean path needs LeanLookups as the app
         server = uvicorn.Server(uvicorn.Config(
             create_asgi(settings, node), host=settings.host, port=settings.port,
-            log_level="warning", http=node_protocol(), access_log=False, lifespan="on",
+            log_level="warning", access_log=False, lifespan="on",
+            http=node_protocol().with_edge(HttpEdge(settings.request_read_timeout_s)),
             proxy_headers=False, timeout_graceful_shutdown=5,
             ssl_certfile=settings.tls_cert_file, ssl_keyfile=settings.tls_key_file))
 

@@ -149,6 +149,8 @@ class NodeHttpProtocol(LimitedHttpProtocol):
     def data_received(self, data: bytes) -> None:
         if self._wire is not None:
             self._wire.feed(data)
+            if self._wire.authenticated:  # a peer: the read deadline was for strangers
+                self._stop_reading()
             return
         if self._head is not None and self._lean is not None:  # a lookup wire, or HTTP?
             data = self._head + data
@@ -160,7 +162,7 @@ class NodeHttpProtocol(LimitedHttpProtocol):
                 self._wire = WireServer(self._lean.wire_lookup, self._raw_transport, self.loop,
                                         self.timeout_keep_alive,
                                         self._lean.deps.coordinator.mark_bytes)
-                self._wire.feed(data[len(PREFACE):])
+                self.data_received(data[len(PREFACE):])
                 return
         super().data_received(data)
 
@@ -168,6 +170,9 @@ class NodeHttpProtocol(LimitedHttpProtocol):
         if self._wire is not None:
             self._wire.close()
         super().connection_lost(exc)
+
+    def _answerable(self) -> bool:  # a stranger stalling on the wire gets no HTTP answer
+        return self._wire is None and super()._answerable()
 
     # Back-pressure on the lookup wire, as uvicorn's flow control does for HTTP: while
     # the replies waiting in the transport are past its high-water mark (the peer is not
@@ -252,10 +257,11 @@ class NodeHttpProtocol(LimitedHttpProtocol):
         cycle.on_response()
 
 
-def node_protocol(missing: list[str] = MISSING_HOOKS) -> type[asyncio.Protocol]:
+def node_protocol(missing: list[str] = MISSING_HOOKS) -> type[LimitedHttpProtocol]:
     """The ``http=`` a node's uvicorn runs: ``NodeHttpProtocol``, or, when this uvicorn
     lacks a hook it overrides, uvicorn's stock httptools protocol with the size limits
-    (``LimitedHttpProtocol``), with a warning."""
+    (``LimitedHttpProtocol``), with a warning. Both keep the size and time limits
+    (``serving/http_limits.py``; ``with_edge`` sets the read timeout)."""
     if not missing:
         return NodeHttpProtocol
     log.warning("uvicorn %s lacks %s: serving without the lean lookup path and the lookup "

@@ -97,6 +97,11 @@ class WireServer:
         self._timeout = idle_timeout
         self._timer: asyncio.TimerHandle | None = loop.call_later(idle_timeout, self._idle)
 
+    @property
+    def authenticated(self) -> bool:
+        """The peer sent the cluster credential line (a stalled stranger has not)."""
+        return self._mark is None
+
     def feed(self, data: bytes) -> None:
         self._seen = True
         buf = self._buf + data if self._buf else data

@@ -6,31 +6,16 @@ would have been produced.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from fakes import FakeIngestProducer as _FakeProducer
 from fastapi.testclient import TestClient
 
 from streamiq.config import Settings
 from streamiq.ingest import app as ingest
 from streamiq.views.limits import AMOUNT, MAX_AMOUNT, ORDER_AMOUNT
-
-
-class _FakeProducer:
-    sent: list[tuple[str, str, dict[str, Any]]] = []
-
-    def __init__(self, conf: dict[str, Any]) -> None:
-        pass
-
-    async def send(self, topic: str, key: str, value: dict[str, Any]) -> tuple[int, int]:
-        json.dumps(value, allow_nan=False)  # what reaches the topic is plain JSON
-        self.sent.append((topic, key, value))
-        return 0, len(self.sent) - 1
-
-    def close(self) -> None:
-        pass
 
 
 @pytest.fixture

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import pytest_asyncio
-import uvicorn
+from httpserve import serving
 
 from streamiq.config import Settings
 from streamiq.routing.router import Endpoint
@@ -107,24 +106,9 @@ def hop_fails(app: Any) -> list[str]:
 async def serve_node() -> AsyncIterator[Callable[..., Awaitable[int]]]:
     """``port = await serve_node(app)``: the app behind uvicorn as run_node runs it (or
     with ``http="httptools"``, uvicorn's stock protocol), on a free port."""
-    running: list[tuple[uvicorn.Server, asyncio.Task[None]]] = []
+    async with AsyncExitStack() as running:
 
-    async def start(app: Any, http: Any = NodeHttpProtocol) -> int:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port: int = s.getsockname()[1]
-        # proxy_headers=False as in run_node: the lean path needs LeanLookups as the app
-        srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="off",
-                                            proxy_headers=False, http=http,
-                                            log_level="warning"))
-        task = asyncio.create_task(srv.serve())
-        running.append((srv, task))
-        while not srv.started:
-            assert not task.done(), "server did not start"
-            await asyncio.sleep(0.01)
-        return port
+        async def start(app: Any, http: Any = NodeHttpProtocol) -> int:
+            return await running.enter_async_context(serving(app, http))
 
-    yield start
-    for srv, task in running:
-        srv.should_exit = True
-        await task
+        yield start

@@ -12,9 +12,10 @@ import pytest
 import pytest_asyncio
 import uvicorn
 from fakes import RecordingTransport
+from httpserve import read_response
 
 from streamiq.serving.hop import HopReply
-from streamiq.serving.http_limits import LimitedHttpProtocol
+from streamiq.serving.http_limits import HttpEdge, LimitedHttpProtocol
 from streamiq.serving.protocol import (
     MISSING_HOOKS,
     NodeHttpProtocol,
@@ -22,21 +23,16 @@ from streamiq.serving.protocol import (
     missing_hooks,
     node_protocol,
 )
+from streamiq.serving.wire import PREFACE, request_frame
+from streamiq.views.bank import BALANCES
 
 A1 = "/v1/views/balances/keys/a1"
+P1 = BALANCES.partition_of("a1", 3)
 
 
 @pytest_asyncio.fixture(loop_scope="function")  # the tests' loop serves
 async def server(app: Any, serve_node: Callable[..., Awaitable[int]]) -> int:
     return await serve_node(app)
-
-
-async def read_response(r: asyncio.StreamReader) -> tuple[int, dict[str, str], bytes]:
-    head = (await r.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
-    status = int(head[0].split()[1])
-    headers = {k.lower(): v for k, _, v in (h.partition(": ") for h in head[1:] if h)}
-    body = await r.readexactly(int(headers["content-length"]))
-    return status, headers, body
 
 
 def get(path: str, *extra: str) -> bytes:
@@ -222,3 +218,20 @@ def test_a_uvicorn_without_the_hook_falls_back_loudly(caplog: pytest.LogCaptureF
         assert node_protocol(missing) is LimitedHttpProtocol
     assert "without the lean lookup path" in caplog.text
     assert "HttpToolsProtocol._start_asgi_task" in caplog.text
+
+
+async def test_the_read_timeout_spares_wire_peers_and_closes_wire_strangers(
+        app: Any, serve_node: Callable[..., Awaitable[int]]) -> None:
+    port = await serve_node(app, NodeHttpProtocol.with_edge(HttpEdge(0.3)))
+    r, w = await asyncio.open_connection("127.0.0.1", port)
+    w.write(PREFACE + b"1\n")  # a peer: the credential (no secret: "1"), then idle
+    await asyncio.wait_for(w.drain(), 30)
+    stranger_r, stranger_w = await asyncio.open_connection("127.0.0.1", port)
+    stranger_w.write(PREFACE + b"12")  # a credential line that never ends
+    # the stranger is closed after the read timeout, with no HTTP answer on the wire
+    assert await asyncio.wait_for(stranger_r.read(), 30) == b""
+    w.write(request_frame(P1, 3, A1.encode(), b"-"))  # the peer, idle longer, is served
+    status, length = (await asyncio.wait_for(r.readuntil(b"\n"), 30)).split()
+    assert status == b"200" and json.loads(await r.readexactly(int(length)))["value"]
+    w.close()
+    stranger_w.close()
