@@ -22,9 +22,13 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "pipeline"))
 import user_query
+from changelog import produce_rows
 from pipeline_harness import PipelineProcess
+from topicjunk import JUNK, health, produce, reasons, until
 
 from streamiq.kafka.admin import ensure_topics
+from streamiq.views.bank import BALANCES
+from streamiq.views.catalog import CATALOG_TOPIC_CONFIG, ViewSpec, catalog_topic
 
 pytestmark = pytest.mark.integration
 
@@ -167,3 +171,45 @@ def _window_fetches(c: httpx.Client, port: int, view: str,
         assert r.status_code == 200, r.text
         got = {(w["page"], w["window_start"]): w["views"] for w in r.json()["windows"]}
         assert got == {k: n for k, n in want.items() if k[0] == page}, (port, page, r.text)
+
+
+def test_a_catalog_record_claiming_a_huge_partition_count_is_refused(cluster: Any) -> None:
+    """Nodes refuse what a forged catalog record cannot be (a million partitions: every
+    node would hold and heartbeat them all) and skip records that are not descriptions
+    (nested past the parser, ~1 MB), before they start and while they run; they stay
+    up and ready and keep answering."""
+    conf = {"bootstrap.servers": cluster.bootstrap}
+    changelog = cluster.topic(BALANCES.changelog_topic)
+    ensure_topics(conf, {changelog: 3})
+    rows = [{"account": f"a{i}", "balance": i, "count": 1, "last_update": 0} for i in range(30)]
+    produce_rows(cluster.bootstrap, changelog, BALANCES, rows)
+    catalog = cluster.topic(catalog_topic(cluster.name))
+    ensure_topics(conf, {catalog: 1}, config=CATALOG_TOPIC_CONFIG)
+
+    def claim(name: str, partitions: int) -> bytes:
+        return ViewSpec(name=name, key_columns=(("k", "string"),), value_columns=(),
+                        changelog_topic=cluster.topic(f"{name}-changelog"),
+                        partitions=partitions).to_json()
+
+    produce(cluster.bootstrap, catalog, [*JUNK, claim("huge", 10**6)], key=b"huge")
+    ports = [p for p, _ in cluster.nodes(2, "bank")]
+    produce(cluster.bootstrap, catalog, [claim("wide", 50_000), *JUNK[:2]], key=b"wide")
+    until(lambda: all(reasons(p, "catalog").get("too_many_partitions", 0) >= 2
+                      and reasons(p, "catalog").get("not_json", 0) >= 3 for p in ports),
+          "both claims refused and the junk skipped on every node",
+          show=lambda: [health(p) for p in ports])
+    with httpx.Client(timeout=10) as c:
+        for port in ports:
+            h = c.get(f"http://127.0.0.1:{port}/health")
+            assert h.status_code == 200, h.text  # ready
+            doc = h.json()
+            assert {"huge", "wide"} <= set(doc["refused_views"]), doc["refused_views"]
+            assert doc["faults"] == {} and doc["skip_reasons"]["catalog"]["too_large"] >= 3
+            names = {v["name"] for v in c.get(f"http://127.0.0.1:{port}/v1/views").json()["views"]}
+            assert "huge" not in names and "wide" not in names
+            for row in rows:
+                r = c.get(f"http://127.0.0.1:{port}/v1/views/balances/keys/{row['account']}")
+                assert r.status_code == 200 and r.json()["value"] == row, r.text
+            metrics = c.get(f"http://127.0.0.1:{port}/metrics").text
+            assert ('streamiq_topic_records_skipped_total{reason="too_many_partitions",'
+                    'topic="catalog"}') in metrics
