@@ -9,9 +9,12 @@ readiness (``/health``), the dashboard's files and ``/metrics``. A token is eith
 * a static API key from ``--api-keys`` (``{"key": "scope ..."}``).
 
 Scopes: ``views:<name>`` reads one view, ``views:*`` every view, ``ingest`` writes
-through the ingest service. A JWT without a ``scope`` claim reads every view (seed
-004's tokens carry none) and writes nothing. No valid token: 401 UNAUTHENTICATED; a
-view the token may not read: 403 FORBIDDEN.
+through the ingest service, ``cluster:read`` sees the cluster's metadata whole (every
+view's partitions and lag, the members, a node's health and traffic) without reading
+any row; ``views:*`` includes it. Otherwise a token sees the metadata of the views it
+may read only (``Principal.may_see``; ``serving/visible.py``). A JWT without a
+``scope`` claim reads every view (seed 004's tokens carry none) and writes nothing. No
+valid token: 401 UNAUTHENTICATED; a view the token may not read: 403 FORBIDDEN.
 
 Node to node, a request marked forwarded (``X-Streamiq-Forwarded``) and the lookup
 wire's preface carry the cluster credential, an HMAC-SHA256 keyed by the cluster
@@ -38,11 +41,12 @@ import jwt
 from streamiq.config import Settings
 from streamiq.errors import Forbidden, Unauthenticated
 
-__all__ = ["ANYONE", "Authenticator", "Principal", "hop_mark", "mint"]
+__all__ = ["ANYONE", "CLUSTER_READ", "Authenticator", "Principal", "hop_mark", "mint"]
 
 _CACHE = 4096
 _BEARER = "bearer "
 _NO_SCOPE = "views:*"  # a JWT without a scope claim reads every view
+CLUSTER_READ = "cluster:read"  # the cluster's metadata whole, no rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +61,15 @@ class Principal:
 
     def may_write(self) -> bool:
         return "ingest" in self.scopes
+
+    def may_see_cluster(self) -> bool:
+        """The cluster's metadata whole: ``cluster:read``, or ``views:*``."""
+        return "views:*" in self.scopes or CLUSTER_READ in self.scopes
+
+    def may_see(self, view: str) -> bool:
+        """The metadata of ``view`` (partitions, lag, progress): a reader of it, or of
+        the cluster."""
+        return self.may_read(view) or CLUSTER_READ in self.scopes
 
 
 ANYONE = Principal("anonymous", frozenset({"views:*", "ingest"}))  # authentication off

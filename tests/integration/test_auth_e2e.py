@@ -6,17 +6,25 @@ cluster credential are refused."""
 
 from __future__ import annotations
 
+import json
 import socket
+import time
+from collections.abc import Callable
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
 from changelog import produce_rows
+from confluent_kafka import Producer
 
-from streamiq.auth import mint
+from streamiq.auth import hop_mark, mint
+from streamiq.client import Client
 from streamiq.kafka.admin import ensure_topics
 from streamiq.serving.wire import PREFACE, request_frame
 from streamiq.views.bank import BALANCES
+from streamiq.views.catalog import PROGRESS_TOPIC_CONFIG, progress_topic
+from streamiq.views.orders import ORDER_COUNTS, ORDER_COUNTS_1M
 
 pytestmark = pytest.mark.integration
 
@@ -83,3 +91,132 @@ def test_tokens_scopes_and_the_cluster_credential(cluster: Any) -> None:
         assert c.post(url, params={"amount": 5}).status_code == 401
         assert c.post(url, params={"amount": 5}, headers=scoped).status_code == 403
         assert c.post(url, params={"amount": 5}, headers=token).status_code == 200
+
+
+def _wire(port: int, mark: bytes, frames: list[bytes]) -> list[tuple[int, bytes]]:
+    """Lookups over the lookup wire with the cluster credential ``mark``: (status, body)
+    of each frame's reply, in order."""
+    out: list[tuple[int, bytes]] = []
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(PREFACE + mark + b"\n" + b"".join(frames))
+        buf = b""
+        while len(out) < len(frames):
+            head, nl, rest = buf.partition(b"\n")
+            if nl and len(rest) >= int(head.split()[1]):
+                size = int(head.split()[1])
+                out.append((int(head.split()[0]), rest[:size]))
+                buf = rest[size:]
+                continue
+            chunk = s.recv(65536)
+            assert chunk, f"the node closed the wire after {out}"
+            buf += chunk
+    return out
+
+
+def _until(what: str, check: Callable[[], bool], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout} s"
+        time.sleep(0.2)
+
+
+STORES = ["dir/s1", "50%/x", "\ufffd", "plain"]  # stores of keys "<store>|GENERAL"
+
+
+def test_keys_in_paths_and_metadata_by_scope(cluster: Any) -> None:
+    """Through three real nodes with authentication on: a key holding "/" written to the
+    changelog reads back through the Python client and from every node (locally, over
+    an HTTP hop, over the wire); a path that is not UTF-8 is a 400 on the entry, on a
+    forwarded request and on the wire (never the row of U+FFFD); an empty key is a 400;
+    a view-scoped token sees its view's metadata only, ``cluster:read`` all of it."""
+    cluster.auth = True
+    conf = {"bootstrap.servers": cluster.bootstrap}
+    progress = cluster.topic(progress_topic(cluster.name))
+    ensure_topics(conf, {cluster.topic(v.changelog_topic): 3 for v in (ORDER_COUNTS,
+                                                                         ORDER_COUNTS_1M)})
+    ensure_topics(conf, {progress: 1}, config=PROGRESS_TOPIC_CONFIG)
+    rows = [{"store": s, "type": "GENERAL", "count": i + 1, "revenue": 1.0}
+            for i, s in enumerate(STORES)]
+    produce_rows(cluster.bootstrap, cluster.topic(ORDER_COUNTS.changelog_topic), ORDER_COUNTS,
+                 rows)
+    p = Producer(conf)
+    for key, value in ((b"order_counts", b'{"view": "order_counts", "batches": 1}'),
+                       (b"order_counts_1m", b'{"view": "order_counts_1m", "batches": 2}'),
+                       (b"junk", b"not json")):
+        p.produce(progress, key=key, value=value)
+    assert p.flush(15) == 0
+    ports = [port for port, _ in cluster.nodes(3, app="orders")]
+    cluster.settle(ports, "order_counts")
+    token = cluster.headers
+    mark = hop_mark(cluster.secret)
+
+    # keys: any string through the Python client, with a token scoped to the view
+    scoped_token = mint(cluster.jwt_secret, scope="views:order_counts")
+    with Client([f"127.0.0.1:{ports[0]}"], token=scoped_token) as c:
+        _until("rows materialized", lambda: all(
+            c.get("order_counts", f"{s}|GENERAL") is not None for s in STORES))
+        for i, s in enumerate(STORES):
+            doc = c.get("order_counts", f"{s}|GENERAL")
+            assert doc is not None and doc["key"] == f"{s}|GENERAL", doc
+            assert doc["value"]["count"] == i + 1 and c.last is not None and c.last.hops == 0
+    key = "dir/s1|GENERAL"
+    path = f"/v1/views/order_counts/keys/{quote(key, safe='')}"
+    with httpx.Client(timeout=30, headers=token) as h:
+        hops = set()
+        for port in ports:
+            base = f"http://127.0.0.1:{port}"
+            r = h.get(base + path)
+            assert r.status_code == 200 and r.json()["value"]["count"] == 1, r.text
+            hops.add(r.headers["x-streamiq-hops"])
+            r = h.get(base + path, params={"wait_ms": 1})  # the full route, not the lean path
+            assert r.status_code == 200 and r.json()["key"] == key, r.text
+            for bad in ("%FF", "%ED%A0%80"):  # a stray byte, a lone surrogate
+                for headers in ({}, {"x-streamiq-forwarded": mark}):
+                    r = h.get(f"{base}/v1/views/order_counts/keys/{bad}%7CGENERAL",
+                              headers=headers)
+                    assert r.status_code == 400 and "not valid UTF-8" in r.json()["detail"], \
+                        (bad, headers, r.text)
+            r = h.get(f"{base}/v1/views/order_counts/keys/%EF%BF%BD%7CGENERAL")  # U+FFFD
+            assert r.status_code == 200 and r.json()["value"]["count"] == 3, r.text
+            r = h.get(f"{base}/v1/views/order_counts/keys/")
+            assert r.status_code == 400 and "empty" in r.json()["detail"], r.text
+        assert hops == {"0", "1"}
+        meta = h.get(f"http://127.0.0.1:{ports[0]}/v1/cluster").json()
+    part = ORDER_COUNTS.partition_of(key, 3)
+    owner = int(meta["views"]["order_counts"][str(part)]["assigned"][0].rsplit(":", 1)[1])
+    replies = _wire(owner, mark.encode(), [
+        request_frame(part, 3, path.encode(), cluster.token.encode()),
+        request_frame(part, 3, b"/v1/views/order_counts/keys/%FF%7CGENERAL",
+                      cluster.token.encode())])
+    assert replies[0][0] == 200 and json.loads(replies[0][1])["key"] == key, replies
+    assert replies[1][0] == 400 and b"not valid UTF-8" in replies[1][1], replies
+
+    # metadata: the view-scoped token sees order_counts only; cluster:read everything
+    scoped = {"authorization": f"Bearer {scoped_token}"}
+    ops = {"authorization": f"Bearer {mint(cluster.jwt_secret, scope='cluster:read')}"}
+    both = {"order_counts", "order_counts_1m"}
+    with httpx.Client(timeout=30) as h:
+        for port in ports:
+            base = f"http://127.0.0.1:{port}"
+            _until("progress followed", lambda base=base: set(h.get(
+                f"{base}/v1/pipeline", headers=ops).json()["views"]) == both)
+            views = h.get(f"{base}/v1/views", headers=scoped).json()["views"]
+            assert [v["name"] for v in views] == ["order_counts"]
+            assert {v["name"] for v in h.get(f"{base}/v1/views", headers=ops).json()["views"]} \
+                == both
+            cl = h.get(f"{base}/v1/cluster", headers=scoped).json()
+            assert set(cl["views"]) == {"order_counts"} and "health" not in cl, cl
+            assert all(set(n["partitions"]) <= {"order_counts"} for n in cl["nodes"]), cl
+            cl = h.get(f"{base}/v1/cluster", headers=ops).json()
+            assert set(cl["views"]) == both and "health" in cl and len(cl["nodes"]) == 3
+            snap = h.get(f"{base}/v1/dashboard", headers=scoped).json()
+            assert set(snap["cluster"]["views"]) == set(snap["pipeline"]) == {"order_counts"}
+            assert not {"health", "traffic", "latency"} & set(snap), snap
+            snap = h.get(f"{base}/v1/dashboard", headers=ops).json()
+            assert set(snap["cluster"]["views"]) == set(snap["pipeline"]) == both
+            assert {"health", "traffic", "latency"} <= set(snap)
+            pipe = h.get(f"{base}/v1/pipeline", headers=scoped).json()
+            assert set(pipe["views"]) == {"order_counts"} and "skipped" not in pipe, pipe
+            assert h.get(f"{base}/v1/pipeline", headers=ops).json()["skipped"] >= 1
+            assert h.get(f"{base}/v1/views/order_counts_1m/windows", headers=ops
+                         ).status_code == 403  # cluster:read reads no row

@@ -33,6 +33,7 @@ from streamiq.serving.params import MaxLag, Position, WaitMs
 from streamiq.serving.paths import KEY, PathSegments, restore
 from streamiq.serving.progress import Progress
 from streamiq.serving.queries import query_routes
+from streamiq.serving.visible import cluster_map, seen_views
 from streamiq.supervise import Supervisor
 from streamiq.views.base import ID_PATTERN
 from streamiq.views.catalog import progress_topic
@@ -87,10 +88,12 @@ def _routes(deps: Answers) -> APIRouter:
         return await deps.lookup(request, deps.view("balances"), account, max_lag,
                                  position, wait_ms)
 
-    @r.get("/v1/views", tags=["views"], summary="The views this cluster serves")
-    async def views() -> dict[str, Any]:
+    @r.get("/v1/views", tags=["views"],
+           summary="The views this cluster serves (those the token may see)")
+    async def views(request: Request) -> dict[str, Any]:
+        seen = seen_views(deps.who(request), node.views)
         return {"views": [dict(v.describe(), partitions=node.partitions[v.name])
-                          for v in node.views.values()]}
+                          for v in node.views.values() if seen is None or v.name in seen]}
 
     @r.get("/v1/views/{view}/keys/" + KEY, tags=["views"], summary="Key lookup, from any node")
     async def get_key(request: Request, view: str, key: str, max_lag: MaxLag = None,
@@ -110,10 +113,14 @@ def _routes(deps: Answers) -> APIRouter:
                 "replicas": [e.__dict__ for e in replicas]}
 
     @r.get("/v1/cluster", tags=["metadata"],
-           summary="Nodes, endpoints, partitions each holds and how far behind")
-    async def cluster() -> dict[str, Any]:
-        # health: this node's faults, restarting parts and skipped records (as /health)
-        return {"self": node.endpoint, **node.router.metadata(), "health": node.health()}
+           summary="Nodes, endpoints, partitions each holds and how far behind (of the "
+                   "views the token may see; all of it and health with cluster:read)")
+    async def cluster(request: Request) -> dict[str, Any]:
+        seen = seen_views(deps.who(request), node.views)
+        doc = {"self": node.endpoint, **cluster_map(node.router.metadata(), seen)}
+        if seen is None:  # this node's faults, restarting parts, skipped records (/health)
+            doc["health"] = node.health()
+        return doc
 
     return r
 
@@ -150,6 +157,8 @@ def create_app(settings: Settings, node: Node) -> FastAPI:
     deps = Answers(node, coordinator)
 
     progress = _progress(settings)  # the pipeline's progress, followed while the app runs
+    if hasattr(node, "reads"):  # counted with the node's other topics (a test's fake has none)
+        node.reads["progress"] = progress.skips
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -157,8 +166,6 @@ def create_app(settings: Settings, node: Node) -> FastAPI:
         progress.start()
         try:
             yield
-    if hasattr(node, "reads"):  # counted with the node's other topics (a test's fake has none)
-        node.reads["progress"] = progress.skips
         finally:
             await asyncio.to_thread(progress.stop)
             await coordinator.close()

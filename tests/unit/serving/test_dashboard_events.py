@@ -62,14 +62,15 @@ class _Stream:
     """One client of ``/v1/events``, driven at the ASGI level: it reads until it is
     told to leave, then the server sees the disconnect."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, auth: bytes | None = None) -> None:
         self.messages: list[dict[str, Any]] = []
         self.first = asyncio.Event()
         self.gone = asyncio.Event()
         scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
                  "method": "GET", "scheme": "http", "path": "/v1/events",
                  "raw_path": b"/v1/events", "query_string": b"", "root_path": "",
-                 "headers": [(b"host", b"n")], "client": ("127.0.0.1", 1),
+                 "headers": [(b"host", b"n")] + ([(b"authorization", auth)] if auth else []),
+                 "client": ("127.0.0.1", 1),
                  "server": ("127.0.0.1", 2)}
         self.task = asyncio.create_task(app(scope, self._receive, self._send))
         self._asked = False

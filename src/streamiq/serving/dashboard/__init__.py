@@ -14,6 +14,10 @@ data comes from routes that need a token like every query:
 
 Every open stream sends the same frame: it is built at most once per period, however
 many dashboards are open, so the streams cost the lookup path one snapshot a second.
+
+Each token sees the views it may read only; the node's health, traffic and latency
+need ``cluster:read`` (``views:*`` includes it; ``serving/visible.py``). Streams of
+tokens that see the same views share a frame.
 """
 
 from __future__ import annotations
@@ -29,9 +33,11 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import FileResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 
+from streamiq.auth import Principal
 from streamiq.errors import Overloaded
 from streamiq.serving.answers import Answers
 from streamiq.serving.progress import Progress
+from streamiq.serving.visible import progress_of, seen_views, snapshot_for
 
 __all__ = ["MAX_STREAMS", "PERIOD_S", "dashboard_routes", "mount_page", "snapshot"]
 
@@ -49,15 +55,22 @@ def snapshot(deps: Answers, progress: Progress | None = None) -> dict[str, Any]:
             "pipeline": progress.snapshot() if progress is not None else {}}
 
 
+def _seen(who: Principal, deps: Answers, progress: Progress | None) -> frozenset[str] | None:
+    """The views ``who`` sees among those served here and those the pipeline reports."""
+    reported = progress.snapshot() if progress is not None else {}
+    return seen_views(who, [*deps.node.views, *reported])
+
+
 class _Frames:
-    """The event streams of one node: how many are open, and the frame they all send
-    (rebuilt when older than most of a period)."""
+    """The event streams of one node: how many are open, and the frame they send, one
+    per set of views seen (rebuilt when older than most of a period)."""
 
     def __init__(self, deps: Answers, progress: Progress | None) -> None:
         self.deps, self.progress = deps, progress
         self.open: dict[object, float] = {}  # stream -> when it last sent
-        self._frame = b""
+        self._snap: dict[str, Any] = {}
         self._built = -PERIOD_S
+        self._frames: dict[frozenset[str] | None, bytes] = {}  # views seen -> frame
 
     def admit(self) -> object:
         now = time.monotonic()
@@ -71,12 +84,17 @@ class _Frames:
         self.open[me] = now
         return me
 
-    def frame(self) -> bytes:
+    def frame(self, who: Principal) -> bytes:
         now = time.monotonic()
         if now - self._built >= PERIOD_S * 0.8:
-            doc = json.dumps(snapshot(self.deps, self.progress), separators=(",", ":"))
-            self._frame, self._built = f"data: {doc}\n\n".encode(), now
-        return self._frame
+            self._snap, self._built = snapshot(self.deps, self.progress), now
+            self._frames = {}
+        seen = _seen(who, self.deps, self.progress)
+        frame = self._frames.get(seen)
+        if frame is None:
+            doc = json.dumps(snapshot_for(self._snap, seen), separators=(",", ":"))
+            frame = self._frames[seen] = f"data: {doc}\n\n".encode()
+        return frame
 
 
 def dashboard_routes(deps: Answers, progress: Progress | None = None) -> APIRouter:
@@ -86,22 +104,26 @@ def dashboard_routes(deps: Answers, progress: Progress | None = None) -> APIRout
     frames = _Frames(deps, progress)
 
     @r.get("/v1/dashboard", tags=["ops"], summary="One snapshot of what the dashboard shows")
-    async def one() -> dict[str, Any]:
-        return snapshot(deps, progress)
+    async def one(request: Request) -> dict[str, Any]:
+        return snapshot_for(snapshot(deps, progress), _seen(deps.who(request), deps, progress))
 
     @r.get("/v1/pipeline", tags=["ops"],
            summary="The pipeline's progress per view, as the pipeline publishes it")
-    async def pipeline() -> dict[str, Any]:
-        if progress is None:
-            return {"topic": None, "views": {}, "skipped": 0}
-        return {"topic": progress.topic, "views": progress.snapshot(),
-                "skipped": progress.skipped}
+    async def pipeline(request: Request) -> dict[str, Any]:
+        seen = _seen(deps.who(request), deps, progress)
+        doc: dict[str, Any] = {"topic": None, "views": {}, "skipped": 0}
+        if progress is not None:
+            doc = {"topic": progress.topic, "views": progress_of(progress.snapshot(), seen),
+                   "skipped": progress.skipped}
+        if seen is not None:  # records skipped on the progress topic: cluster-wide
+            del doc["skipped"]
+        return doc
 
     # not in the OpenAPI document: a generated client (or a fuzzer) calling it would
     # read forever
     @r.get("/v1/events", include_in_schema=False)
     async def events(request: Request) -> StreamingResponse:
-        me = frames.admit()
+        me, who = frames.admit(), deps.who(request)
 
         async def stream() -> AsyncIterator[bytes]:
             # ends when the client leaves: Starlette cancels it on the disconnect (or
@@ -109,7 +131,7 @@ def dashboard_routes(deps: Answers, progress: Progress | None = None) -> APIRout
             try:
                 while not await request.is_disconnected():
                     frames.open[me] = time.monotonic()
-                    yield frames.frame()
+                    yield frames.frame(who)
                     await asyncio.sleep(PERIOD_S)
             finally:
                 frames.open.pop(me, None)

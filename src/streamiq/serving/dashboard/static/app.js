@@ -153,8 +153,16 @@ function drawMap(snap, map) {
 function drawTraffic(snap) {
   const body = $("#traffic tbody");
   body.replaceChildren();
+  if (!snap.traffic) {  // the node's traffic is cluster-wide: the token lacks cluster:read
+    const td = cell("this token sees its views only (the node's requests need cluster:read)");
+    td.colSpan = 5;
+    const tr = document.createElement("tr");
+    tr.append(td);
+    body.append(tr);
+    return;
+  }
   $("#latency-note").hidden = Object.keys(snap.latency || {}).length > 0;
-  const dt = previous ? snap.at - previous.at : 0;
+  const dt = previous && previous.traffic ? snap.at - previous.at : 0;
   for (const served of ["local", "forwarded", "fanout"]) {
     const total = snap.traffic[served];
     const rate = dt > 0 ? (total - previous.traffic[served]) / dt : 0;
