@@ -96,17 +96,17 @@ class Settings(BaseSettings):
         description="Heartbeats go to a new membership topic every period, old ones are "
                     "deleted (same on every node; node clocks within a period).",
     )
-    max_lag: int = Field(
-        10_000, ge=0, description="Default max changelog lag (records) a standby may answer with."
-    )
-    wait_timeout_ms: int = Field(
-        5_000, ge=0, le=120_000, description="Default bound for read-your-writes waits."
     max_view_partitions: int = Field(
         256, ge=1, le=100_000, description="A view described on the catalog with more "
         "partitions than this is refused (never served, counted): heartbeats stay bounded.")
     max_views: int = Field(
         64, ge=1, le=10_000, description="Views a node serves from the catalog at most; "
         "descriptions of more are refused and counted.")
+    max_lag: int = Field(
+        10_000, ge=0, description="Default max changelog lag (records) a standby may answer with."
+    )
+    wait_timeout_ms: int = Field(
+        5_000, ge=0, le=120_000, description="Default bound for read-your-writes waits."
     )
     max_waiters: int = Field(
         1_000, ge=1, le=100_000, description="Queries a node holds waiting for a position "
