@@ -181,10 +181,10 @@ class Deployment:
                     assert time.monotonic() < deadline, f"{view} never settled: {meta}"
                     time.sleep(0.2)
 
-    def ingest(self, app: str = "bank") -> tuple[int, Proc]:
+    def ingest(self, app: str = "bank", extra: list[str] | None = None) -> tuple[int, Proc]:
         port = self._free_port()
         p = self._procs("ingest", [*self.common(app), "--ingest-port", str(port),
-                                   *self.auth_flags()],
+                                   *self.auth_flags(), *(extra or [])],
                         name=f"ingest-{port}")
         p.wait_ready(f"http://127.0.0.1:{port}/health", 60)
         return port, p
