@@ -11,9 +11,14 @@ from typing import Any
 
 import httpx
 import pytest
+from changelog import produce_rows
+from topicjunk import JUNK, health, members, produce, reasons, until
 
-from streamiq.kafka.admin import topic_names
-from streamiq.routing.membership import members_topic
+from streamiq.kafka.admin import ensure_topics, topic_names
+from streamiq.routing.epochs import EpochTopics
+from streamiq.routing.membership import SIGNATURE_HEADER, members_topic, sign
+from streamiq.views.bank import BALANCES
+from streamiq.views.catalog import PROGRESS_TOPIC_CONFIG, progress_topic
 
 pytestmark = pytest.mark.integration
 
@@ -54,3 +59,43 @@ def test_nodes_hear_each_other_across_epochs_and_old_topics_go(cluster: Any) -> 
     now_epoch = int(time.time() // PERIOD_S)
     left = sorted(int(t[len(base):]) for t in topic_names(conf) if t.startswith(base))
     assert left and min(left) >= now_epoch - 3, (left, now_epoch)
+
+
+def test_junk_on_the_members_epoch_and_progress_topics_is_skipped_by_reason(
+        cluster: Any) -> None:
+    """Signed junk (it passes the signature, so the parser meets it) on the current and
+    next epochs' members topics, and junk on the progress topic: every node counts
+    each record under a reason, keeps its peers, stays ready and answers."""
+    conf = {"bootstrap.servers": cluster.bootstrap}
+    changelog = cluster.topic(BALANCES.changelog_topic)
+    ensure_topics(conf, {changelog: 3})
+    rows = [{"account": f"a{i}", "balance": i, "count": 1, "last_update": 0} for i in range(30)]
+    produce_rows(cluster.bootstrap, changelog, BALANCES, rows)
+    progress = cluster.topic(progress_topic(cluster.name))
+    ensure_topics(conf, {progress: 1}, config=PROGRESS_TOPIC_CONFIG)
+    ports = [port for port, _ in cluster.nodes(2, "bank")]
+    endpoints = sorted(f"127.0.0.1:{p}" for p in ports)
+    until(lambda: all(members(p) == endpoints for p in ports), "both members seen by both")
+    secret = cluster.secret.encode()
+    epochs = EpochTopics(cluster.topic(members_topic(cluster.name)), 60.0)
+    topics = epochs.ahead(time.time())  # the current and next epochs' (nodes made them)
+    for topic in topics:
+        produce(cluster.bootstrap, topic, JUNK,
+                headers=lambda v: [(SIGNATURE_HEADER, sign(secret, v))])
+    produce(cluster.bootstrap, progress, JUNK)
+
+    def counted(p: int) -> bool:
+        m, g = reasons(p, "membership"), reasons(p, "progress")
+        return (m.get("not_json", 0) >= 2 * 4 and m.get("bad_heartbeat", 0) >= 2
+                and m.get("not_object", 0) >= 2
+                and g.get("too_large", 0) >= 4 and g.get("not_json", 0) >= 1)
+
+    until(lambda: all(counted(p) for p in ports), "every junk record counted by reason",
+          show=lambda: [health(p)["skip_reasons"] for p in ports])
+    for p in ports:
+        doc = health(p)
+        assert doc["ready"] and doc["faults"] == {}, doc  # no part crashed on a record
+        assert members(p) == endpoints
+        for row in rows:
+            r = httpx.get(f"http://127.0.0.1:{p}/v1/views/balances/keys/{row['account']}")
+            assert r.status_code == 200 and r.json()["value"] == row, r.text
