@@ -28,7 +28,8 @@ from typing import Any
 
 import orjson
 
-from streamiq.views.rows import MAX_DEPTH, BadRecord, depth
+from streamiq.kafka.skips import Skip
+from streamiq.views.rows import MAX_DEPTH, depth
 
 __all__ = ["MAX_CLAIMS", "MAX_MARKER_BYTES", "InputEnds", "Offsets", "kafka_ends",
            "parse_marker"]
@@ -49,28 +50,28 @@ _I64 = 1 << 63
 
 
 def parse_marker(raw: bytes | None) -> Offsets:
-    """The input offsets a marker names; BadRecord(``bad_marker``) if it is not one."""
+    """The input offsets a marker names; Skip(``bad_marker``) if it is not one."""
     if raw is None or len(raw) > MAX_MARKER_BYTES:
-        raise BadRecord("bad_marker", "marker empty or larger than "
+        raise Skip("bad_marker", "marker empty or larger than "
                         f"{MAX_MARKER_BYTES} bytes")
     try:
         doc = orjson.loads(raw)  # depth-limited: never a RecursionError
     except orjson.JSONDecodeError as exc:
-        raise BadRecord("bad_marker", f"marker is not JSON: {str(exc)[:80]}") from None
+        raise Skip("bad_marker", f"marker is not JSON: {str(exc)[:80]}") from None
     offsets = doc.get("offsets") if isinstance(doc, dict) else None
     if not isinstance(offsets, dict) or depth(offsets) > MAX_DEPTH:
-        raise BadRecord("bad_marker", "marker without an offsets object")
+        raise Skip("bad_marker", "marker without an offsets object")
     out: Offsets = {}
     if sum(len(po) if isinstance(po, dict) else 1 for po in offsets.values()) > MAX_CLAIMS:
-        raise BadRecord("bad_marker", f"marker names more than {MAX_CLAIMS} partitions")
+        raise Skip("bad_marker", f"marker names more than {MAX_CLAIMS} partitions")
     for t, po in offsets.items():
         if not isinstance(po, dict):
-            raise BadRecord("bad_marker", f"marker offsets of {t[:80]!r} are not an object")
+            raise Skip("bad_marker", f"marker offsets of {t[:80]!r} are not an object")
         cur = out[t] = {}
         for part, off in po.items():
             if not (isinstance(off, int) and not isinstance(off, bool) and 0 <= off < _I64
                     and part.isdigit() and len(part) < 10):
-                raise BadRecord("bad_marker", f"marker offset {t[:80]!r}[{part[:20]!r}] is "
+                raise Skip("bad_marker", f"marker offset {t[:80]!r}[{part[:20]!r}] is "
                                 "not a partition: offset")
             cur[int(part)] = off
     return out
@@ -86,7 +87,7 @@ class InputEnds:
         self.queries = 0
 
     def check(self, offsets: Mapping[str, Mapping[int, int]]) -> None:
-        """Refuse (BadRecord) a marker claiming past an input partition's end or for
+        """Refuse (Skip) a marker claiming past an input partition's end or for
         one that does not exist; Kafka is asked only about partitions not known yet or
         claimed past the end known."""
         claims = {(t, p): o for t, po in offsets.items() for p, o in po.items()}
@@ -98,13 +99,13 @@ class InputEnds:
             self._known(claims, now)
         for tp, o in claims.items():
             if o > self.ends[tp]:
-                raise BadRecord("marker_beyond_end", f"marker claims offset {o} of input "
+                raise Skip("marker_beyond_end", f"marker claims offset {o} of input "
                                 f"partition {tp}, whose end is {self.ends[tp]}"[:200])
 
     def _known(self, claims: Mapping[TP, int], now: float) -> None:
         for tp in claims:
             if self._gone(tp, now):
-                raise BadRecord("marker_unknown_partition",
+                raise Skip("marker_unknown_partition",
                                 f"marker claims input partition {tp} (it does not exist)"[:200])
 
     def _gone(self, tp: TP, now: float) -> bool:
@@ -116,7 +117,7 @@ class InputEnds:
         try:
             got = self._query(tps)
         except Exception as exc:  # Kafka unreachable: the claim cannot be confirmed now
-            raise BadRecord("marker_unverified", f"input ends unknown ({exc!r})") from None
+            raise Skip("marker_unverified", f"input ends unknown ({exc!r})") from None
         if len(self._missing) > _MAX_MISSING:  # forged names: keep the memory bounded
             self._missing = {tp: t for tp, t in self._missing.items() if self._gone(tp, now)}
             if len(self._missing) > _MAX_MISSING:
@@ -128,7 +129,7 @@ class InputEnds:
                 self._missing.pop(tp, None)
                 self.ends[tp] = max(self.ends.get(tp, 0), end)
         if any(tp not in got for tp in tps):
-            raise BadRecord("marker_unverified", "Kafka did not report every input end")
+            raise Skip("marker_unverified", "Kafka did not report every input end")
 
 
 #: librdkafka's codes for a partition or topic that does not exist

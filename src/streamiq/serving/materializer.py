@@ -32,11 +32,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from streamiq.kafka.skips import Skip, Skips
 from streamiq.serving.markers import EndsQuery, InputEnds, kafka_ends, parse_marker
 from streamiq.state.base import Checkpoint, Store
 from streamiq.supervise import Supervisor
 from streamiq.views.base import MARKER_HEADER, View
-from streamiq.views.rows import BadRecord, check_row
+from streamiq.views.rows import check_row
 
 __all__ = ["FAULT_ENV", "Materializer", "PartitionState"]
 
@@ -96,8 +97,7 @@ class Materializer:
         #: view -> changelog partitions: a row in another partition than its key's is
         #: skipped (a view missing here is not checked)
         self.partitions = dict(partitions or {})
-        self.skipped = 0  # changelog records skipped, in all
-        self.skips: Counter[tuple[str, str]] = Counter()  # (view, reason) -> skipped
+        self._skips: dict[str, Skips] = {}  # per view (a log line at the 1st, 2nd, 4th...)
         self.ends = InputEnds(input_ends or kafka_ends(kafka_conf))
         #: changelog records fetched since this node started, per view (a restore from
         #: a checkpoint reads only what came after it; from empty, after compaction,
@@ -236,7 +236,7 @@ class Materializer:
                     self._decode(m, view, puts, position)
                 except InjectedFault:
                     raise
-                except BadRecord as exc:
+                except Skip as exc:
                     self._skip(view, p, m.offset(), exc.reason, exc)
                 except Exception as exc:  # a record no check foresaw: still never fatal
                     self._skip(view, p, m.offset(), "undecodable", exc)
@@ -248,12 +248,21 @@ class Materializer:
             self.on_apply()
 
     def _skip(self, view: str, p: int, offset: int, reason: str, exc: Exception) -> None:
-        self.skipped += 1
-        self.skips[(view, reason)] += 1
-        if self.skipped & (self.skipped - 1) == 0:  # 1st, 2nd, 4th, 8th...: rate-limited
-            log.warning("%s partition %d offset %d: skipped a changelog record (%s: %s; "
-                        "%d skipped so far)", view, p, offset, reason, str(exc)[:200],
-                        self.skipped)
+        skips = self._skips.get(view)
+        if skips is None:
+            skips = self._skips[view] = Skips(log, f"{view} changelog record")
+        skips.skip(reason, f"partition {p} offset {offset}: {str(exc)[:200]}")
+
+    @property
+    def skipped(self) -> int:
+        """Changelog records skipped, in all."""
+        return sum(s.total for s in list(self._skips.values()))
+
+    @property
+    def skips(self) -> Counter[tuple[str, str]]:
+        """Changelog records skipped, by (view, reason)."""
+        return Counter({(view, reason): n for view, s in list(self._skips.items())
+                        for reason, n in s.reasons.items()})
 
     def _decode(self, m: Any, view: str, puts: list[tuple[bytes, bytes | None]],
                 position: dict[str, dict[int, int]]) -> None:

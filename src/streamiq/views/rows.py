@@ -2,7 +2,8 @@
 
 A serving node trusts no changelog record (anyone who can write the topic can write
 one). :func:`check_row` turns a record into what the store holds, or raises
-:class:`BadRecord` naming a *reason* (a metric label: one of :data:`REASONS`):
+:class:`~streamiq.kafka.skips.Skip` naming a *reason* (a metric label, one of
+:data:`REASONS`):
 
 * the value is at most :data:`MAX_RECORD_BYTES`, exactly one JSON object (strict: no
   trailing content, NaN or invalid UTF-8, since answers paste stored rows into their
@@ -27,9 +28,10 @@ from typing import Any
 import orjson
 
 from streamiq.kafka.partitioner import partition_for
+from streamiq.kafka.skips import Skip
 from streamiq.views.base import KEY_SEP, View, store_key
 
-__all__ = ["MAX_DEPTH", "MAX_RECORD_BYTES", "REASONS", "BadRecord", "check_row", "depth"]
+__all__ = ["MAX_DEPTH", "MAX_RECORD_BYTES", "REASONS", "check_row", "depth", "fits"]
 
 #: changelog records larger than this are skipped (a row is pasted whole into answers)
 MAX_RECORD_BYTES = 4 << 20
@@ -43,14 +45,6 @@ REASONS = ("too_large", "not_json", "too_deep", "no_key", "bad_key", "wrong_part
            "missing_column", "key_mismatch", "wrong_type", "bad_window", "bad_marker",
            "marker_beyond_end", "marker_unknown_partition", "marker_unverified",
            "undecodable")
-
-
-class BadRecord(ValueError):
-    """A changelog record that is not stored (skipped and counted under ``reason``)."""
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(detail)
-        self.reason = reason
 
 
 def depth(doc: Any) -> int:
@@ -113,17 +107,17 @@ def _key_text(v: Any) -> str | None:
 
 def _parse(value: bytes) -> dict[str, Any]:
     if len(value) > MAX_RECORD_BYTES:
-        raise BadRecord("too_large", f"row value is {len(value)} bytes, more than "
+        raise Skip("too_large", f"row value is {len(value)} bytes, more than "
                         f"{MAX_RECORD_BYTES}")
     try:
         row = orjson.loads(value)  # orjson stops at 1024 levels: never a RecursionError
     except orjson.JSONDecodeError as exc:
-        raise BadRecord("not_json", f"row value is not JSON: {str(exc)[:80]}") from None
+        raise Skip("not_json", f"row value is not JSON: {str(exc)[:80]}") from None
     if not isinstance(row, dict):
-        raise BadRecord("not_json", f"row value is not a JSON object but "
+        raise Skip("not_json", f"row value is not a JSON object but "
                         f"{type(row).__name__}")
     if depth(row) > MAX_DEPTH:
-        raise BadRecord("too_deep", f"row value nests deeper than {MAX_DEPTH}")
+        raise Skip("too_deep", f"row value nests deeper than {MAX_DEPTH}")
     return row
 
 
@@ -131,26 +125,26 @@ def _check_key(view: View, text: str, row: Mapping[str, Any]) -> None:
     texts = []
     for c in view.key_columns:
         if c not in row:
-            raise BadRecord("missing_column", f"row without its key column {c!r}")
+            raise Skip("missing_column", f"row without its key column {c!r}")
         texts.append(_key_text(row[c]))
     if all(t is not None for t in texts) and KEY_SEP.join(texts) != text:  # type: ignore[arg-type]
-        raise BadRecord("key_mismatch", f"row key {text[:80]!r} is not its key columns "
+        raise Skip("key_mismatch", f"row key {text[:80]!r} is not its key columns "
                         f"{[row[c] for c in view.key_columns]!r}"[:200])
 
 
 def _check_types(view: View, row: Mapping[str, Any]) -> None:
     for c, t in view.types.items():
         if c in row and not fits(t, row[c]):
-            raise BadRecord("wrong_type", f"column {c!r} is {t}, got {row[c]!r}"[:200])
+            raise Skip("wrong_type", f"column {c!r} is {t}, got {row[c]!r}"[:200])
 
 
 def _window_start(row: Mapping[str, Any]) -> int:
     w, end = row.get("window_start"), row.get("window_end")
     if not _is_int(w):
-        raise BadRecord("bad_window", f"windowed row without an integer window_start: "
+        raise Skip("bad_window", f"windowed row without an integer window_start: "
                         f"{w!r}"[:200])
     if end is not None and not (_is_int(end) and end > w):
-        raise BadRecord("bad_window", f"window_end {end!r} is not an integer after "
+        raise Skip("bad_window", f"window_end {end!r} is not an integer after "
                         f"window_start {w}"[:200])
     return int(w)  # type: ignore[arg-type]
 
@@ -158,21 +152,21 @@ def _window_start(row: Mapping[str, Any]) -> int:
 def check_row(view: View, key: bytes | None, value: bytes | None, partition: int,
               partitions: int | None) -> tuple[bytes, bytes | None]:
     """The store's ``(key, value)`` for a changelog row read from ``partition`` (of
-    ``partitions``; None: not checked), value None for a tombstone; BadRecord if the
+    ``partitions``; None: not checked), value None for a tombstone; Skip if the
     record is not a row of ``view``. The value is stored as it came (not re-encoded:
     orjson would turn integers past 64 bits into floats, a ``decimal(38)`` sum)."""
     if key is None:
-        raise BadRecord("no_key", "row without a key")
+        raise Skip("no_key", "row without a key")
     try:
         text = key.decode()
     except UnicodeDecodeError:
-        raise BadRecord("bad_key", "row key is not UTF-8") from None
+        raise Skip("bad_key", "row key is not UTF-8") from None
     if partitions is not None and partition_for(key, partitions) != partition:
-        raise BadRecord("wrong_partition", f"key {text[:80]!r} belongs to partition "
+        raise Skip("wrong_partition", f"key {text[:80]!r} belongs to partition "
                         f"{partition_for(key, partitions)}, not {partition}")
     if value is None:
         if view.windowed:
-            raise BadRecord("bad_window", "windowed row without a value")
+            raise Skip("bad_window", "windowed row without a value")
         return key, None  # a tombstone: the row is gone
     row = _parse(value)
     _check_key(view, text, row)

@@ -6,13 +6,13 @@ import json
 
 import pytest
 
+from streamiq.kafka.skips import Skip
 from streamiq.serving.markers import MAX_CLAIMS, InputEnds, parse_marker
 from streamiq.views.base import marker_value
-from streamiq.views.rows import BadRecord
 
 
 def _reason(raw: bytes | None) -> str:
-    with pytest.raises(BadRecord) as err:
+    with pytest.raises(Skip) as err:
         parse_marker(raw)
     return err.value.reason
 
@@ -54,7 +54,7 @@ class Kafka:
 
 
 def _refused(ends: InputEnds, claims: dict[str, dict[int, int]]) -> str:
-    with pytest.raises(BadRecord) as err:
+    with pytest.raises(Skip) as err:
         ends.check(claims)
     return err.value.reason
 

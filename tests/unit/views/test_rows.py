@@ -8,11 +8,12 @@ from typing import Any
 import pytest
 
 from streamiq.kafka.partitioner import partition_for
+from streamiq.kafka.skips import Skip
 from streamiq.views.bank import BALANCES
 from streamiq.views.base import MARKER_KEY, View, store_key
 from streamiq.views.catalog import ViewSpec
 from streamiq.views.orders import ORDER_COUNTS, ORDER_COUNTS_1M
-from streamiq.views.rows import MAX_DEPTH, MAX_RECORD_BYTES, BadRecord, check_row, fits
+from streamiq.views.rows import MAX_DEPTH, MAX_RECORD_BYTES, check_row, fits
 
 P = 3
 
@@ -27,7 +28,7 @@ def _check(view: View, key: str | bytes | None, row: Any, partition: int | None 
 
 def _reason(view: View, key: str | bytes | None, row: Any, partition: int | None = None
             ) -> str:
-    with pytest.raises(BadRecord) as err:
+    with pytest.raises(Skip) as err:
         _check(view, key, row, partition)
     return err.value.reason
 
