@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 from changelog import produce_rows
+from topicjunk import health, members, reasons, until
 
 from streamiq.kafka.admin import ensure_topics
 from streamiq.routing.epochs import EpochTopics
@@ -96,3 +97,53 @@ def test_forged_heartbeats_claim_nothing_and_draw_no_connection(cluster: Any) ->
         forger.join(10)
         listener.close()
     assert listener.connections == 0
+
+
+def _capture(bootstrap: str, topic: str, endpoint: str) -> tuple[bytes, list[Any]]:
+    """A heartbeat ``endpoint`` signed and sent (not its goodbye), read off ``topic``."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "capture",
+                  "enable.auto.commit": False})
+    try:
+        c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            for m in c.consume(100, 0.5):
+                if (not m.error() and m.key() == endpoint.encode()
+                        and not json.loads(m.value())["leaving"]):
+                    return m.value(), list(m.headers() or [])
+    finally:
+        c.close()
+    raise AssertionError(f"no heartbeat of {endpoint} on {topic}")
+
+
+def test_a_replayed_heartbeat_does_not_bring_a_dead_node_back(cluster: Any) -> None:
+    """A real node's signed heartbeat, captured off the members topic and produced again
+    after the node was killed, is refused and counted: the dead node stays out of
+    routing (today the replay makes it a member again, and queries go to it)."""
+    from confluent_kafka import Producer
+
+    ensure_topics({"bootstrap.servers": cluster.bootstrap},
+                  {cluster.topic(BALANCES.changelog_topic): 3})
+    nodes = cluster.nodes(3, "bank")
+    ports = [p for p, _ in nodes]
+    endpoints = sorted(f"127.0.0.1:{p}" for p in ports)
+    until(lambda: all(members(p) == endpoints for p in ports), "3 members seen by all")
+    (dead_port, dead), survivors = nodes[0], ports[1:]
+    topics = EpochTopics(cluster.topic(members_topic(cluster.name)), 60.0)
+    value, headers = _capture(cluster.bootstrap, topics.publish(time.time()),
+                              f"127.0.0.1:{dead_port}")
+    dead.kill()  # SIGKILL: no goodbye
+    gone = sorted(f"127.0.0.1:{p}" for p in survivors)
+    until(lambda: all(members(p) == gone for p in survivors), "the killed node dropped")
+    before = {p: reasons(p, "membership").get("replayed", 0) for p in survivors}
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 0})
+    producer.produce(topics.publish(time.time()), key=f"127.0.0.1:{dead_port}".encode(),
+                     value=value, headers=headers)
+    assert producer.flush(10) == 0
+    until(lambda: all(reasons(p, "membership").get("replayed", 0) > before[p]
+                      for p in survivors), "the replay refused by every survivor",
+          show=lambda: [health(p)["skip_reasons"] for p in survivors])
+    for p in survivors:  # heard and refused: it made no member
+        assert members(p) == gone, p
