@@ -66,8 +66,8 @@ __all__ = ["MAX_HEARTBEAT_BYTES", "MAX_SKEW_S", "SIGNATURE_HEADER", "BadHeartbea
 log = logging.getLogger("streamiq.membership")
 
 _SELF_TTL = 0.05  # seconds this node's own report may be reused by live()
-#: signed heartbeats sent further than this from a receiver's clock are refused (at
-#: most the membership period: clocks must agree within it anyway)
+#: signed heartbeats sent further than this from a receiver's clock are refused (node
+#: clocks agree far closer under NTP; delivery delays under load stay far below)
 MAX_SKEW_S = 30.0
 
 
@@ -99,7 +99,7 @@ class Membership:
         self._clock = clock  # seconds, monotonic (a test moves it by hand)
         self._wall = wall  # seconds since the Unix epoch: heartbeats' sent_at
         self._secret = secret  # heartbeats are signed and checked with it (None: not)
-        self._fresh = Freshness(min(period_s, MAX_SKEW_S), require=secret is not None)
+        self._fresh = Freshness(MAX_SKEW_S, require=secret is not None)
         self._seq = 0  # heartbeats sent by this incarnation
         self.topics = EpochTopics(topic, period_s)
         self.endpoint = endpoint
