@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from streamiq.kafka.skips import Skip
 from streamiq.views.catalog import ViewSpec, catalog_topic, incompatibility
 
 SPEC = ViewSpec(name="page_views", key_columns=(("user_id", "string"),),
@@ -86,3 +87,29 @@ def test_to_view_needs_no_user_code() -> None:
 
 def test_catalog_topic_is_per_cluster() -> None:
     assert catalog_topic("prod") == "_streamiq-prod-catalog"
+
+
+@pytest.mark.parametrize(("change", "reason"), [
+    ({"changelog_topic": "x" * 250}, "bad_name"),
+    ({"changelog_topic": "a b"}, "bad_name"),
+    ({"name": "v" * 300}, "bad_name"),
+    ({"key_columns": [{"name": "k\n", "type": "string"}]}, "bad_name"),
+    ({"value_columns": [{"name": "c", "type": "t" * 2000}]}, "bad_name"),
+    ({"value_columns": [{"name": f"c{i}", "type": "int"} for i in range(512)]},
+     "too_many_columns"),
+    ({"description": "d" * 5000}, "too_large"),
+    ({"window": "w" * 5000}, "too_large"),
+    ({"version": [1]}, "bad_version"),
+    ({"partitions": 0.5}, "bad_spec"),
+])
+def test_claims_out_of_bounds_are_refused_with_a_reason(change: dict, reason: str) -> None:
+    raw = json.dumps({**json.loads(SPEC.to_json()), **change}).encode()
+    with pytest.raises(Skip) as err:
+        ViewSpec.from_json(raw)
+    assert err.value.reason == reason
+
+
+def test_any_bytes_decode_to_a_spec_or_a_skip() -> None:
+    for raw in (b"[" * 100_000, b"\xff", b"", b"1e999999", b"9" * 10_000, b"x" * (300 << 10)):
+        with pytest.raises(Skip):
+            ViewSpec.from_json(raw)
