@@ -7,27 +7,26 @@ without asking anyone.
 
 from __future__ import annotations
 
+import struct
+
 __all__ = ["murmur2", "partition_for"]
 
 _M = 0x5BD1E995
 _MASK = 0xFFFFFFFF
+_U32 = struct.Struct("<I")
 
 
 def murmur2(data: bytes) -> int:
     """32-bit murmur2 with Kafka's seed, returned as a signed int like Java's."""
     length = len(data)
     h = (0x9747B28C ^ length) & _MASK
-    n4 = length // 4
-    for i in range(n4):
-        j = i * 4
-        k = data[j] | (data[j + 1] << 8) | (data[j + 2] << 16) | (data[j + 3] << 24)
+    tail = length & ~3
+    # 4-byte little-endian blocks unpacked in C: nodes hash every changelog row they apply
+    for (k,) in _U32.iter_unpack(data[:tail]):
         k = (k * _M) & _MASK
         k ^= k >> 24
-        k = (k * _M) & _MASK
-        h = (h * _M) & _MASK
-        h ^= k
-    rest = length % 4
-    tail = n4 * 4
+        h = ((h * _M) ^ ((k * _M) & _MASK)) & _MASK
+    rest = length & 3
     if rest == 3:
         h ^= data[tail + 2] << 16
     if rest >= 2:

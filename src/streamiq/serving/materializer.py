@@ -37,7 +37,7 @@ from streamiq.serving.markers import EndsQuery, InputEnds, kafka_ends, parse_mar
 from streamiq.state.base import Checkpoint, Store
 from streamiq.supervise import Supervisor
 from streamiq.views.base import MARKER_HEADER, View
-from streamiq.views.rows import check_row
+from streamiq.views.rows import RowCheck
 
 __all__ = ["FAULT_ENV", "Materializer", "PartitionState"]
 
@@ -98,6 +98,7 @@ class Materializer:
         #: skipped (a view missing here is not checked)
         self.partitions = dict(partitions or {})
         self._skips: dict[str, Skips] = {}  # per view (a log line at the 1st, 2nd, 4th...)
+        self._checks: dict[str, RowCheck] = {}  # per view, made when its first row comes
         self.ends = InputEnds(input_ends or kafka_ends(kafka_conf))
         #: changelog records fetched since this node started, per view (a restore from
         #: a checkpoint reads only what came after it; from empty, after compaction,
@@ -146,6 +147,7 @@ class Materializer:
             self._topic_view = {**self._topic_view, topic: view.name}
             if partitions is not None:
                 self.partitions = {**self.partitions, view.name: partitions}
+            self._checks.pop(view.name, None)
 
     def want(self, wanted: set[tuple[str, int]]) -> None:
         """Set the (view, partition) pairs to materialise; applied at the next poll."""
@@ -280,8 +282,10 @@ class Materializer:
         if self._fault is not None and key == self._fault[0] and self._fault[1] != 0:
             self._fault = (self._fault[0], self._fault[1] - 1)
             raise InjectedFault(f"{FAULT_ENV}: injected fault on key {key!r}")
-        puts.append(check_row(self.views[view], key, m.value(), m.partition(),
-                              self.partitions.get(view)))
+        check = self._checks.get(view)
+        if check is None:
+            check = self._checks[view] = RowCheck(self.views[view], self.partitions.get(view))
+        puts.append(check(key, m.value(), m.partition()))
 
     def _rebuild(self, view: str, p: int, st: PartitionState, seen: int) -> None:
         log.warning("%s partition %d: changelog restarted (offset %d is below checkpoint %d); "

@@ -31,7 +31,8 @@ from streamiq.kafka.partitioner import partition_for
 from streamiq.kafka.skips import Skip
 from streamiq.views.base import KEY_SEP, View, store_key
 
-__all__ = ["MAX_DEPTH", "MAX_RECORD_BYTES", "REASONS", "check_row", "depth", "fits"]
+__all__ = ["MAX_DEPTH", "MAX_RECORD_BYTES", "REASONS", "RowCheck", "check_row", "depth",
+           "fits"]
 
 #: changelog records larger than this are skipped (a row is pasted whole into answers)
 MAX_RECORD_BYTES = 4 << 20
@@ -61,12 +62,17 @@ def depth(doc: Any) -> int:
     return deepest
 
 
+# type(v) is ...: exact JSON types (bool is an int subclass), and quick: every row's
+# every column goes through these
+
+
 def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and -_I64 <= v < _I64
+    return type(v) is int and -_I64 <= v < _I64
 
 
 def _is_number(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+    t = type(v)
+    return t is int or (t is float and math.isfinite(v))
 
 
 _SCALARS: dict[str, Callable[[Any], bool]] = {
@@ -74,79 +80,122 @@ _SCALARS: dict[str, Callable[[Any], bool]] = {
                      "byte", "timestamp", "timestamp_ntz"), _is_int),
     **dict.fromkeys(("float", "double", "real", "decimal"), _is_number),
     **dict.fromkeys(("string", "varchar", "char", "date", "binary"),
-                    lambda v: isinstance(v, str)),
-    "boolean": lambda v: isinstance(v, bool),
-    "array": lambda v: isinstance(v, list),
-    "map": lambda v: isinstance(v, dict),
-    "struct": lambda v: isinstance(v, dict),
+                    lambda v: type(v) is str),
+    "boolean": lambda v: type(v) is bool,
+    "array": lambda v: type(v) is list,
+    "map": lambda v: type(v) is dict,
+    "struct": lambda v: type(v) is dict,
 }
+
+
+def _checker(spark_type: str) -> Callable[[Any], bool] | None:
+    """The check of a non-null JSON value of ``spark_type`` (None: anything goes)."""
+    base = spark_type.strip().lower().split("(", 1)[0].split("<", 1)[0].strip()
+    return _SCALARS.get(base)
 
 
 def fits(spark_type: str, v: Any) -> bool:
     """Whether JSON value ``v`` is what the sink writes for ``spark_type`` (a Spark
     simple string such as ``bigint``, ``decimal(38,0)``, ``array<string>``); null fits
     any type, an unknown type takes anything."""
-    if v is None:
-        return True
-    base = spark_type.strip().lower().split("(", 1)[0].split("<", 1)[0].strip()
-    check = _SCALARS.get(base)
-    return check is None or check(v)
+    check = _checker(spark_type)
+    return v is None or check is None or check(v)
 
 
 def _key_text(v: Any) -> str | None:
     """The key text the sink writes for a key column's value (Arrow's cast to string),
     None where it cannot be told from the JSON value (floats, dates, decimals...)."""
+    t = type(v)
+    if t is str:
+        return v
+    if t is int:
+        return str(v)
     if v is None:
         return ""
-    if isinstance(v, bool):
+    if t is bool:
         return "true" if v else "false"
-    if isinstance(v, str | int):
-        return str(v)
     return None
 
 
 def _parse(value: bytes) -> dict[str, Any]:
     if len(value) > MAX_RECORD_BYTES:
         raise Skip("too_large", f"row value is {len(value)} bytes, more than "
-                        f"{MAX_RECORD_BYTES}")
+                   f"{MAX_RECORD_BYTES}")
     try:
         row = orjson.loads(value)  # orjson stops at 1024 levels: never a RecursionError
     except orjson.JSONDecodeError as exc:
         raise Skip("not_json", f"row value is not JSON: {str(exc)[:80]}") from None
     if not isinstance(row, dict):
-        raise Skip("not_json", f"row value is not a JSON object but "
-                        f"{type(row).__name__}")
-    if depth(row) > MAX_DEPTH:
-        raise Skip("too_deep", f"row value nests deeper than {MAX_DEPTH}")
+        raise Skip("not_json", f"row value is not a JSON object but {type(row).__name__}")
+    for v in row.values():  # flat rows (the usual) need no walk
+        if type(v) is dict or type(v) is list:
+            if depth(row) > MAX_DEPTH:
+                raise Skip("too_deep", f"row value nests deeper than {MAX_DEPTH}")
+            break
     return row
-
-
-def _check_key(view: View, text: str, row: Mapping[str, Any]) -> None:
-    texts = []
-    for c in view.key_columns:
-        if c not in row:
-            raise Skip("missing_column", f"row without its key column {c!r}")
-        texts.append(_key_text(row[c]))
-    if all(t is not None for t in texts) and KEY_SEP.join(texts) != text:  # type: ignore[arg-type]
-        raise Skip("key_mismatch", f"row key {text[:80]!r} is not its key columns "
-                        f"{[row[c] for c in view.key_columns]!r}"[:200])
-
-
-def _check_types(view: View, row: Mapping[str, Any]) -> None:
-    for c, t in view.types.items():
-        if c in row and not fits(t, row[c]):
-            raise Skip("wrong_type", f"column {c!r} is {t}, got {row[c]!r}"[:200])
 
 
 def _window_start(row: Mapping[str, Any]) -> int:
     w, end = row.get("window_start"), row.get("window_end")
     if not _is_int(w):
         raise Skip("bad_window", f"windowed row without an integer window_start: "
-                        f"{w!r}"[:200])
+                   f"{w!r}"[:200])
     if end is not None and not (_is_int(end) and end > w):
         raise Skip("bad_window", f"window_end {end!r} is not an integer after "
-                        f"window_start {w}"[:200])
+                   f"window_start {w}"[:200])
     return int(w)  # type: ignore[arg-type]
+
+
+class RowCheck:
+    """:func:`check_row` for one view, its column checks resolved once (a node checks
+    every changelog record it applies)."""
+
+    def __init__(self, view: View, partitions: int | None) -> None:
+        self.view = view
+        self.partitions = partitions
+        self._windowed = view.windowed
+        self._keys = view.key_columns
+        self._types = [(c, t, f) for c, t in view.types.items()
+                       if (f := _checker(t)) is not None]
+
+    def __call__(self, key: bytes | None, value: bytes | None, partition: int
+                 ) -> tuple[bytes, bytes | None]:
+        if key is None:
+            raise Skip("no_key", "row without a key")
+        try:
+            text = key.decode()
+        except UnicodeDecodeError:
+            raise Skip("bad_key", "row key is not UTF-8") from None
+        if self.partitions is not None:
+            right = partition_for(key, self.partitions)
+            if right != partition:
+                raise Skip("wrong_partition", f"key {text[:80]!r} belongs to partition "
+                           f"{right}, not {partition}")
+        if value is None:
+            if self._windowed:
+                raise Skip("bad_window", "windowed row without a value")
+            return key, None  # a tombstone: the row is gone
+        row = _parse(value)
+        self._check_key(text, row)
+        for c, t, check in self._types:
+            v = row.get(c)
+            if v is not None and not check(v):
+                raise Skip("wrong_type", f"column {c!r} is {t}, got {v!r}"[:200])
+        if self._windowed:
+            return store_key(text, _window_start(row)), value
+        return key, value
+
+    def _check_key(self, text: str, row: Mapping[str, Any]) -> None:
+        if len(self._keys) == 1 and row.get(self._keys[0]) == text:
+            return  # one text key column: the usual case, at once
+        texts = []
+        for c in self._keys:
+            if c not in row:
+                raise Skip("missing_column", f"row without its key column {c!r}")
+            texts.append(_key_text(row[c]))
+        if None not in texts and KEY_SEP.join(texts) != text:  # type: ignore[arg-type]
+            raise Skip("key_mismatch", f"row key {text[:80]!r} is not its key columns "
+                       f"{[row[c] for c in self._keys]!r}"[:200])
 
 
 def check_row(view: View, key: bytes | None, value: bytes | None, partition: int,
@@ -155,22 +204,4 @@ def check_row(view: View, key: bytes | None, value: bytes | None, partition: int
     ``partitions``; None: not checked), value None for a tombstone; Skip if the
     record is not a row of ``view``. The value is stored as it came (not re-encoded:
     orjson would turn integers past 64 bits into floats, a ``decimal(38)`` sum)."""
-    if key is None:
-        raise Skip("no_key", "row without a key")
-    try:
-        text = key.decode()
-    except UnicodeDecodeError:
-        raise Skip("bad_key", "row key is not UTF-8") from None
-    if partitions is not None and partition_for(key, partitions) != partition:
-        raise Skip("wrong_partition", f"key {text[:80]!r} belongs to partition "
-                        f"{partition_for(key, partitions)}, not {partition}")
-    if value is None:
-        if view.windowed:
-            raise Skip("bad_window", "windowed row without a value")
-        return key, None  # a tombstone: the row is gone
-    row = _parse(value)
-    _check_key(view, text, row)
-    _check_types(view, row)
-    if view.windowed:
-        return store_key(text, _window_start(row)), value
-    return key, value
+    return RowCheck(view, partitions)(key, value, partition)

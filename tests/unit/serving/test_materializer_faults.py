@@ -27,6 +27,7 @@ from streamiq.supervise import Supervisor
 from streamiq.views.bank import BALANCES
 from streamiq.views.base import MARKER_HEADER, MARKER_KEY, load_app, store_key
 from streamiq.views.orders import ORDER_COUNTS_1M
+from streamiq.views.rows import RowCheck
 
 TOPIC = {"balances": "cl-b", "order_counts_1m": "cl-w"}
 
@@ -243,7 +244,7 @@ def test_poison_records_are_skipped_by_reason_and_never_stop_the_loop(
     def broken(*_: Any) -> Any:
         raise KeyError("surprise")
 
-    monkeypatch.setattr("streamiq.serving.materializer.check_row", broken)
+    monkeypatch.setattr(RowCheck, "__call__", broken)
     log.append(b, good, b"a1", _row("a1", 2))
     m.apply(log.records[(b, good)][-1:])
     assert m.skips[("balances", "undecodable")] == 1
