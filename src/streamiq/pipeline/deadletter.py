@@ -232,9 +232,9 @@ class DeadLetters:
             self._writer = DeadLetterWriter(self.kafka, self.topic)
         table = self._bad_records(start, end)
         rows = table.to_pylist()  # strings are Spark's own (valid UTF-8); key/value bytes
-        letters = [(r["reason"], build(r["reason"], self.view.name, r["topic"], r["partition"],
-                                       r["offset"], r["timestamp"], r["key"], r["value"],
-                                       self._writer.max_bytes)) for r in rows]
+        letters = [(why, build(why, self.view.name, r["topic"], r["partition"], r["offset"],
+                               r["timestamp"], r["key"], r["value"], self._writer.max_bytes))
+                   for r in rows for why in [r["reason"] or "invalid"]]
         self._writer.write(letters)
         with self._lock:
             self.written += len(letters)
