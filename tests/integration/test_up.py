@@ -68,15 +68,20 @@ def _restart_line(part: str) -> str:
             rf"restarting in [\d.]+ s \(restart \d+\)$")
 
 
+def _write_and_see(up: Up, amounts: dict[str, int]) -> None:
+    """Write each account's amount through ingest; wait until every node shows them."""
+    with httpx.Client(headers=HEADERS, base_url=f"http://127.0.0.1:{up.ingest_port}",
+                      timeout=30) as c:
+        for account, amount in amounts.items():
+            post_json(c, f"/account/{account}", params={"amount": amount})
+    for port in up.node_ports:
+        until(lambda port=port: exact(port, amounts), CONVERGE_S, "balances visible")
+
+
 def test_sigkill_of_a_node_is_restarted_while_the_others_answer(up: Up) -> None:
     rng = random.Random(1)
     expected = {f"n-{i}": rng.randint(1, 1000) for i in range(60)}
-    with httpx.Client(headers=HEADERS, base_url=f"http://127.0.0.1:{up.ingest_port}",
-                      timeout=30) as c:
-        for account, amount in expected.items():
-            post_json(c, f"/account/{account}", params={"amount": amount})
-    for port in up.node_ports:
-        until(lambda port=port: exact(port, expected), CONVERGE_S, "balances visible")
+    _write_and_see(up, expected)
 
     victim = up.node_ports[1]
     survivors = [p for p in up.node_ports if p != victim]
@@ -335,12 +340,7 @@ def test_a_crash_looping_part_is_retried_with_capped_backoff_while_the_others_an
     for ever, 1 s doubling to 30 s, while every node keeps answering; ``streamiq status``
     shows it crash-looping; freed, it comes back."""
     expected = {f"c-{i}": i + 1 for i in range(30)}
-    with httpx.Client(headers=HEADERS, base_url=f"http://127.0.0.1:{up.ingest_port}",
-                      timeout=30) as c:
-        for account, amount in expected.items():
-            post_json(c, f"/account/{account}", params={"amount": amount})
-    for port in up.node_ports:
-        until(lambda port=port: exact(port, expected), CONVERGE_S, "balances visible")
+    _write_and_see(up, expected)
     offset = len(up.log())
     stop = threading.Event()
     os.kill(up.child("ingest"), signal.SIGKILL)
@@ -379,9 +379,7 @@ def test_a_crash_looping_part_is_retried_with_capped_backoff_while_the_others_an
         holder.join(10)
     up.wait_for(r"^streamiq: ingest ready again \(http://127\.0\.0\.1:\d+\) after restart "
                 r"\d+$", 120, offset)
-    with httpx.Client(headers=HEADERS, timeout=30) as c:
-        post_json(c, f"http://127.0.0.1:{up.ingest_port}/account/c-back", params={"amount": 7})
-    until(lambda: exact(up.node_ports[0], {"c-back": 7}), CONVERGE_S, "a write after it")
+    _write_and_see(up, {"c-back": 7})  # and takes writes again
 
 
 def test_the_demo_token_comes_with_all_parts_ready_and_token_mints_scoped_ones(
@@ -403,9 +401,7 @@ def test_the_demo_token_comes_with_all_parts_ready_and_token_mints_scoped_ones(
         env=env, capture_output=True, text=True, timeout=60)
     assert minted.returncode == 0, minted.stderr
     bearer = {"authorization": f"Bearer {minted.stdout.strip()}"}
-    with httpx.Client(headers=HEADERS, timeout=30) as c:
-        post_json(c, f"http://127.0.0.1:{up.ingest_port}/account/t-1", params={"amount": 5})
-    until(lambda: exact(up.node_ports[1], {"t-1": 5}), CONVERGE_S, "t-1 visible")
+    _write_and_see(up, {"t-1": 5})
     node = f"http://127.0.0.1:{up.node_ports[1]}"
     r = httpx.get(f"{node}/v1/views/balances/keys/t-1", headers=bearer, timeout=30)
     assert r.status_code == 200 and r.json()["value"]["balance"] == 5, r.text
