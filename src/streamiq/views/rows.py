@@ -10,8 +10,9 @@ one). :func:`check_row` turns a record into what the store holds, or raises
   JSON) nested at most :data:`MAX_DEPTH` deep;
 * the key is UTF-8 and in the partition it was read from (Kafka's murmur2 over the key,
   as the sink writes it), so no row is held, scanned or aggregated twice;
-* every key column is in the row, and the key is those columns joined by ``|`` (when
-  their text is known: strings, integers, booleans, nulls);
+* every key column is in the row, and the key is those columns joined by ``|`` where
+  the sink's text of them can be told from the JSON value (string, date, integer and
+  boolean columns, nulls; strings only when the view does not know its types);
 * each column holds its type, when the view knows its columns' Spark types
   (:attr:`View.types`): integers are integers within 64 bits, floating and decimal
   numbers finite numbers, strings strings, timestamps epoch-ms integers; null is
@@ -88,10 +89,14 @@ _SCALARS: dict[str, Callable[[Any], bool]] = {
 }
 
 
+def _base(spark_type: str) -> str:
+    """``decimal(38,0)`` -> ``decimal``, ``array<string>`` -> ``array``."""
+    return spark_type.strip().lower().split("(", 1)[0].split("<", 1)[0].strip()
+
+
 def _checker(spark_type: str) -> Callable[[Any], bool] | None:
     """The check of a non-null JSON value of ``spark_type`` (None: anything goes)."""
-    base = spark_type.strip().lower().split("(", 1)[0].split("<", 1)[0].strip()
-    return _SCALARS.get(base)
+    return _SCALARS.get(_base(spark_type))
 
 
 def fits(spark_type: str, v: Any) -> bool:
@@ -102,19 +107,25 @@ def fits(spark_type: str, v: Any) -> bool:
     return v is None or check is None or check(v)
 
 
-def _key_text(v: Any) -> str | None:
-    """The key text the sink writes for a key column's value (Arrow's cast to string),
-    None where it cannot be told from the JSON value (floats, dates, decimals...)."""
-    t = type(v)
-    if t is str:
-        return v
-    if t is int:
-        return str(v)
+#: how the sink's key text (Arrow's cast to string) reads from a key column's JSON value,
+#: by the column's type: strings and dates as they are, integers in decimal, booleans
+#: lower-case; other types (timestamps, decimals, floats, binary) are not compared, nor
+#: any but strings when the view does not know its types
+_KEY_TEXT: dict[str, tuple[type, Callable[[Any], str]]] = {
+    **dict.fromkeys(("string", "varchar", "char", "date", "?"), (str, str)),
+    **dict.fromkeys(("tinyint", "smallint", "int", "integer", "bigint", "long", "short",
+                     "byte"), (int, str)),
+    "boolean": (bool, lambda v: "true" if v else "false"),
+}
+
+
+def _key_text(kind: tuple[type, Callable[[Any], str]] | None, v: Any) -> str | None:
+    """The key text the sink writes for key value ``v`` of ``kind`` (None: not known)."""
     if v is None:
-        return ""
-    if t is bool:
-        return "true" if v else "false"
-    return None
+        return ""  # Arrow's null, filled with ""
+    if kind is None or type(v) is not kind[0]:
+        return None
+    return kind[1](v)
 
 
 def _parse(value: bytes) -> dict[str, Any]:
@@ -155,6 +166,8 @@ class RowCheck:
         self.partitions = partitions
         self._windowed = view.windowed
         self._keys = view.key_columns
+        self._key_kinds = [_KEY_TEXT.get(_base(view.types[c]) if c in view.types else "?")
+                           for c in view.key_columns]
         self._types = [(c, t, f) for c, t in view.types.items()
                        if (f := _checker(t)) is not None]
 
@@ -189,13 +202,19 @@ class RowCheck:
         if len(self._keys) == 1 and row.get(self._keys[0]) == text:
             return  # one text key column: the usual case, at once
         texts = []
-        for c in self._keys:
+        for c, kind in zip(self._keys, self._key_kinds, strict=True):
             if c not in row:
                 raise Skip("missing_column", f"row without its key column {c!r}")
-            texts.append(_key_text(row[c]))
-        if None not in texts and KEY_SEP.join(texts) != text:  # type: ignore[arg-type]
-            raise Skip("key_mismatch", f"row key {text[:80]!r} is not its key columns "
-                       f"{[row[c] for c in self._keys]!r}"[:200])
+            texts.append(_key_text(kind, row[c]))
+        if None in texts:  # compare the columns known, where the key splits unambiguously
+            parts = text.split(KEY_SEP)
+            if len(parts) != len(texts) or all(t in (None, p) for t, p in zip(
+                    texts, parts, strict=True)):
+                return
+        elif KEY_SEP.join(texts) == text:  # type: ignore[arg-type]
+            return
+        raise Skip("key_mismatch", f"row key {text[:80]!r} is not its key columns "
+                   f"{[row[c] for c in self._keys]!r}"[:200])
 
 
 def check_row(view: View, key: bytes | None, value: bytes | None, partition: int,

@@ -127,3 +127,19 @@ def test_catalog_views_check_their_declared_types() -> None:
         assert _reason(view, "u|3", {**row, col: bad}) in ("wrong_type", "key_mismatch")
     assert fits("varchar(10)", "x") and not fits("varchar(10)", 1)
     assert fits("map<string,int>", {}) and fits("struct<a:int>", {"a": 1})
+
+
+def test_key_text_is_compared_only_where_the_sink_writes_it_so() -> None:
+    """Arrow casts a timestamp key column to text unlike its epoch-ms value, so such a
+    column is not compared with the key; a view without types compares strings only."""
+    spec = ViewSpec(name="ev", key_columns=(("at", "timestamp"), ("ok", "boolean")),
+                    value_columns=(("n", "bigint"),), changelog_topic="ev-changelog",
+                    partitions=P)
+    row = {"at": 1_700_000_000_000, "ok": True, "n": 1}
+    assert _check(spec.to_view(), "2023-11-14 22:13:20|true", row)
+    assert _reason(spec.to_view(), "2023-11-14 22:13:20|false", row) == "key_mismatch"
+    untyped = View(name="u", source_topics=(), value_schema="", transform=lambda df: df,
+                   key_columns=("at", "who"), value_columns=("n",))
+    assert _check(untyped, "2023-11-14 22:13:20|bo", {"at": 1_700_000_000_000, "who": "bo"})
+    assert _reason(untyped, "x|bo", {"at": 1, "who": "al"}) == "key_mismatch"
+    assert _check(untyped, "|bo", {"at": None, "who": "bo"})  # null: "" as Arrow fills it
