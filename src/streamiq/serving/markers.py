@@ -13,8 +13,9 @@ write a changelog can write one, so a node refuses a marker that claims what can
   (ListOffsets, read-uncommitted, one request for every partition in question) only
   when a claim goes past the end it last reported, and that end is cached, so a real
   marker costs about one request per input partition per batch;
-* a claim Kafka could not confirm just then (``marker_unverified``): refused too; the
-  next batch's marker claims as much again.
+* a claim Kafka could not confirm just then (``marker_unverified``; for 2 s after Kafka
+  failed to answer, without asking again): refused too; the next batch's marker claims
+  as much again.
 
 Markers are not signed: users' own pipelines write them through ``streamiq.sink``
 and would all need the cluster secret (docs/design.md, "Changelog records").
@@ -29,7 +30,6 @@ from typing import Any
 import orjson
 
 from streamiq.kafka.skips import Skip
-from streamiq.views.rows import MAX_DEPTH, depth
 
 __all__ = ["MAX_CLAIMS", "MAX_MARKER_BYTES", "InputEnds", "Offsets", "kafka_ends",
            "parse_marker"]
@@ -52,14 +52,13 @@ _I64 = 1 << 63
 def parse_marker(raw: bytes | None) -> Offsets:
     """The input offsets a marker names; Skip(``bad_marker``) if it is not one."""
     if raw is None or len(raw) > MAX_MARKER_BYTES:
-        raise Skip("bad_marker", "marker empty or larger than "
-                        f"{MAX_MARKER_BYTES} bytes")
+        raise Skip("bad_marker", f"marker empty or larger than {MAX_MARKER_BYTES} bytes")
     try:
         doc = orjson.loads(raw)  # depth-limited: never a RecursionError
     except orjson.JSONDecodeError as exc:
         raise Skip("bad_marker", f"marker is not JSON: {str(exc)[:80]}") from None
     offsets = doc.get("offsets") if isinstance(doc, dict) else None
-    if not isinstance(offsets, dict) or depth(offsets) > MAX_DEPTH:
+    if not isinstance(offsets, dict):
         raise Skip("bad_marker", "marker without an offsets object")
     out: Offsets = {}
     if sum(len(po) if isinstance(po, dict) else 1 for po in offsets.values()) > MAX_CLAIMS:
@@ -70,9 +69,9 @@ def parse_marker(raw: bytes | None) -> Offsets:
         cur = out[t] = {}
         for part, off in po.items():
             if not (isinstance(off, int) and not isinstance(off, bool) and 0 <= off < _I64
-                    and part.isdigit() and len(part) < 10):
+                    and part.isascii() and part.isdigit() and len(part) < 10):
                 raise Skip("bad_marker", f"marker offset {t[:80]!r}[{part[:20]!r}] is "
-                                "not a partition: offset")
+                           "not a partition: offset")
             cur[int(part)] = off
     return out
 
@@ -80,11 +79,15 @@ def parse_marker(raw: bytes | None) -> Offsets:
 class InputEnds:
     """The ends of input partitions as Kafka last reported them (the loop's thread)."""
 
-    def __init__(self, query: EndsQuery) -> None:
+    def __init__(self, query: EndsQuery, retry_s: float = 2.0) -> None:
         self._query = query
         self.ends: dict[TP, int] = {}
         self._missing: dict[TP, float] = {}  # found missing at (monotonic)
         self.queries = 0
+        #: after Kafka failed to answer, claims past the known ends are refused without
+        #: asking for this long (the loop does not wait out a timeout per marker)
+        self.retry_s = retry_s
+        self._failed = -retry_s
 
     def check(self, offsets: Mapping[str, Mapping[int, int]]) -> None:
         """Refuse (Skip) a marker claiming past an input partition's end or for
@@ -100,23 +103,27 @@ class InputEnds:
         for tp, o in claims.items():
             if o > self.ends[tp]:
                 raise Skip("marker_beyond_end", f"marker claims offset {o} of input "
-                                f"partition {tp}, whose end is {self.ends[tp]}"[:200])
+                           f"partition {tp}, whose end is {self.ends[tp]}"[:200])
 
     def _known(self, claims: Mapping[TP, int], now: float) -> None:
         for tp in claims:
             if self._gone(tp, now):
                 raise Skip("marker_unknown_partition",
-                                f"marker claims input partition {tp} (it does not exist)"[:200])
+                           f"marker claims input partition {tp} (it does not exist)"[:200])
 
     def _gone(self, tp: TP, now: float) -> bool:
         """Found missing within the last ``_UNKNOWN_TTL_S`` seconds."""
         return now - self._missing.get(tp, -_UNKNOWN_TTL_S) < _UNKNOWN_TTL_S
 
     def _ask(self, tps: list[TP], now: float) -> None:
+        if now - self._failed < self.retry_s:
+            raise Skip("marker_unverified", "input ends unknown (Kafka did not answer "
+                       f"{now - self._failed:.1f} s ago)")
         self.queries += 1
         try:
             got = self._query(tps)
         except Exception as exc:  # Kafka unreachable: the claim cannot be confirmed now
+            self._failed = time.monotonic()
             raise Skip("marker_unverified", f"input ends unknown ({exc!r})") from None
         if len(self._missing) > _MAX_MISSING:  # forged names: keep the memory bounded
             self._missing = {tp: t for tp, t in self._missing.items() if self._gone(tp, now)}

@@ -32,6 +32,7 @@ def test_a_marker_as_the_sink_writes_it_parses() -> None:
     json.dumps({"offsets": {"in": {"0": True}}}).encode(),
     json.dumps({"offsets": {"in": {"x": 1}}}).encode(),
     json.dumps({"offsets": {"in": {"-1": 1}}}).encode(),
+    json.dumps({"offsets": {"in": {"\u00b2": 1}}}).encode(),  # a digit, not ASCII
     json.dumps({"offsets": {"in": {str(p): 0 for p in range(MAX_CLAIMS + 1)}}}).encode(),
 ])
 def test_malformed_markers_are_refused(raw: bytes | None) -> None:
@@ -87,7 +88,10 @@ def test_claims_on_partitions_the_input_does_not_have_are_refused() -> None:
 def test_claims_kafka_cannot_confirm_are_refused() -> None:
     kafka = Kafka({("in", 0): 10})
     kafka.down = True
-    ends = InputEnds(kafka)
+    ends = InputEnds(kafka, retry_s=3600)
     assert _refused(ends, {"in": {0: 1}}) == "marker_unverified"
-    kafka.down = False
+    kafka.down = False  # back, but not asked again before retry_s: no wait per marker
+    assert _refused(ends, {"in": {0: 1}}) == "marker_unverified"
+    assert len(kafka.asked) == 1
+    ends.retry_s = 0
     ends.check({"in": {0: 1}})
