@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from httpserve import closed_by_server, exchange, read_response
+from httpserve import closed_by_server, exchange, read_response, serving
 
 from streamiq.errors import PROBLEM_JSON, PayloadTooLarge, RequestTimeout
 from streamiq.serving.http_limits import (
@@ -19,6 +19,7 @@ from streamiq.serving.http_limits import (
     MAX_HEAD_BYTES,
     MAX_HEADERS,
     HttpEdge,
+    LimitedHttpProtocol,
     Refusals,
 )
 from streamiq.serving.protocol import NodeHttpProtocol
@@ -150,3 +151,25 @@ def test_refusals_are_counted_each_and_logged_once_per_reason(
         refusals.note(PayloadTooLarge("too big"), ("10.0.0.9", 6))
     assert refusals.counts == {"request_timeout": 500, "body_too_large": 1}
     assert len(caplog.records) == 2 and "10.0.0.9" in caplog.records[0].getMessage()
+
+
+async def test_a_websocket_outlives_the_read_timeout() -> None:
+    """Once upgraded, the connection is the WebSocket protocol's: no 408 cuts it (the
+    upgrade request was read whole, which ends its read deadline)."""
+    from starlette.applications import Starlette
+    from starlette.routing import WebSocketRoute
+    from starlette.websockets import WebSocket
+    from websockets.asyncio.client import connect
+
+    async def echo(ws: WebSocket) -> None:
+        await ws.accept()
+        while True:
+            await ws.send_text(await ws.receive_text())
+
+    app = Starlette(routes=[WebSocketRoute("/ws", echo)])
+    async with serving(app, LimitedHttpProtocol.with_edge(HttpEdge(0.2))) as port, \
+            connect(f"ws://127.0.0.1:{port}/ws") as ws:
+        for i in range(8):  # well past the read timeout in all
+            await ws.send(f"m{i}")
+            assert await asyncio.wait_for(ws.recv(), 30) == f"m{i}"
+            await asyncio.sleep(0.1)  # a client's pace, not a wait for the server
