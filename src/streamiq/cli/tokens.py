@@ -61,14 +61,8 @@ class DemoToken:
         return self.token
 
     def due(self) -> bool:
+        """Two thirds of the token's life have passed: time to issue a new one."""
         return self.clock() >= self.expires_at - self.ttl_s / 3
-
-    def refresh_if_due(self) -> bool:
-        """A new token in the file once two thirds of the old one's life have passed."""
-        if not self.due():
-            return False
-        self.issue()
-        return True
 
 
 def parse_ttl(raw: str) -> float:

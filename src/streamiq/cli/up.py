@@ -170,10 +170,7 @@ def run_up(settings: Settings, nodes: int = 3, node_port: int = 9001,
             with ReadyBar(sup.parts, OUT) as bar:
                 def tick(parts: list[Part]) -> None:
                     bar.tick(parts)
-                    before = demo.expires_at if demo is not None else 0.0
-                    if demo is not None and sup.announced and demo.refresh_if_due():
-                        with OUT:
-                            print("\n".join(_token_lines(demo, before)), flush=True)
+                    _renew(demo, shown=sup.announced)
                 code = sup.run(stopping, tick=tick)
     finally:
         say("stopping")
@@ -202,10 +199,29 @@ def _share_secrets(s: Settings) -> DemoToken | None:
     os.environ["STREAMIQ_JWT_SECRET"] = jwt_secret
     if s.api_keys:
         os.environ["STREAMIQ_API_KEYS"] = json.dumps(s.api_keys)
-    write_private(token_file(s).with_name("jwt-secret"), jwt_secret + "\n")
     demo = DemoToken(jwt_secret, token_file(s))
-    demo.issue()
+    try:
+        write_private(token_file(s).with_name("jwt-secret"), jwt_secret + "\n")
+        demo.issue()
+    except OSError as exc:
+        _fail(f"cannot save the demo token and its secret beside --state-dir: {exc}")
     return demo
+
+
+def _renew(demo: DemoToken | None, shown: bool) -> None:
+    """A new demo token once two thirds of the old one's life have passed, saved where
+    the CLI reads it; printed when the first one was (``shown``)."""
+    if demo is None or not demo.due():
+        return
+    before = demo.expires_at
+    try:
+        demo.issue()  # the new token and its expiry are taken before the file is written
+    except OSError as exc:  # not due again for a while: one line, the parts keep running
+        say(f"could not save the renewed demo token in {demo.path}: {exc}")
+        return
+    if shown:
+        with OUT:
+            print("\n".join(_token_lines(demo, before)), flush=True)
 
 
 def _token_lines(demo: DemoToken | None, renewed: float | None = None) -> list[str]:

@@ -13,7 +13,7 @@ import pytest
 from streamiq.auth import Authenticator
 from streamiq.cli.main import main
 from streamiq.cli.tokens import DemoToken, parse_scope, parse_ttl
-from streamiq.cli.up import _share_secrets, _token_lines
+from streamiq.cli.up import _renew, _share_secrets, _token_lines
 from streamiq.config import Settings
 from streamiq.errors import Forbidden, Unauthenticated
 
@@ -107,7 +107,8 @@ class Clock:
         return self.now
 
 
-def test_the_demo_token_expires_and_is_renewed_before(tmp_path: Path) -> None:
+def test_the_demo_token_expires_and_is_renewed_before(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     clock = Clock(time.time())
     path = tmp_path / "token"
     demo = DemoToken(SECRET, path, ttl_s=30, clock=clock)
@@ -116,11 +117,14 @@ def test_the_demo_token_expires_and_is_renewed_before(tmp_path: Path) -> None:
     claims = jwt.decode(first, SECRET, algorithms=["HS256"])
     assert claims["exp"] - claims["iat"] == 30 and claims["scope"] == "views:* ingest"
     clock.now += 19
-    assert not demo.refresh_if_due() and path.read_text() == first + "\n"
-    clock.now += 1  # two thirds of its life: renewed, the file re-saved
-    assert demo.refresh_if_due()
+    _renew(demo, shown=True)
+    assert path.read_text() == first + "\n" and capsys.readouterr().out == ""
+    clock.now += 1  # two thirds of its life: renewed, the file re-saved, the lines printed
+    _renew(demo, shown=True)
     second = path.read_text().strip()
     assert second == demo.token != first and _mode(path) == 0o600
+    head, export = capsys.readouterr().out.splitlines()
+    assert head.startswith("streamiq: demo token renewed") and export.endswith(second)
     claims = jwt.decode(second, SECRET, algorithms=["HS256"], options={"verify_iat": False})
     assert claims["exp"] == int(clock.now) + 30  # issued at the (injected) renewal time
 
@@ -151,3 +155,19 @@ def test_up_saves_its_secret_and_token_owner_only_and_prints_them_only_when_read
     assert export == f"  export STREAMIQ_TOKEN={demo.token}"
     renewed = _token_lines(demo, time.time())
     assert renewed[0].startswith("streamiq: demo token renewed") and renewed[1] == export
+
+
+def test_a_renewal_that_cannot_be_saved_is_one_line_not_a_crash(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    clock = Clock(time.time())
+    demo = DemoToken(SECRET, tmp_path / "token", ttl_s=30, clock=clock)
+    demo.issue()
+    (tmp_path / "token").unlink()
+    (tmp_path / "token").mkdir()  # os.replace onto a directory fails
+    clock.now += 25
+    _renew(demo, shown=True)
+    out = capsys.readouterr().out
+    assert out.startswith("streamiq: could not save the renewed demo token") and \
+        out.count("\n") == 1
+    _renew(demo, shown=True)  # not due again at once: no flood
+    assert capsys.readouterr().out == ""
