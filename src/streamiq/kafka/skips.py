@@ -2,10 +2,11 @@
 
 Nodes read topics anyone with write access can fill (the catalog, the members topics,
 the pipeline's progress). Every record is decoded with :func:`load_object` (any bytes,
-any size, any nesting: it raises :class:`Skip`, never anything else) and a record that
-does not fit is counted in a :class:`Skips` under a *reason* (the ``reason`` label of
-``streamiq_topic_records_skipped``), logged at most at the 1st, 2nd, 4th, 8th... skip,
-and the part carries on.
+any size, any nesting: it raises :class:`Skip`, never anything else; no NaN or
+Infinity, nothing nested past ``MAX_DEPTH``: what is kept can be answered as JSON),
+and a record that does not fit is counted in a :class:`Skips` under a *reason* (the
+``reason`` label of ``streamiq_topic_records_skipped``), logged at most at the 1st,
+2nd, 4th, 8th... skip, and the part carries on.
 """
 
 from __future__ import annotations
@@ -15,7 +16,10 @@ import logging
 from collections import Counter
 from typing import Any
 
-__all__ = ["Skip", "Skips", "load_object"]
+__all__ = ["MAX_DEPTH", "Skip", "Skips", "load_object"]
+
+#: records nested deeper than this are skipped (none of these topics nests past 4)
+MAX_DEPTH = 16
 
 
 class Skip(ValueError):
@@ -26,21 +30,39 @@ class Skip(ValueError):
         self.reason = reason
 
 
+def _deeper(doc: Any, limit: int) -> bool:
+    """Whether arrays/objects nest in ``doc`` more than ``limit`` deep (level by level:
+    no recursion)."""
+    level = [doc]
+    for _ in range(limit):
+        level = [x for v in level if isinstance(v, (dict, list))
+                 for x in (v.values() if isinstance(v, dict) else v)]
+    return any(isinstance(v, (dict, list)) for v in level)
+
+
+def _constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
 def load_object(raw: Any, max_bytes: int) -> dict[str, Any]:
     """One JSON object from a record's value: Skip ``too_large``, ``not_json`` (None,
-    not bytes, invalid UTF-8 or JSON, nested too deep for the parser) or ``not_object``."""
+    not bytes, invalid UTF-8 or JSON, NaN or Infinity, nested too deep for the parser),
+    ``too_deep`` or ``not_object``."""
     if not isinstance(raw, (bytes, bytearray, memoryview, str)):
         raise Skip("not_json", f"a {type(raw).__name__}, not bytes")
     if len(raw) > max_bytes:
         raise Skip("too_large", f"{len(raw)} bytes (limit {max_bytes})")
     try:
-        doc = json.loads(bytes(raw) if isinstance(raw, memoryview) else raw)
+        doc = json.loads(bytes(raw) if isinstance(raw, memoryview) else raw,
+                         parse_constant=_constant)
     except RecursionError:
         raise Skip("not_json", "nested too deep") from None
     except (ValueError, TypeError) as exc:  # UnicodeDecodeError is a ValueError
         raise Skip("not_json", str(exc)[:200]) from None
     if not isinstance(doc, dict):
         raise Skip("not_object", f"a JSON {type(doc).__name__}, not an object")
+    if _deeper(doc, MAX_DEPTH):
+        raise Skip("too_deep", f"nested more than {MAX_DEPTH} deep")
     return doc
 
 

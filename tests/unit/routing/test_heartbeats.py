@@ -50,3 +50,14 @@ def test_a_heartbeat_within_the_limit_is_sent_whole() -> None:
     doc = {"endpoint": B, "incarnation": "i",
            "partitions": {"v": {"0": {"offset": 1, "lag": 0, "restored": 1}}}}
     assert json.loads(encode(doc)) == doc
+
+
+@pytest.mark.parametrize(("raw", "reason"), [
+    (b'{"endpoint": "127.0.0.1:2", "incarnation": "i", "started_at": NaN}', "not_json"),
+    (b'{"x": Infinity}', "not_json"),
+    (b'{"x": ' + b"[" * 40 + b"]" * 40 + b"}", "too_deep"),  # parses, too deep to keep
+])
+def test_what_cannot_be_answered_as_json_is_not_kept(raw: bytes, reason: str) -> None:
+    with pytest.raises(BadHeartbeat) as err:
+        parse(raw)
+    assert err.value.reason == reason
