@@ -7,7 +7,8 @@ while the others keep running; one line says why and when (and, from the third e
 a row, that it is crash-looping), another when it is ready again. A crash-looping part
 is retried for as long as ``up`` runs: it never stops the others. ``streamiq status``
 shows each part's restarts from ``up.json``, which ``up`` keeps beside the state
-directory (cli/supervisor.py). A restarted part resumes from its own checkpoint (a node
+directory (cli/supervisor.py); so does the dashboard of every node, which up tells where
+the file is (``STREAMIQ_UP_STATE``). A restarted part resumes from its own checkpoint (a node
 from its RocksDB stores, the pipeline from its Spark checkpoints). The embedded broker
 (Apache Kafka, its log on disk under ``--broker-dir``) is started first and restarted on
 its log when it dies; the other parts reconnect to it by themselves, and only a broker
@@ -160,7 +161,10 @@ def run_up(settings: Settings, nodes: int = 3, node_port: int = 9001,
     Path(settings.state_dir).mkdir(parents=True, exist_ok=True)
     demo = _share_secrets(settings)
     ready_line = _all_ready_line(settings, topics, nodes, node_port)
-    state = token_file(settings).with_name("up.json")
+    state = token_file(settings).with_name("up.json").resolve()
+    # where the nodes' dashboards read the parts' state (serving/dashboard/upstate.py ENV;
+    # named here, not imported: the CLI does not load the web stack)
+    os.environ["STREAMIQ_UP_STATE"] = str(state)
     sup = Supervisor(_parts(settings, nodes, node_port), broker,
                      announce=lambda: [f"streamiq: {ready_line}", *_token_lines(demo)],
                      changed=lambda parts, now: write_state(state, parts, now))

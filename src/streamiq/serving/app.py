@@ -26,6 +26,7 @@ from streamiq.metrics import CONTENT_TYPE, Latency
 from streamiq.serving.answers import Answers, check_key
 from streamiq.serving.coordinator import Coordinator
 from streamiq.serving.dashboard import dashboard_routes, mount_page
+from streamiq.serving.dashboard.upstate import UpState
 from streamiq.serving.fastpath import LeanLookups
 from streamiq.serving.metrics import LABELS, Timed, node_metrics
 from streamiq.serving.node import Node
@@ -179,7 +180,7 @@ def create_app(settings: Settings, node: Node) -> FastAPI:
     mount_page(app)  # the dashboard's page and files: open, they hold no data
     guarded = _routes(deps)
     guarded.include_router(query_routes(deps))
-    guarded.include_router(dashboard_routes(deps, progress))
+    guarded.include_router(dashboard_routes(deps, progress, UpState.from_env()))
     app.include_router(guarded)
     app.state.deps = deps
     app.state.progress = progress

@@ -6,8 +6,9 @@ other token sees the views it may read (``views:NAME``) and nothing else: their
 descriptions, their partition map, the nodes holding or assigned their partitions
 (with those partitions only) and the pipeline's progress for them. Cluster-wide
 fields (this node's health, its traffic and latency, records skipped on the progress
-topic) are left out of its answers. ``Principal.may_see`` (``streamiq/auth.py``) is
-the rule; this module applies it to each document.
+topic, the state of ``streamiq up``'s parts) are left out of its answers.
+``Principal.may_see`` (``streamiq/auth.py``) is the rule; this module applies it to each
+document.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from streamiq.auth import Principal
 __all__ = ["CLUSTER_ONLY", "cluster_map", "progress_of", "seen_views", "snapshot_for"]
 
 #: the dashboard snapshot's fields about the whole node, shown with cluster:read only
-CLUSTER_ONLY = ("health", "traffic", "latency")
+CLUSTER_ONLY = ("health", "traffic", "latency", "up")
 
 
 def seen_views(who: Principal, names: Iterable[str]) -> frozenset[str] | None:

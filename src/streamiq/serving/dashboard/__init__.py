@@ -5,7 +5,8 @@ data comes from routes that need a token like every query:
 
 - ``GET /v1/dashboard``: one snapshot (the cluster map of ``/v1/cluster``, this node's
   health, answers by how they were served, latency quantiles from the metrics, and the
-  pipeline's progress as the pipeline publishes it);
+  pipeline's progress as the pipeline publishes it; on a node ``streamiq up`` started,
+  the state of up's parts: ready, restarts, crash-looping, from ``upstate.py``);
 - ``GET /v1/events``: the same snapshot every second as server-sent events, for as long
   as the client reads (at most ``MAX_STREAMS`` at once per node). The page reads it
   with ``fetch`` so that it can send the ``Authorization`` header (``EventSource``
@@ -16,7 +17,7 @@ Every open stream sends the same frame: it is built at most once per period, how
 many dashboards are open, so the streams cost the lookup path one snapshot a second.
 
 Each token sees the views it may read only; the node's health, traffic and latency
-need ``cluster:read`` (``views:*`` includes it; ``serving/visible.py``). Streams of
+and up's parts need ``cluster:read`` (``views:*`` includes it; ``serving/visible.py``). Streams of
 tokens that see the same views share a frame.
 """
 
@@ -36,6 +37,7 @@ from fastapi.staticfiles import StaticFiles
 from streamiq.auth import Principal
 from streamiq.errors import Overloaded
 from streamiq.serving.answers import Answers
+from streamiq.serving.dashboard.upstate import UpState
 from streamiq.serving.progress import Progress
 from streamiq.serving.visible import progress_of, seen_views, snapshot_for
 
@@ -46,13 +48,19 @@ MAX_STREAMS = 16  # event streams open at once per node
 PERIOD_S = 1.0
 
 
-def snapshot(deps: Answers, progress: Progress | None = None) -> dict[str, Any]:
+def snapshot(deps: Answers, progress: Progress | None = None,
+             up: UpState | None = None) -> dict[str, Any]:
     """What the page shows, as of now."""
     node, co = deps.node, deps.coordinator
-    return {"at": time.time(), "self": node.endpoint, "ready": node.ready(),
-            "cluster": node.router.metadata(), "health": node.health(),
-            "traffic": co.traffic.totals(), "latency": co.traffic.latencies(),
-            "pipeline": progress.snapshot() if progress is not None else {}}
+    snap: dict[str, Any] = {
+        "at": time.time(), "self": node.endpoint, "ready": node.ready(),
+        "cluster": node.router.metadata(), "health": node.health(),
+        "traffic": co.traffic.totals(), "latency": co.traffic.latencies(),
+        "pipeline": progress.snapshot() if progress is not None else {}}
+    parts = up.read() if up is not None else None
+    if parts is not None:
+        snap["up"] = parts
+    return snap
 
 
 def _seen(who: Principal, deps: Answers, progress: Progress | None) -> frozenset[str] | None:
@@ -65,8 +73,8 @@ class _Frames:
     """The event streams of one node: how many are open, and the frame they send, one
     per set of views seen (rebuilt when older than most of a period)."""
 
-    def __init__(self, deps: Answers, progress: Progress | None) -> None:
-        self.deps, self.progress = deps, progress
+    def __init__(self, deps: Answers, progress: Progress | None, up: UpState | None) -> None:
+        self.deps, self.progress, self.up = deps, progress, up
         self.open: dict[object, float] = {}  # stream -> when it last sent
         self._snap: dict[str, Any] = {}
         self._built = -PERIOD_S
@@ -87,7 +95,7 @@ class _Frames:
     def frame(self, who: Principal) -> bytes:
         now = time.monotonic()
         if now - self._built >= PERIOD_S * 0.8:
-            self._snap, self._built = snapshot(self.deps, self.progress), now
+            self._snap, self._built = snapshot(self.deps, self.progress, self.up), now
             self._frames = {}
         seen = _seen(who, self.deps, self.progress)
         frame = self._frames.get(seen)
@@ -97,15 +105,18 @@ class _Frames:
         return frame
 
 
-def dashboard_routes(deps: Answers, progress: Progress | None = None) -> APIRouter:
+def dashboard_routes(deps: Answers, progress: Progress | None = None,
+                     up: UpState | None = None) -> APIRouter:
     """The snapshot, the event stream and the pipeline's progress (mounted where a token
-    is checked)."""
+    is checked); ``up``: the state of the parts of the ``streamiq up`` that started this
+    node."""
     r = APIRouter()
-    frames = _Frames(deps, progress)
+    frames = _Frames(deps, progress, up)
 
     @r.get("/v1/dashboard", tags=["ops"], summary="One snapshot of what the dashboard shows")
     async def one(request: Request) -> dict[str, Any]:
-        return snapshot_for(snapshot(deps, progress), _seen(deps.who(request), deps, progress))
+        return snapshot_for(snapshot(deps, progress, up),
+                            _seen(deps.who(request), deps, progress))
 
     @r.get("/v1/pipeline", tags=["ops"],
            summary="The pipeline's progress per view, as the pipeline publishes it")

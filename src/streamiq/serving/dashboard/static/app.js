@@ -195,12 +195,28 @@ function drawPipeline(snap) {
   }
 }
 
+function drawParts(snap) {
+  // the parts of the streamiq up that started this node (cluster:read only)
+  $("#parts-section").hidden = !snap.up;
+  const body = $("#parts tbody");
+  body.replaceChildren();
+  for (const p of (snap.up || {}).parts || []) {
+    const tr = document.createElement("tr");
+    const state = p.crash_looping ? "crash-looping" : p.ready ? "ready" : "starting";
+    if (p.crash_looping) tr.className = "crash-looping";
+    tr.append(cell(p.name), cell(p.ready ? "yes" : "no"), cell(p.restarts),
+      cell(p.last_exit ? `${state}; last exit ${p.last_exit}` : state));
+    body.append(tr);
+  }
+}
+
 function draw(snap) {
   const map = roles(snap);
   drawNodes(snap, map);
   drawMap(snap, map);
   drawTraffic(snap);
   drawPipeline(snap);
+  drawParts(snap);
   // the live region says only what changes rarely (screen readers announce each change)
   say(`live from ${snap.self}${snap.ready ? "" : " (not ready)"}: ` +
     `${snap.cluster.nodes.length} nodes`);
