@@ -38,6 +38,7 @@ import pytest
 from updemo import (
     CONVERGE_S,
     HEADERS,
+    JWT_SECRET,
     START_S,
     Up,
     Writer,
@@ -50,6 +51,8 @@ from updemo import (
     same,
     until,
 )
+
+from streamiq.auth import mint
 
 pytestmark = pytest.mark.integration
 
@@ -334,6 +337,23 @@ _CRASH = (r"^streamiq: ingest exited at \d\d:\d\d:\d\d \((?:code \d+|killed by S
           r"without staying ready 60 s; the other parts keep serving)?\)$")
 
 
+def _dashboard_shows_ingest_crash_looping(up: Up) -> bool | str:
+    """Every node's ``/v1/dashboard`` shows up's parts, ingest crash-looping and not
+    ready, the others ready; a token for one view does not see them."""
+    scoped = {"authorization": f"Bearer {mint(JWT_SECRET, scope='views:balances')}"}
+    for port in up.node_ports:
+        url = f"http://127.0.0.1:{port}/v1/dashboard"
+        snap = httpx.get(url, headers=HEADERS, timeout=10).json()
+        parts = {p["name"]: p for p in snap.get("up", {}).get("parts", [])}
+        ingest = parts.get("ingest", {})
+        if not (ingest.get("crash_looping") is True and ingest.get("ready") is False
+                and ingest.get("restarts", 0) >= 3 and len(parts) == 2 + len(up.node_ports)
+                and all(p["ready"] for name, p in parts.items() if name != "ingest")):
+            return f"node {port}: {snap.get('up')}"
+        assert "up" not in httpx.get(url, headers=scoped, timeout=10).json()
+    return True
+
+
 def test_a_crash_looping_part_is_retried_with_capped_backoff_while_the_others_answer(
         up: Up) -> None:
     """Ingest killed, its port taken: every restart fails (port in use). It is restarted
@@ -374,6 +394,8 @@ def test_a_crash_looping_part_is_retried_with_capped_backoff_while_the_others_an
         parts = {p["name"]: p for p in json.loads(shown.stdout)["up"]["parts"]}
         assert parts["ingest"]["crash_looping"] and parts["ingest"]["restarts"] >= len(got)
         assert all(p["ready"] for name, p in parts.items() if name != "ingest"), parts
+        until(lambda: _dashboard_shows_ingest_crash_looping(up), 60,
+              "the nodes' dashboards show ingest crash-looping")
     finally:
         stop.set()
         holder.join(10)
