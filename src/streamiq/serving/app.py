@@ -34,9 +34,9 @@ from streamiq.serving.params import MaxLag, Position, WaitMs
 from streamiq.serving.paths import KEY, PathSegments, restore
 from streamiq.serving.progress import Progress
 from streamiq.serving.queries import query_routes
+from streamiq.serving.routes import ACCOUNT, LOOKUP
 from streamiq.serving.visible import cluster_map, seen_views
 from streamiq.supervise import Supervisor
-from streamiq.views.base import ID_PATTERN
 from streamiq.views.catalog import progress_topic
 
 __all__ = ["create_app", "create_asgi"]
@@ -80,13 +80,14 @@ def _routes(deps: Answers) -> APIRouter:
                              403: {"description": "the token may not read this view"}})
     node = deps.node
 
-    @r.get("/account/{account:segment}", tags=["bank"], summary="Balance of an account (seed 000)")
+    @r.get(ACCOUNT.path, tags=["bank"], summary="Balance of an account (seed 000)")
     async def account(request: Request,
-                      account: Annotated[str, Path(pattern=ID_PATTERN,
+                      account: Annotated[str, Path(pattern=ACCOUNT.pattern,
                                                    description="Account id")],
                       max_lag: MaxLag = None, position: Position = None,
                       wait_ms: WaitMs = None) -> Response:
-        return await deps.lookup(request, deps.view("balances"), account, max_lag,
+        assert ACCOUNT.view is not None  # an alias names its view
+        return await deps.lookup(request, deps.view(ACCOUNT.view), account, max_lag,
                                  position, wait_ms)
 
     @r.get("/v1/views", tags=["views"],
@@ -96,7 +97,7 @@ def _routes(deps: Answers) -> APIRouter:
         return {"views": [dict(v.describe(), partitions=node.partitions[v.name])
                           for v in node.views.values() if seen is None or v.name in seen]}
 
-    @r.get("/v1/views/{view}/keys/" + KEY, tags=["views"], summary="Key lookup, from any node")
+    @r.get(LOOKUP.path, tags=["views"], summary="Key lookup, from any node")
     async def get_key(request: Request, view: str, key: str, max_lag: MaxLag = None,
                       position: Position = None, wait_ms: WaitMs = None) -> Response:
         return await deps.lookup(request, deps.view(view), key, max_lag, position, wait_ms)

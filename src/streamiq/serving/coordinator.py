@@ -42,6 +42,7 @@ from streamiq.serving._json import loads_row
 from streamiq.serving.hop import HopClient, HopReply
 from streamiq.serving.node import Node
 from streamiq.serving.partials import GatherReply, P
+from streamiq.serving.routes import view_of
 from streamiq.serving.traffic import Traffic, log_summaries
 
 __all__ = ["FORWARDED", "HOPS", "SERVED_BY", "TRANSPORT_ERRORS", "Coordinator",
@@ -184,9 +185,8 @@ class Coordinator:
             raise Unauthenticated("a request marked forwarded without the cluster "
                                   "credential")
         authorization = request.headers.get("authorization")
-        view = request.path_params.get("view")
-        if view is None and request.url.path.startswith("/account/"):
-            view = "balances"
+        route = request.scope.get("route")
+        view = view_of(getattr(route, "path", None), request.path_params)
         if view is None:
             self.auth.principal(authorization)
         else:

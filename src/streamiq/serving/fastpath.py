@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from time import perf_counter
 from typing import Any
@@ -56,8 +55,9 @@ from streamiq.serving.coordinator import (
 from streamiq.serving.hop import HopReply
 from streamiq.serving.metrics import served_of
 from streamiq.serving.paths import not_utf8, segments
+from streamiq.serving.routes import lookup_target
 from streamiq.serving.wire import WireUnsupported, request_frame
-from streamiq.views.base import ID_PATTERN, View
+from streamiq.views.base import View
 
 __all__ = ["PENDING", "Answer", "Later", "LeanLookups"]
 
@@ -70,7 +70,6 @@ log = logging.getLogger("streamiq.routing")
 
 _FWD = FORWARDED.encode()
 _AUTH = b"authorization"
-_ACCOUNT = re.compile(ID_PATTERN)
 _HOPS = HOPS.encode()
 _SERVED_BY = SERVED_BY.encode()
 _JSON, _PROBLEM = b"application/json", PROBLEM_JSON.encode()  # an answer, an error (404)
@@ -185,15 +184,13 @@ class LeanLookups:
         return self.forward(raw_path, view, p, max_lag, auth, then)
 
     def _target(self, parts: list[str], check_key: bool = True) -> tuple[View, str] | None:
-        """(view, key) of a lean-able lookup path, given as its decoded segments; None
-        for anything else."""
-        if len(parts) == 3 and parts[1] == "account":  # the seed's /account/{id} shortcut
-            view = self.deps.node.views.get("balances")
-            return None if view is None or not _ACCOUNT.fullmatch(parts[2]) else (view, parts[2])
-        if len(parts) != 6 or parts[1] != "v1" or parts[2] != "views" or parts[4] != "keys":
+        """(view, key) of a lean-able lookup path (``routes.lookup_target``), given as its
+        decoded segments; None for anything else."""
+        target = lookup_target(parts)
+        if target is None:
             return None
-        view = self.deps.node.views.get(parts[3])
-        key = parts[5]
+        view = self.deps.node.views.get(target[0])
+        key = target[1]
         if view is None or view.windowed:
             return None
         if check_key:

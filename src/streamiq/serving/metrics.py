@@ -9,7 +9,8 @@ query type and by how it was served:
 - ``peer``: a request another node forwarded here (counted once cluster-wide as the
   entry node's ``forwarded`` or ``fanout``; kept apart so sums over nodes stay exact).
 
-The lean path's answers are recorded by the node's HTTP protocol (``protocol.py``),
+Labels come from the route table (``serving/routes.py``). The lean path's answers are
+recorded by the node's HTTP protocol (``protocol.py``),
 everything else by :class:`Timed` around the FastAPI app. Everything else here is read
 from the node's parts when scraped.
 """
@@ -24,6 +25,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from streamiq.metrics import Latency, exposition
 from streamiq.serving.coordinator import FORWARDED, HOPS
+from streamiq.serving.routes import FANOUT, query_of
 
 if TYPE_CHECKING:
     from streamiq.serving.coordinator import Coordinator
@@ -33,30 +35,8 @@ __all__ = ["LABELS", "Timed", "node_metrics", "query_of", "served_of"]
 
 LABELS = ("query", "served")
 _FWD, _HOPS = FORWARDED.encode(), HOPS.encode()
-_FANOUT = frozenset({"multiget", "scan", "aggregate"})
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
-
-
-def query_of(method: str, path: str) -> str | None:
-    """The query type of a request path; None for anything that is not a query."""
-    parts = path.split("/")
-    if len(parts) == 3 and parts[1] == "account":
-        return "lookup"
-    if len(parts) < 5 or parts[1] != "v1" or parts[2] != "views":
-        return None
-    tail = parts[4:]
-    if tail == ["scan"]:
-        return "scan"
-    if tail == ["aggregate"]:
-        return "aggregate"
-    if tail == ["keys"] and method == "POST":
-        return "multiget"
-    if len(tail) == 2 and tail[0] == "keys":
-        return "lookup"
-    if len(tail) == 3 and tail[0] == "keys" and tail[2] == "windows":
-        return "windows"
-    return None
 
 
 def served_of(query: str, headers: Any, answer_headers: Any) -> str:
@@ -65,7 +45,7 @@ def served_of(query: str, headers: Any, answer_headers: Any) -> str:
     for k, _ in headers:
         if k == _FWD:
             return "peer"
-    if query in _FANOUT:
+    if query in FANOUT:
         return "fanout"
     for k, v in answer_headers:
         if k == _HOPS:

@@ -45,7 +45,7 @@ from streamiq.serving.partials import (
     P,
     ScanPartial,
 )
-from streamiq.serving.paths import KEY
+from streamiq.serving.routes import AGGREGATE, KEY_WINDOWS, MULTI_GET, SCAN, WINDOWS
 from streamiq.serving.scan import KeyRange, decode_cursor, merge_rows, scan_partitions
 from streamiq.views.base import View, window_bounds
 
@@ -132,7 +132,7 @@ def _multi_get_route(r: APIRouter, deps: Answers) -> None:
     """POST /v1/views/{view}/keys"""
     node = deps.node
 
-    @r.post("/v1/views/{view}/keys", summary="Multi-get: many keys, one call per owner")
+    @r.post(MULTI_GET.path, summary="Multi-get: many keys, one call per owner")
     async def multi_get(request: Request, view: str, body: MultiGet, fresh: Fresh,
                         partitions: Parts = None) -> Response:
         v = deps.view(view)
@@ -201,7 +201,7 @@ def _after(v: View, cursor: str | None) -> bytes | None:
 
 def _scan_routes(r: APIRouter, deps: Answers) -> None:
     """GET /v1/views/{view}/scan and /v1/views/{view}/windows"""
-    @r.get("/v1/views/{view}/scan", summary="Range / prefix scan in key order, paged")
+    @r.get(SCAN.path, summary="Range / prefix scan in key order, paged")
     async def scan(request: Request, view: str, fresh: Fresh,
                    start: Annotated[str | None, Query(alias="from",
                                                       description="First key (inclusive).")] = None,
@@ -215,7 +215,7 @@ def _scan_routes(r: APIRouter, deps: Answers) -> None:
         return await _scan(deps, request, v, rng, limit, fresh, partitions,
                            {"from": start, "to": to, "prefix": prefix, "limit": limit})
 
-    @r.get("/v1/views/{view}/windows", summary="Windows of all keys starting in [from, to)")
+    @r.get(WINDOWS.path, summary="Windows of all keys starting in [from, to)")
     async def windows_range(request: Request, view: str, fresh: Fresh, start: FromMs = 0,
                             end: ToMs = _FAR, prefix: Prefix = None, limit: Limit = 100,
                             cursor: Cursor = None, partitions: Parts = None) -> Response:
@@ -239,7 +239,7 @@ def _key_windows_route(r: APIRouter, deps: Answers) -> None:
     """GET /v1/views/{view}/keys/{key}/windows"""
     node = deps.node
 
-    @r.get("/v1/views/{view}/keys/" + KEY + "/windows", summary="One key's windows in [from, to)")
+    @r.get(KEY_WINDOWS.path, summary="One key's windows in [from, to)")
     async def key_windows(request: Request, view: str, key: str, fresh: Fresh,
                           start: FromMs = 0, end: ToMs = _FAR) -> Response:
         v = _windowed(deps, view)
@@ -268,7 +268,7 @@ def _aggregate_route(r: APIRouter, deps: Answers) -> None:
     """GET /v1/views/{view}/aggregate"""
     node = deps.node
 
-    @r.get("/v1/views/{view}/aggregate",
+    @r.get(AGGREGATE.path,
            summary="Group by columns with count/sum/min/max/avg, across all partitions")
     async def aggregate(request: Request, view: str, fresh: Fresh,
                         group_by: Annotated[list[str] | None, Query(

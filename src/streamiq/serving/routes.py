@@ -1,0 +1,130 @@
+"""The node's route table: every HTTP route, declared once, as data.
+
+Each ``Route`` names its method, its path pattern (as FastAPI declares it) and its
+metrics label (``query``: the query type its latency is recorded under; None for what
+is not a query: health, metrics, metadata, the dashboard). Everything that needs to
+know a route takes it from here:
+
+* the FastAPI routes are declared with ``Route.path`` (``serving/app.py``,
+  ``serving/queries.py``);
+* the lean path (``serving/fastpath.py``) finds a key lookup with ``lookup_target``;
+* the latency metric labels a request with ``query_of`` (``serving/metrics.py``);
+* the authentication gate finds the view a path reads with ``view_of``
+  (``serving/coordinator.py``).
+
+The seed's ``/account/{id}`` shortcut is an alias, declared once below (``ACCOUNT``):
+a key lookup of the ``balances`` view whose key is the ``account`` path parameter.
+A new query type is one ``Route`` here and its FastAPI function; ``test_routes`` fails
+for a route of the app that is not in this table.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from streamiq.views.base import ID_PATTERN
+
+__all__ = ["ACCOUNT", "AGGREGATE", "FANOUT", "KEY_WINDOWS", "LOOKUP", "MULTI_GET", "ROUTES",
+           "SCAN", "UNTIMED", "WINDOWS", "Route", "lookup_target", "query_of", "undeclared",
+           "view_of"]
+
+
+@dataclass(frozen=True)
+class Route:
+    """One route: ``method`` ``path`` (FastAPI's pattern, ``{name}`` or ``{name:conv}``
+    per parameter), its metrics label ``query`` (None: not a query, untimed), whether
+    it is a scatter-gather (``fanout``), and for an alias the ``view`` it reads and the
+    ``pattern`` its key must match."""
+
+    method: str
+    path: str
+    query: str | None = None
+    fanout: bool = False
+    view: str | None = None  # an alias: this view, whatever the path says
+    key: str = "key"  # the path parameter holding the key (a key lookup)
+    pattern: str | None = None  # an alias's key form (checked by the route and lean path)
+    # the path's segments: a literal, or None for a parameter (derived)
+    segments: tuple[str | None, ...] = field(init=False, repr=False, compare=False)
+    params: dict[str, int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        parts = self.path.split("/")
+        object.__setattr__(self, "segments", tuple(
+            None if p.startswith("{") else p for p in parts))
+        object.__setattr__(self, "params", {
+            p[1:-1].split(":")[0]: i for i, p in enumerate(parts) if p.startswith("{")})
+
+    def match(self, parts: list[str]) -> bool:
+        """The path's segments (``path.split("/")``) are this route's."""
+        segs = self.segments
+        if len(parts) != len(segs):
+            return False
+        for got, want in zip(parts, segs, strict=True):
+            if want is not None and got != want:
+                return False
+        return True
+
+
+_KEY = "{key:segment}"  # a key may be empty: its route refuses it by name (paths.py)
+LOOKUP = Route("GET", "/v1/views/{view}/keys/" + _KEY, "lookup")
+#: the seed's shortcut: GET /account/{id} is a key lookup of "balances" (seed 000)
+ACCOUNT = Route("GET", "/account/{account:segment}", "lookup", view="balances",
+                key="account", pattern=ID_PATTERN)
+MULTI_GET = Route("POST", "/v1/views/{view}/keys", "multiget", fanout=True)
+SCAN = Route("GET", "/v1/views/{view}/scan", "scan", fanout=True)
+WINDOWS = Route("GET", "/v1/views/{view}/windows", "window_scan", fanout=True)
+KEY_WINDOWS = Route("GET", "/v1/views/{view}/keys/" + _KEY + "/windows", "windows")
+AGGREGATE = Route("GET", "/v1/views/{view}/aggregate", "aggregate", fanout=True)
+#: the queries: timed, labelled by ``query``
+ROUTES = (LOOKUP, ACCOUNT, MULTI_GET, SCAN, WINDOWS, KEY_WINDOWS, AGGREGATE)
+#: routes that are not queries (not timed), declared so that none is left out by mistake
+UNTIMED = tuple(Route(m, p) for m, p in (
+    ("GET", "/health"), ("GET", "/metrics"), ("GET", "/v1/views"),
+    ("GET", "/v1/metadata/{view}/" + _KEY), ("GET", "/v1/cluster"),
+    ("GET", "/v1/dashboard"), ("GET", "/v1/pipeline"), ("GET", "/v1/events"), ("GET", "/")))
+#: the labels of scatter-gather queries (served "fanout")
+FANOUT = frozenset(r.query for r in ROUTES if r.fanout)
+_LOOKUPS = {len(r.segments): r for r in ROUTES if r.query == "lookup"}
+_ALIAS_KEY = {r.path: re.compile(r.pattern) for r in ROUTES if r.pattern}
+_BY_PATH = {r.path: r for r in ROUTES}
+
+
+def lookup_target(parts: list[str]) -> tuple[str, str] | None:
+    """(view name, key) of a key lookup path given as its decoded segments, else None
+    (an alias's key that does not match its pattern too: its route refuses it)."""
+    route = _LOOKUPS.get(len(parts))
+    if route is None or not route.match(parts):
+        return None
+    key = parts[route.params[route.key]]
+    if route.view is not None:
+        form = _ALIAS_KEY.get(route.path)
+        if form is not None and not form.fullmatch(key):
+            return None
+        return route.view, key
+    return parts[route.params["view"]], key
+
+
+def query_of(method: str, path: str) -> str | None:
+    """The metrics label of a request (None: not a query, or no route)."""
+    parts = path.split("/")
+    for r in ROUTES:
+        if r.method == method and r.match(parts):
+            return r.query
+    return None
+
+
+def view_of(route_path: str | None, path_params: dict[str, str]) -> str | None:
+    """The view a request reads, given its route's path: an alias's view, else the
+    ``view`` path parameter (None: no view, e.g. /v1/cluster)."""
+    route = _BY_PATH.get(route_path) if route_path is not None else None
+    if route is not None and route.view is not None:
+        return route.view
+    return path_params.get("view")
+
+
+def undeclared(routes: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Of an app's (method, path) routes, those neither a query of ``ROUTES`` nor declared
+    ``UNTIMED``: a route that would go untimed without anyone deciding it should."""
+    known = {(r.method, r.path) for r in (*ROUTES, *UNTIMED)}
+    return [r for r in routes if r not in known]
