@@ -6,6 +6,16 @@ import json
 from typing import Any
 
 
+class Clock:
+    """A monotonic clock the test moves by hand (``clock.now += 1.5``)."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
 class RecordingTransport:
     """Stands in for an asyncio transport: records writes, remembers being closed."""
 

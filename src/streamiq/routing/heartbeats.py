@@ -1,6 +1,6 @@
 """Heartbeat records of the members topics: their form, signature, freshness and size.
 
-A heartbeat is one JSON object (``Membership._heartbeat``)::
+A heartbeat is one JSON object (``KafkaMembership._heartbeat``)::
 
     {"endpoint": "10.0.0.5:9001", "incarnation": "<random per start>",
      "started_at": 1.7e9, "sent_at": 1.7e9, "seq": 42, "leaving": false,

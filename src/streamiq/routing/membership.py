@@ -1,4 +1,4 @@
-"""Cluster membership through a heartbeat topic.
+"""Cluster membership through a heartbeat topic (``KafkaMembership``).
 
 Each node publishes a heartbeat every ``heartbeat_ms`` to the cluster's membership topic
 of the current epoch, ``_streamiq-<cluster>-members-<epoch>`` (``routing/epochs.py``: a
@@ -37,11 +37,11 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from streamiq.kafka.admin import delete_topics, ensure_topics, topic_names
 from streamiq.kafka.skips import Skips
+from streamiq.routing.base import Member
 from streamiq.routing.epochs import EpochTopics
 from streamiq.routing.heartbeats import (
     MAX_HEARTBEAT_BYTES,
@@ -60,8 +60,8 @@ from streamiq.routing.heartbeats import (
 from streamiq.supervise import Supervisor
 
 __all__ = ["MAX_HEARTBEAT_BYTES", "MAX_SKEW_S", "SIGNATURE_HEADER", "BadHeartbeat",
-           "Heartbeat", "Member", "Membership", "PartitionReport", "Report", "members_topic",
-           "parse_heartbeat", "sign", "signed"]
+           "Heartbeat", "KafkaMembership", "Member", "PartitionReport", "Report",
+           "members_topic", "parse_heartbeat", "sign", "signed"]
 
 log = logging.getLogger("streamiq.membership")
 
@@ -76,17 +76,9 @@ def members_topic(cluster: str) -> str:
     return f"_streamiq-{cluster}-members"
 
 
-@dataclass
-class Member:
-    endpoint: str
-    incarnation: str
-    seen: float
-    partitions: Report = field(default_factory=dict)
-    started_at: float = 0.0
-
-
-class Membership:
-    """Publishes this node's heartbeat and tracks the live members of the cluster."""
+class KafkaMembership:
+    """Publishes this node's heartbeat and tracks the live members of the cluster
+    (the ``Membership`` protocol of ``routing/base.py``, through Kafka)."""
 
     def __init__(self, kafka_conf: dict[str, Any], topic: str, endpoint: str,
                  report: Callable[[], Report],
@@ -319,3 +311,8 @@ class Membership:
             else:
                 self._members[endpoint] = Member(endpoint, doc["incarnation"], now,
                                                  doc["partitions"], doc["started_at"])
+
+
+#: the class's name before routing/base.py's protocol took it (removed once every
+#: caller says KafkaMembership)
+Membership = KafkaMembership

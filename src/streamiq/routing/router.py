@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from streamiq.routing.assignment import assign
-from streamiq.routing.membership import Member, Membership
+from streamiq.routing.base import Member, Membership
 
 __all__ = ["Endpoint", "Router"]
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from streamiq.routing.heartbeats import SEND_LIMIT, BadHeartbeat, encode, parse
-from streamiq.routing.membership import Membership
+from streamiq.routing.heartbeats import SEND_LIMIT, BadHeartbeat, Report, encode, parse
+from streamiq.routing.membership import KafkaMembership
 
 B = "127.0.0.1:9002"
 
@@ -30,15 +30,16 @@ def test_a_record_that_is_not_a_heartbeat_names_its_reason(raw: Any, reason: str
     with pytest.raises(BadHeartbeat) as err:
         parse(raw)
     assert err.value.reason == reason
-    m = Membership({}, "t", "127.0.0.1:9001", lambda: {})
+    m = KafkaMembership({}, "t", "127.0.0.1:9001", lambda: {})
     assert not m.receive(raw) and m.skips.reasons == {reason: 1}
 
 
 def test_a_heartbeat_is_never_sent_over_the_limit() -> None:
-    report = {f"v{i}": {p: {"offset": 10**12, "lag": 0, "restored": 1} for p in range(4096)}
-              for i in range(8)}  # 32768 partitions held: ~1.5 MB as JSON
+    report: Report = {f"v{i}": {p: {"offset": 10**12, "lag": 0, "restored": 1}
+                                for p in range(4096)}
+                      for i in range(8)}  # 32768 partitions held: ~1.5 MB as JSON
     report["small"] = {0: {"offset": 1, "lag": 0, "restored": 1}}
-    sender = Membership({}, "t", B, lambda: report)
+    sender = KafkaMembership({}, "t", B, lambda: report)
     raw = sender._heartbeat()
     assert len(raw) <= SEND_LIMIT
     hb, sent = parse(raw)

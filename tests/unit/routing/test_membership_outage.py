@@ -7,17 +7,11 @@ from __future__ import annotations
 
 import json
 
-from streamiq.routing.membership import Membership
+from fakes import Clock
+
+from streamiq.routing.membership import KafkaMembership
 
 A, B, C = "127.0.0.1:9001", "127.0.0.1:9002", "127.0.0.1:9003"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def _hb(endpoint: str, incarnation: str = "i") -> bytes:
@@ -25,14 +19,14 @@ def _hb(endpoint: str, incarnation: str = "i") -> bytes:
                        "partitions": {}}).encode()
 
 
-def _node() -> tuple[Membership, Clock]:
-    clock = Clock()
-    m = Membership({}, "t", A, lambda: {}, heartbeat_ms=250, timeout_ms=1500, clock=clock)
+def _node() -> tuple[KafkaMembership, Clock]:
+    clock = Clock(100.0)
+    m = KafkaMembership({}, "t", A, lambda: {}, heartbeat_ms=250, timeout_ms=1500, clock=clock)
     m.hearing()  # the listener runs
     return m, clock
 
 
-def _round(m: Membership, clock: Clock, *who: str) -> None:
+def _round(m: KafkaMembership, clock: Clock, *who: str) -> None:
     """0.25 s pass; the heartbeats of ``who`` arrive (A's own: this node's incarnation)."""
     clock.now += 0.25
     for e in who:

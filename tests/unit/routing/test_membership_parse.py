@@ -6,11 +6,12 @@ import json
 from typing import Any
 
 import pytest
+from fakes import Clock
 
 from streamiq.routing.membership import (
     MAX_HEARTBEAT_BYTES,
     BadHeartbeat,
-    Membership,
+    KafkaMembership,
     parse_heartbeat,
 )
 from streamiq.routing.router import Router
@@ -18,7 +19,7 @@ from streamiq.routing.router import Router
 A, B, C = "127.0.0.1:9001", "127.0.0.1:9002", "127.0.0.1:9003"
 
 
-def _hb(endpoint: str = B, **over: Any) -> dict[str, Any]:
+def _hb(endpoint: Any = B, **over: Any) -> dict[str, Any]:
     doc: dict[str, Any] = {"endpoint": endpoint, "incarnation": "i1", "started_at": 1.5,
                            "leaving": False,
                            "partitions": {"v": {"0": {"offset": 10, "lag": 0, "restored": 1}}}}
@@ -82,20 +83,10 @@ def test_malformed_records_are_rejected(name: str) -> None:
         parse_heartbeat(BAD[name])
 
 
-class Clock:
-    """A monotonic clock the test moves by hand."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def _membership(clock: Clock | None = None) -> Membership:
+def _membership(clock: Clock | None = None) -> KafkaMembership:
     """A membership that is not started (no Kafka): records are fed to receive()."""
-    m = Membership({"bootstrap.servers": "127.0.0.1:1"}, "t", A, dict, 250, 1500,
-                   clock=clock or Clock())
+    m = KafkaMembership({"bootstrap.servers": "127.0.0.1:1"}, "t", A, dict, 250, 1500,
+                        clock=clock or Clock())
     m.hearing()  # as the listener does once its consumer is assigned
     return m
 

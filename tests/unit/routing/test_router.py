@@ -1,34 +1,34 @@
-"""Routing decisions from heartbeat state (membership faked; no Kafka)."""
+"""Routing decisions from heartbeat state (an in-memory membership; no Kafka)."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
-from streamiq.routing.membership import Member
+from streamiq.routing.heartbeats import PartitionReport, Report
+from streamiq.routing.memory import StaticMembership
 from streamiq.routing.router import Router
 
 A, B, C = "127.0.0.1:9001", "127.0.0.1:9002", "127.0.0.1:9003"
 
 
-class FakeMembership:
-    def __init__(self, me: str, members: dict[str, dict[str, Any]]) -> None:
-        self.endpoint = me
-        self.members = members
-
-    def live(self) -> dict[str, Member]:
-        return {a: Member(a, "x", time.monotonic(), parts) for a, parts in self.members.items()}
-
-
-def _state(lag: int, restored: bool = True) -> dict[str, int]:
+def _state(lag: int, restored: bool = True) -> PartitionReport:
     return {"offset": 100 - lag, "lag": lag, "restored": int(restored)}
 
 
-def _router(members: dict[str, dict[str, Any]], me: str = A, standbys: int = 1) -> Router:
-    return Router(FakeMembership(me, members), {"v": 3}, standbys)  # type: ignore[arg-type]
+def _members(me: str, reports: dict[str, Report]) -> StaticMembership:
+    """``me`` among members that each heartbeat once with their report (kept by
+    reference: a test changes a report in place and the next route sees it)."""
+    m = StaticMembership(me)
+    for address, report in reports.items():
+        m.heartbeat(address, report)
+    return m
 
 
-def _all_hold(lag: int = 0) -> dict[str, dict[str, Any]]:
+def _router(members: dict[str, Report], me: str = A, standbys: int = 1) -> Router:
+    return Router(_members(me, members), {"v": 3}, standbys)
+
+
+def _all_hold(lag: int = 0) -> dict[str, Report]:
     return {m: {"v": {p: _state(lag) for p in range(3)}} for m in (A, B, C)}
 
 
@@ -65,13 +65,13 @@ def test_no_replica_means_none() -> None:
 
 
 def test_previous_owner_kept_until_new_replicas_restored() -> None:
-    members = {A: {"v": {p: _state(0) for p in range(3)}}, B: {}, C: {}}
+    members: dict[str, Report] = {A: {"v": {p: _state(0) for p in range(3)}}, B: {}, C: {}}
     r = _router(members, me=A, standbys=0)
     held = {("v", p) for p in range(3)}
     wanted = r.wanted_local(held)
     assert wanted == held  # nobody else has restored anything yet: A keeps it all
     for m in (B, C):
-        members[m] = {"v": {p: _state(0) for p in range(3)}}
+        members[m]["v"] = {p: _state(0) for p in range(3)}
     mine = {("v", p) for p in range(3) if r.assigned("v", p)[0] == A}
     assert r.wanted_local(held) == mine  # handover complete: A keeps only its own
 
@@ -82,10 +82,9 @@ def test_all_nodes_compute_the_same_map() -> None:
 
 
 def test_a_global_view_is_assigned_to_every_member_and_wanted_whole_by_each() -> None:
-    members = {m: {} for m in (A, B, C)}
+    members: dict[str, Report] = {m: {} for m in (A, B, C)}
     for me in (A, B, C):
-        r = Router(FakeMembership(me, members), {"v": 3, "g": 3}, 0,  # type: ignore[arg-type]
-                   global_views=["g"])
+        r = Router(_members(me, members), {"v": 3, "g": 3}, 0, global_views=["g"])
         for p in range(3):
             assert sorted(r.assigned("g", p)) == [A, B, C]
             assert r.assigned("g", p)[0] == r.assigned("v", p)[0]  # the same balanced active
@@ -105,16 +104,16 @@ def test_membership_changes_are_counted_and_logged_once_each(
         caplog: Any) -> None:
     import logging
 
-    members: dict[str, dict[str, Any]] = {A: {}}
-    r = _router(members)
+    membership = StaticMembership(A)
+    r = Router(membership, {"v": 3}, 1)
     with caplog.at_level(logging.INFO, logger="streamiq.routing"):
         r.assignment()  # this node alone, first look: not a change
         assert r.changes == 0
-        members[B] = {}
-        members[C] = {}
+        membership.heartbeat(B)
+        membership.heartbeat(C)
         r.assignment()
         r.assignment()  # same members: nothing new
-        del members[B]
+        membership.leave(B)
         r.assignment()
     assert r.changes == 2
     lines = [rec.getMessage() for rec in caplog.records]
