@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from streamiq.serving.node import Parts
 
 
 class Clock:
@@ -54,3 +57,19 @@ class FakeIngestProducer:
 
     def close(self) -> None:
         pass
+
+
+def offline_parts(partitions: dict[str, int], materializer: Any,
+                  endpoint: str = "127.0.0.1:1") -> Parts:
+    """A node's parts that never reach Kafka: ``materializer`` (a test's), no stores, an
+    in-memory membership of this node alone, a router over it, a catalog never started."""
+    from streamiq.routing.memory import StaticMembership
+    from streamiq.routing.router import Router
+    from streamiq.serving.discovery import Discovery
+    from streamiq.serving.node import Parts
+    from streamiq.supervise import Supervisor
+
+    membership = StaticMembership(endpoint)
+    return Parts(partitions, topics={}, stores={}, materializer=materializer,
+                 membership=membership, router=Router(membership, partitions, 0),
+                 discovery=Discovery({}, "catalog", lambda spec: None, Supervisor()))

@@ -10,6 +10,7 @@ from fastapi import Response
 from starlette.requests import Request
 
 from streamiq.config import Settings
+from streamiq.routing.memory import StaticMembership
 from streamiq.routing.router import Endpoint
 from streamiq.serving.coordinator import Coordinator, Params, Reply
 
@@ -28,17 +29,17 @@ class FakeRouter:
 
 
 def make(handler: Any) -> tuple[Coordinator, list[str]]:
-    suspects: list[str] = []
+    membership = StaticMembership(ME)
     node = SimpleNamespace(
         settings=Settings(internal_concurrency=4, auth=False), endpoint=ME,
-        router=FakeRouter(), membership=SimpleNamespace(suspect=suspects.append),
+        router=FakeRouter(), membership=membership,
         partitions={"v": 3}, holds=lambda view, p: p == 0, lag=lambda view, p: 0 if p == 0 else -1)
     async def send(method: str, address: str, path: str, params: Params, body: Any,
                    headers: dict[str, str], timeout: float = 10.0) -> Reply:
         return handler(Sent(address, path, params, headers))
 
     co = Coordinator(node, send=send)  # type: ignore[arg-type]
-    return co, suspects
+    return co, membership.suspected
 
 
 class Sent:

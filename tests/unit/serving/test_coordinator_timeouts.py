@@ -9,14 +9,14 @@ import aiohttp
 from starlette.requests import Request
 
 from streamiq.config import Settings
+from streamiq.routing.memory import StaticMembership
 from streamiq.serving.coordinator import Coordinator, peer_error
 
 
 def _coordinator() -> tuple[Coordinator, list[str]]:
-    suspects: list[str] = []
-    node: Any = SimpleNamespace(settings=Settings(wait_timeout_ms=5000),
-                                membership=SimpleNamespace(suspect=suspects.append))
-    return Coordinator(node), suspects
+    membership = StaticMembership("127.0.0.1:1")
+    node: Any = SimpleNamespace(settings=Settings(wait_timeout_ms=5000), membership=membership)
+    return Coordinator(node), membership.suspected
 
 
 def _request(query: str) -> Request:

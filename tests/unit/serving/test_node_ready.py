@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from fakes import offline_parts
+
 from streamiq.config import Settings
 from streamiq.serving.materializer import PartitionState
-from streamiq.serving.node import Node, Parts
+from streamiq.serving.node import Node
 from streamiq.supervise import Supervisor
 from streamiq.views.base import load_app
 
@@ -18,9 +20,7 @@ class FakeMaterializer:
 
 
 def _node() -> Node:
-    parts = Parts(partitions={"balances": 2}, topics={}, stores={},
-                  materializer=FakeMaterializer(),  # type: ignore[arg-type]
-                  membership=None, router=None, discovery=None)  # type: ignore[arg-type]
+    parts = offline_parts({"balances": 2}, FakeMaterializer())
     node = Node(Settings(app="bank"), load_app("bank"), parts, Supervisor())
     node.assigning = True
     return node

@@ -6,11 +6,12 @@ import asyncio
 import threading
 
 import pytest
+from fakes import offline_parts
 
 from streamiq.config import Settings
 from streamiq.errors import Overloaded
 from streamiq.serving.materializer import PartitionState
-from streamiq.serving.node import Node, Parts
+from streamiq.serving.node import Node
 from streamiq.supervise import Supervisor
 from streamiq.views.base import load_app
 
@@ -23,9 +24,7 @@ class FakeMaterializer:
 
 
 def _node(max_waiters: int) -> Node:
-    parts = Parts(partitions={"balances": 1}, topics={}, stores={},
-                  materializer=FakeMaterializer(),  # type: ignore[arg-type]
-                  membership=None, router=None, discovery=None)  # type: ignore[arg-type]
+    parts = offline_parts({"balances": 1}, FakeMaterializer())
     return Node(Settings(app="bank", max_waiters=max_waiters), load_app("bank"), parts,
                 Supervisor())
 
