@@ -7,11 +7,14 @@ a restarted node resumes from exactly where its data is.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Literal, Protocol
 
-__all__ = ["Checkpoint", "Store"]
+__all__ = ["Checkpoint", "Store", "StoreKind"]
+
+#: the stores ``streamiq.state.open_store`` opens (the ``store`` setting)
+StoreKind = Literal["rocksdb", "memory"]
 
 
 @dataclass
@@ -22,39 +25,43 @@ class Checkpoint:
     position: dict[str, dict[int, int]] = field(default_factory=dict)
 
 
-class Store(ABC):
-    """Key-value rows of one view, partitioned like its changelog."""
+class Store(Protocol):
+    """Key-value rows of one view, partitioned like its changelog.
 
-    @abstractmethod
+    A ``Protocol``, not a base class: the implementations share no code (each keeps
+    rows, order and checkpoints its own way), so a store is anything with these
+    methods, and a test can hand a node any object that has them. These are exactly
+    the calls the serving tier makes on a store. Keys compare as unsigned bytes
+    (RocksDB's default order, and Python's ``bytes`` order).
+    """
+
     def get(self, partition: int, key: bytes) -> bytes | None: ...
 
-    @abstractmethod
-    def multi_get(self, partition: int, keys: Sequence[bytes]) -> list[bytes | None]: ...
+    def multi_get(self, partition: int, keys: Sequence[bytes]) -> list[bytes | None]:
+        """The values of ``keys`` in their order (None where absent), as of one moment."""
+        ...
 
-    @abstractmethod
     def apply(self, partition: int, puts: Sequence[tuple[bytes, bytes | None]],
               checkpoint: Checkpoint) -> None:
         """Atomically write rows (None value deletes) together with the checkpoint."""
+        ...
 
-    @abstractmethod
     def checkpoint(self, partition: int) -> Checkpoint | None:
         """The stored checkpoint of a partition, None if the store never held it."""
+        ...
 
-    @abstractmethod
     def scan(self, partition: int, start: bytes | None = None, end: bytes | None = None
              ) -> Iterator[tuple[bytes, bytes]]:
-        """Rows with start <= key < end, in key order."""
+        """Rows with start <= key < end, in key order, as they were when iteration
+        began (writes made while iterating are not seen)."""
+        ...
 
-    @abstractmethod
     def drop(self, partition: int) -> None:
         """Forget a partition's rows and checkpoint."""
-
-    @abstractmethod
-    def partitions(self) -> list[int]: ...
-
-    @abstractmethod
-    def close(self) -> None: ...
+        ...
 
     def stats(self) -> dict[str, int]:
         """``rows`` and ``bytes`` held (estimates are fine: they are read by /metrics)."""
-        return {"rows": 0, "bytes": 0}
+        ...
+
+    def close(self) -> None: ...

@@ -2,7 +2,8 @@
 
 Layout: ``b"d" + partition(2 bytes) + key`` for rows and ``b"m" + partition`` for the
 partition's checkpoint (JSON), so a partition is one contiguous range that can be
-scanned in key order or dropped with one range delete.
+scanned in key order or dropped with one range delete. An iterator reads RocksDB's
+implicit snapshot, taken when it is created: a scan sees no write made after it began.
 """
 
 from __future__ import annotations
@@ -86,15 +87,6 @@ class RocksDBStore(Store):
     def drop(self, partition: int) -> None:
         self._db.delete_range(_data(partition), _data(partition + 1))
         self._db.delete(_meta(partition))
-
-    def partitions(self) -> list[int]:
-        out = []
-        it = self._db.iter()
-        it.seek(b"m")
-        while it.valid() and it.key()[:1] == b"m":
-            out.append(_P.unpack(it.key()[1:3])[0])
-            it.next()
-        return out
 
     def stats(self) -> dict[str, int]:
         """RocksDB's own estimates: keys (checkpoint entries included, one per

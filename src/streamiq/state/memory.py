@@ -1,0 +1,130 @@
+"""In-memory store: the ``Store`` contract without a disk, for unit tests and nodes
+whose state may be lost.
+
+Nothing survives the process: a node with ``--store memory`` restores every partition
+it holds from the changelog topics when it starts, as a node with an empty RocksDB
+directory does. Behaviour matches ``RocksDBStore`` (tests/unit/state/test_store_contract.py
+runs the same tests over both): keys in unsigned byte order, a batch and its checkpoint
+applied atomically, a scan that reads the partition as it was when iteration began.
+
+Per partition a dict holds the rows and a sorted list of the keys serves scans; the
+list is kept up to date by small batches and rebuilt on the next scan after a large one.
+"""
+
+from __future__ import annotations
+
+import threading
+from bisect import bisect_left, insort
+from collections.abc import Iterator, Sequence
+
+from streamiq.state.base import Checkpoint, Store
+
+__all__ = ["MemoryStore"]
+
+#: a batch adding or removing more keys than this re-sorts the keys on the next scan
+#: (an insort moves the list's tail: cheap a few times, slower than a sort many times)
+_INSORT_MAX = 256
+
+
+def _copy(cp: Checkpoint) -> Checkpoint:
+    """A checkpoint no caller shares, with ``int`` numbers as RocksDB's JSON gives back."""
+    return Checkpoint(offset=int(cp.offset),
+                      position={t: {int(p): int(o) for p, o in po.items()}
+                                for t, po in cp.position.items()})
+
+
+class _Partition:
+    def __init__(self, checkpoint: Checkpoint) -> None:
+        self.rows: dict[bytes, bytes] = {}
+        self.keys: list[bytes] | None = []  # sorted; None: rebuild on the next scan
+        self.checkpoint = checkpoint
+        self.bytes = 0
+
+    def put(self, key: bytes, value: bytes | None) -> None:
+        old = self.rows.pop(key, None) if value is None else self.rows.get(key)
+        if old is not None:
+            self.bytes -= len(key) + len(old)
+        if value is not None:
+            self.rows[key] = value
+            self.bytes += len(key) + len(value)
+
+    def sorted_keys(self) -> list[bytes]:
+        if self.keys is None:
+            self.keys = sorted(self.rows)
+        return self.keys
+
+    def resort(self, changed: Sequence[bytes]) -> None:
+        """Bring the sorted keys up to date with ``changed`` (added or removed keys)."""
+        if self.keys is None or len(changed) > _INSORT_MAX:
+            self.keys = None
+            return
+        for key in changed:
+            if key in self.rows:
+                insort(self.keys, key)
+            else:
+                del self.keys[bisect_left(self.keys, key)]
+
+
+class MemoryStore(Store):
+    """A view's rows in this process's memory. Thread-safe: the materializer writes
+    from its thread while queries read from others."""
+
+    def __init__(self) -> None:
+        self._parts: dict[int, _Partition] = {}
+        self._lock = threading.Lock()
+
+    def get(self, partition: int, key: bytes) -> bytes | None:
+        part = self._parts.get(partition)
+        return None if part is None else part.rows.get(key)  # one dict read: atomic
+
+    def multi_get(self, partition: int, keys: Sequence[bytes]) -> list[bytes | None]:
+        with self._lock:
+            part = self._parts.get(partition)
+            rows = {} if part is None else part.rows
+            return [rows.get(k) for k in keys]
+
+    def apply(self, partition: int, puts: Sequence[tuple[bytes, bytes | None]],
+              checkpoint: Checkpoint) -> None:
+        cp = _copy(checkpoint)
+        with self._lock:
+            part = self._parts.get(partition)
+            if part is None:
+                part = self._parts[partition] = _Partition(cp)
+            held = {key: key in part.rows for key, _ in puts}  # before the batch
+            for key, value in puts:
+                part.put(key, value)
+            part.resort([k for k, was in held.items() if (k in part.rows) != was])
+            part.checkpoint = cp
+
+    def checkpoint(self, partition: int) -> Checkpoint | None:
+        part = self._parts.get(partition)
+        return None if part is None else _copy(part.checkpoint)
+
+    def scan(self, partition: int, start: bytes | None = None, end: bytes | None = None
+             ) -> Iterator[tuple[bytes, bytes]]:
+        with self._lock:  # the range as it is now: later writes are not seen
+            part = self._parts.get(partition)
+            if part is None:
+                return
+            keys = part.sorted_keys()
+            lo = bisect_left(keys, start) if start else 0
+            hi = bisect_left(keys, end) if end is not None else len(keys)
+            taken = keys[lo:hi]
+            values = list(map(part.rows.__getitem__, taken))
+        yield from zip(taken, values, strict=True)
+
+    def drop(self, partition: int) -> None:
+        with self._lock:
+            self._parts.pop(partition, None)
+
+    def stats(self) -> dict[str, int]:
+        """Exact: rows held and the bytes of their keys and values."""
+        with self._lock:
+            parts = list(self._parts.values())
+            return {"rows": sum(len(p.rows) for p in parts),
+                    "bytes": sum(p.bytes for p in parts)}
+
+    def close(self) -> None:
+        """Free the rows: a closed store holds nothing."""
+        with self._lock:
+            self._parts = {}
