@@ -14,6 +14,8 @@ from typing import Any
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from streamiq.state.base import StoreKind
+
 __all__ = ["WILDCARD_HOSTS", "Settings", "token_file"]
 
 #: listen hosts that bind every interface: never an address to advertise to peers
@@ -84,6 +86,10 @@ class Settings(BaseSettings):
         None, description="host:port peers use to reach this node (default host:port)."
     )
     state_dir: Path = Field(Path(".streamiq/state"), description="Local RocksDB state root.")
+    store: StoreKind = Field(
+        "rocksdb", description="Where a node keeps its views' rows: rocksdb (on disk under "
+        "--state-dir, kept across restarts) or memory (in the process: lost when the node "
+        "stops, so it restores every partition from the changelog when it starts).")
     standby_replicas: int = Field(
         1, ge=0, le=8, description="Warm standby copies of each partition (when 2+ nodes)."
     )

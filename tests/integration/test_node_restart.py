@@ -1,8 +1,10 @@
-"""A restarted node resumes from its RocksDB checkpoint; a stale checkpoint is rebuilt."""
+"""A restarted node resumes from its RocksDB checkpoint; a stale checkpoint is rebuilt; a
+node with ``--store memory`` serves and restores everything again after a restart."""
 
 from __future__ import annotations
 
 import re
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +25,10 @@ def _rows(n: int, bump: int = 0) -> list[dict[str, Any]]:
             for i in range(n)]
 
 
-def _node_args(bootstrap: str, port: int, state: Path) -> list[str]:
+def _node_args(bootstrap: str, port: int, state: Path, *extra: str) -> list[str]:
     return ["--bootstrap-servers", bootstrap, "--cluster", "restart", "--app", "bank",
             "--port", str(port),
-            "--state-dir", str(state), "--standby-replicas", "0", "--no-auth"]
+            "--state-dir", str(state), "--standby-replicas", "0", "--no-auth", *extra]
 
 
 def _balance(port: int, account: str) -> int | None:
@@ -49,6 +51,28 @@ def test_restart_resumes_from_checkpoint(bootstrap: str, tmp_path: Path, procs: 
     assert _balance(port, "r5") == 1005 and _balance(port, "r42") == 42
     resumed = [int(o) for o in re.findall(r"resuming from changelog offset (\d+)", second.log())]
     assert len(resumed) == 3 and sum(resumed) == 300, resumed  # not from 0: from the checkpoint
+
+
+def test_a_memory_node_serves_and_restores_from_the_changelog_after_a_restart(
+        bootstrap: str, tmp_path: Path, procs: Any) -> None:
+    prefix = f"mem{uuid.uuid4().hex[:6]}-"  # its own topics and cluster on the session broker
+    topic = prefix + BALANCES.changelog_topic
+    ensure_topics({"bootstrap.servers": bootstrap}, {topic: 3})
+    produce_rows(bootstrap, topic, BALANCES, _rows(300))
+    port, state = free_port(), tmp_path / "state"
+    args = _node_args(bootstrap, port, state, "--store", "memory", "--topic-prefix", prefix,
+                      "--cluster", prefix + "c")
+    first = procs("node", args, name="first")
+    first.wait_ready(f"http://127.0.0.1:{port}/health")
+    assert _balance(port, "r42") == 42 and _balance(port, "r300") is None
+    first.stop()
+    assert list(state.rglob("CURRENT")) == []  # no RocksDB database was made
+    produce_rows(bootstrap, topic, BALANCES, _rows(10, bump=1000))  # r0..r9 change
+    second = procs("node", args, name="second")
+    second.wait_ready(f"http://127.0.0.1:{port}/health")
+    assert _balance(port, "r5") == 1005 and _balance(port, "r42") == 42
+    resumed = [int(o) for o in re.findall(r"resuming from changelog offset (\d+)", second.log())]
+    assert resumed == [0, 0, 0]  # nothing kept: every partition restored from the start
 
 
 def test_checkpoint_beyond_a_new_log_is_rebuilt(tmp_path: Path, procs: Any) -> None:

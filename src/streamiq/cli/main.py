@@ -37,7 +37,7 @@ _AUTH = ("auth", "jwt_secret", "api_keys")
 _TLS = ("tls_cert_file", "tls_key_file", "tls_ca_file")  # parts run on their own only
 _INGEST = ("ingest_host", "ingest_port", *_AUTH)
 _HTTP = ("request_read_timeout_s",)  # parts run on their own only, as _TLS
-_NODE = ("host", "port", "advertised", "state_dir", "standby_replicas", "heartbeat_ms",
+_NODE = ("host", "port", "advertised", "state_dir", "store", "standby_replicas", "heartbeat_ms",
          "member_timeout_ms", "membership_period_s", "max_view_partitions", "max_views",
          "max_lag", "wait_timeout_ms",
          "max_waiters", "internal_concurrency", "redirect", "cluster_secret", *_AUTH,

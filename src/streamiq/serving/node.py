@@ -33,8 +33,7 @@ from streamiq.routing.router import Router
 from streamiq.serving.consistency import Token, reflects
 from streamiq.serving.discovery import Discovery
 from streamiq.serving.materializer import Materializer
-from streamiq.state.base import Store
-from streamiq.state.rocksdb import RocksDBStore
+from streamiq.state import Store, open_store
 from streamiq.supervise import Supervisor
 from streamiq.views.base import CHANGELOG_TOPIC_CONFIG, App, View, load_app
 from streamiq.views.catalog import CATALOG_TOPIC_CONFIG, ViewSpec, catalog_topic
@@ -72,7 +71,7 @@ def _build(settings: Settings, views: dict[str, View], supervisor: Supervisor,
                            config=CHANGELOG_TOPIC_CONFIG)
     partitions = {name: counts[t] for name, t in topics.items()}
     root = _state_path(s.state_dir, s.endpoint)
-    stores: dict[str, Store] = {name: RocksDBStore(root / name) for name in views}
+    stores = {name: open_store(s.store, root / name) for name in views}
     materializer = Materializer(kafka, views, stores, topics, supervisor,
                                 on_apply=lambda: late[0].applied() if late else None,
                                 partitions=partitions)
@@ -219,7 +218,7 @@ class Node:
             return
         if own is None:  # new: store, materializer and routing first, the view last
             root = _state_path(self.settings.state_dir, self.endpoint)
-            store = RocksDBStore(root / spec.name)
+            store = open_store(self.settings.store, root / spec.name)
             self.materializer.add_view(view, store, spec.changelog_topic, spec.partitions)
             self.stores = {**self.stores, spec.name: store}
             self.topics = {**self.topics, spec.name: spec.changelog_topic}

@@ -16,6 +16,13 @@ def test_flags_override_env(monkeypatch: pytest.MonkeyPatch) -> None:
     assert _settings(["node", "--no-auth", "--port", "9200"]).port == 9200
 
 
+def test_the_store_is_a_flag_and_a_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert _settings(["node", "--no-auth"]).store == "rocksdb"
+    monkeypatch.setenv("STREAMIQ_STORE", "memory")
+    assert _settings(["node", "--no-auth"]).store == "memory"
+    assert _settings(["node", "--no-auth", "--store", "rocksdb"]).store == "rocksdb"
+
+
 def test_bad_flag_value_names_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit, match="--port"):
         _settings(["node", "--port", "nope"])
@@ -86,6 +93,8 @@ def test_help_shows_defaults_as_typed(capsys: pytest.CaptureFixture[str]) -> Non
 
 @pytest.mark.parametrize(("argv", "line"), [
     (["node", "--port", "nope"], "streamiq: error: --port: Input should be a valid integer"),
+    (["node", "--store", "lmdb"], "streamiq: error: --store: Input should be 'rocksdb' or "
+                                  "'memory'"),
     (["up", "--partitions", "0"], "streamiq: error: --partitions: Input should be greater"),
     (["ingest", "--kafka-config", "[1]"], "streamiq: error: --kafka-config: Input should be"),
     (["node", "--tls-cert-file", "/no/cert.pem", "--tls-key-file", "/etc/hostname"],
