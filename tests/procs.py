@@ -140,12 +140,13 @@ class Deployment:
 
     def node(self, app: str | None = "bank", port: int | None = None,
              extra: list[str] | None = None,
-             wait: bool = True) -> tuple[int, Proc]:
+             wait: bool = True, prefix: list[str] | None = None) -> tuple[int, Proc]:
+        """``prefix``: before the command line (a launcher such as tests/faultnode.py)."""
         port = port or self._free_port()
         args = [*self.common(app), "--port", str(port), "--state-dir",
                 str(self.root / "state"), "--cluster-secret", self.secret, *self.auth_flags(),
                 *(extra or [])]
-        p = self._procs("node", args, name=f"node-{port}")
+        p = self._procs("node", args, name=f"node-{port}", prefix=prefix)
         if wait:
             p.wait_ready(f"http://127.0.0.1:{port}/health", 60)
         if port not in self.ports:

@@ -2,8 +2,8 @@
 
 * junk on the members topic (not JSON, binary, oversized, wrong types) is skipped and
   counted by every node; membership and routing carry on;
-* a materializer that raises (the ``STREAMIQ_TEST_FAULT`` test hook: it raises on
-  applying one changelog key) never lets its node answer from frozen rows: peers route
+* a materializer that raises (a fault installed by the launcher tests/faultnode.py: it
+  raises on applying one changelog key) never lets its node answer from frozen rows: peers route
   to the standby, and the node either recovers by restarting the materializer from its
   checkpoints, or, when the fault keeps coming back, turns not ready, leaves the
   cluster and exits non-zero.
@@ -27,13 +27,13 @@ from confluent_kafka.admin import (
     ConfigEntry,
     ConfigResource,
 )
+from faultnode import launcher
 from procs import free_port
 
 from streamiq.kafka.admin import ensure_topics
 from streamiq.routing.assignment import assign
 from streamiq.routing.epochs import EpochTopics
 from streamiq.routing.membership import MAX_HEARTBEAT_BYTES, members_topic
-from streamiq.serving.materializer import FAULT_ENV
 from streamiq.views.bank import BALANCES
 
 pytestmark = pytest.mark.integration
@@ -199,16 +199,14 @@ def _plan(cluster: Any) -> tuple[list[int], int, str, list[int]]:
 
 
 @pytest.fixture
-def faulty_cluster(cluster: Any, monkeypatch: pytest.MonkeyPatch, request: Any
+def faulty_cluster(cluster: Any, request: Any
                    ) -> Iterator[tuple[str, list[tuple[int, Any]], str, list[int]]]:
     """A 3-node cluster whose first node's materializer raises on the poison key
     (``request.param`` times; 0: every time)."""
     topic = _balances_topic(cluster)
     ports, p, poison, accounts = _plan(cluster)
-    times = request.param
-    monkeypatch.setenv(FAULT_ENV, f"materializer:{poison}" + (f":{times}" if times else ""))
-    first = cluster.node("bank", ports[0], STANDBY, wait=False)
-    monkeypatch.delenv(FAULT_ENV)
+    first = cluster.node("bank", ports[0], STANDBY, wait=False,
+                         prefix=launcher(poison, request.param))
     nodes = [first] + [cluster.node("bank", port, STANDBY, wait=False) for port in ports[1:]]
     for port, proc in nodes:
         proc.wait_ready(f"http://127.0.0.1:{port}/health", 60)

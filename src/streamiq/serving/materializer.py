@@ -16,15 +16,14 @@ size, JSON, nesting, key, partition, column types, window) or a marker claiming 
 cannot be (``serving/markers.py``) is skipped and counted per view and reason
 (``skips``); its offset still advances, so a restart does not meet it again.
 
-Test hook: ``STREAMIQ_TEST_FAULT=materializer:<key>[:<times>]`` (read once, when the
-materializer is built) makes the loop raise on applying a record with that key, at most
-``<times>`` times (default: every time). It stands for a bug or an I/O error.
+Test seam: ``before_apply`` (this module) is None in production (one check per poll,
+none per record). Tests install a callable there that raises on some records, standing
+for a bug or an I/O error; in a node process, through the launcher ``tests/faultnode.py``.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections import Counter, defaultdict
@@ -39,25 +38,13 @@ from streamiq.supervise import Supervisor
 from streamiq.views.base import MARKER_HEADER, View
 from streamiq.views.rows import RowCheck
 
-__all__ = ["FAULT_ENV", "Materializer", "PartitionState"]
+__all__ = ["Materializer", "PartitionState"]
 
 log = logging.getLogger("streamiq.materializer")
 
-FAULT_ENV = "STREAMIQ_TEST_FAULT"
-
-
-class InjectedFault(RuntimeError):
-    """Raised by the ``STREAMIQ_TEST_FAULT`` test hook."""
-
-
-def _fault_from_env() -> tuple[bytes, int] | None:
-    """(key, times) of a ``materializer:<key>[:<times>]`` test fault, None if unset."""
-    raw = os.environ.get(FAULT_ENV, "")
-    part, _, rest = raw.partition(":")
-    if part != "materializer" or not rest:
-        return None
-    key, _, times = rest.partition(":")
-    return key.encode(), int(times) if times else -1
+#: Test seam, None in production: called (loop thread) with each poll's fetched records
+#: before any of them is applied; what it raises crashes the loop, as a bug would.
+before_apply: Callable[[list[Any]], None] | None = None
 
 
 @dataclass
@@ -105,7 +92,6 @@ class Materializer:
         #: about one record per key)
         self.read: Counter[str] = Counter()
         self.on_apply = on_apply  # called (loop thread) after records were applied
-        self._fault = _fault_from_env()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.supervisor = supervisor or Supervisor()
@@ -213,6 +199,8 @@ class Materializer:
     def apply(self, msgs: list[Any]) -> None:
         """Apply fetched changelog records to the stores of the partitions held (the
         loop's thread; a record that cannot be read is skipped and counted)."""
+        if before_apply is not None:
+            before_apply(msgs)
         batches: dict[tuple[str, int], list[Any]] = defaultdict(list)
         for m in msgs:
             if m.error():
@@ -236,8 +224,6 @@ class Materializer:
             for m in records:
                 try:
                     self._decode(m, view, puts, position)
-                except InjectedFault:
-                    raise
                 except Skip as exc:
                     self._skip(view, p, m.offset(), exc.reason, exc)
                 except Exception as exc:  # a record no check foresaw: still never fatal
@@ -279,9 +265,6 @@ class Materializer:
                     cur[part] = max(cur.get(part, 0), off)
             return
         key = m.key()
-        if self._fault is not None and key == self._fault[0] and self._fault[1] != 0:
-            self._fault = (self._fault[0], self._fault[1] - 1)
-            raise InjectedFault(f"{FAULT_ENV}: injected fault on key {key!r}")
         check = self._checks.get(view)
         if check is None:
             check = self._checks[view] = RowCheck(self.views[view], self.partitions.get(view))

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from faultnode import KeyFault
 
 from streamiq.config import Settings
 from streamiq.kafka.partitioner import partition_for
@@ -20,7 +21,7 @@ from streamiq.routing.membership import Membership
 from streamiq.routing.router import Router
 from streamiq.serving.coordinator import Coordinator
 from streamiq.serving.discovery import Discovery
-from streamiq.serving.materializer import FAULT_ENV, Materializer, PartitionState
+from streamiq.serving.materializer import Materializer, PartitionState
 from streamiq.serving.node import Node, Parts
 from streamiq.state.rocksdb import RocksDBStore
 from streamiq.supervise import Supervisor
@@ -30,6 +31,7 @@ from streamiq.views.orders import ORDER_COUNTS_1M
 from streamiq.views.rows import RowCheck
 
 TOPIC = {"balances": "cl-b", "order_counts_1m": "cl-w"}
+SEAM = "streamiq.serving.materializer.before_apply"  # where tests install a fault
 
 
 class Msg:
@@ -272,7 +274,7 @@ def test_a_crash_restarts_from_the_checkpoints(tmp_path: Path, fake_kafka: Any,
     log, consumers = fake_kafka
     for i in range(3):
         log.append(TOPIC["balances"], 0, f"a{i}".encode(), _row(f"a{i}", i))
-    monkeypatch.setenv(FAULT_ENV, "materializer:poison:2")  # raises twice, then applies
+    monkeypatch.setattr(SEAM, KeyFault(b"poison", 2))  # raises twice, then applies
     sup = Supervisor(restarts=3, backoff_s=0.001)
     with _poisoned(tmp_path, log, sup) as m:
         _wait(lambda: m.stores["balances"].get(0, b"a1") == _row("a1", 100), "a1 updated")
@@ -288,7 +290,7 @@ def test_a_materializer_that_cannot_recover_holds_nothing(tmp_path: Path, fake_k
                                                           ) -> None:
     log, _ = fake_kafka
     log.append(TOPIC["balances"], 0, b"a1", _row("a1", 1))
-    monkeypatch.setenv(FAULT_ENV, "materializer:poison")  # every time
+    monkeypatch.setattr(SEAM, KeyFault(b"poison"))  # every time
     held_at_fatal: list[dict[Any, Any]] = []
     sup = Supervisor(on_fatal=lambda n, e: held_at_fatal.append(dict(m.states)), restarts=2,
                      backoff_s=0.001)
