@@ -1,4 +1,4 @@
-"""Shared fixtures for the serving unit tests: a node app over real RocksDB stores."""
+"""Shared fixtures for the serving unit tests: a node app over in-memory stores."""
 
 from __future__ import annotations
 
@@ -17,8 +17,7 @@ from streamiq.config import Settings
 from streamiq.routing.router import Endpoint
 from streamiq.serving.app import create_asgi
 from streamiq.serving.protocol import NodeHttpProtocol
-from streamiq.state.base import Checkpoint
-from streamiq.state.rocksdb import RocksDBStore
+from streamiq.state import Checkpoint, StoreKind, open_store
 from streamiq.views.bank import BALANCES
 from streamiq.views.orders import ORDER_COUNTS, ORDER_COUNTS_1M
 
@@ -52,13 +51,14 @@ class FakeRouter:
         self.active, self.fresh = owner, [ME]
 
 
-def make_app(root: Path, settings: Settings | None = None) -> Any:
+def make_app(root: Path, settings: Settings | None = None, store: StoreKind = "memory"
+             ) -> Any:
     """A node app (the lean path around the FastAPI app) holding a1 in its balances;
-    client authentication off unless ``settings`` say otherwise."""
+    client authentication off unless ``settings`` say otherwise. Its stores are of kind
+    ``store``, under ``root`` if they keep files."""
     settings = settings or Settings(auth=False)
-    stores = {"balances": RocksDBStore(root / "b"),
-              "order_counts": RocksDBStore(root / "o"),
-              "order_counts_1m": RocksDBStore(root / "w")}
+    stores = {name: open_store(store, root / name)
+              for name in ("balances", "order_counts", "order_counts_1m")}
     row = {"account": "a1", "balance": 5, "count": 1, "last_update": 9}
     p = BALANCES.partition_of("a1", 3)
     stores["balances"].apply(p, [(b"a1", json.dumps(row).encode())], Checkpoint(offset=1))

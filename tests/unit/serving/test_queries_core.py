@@ -1,9 +1,9 @@
-"""Scan merge, cursors and aggregate partials against a real RocksDB store."""
+"""Scan merge, cursors and aggregate partials over a store (in memory: the store
+contract, tests/unit/state, holds it to what RocksDB does)."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -21,8 +21,7 @@ from streamiq.serving.scan import (
     merge_rows,
     scan_partitions,
 )
-from streamiq.state.base import Checkpoint
-from streamiq.state.rocksdb import RocksDBStore
+from streamiq.state import Checkpoint, MemoryStore
 from streamiq.views.base import store_key
 from streamiq.views.orders import ORDER_COUNTS, ORDER_COUNTS_1M
 
@@ -30,8 +29,8 @@ P = 3
 
 
 @pytest.fixture
-def orders(tmp_path: Path) -> tuple[RocksDBStore, dict[str, dict[str, object]]]:
-    store = RocksDBStore(tmp_path / "oc")
+def orders() -> tuple[MemoryStore, dict[str, dict[str, object]]]:
+    store = MemoryStore()
     truth: dict[str, dict[str, object]] = {}
     puts: dict[int, list[tuple[bytes, bytes | None]]] = {p: [] for p in range(P)}
     for s in range(20):
@@ -45,7 +44,7 @@ def orders(tmp_path: Path) -> tuple[RocksDBStore, dict[str, dict[str, object]]]:
     return store, truth
 
 
-def test_scan_pages_merge_in_key_order(orders: tuple[RocksDBStore, dict]) -> None:
+def test_scan_pages_merge_in_key_order(orders: tuple[MemoryStore, dict]) -> None:
     store, truth = orders
     seen: list[str] = []
     after = None
@@ -60,7 +59,7 @@ def test_scan_pages_merge_in_key_order(orders: tuple[RocksDBStore, dict]) -> Non
     assert seen == sorted(k for k in truth if k.startswith("s0"))
 
 
-def test_scan_range_bounds(orders: tuple[RocksDBStore, dict]) -> None:
+def test_scan_range_bounds(orders: tuple[MemoryStore, dict]) -> None:
     store, truth = orders
     rng = KeyRange.build("s05", "s07|RESTAURANT")
     rows, cursor = merge_rows(ORDER_COUNTS, [scan_partitions(ORDER_COUNTS, store, range(P),
@@ -75,7 +74,7 @@ def test_bad_cursor(bad: str) -> None:
         decode_cursor("order_counts", bad)
 
 
-def test_aggregate_partials_merge_exactly(orders: tuple[RocksDBStore, dict]) -> None:
+def test_aggregate_partials_merge_exactly(orders: tuple[MemoryStore, dict]) -> None:
     store, truth = orders
     cols = parse_group_by(ORDER_COUNTS, ["type"])
     aggs = parse_aggs(ORDER_COUNTS, ["sum(count)", "avg(revenue)", "min(store)", "count(*)"])
@@ -104,8 +103,8 @@ def test_unknown_group_by() -> None:
         parse_group_by(ORDER_COUNTS, ["type,nope"])
 
 
-def test_window_filter(tmp_path: Path) -> None:
-    store = RocksDBStore(tmp_path / "w")
+def test_window_filter() -> None:
+    store = MemoryStore()
     rows = [("s1|GENERAL", w) for w in (0, 60_000, 120_000)] + [("s2|GENERAL", 60_000)]
     store.apply(0, [(store_key(k, w), json.dumps({"store": k[:2], "type": "GENERAL",
                                                    "window_start": w, "window_end": w + 60_000,
@@ -118,10 +117,10 @@ def test_window_filter(tmp_path: Path) -> None:
         ("s1|GENERAL", 60_000), ("s2|GENERAL", 60_000)]
 
 
-def test_aggregate_groups_by_values_that_cannot_key_a_dict(tmp_path: Path) -> None:
+def test_aggregate_groups_by_values_that_cannot_key_a_dict() -> None:
     """A group-by column holding lists or objects still groups (by the values' JSON),
     next to ordinary values, and the partials keep their JSON group keys."""
-    store = RocksDBStore(tmp_path / "oc")
+    store = MemoryStore()
     rows = [{"store": "s1", "type": t, "count": c, "revenue": 1.0}
             for t, c in [(["a", "b"], 1), (["a", "b"], 2), ({"k": 1}, 4), ("GENERAL", 8)]]
     store.apply(0, [(f"k{i}".encode(), json.dumps(r).encode()) for i, r in enumerate(rows)],
@@ -135,11 +134,11 @@ def test_aggregate_groups_by_values_that_cannot_key_a_dict(tmp_path: Path) -> No
         '["a", "b"]': 6, '{"k": 1}': 8, '"GENERAL"': 16}
 
 
-def test_an_aggregate_with_too_many_groups_is_refused(tmp_path: Path) -> None:
+def test_an_aggregate_with_too_many_groups_is_refused() -> None:
     from streamiq.errors import BadRequest
     from streamiq.serving.aggregate import MAX_GROUPS
 
-    store = RocksDBStore(tmp_path / "many")
+    store = MemoryStore()
     rows = [(f"s{i}|GENERAL".encode(), json.dumps({"store": f"s{i}", "type": "GENERAL",
                                                    "count": 1}).encode())
             for i in range(MAX_GROUPS + 1)]
