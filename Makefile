@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # Apache Kafka's jars for the embedded broker, resolved by Maven once (streamiq/kafka/jars.py)
 KAFKA := $(VENV)/.kafka-jars
 
-.PHONY: install chromium demo test test-unit test-integration lint bench clean
+.PHONY: install chromium demo test test-unit test-integration lint unasync bench clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -52,6 +52,10 @@ test-integration: $(STAMP) $(KAFKA) chromium
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy src
+
+# client/sync.py from client/aio.py, by the unasync package (the rule: tests/unit/client/test_unasync.py)
+unasync: $(STAMP)
+	$(BIN)/python tests/unit/client/test_unasync.py
 
 bench: $(STAMP) $(KAFKA)
 	@command -v wrk >/dev/null || { echo "bench_queries needs wrk: apt-get install -y wrk"; exit 2; }

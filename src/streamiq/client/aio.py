@@ -1,8 +1,13 @@
-"""The asyncio client: ``async with AsyncClient("127.0.0.1:9001") as c: await c.get(...)``."""
+"""The client: ``AsyncClient`` in client/aio.py, written by hand, and ``Client`` in
+client/sync.py, generated from aio.py by the ``unasync`` package (``make unasync``;
+tests/unit/client/test_unasync.py checks it is up to date). Edit aio.py only, in
+spellings that read the same once ``async``/``await`` are dropped and the names renamed
+(hanging indents, one ``await`` per statement).
+"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncGenerator, Iterable, Sequence
 from typing import Any
 
 import httpx
@@ -13,7 +18,7 @@ __all__ = ["AsyncClient"]
 
 
 class AsyncClient(_Base):
-    """Query a streamiq cluster from asyncio; key requests go straight to their owner.
+    """Query a streamiq cluster; key requests go straight to their owner.
 
     ``nodes`` are seed addresses (``host:port``, comma-separated or a list); the rest
     of the cluster is learned from ``/v1/cluster``. ``token`` (default: the
@@ -50,8 +55,9 @@ class AsyncClient(_Base):
         """Reload partition counts and ownership from the first node that answers."""
         for node in self._meta_order():
             try:
-                views = (await self._http.get(f"{self.scheme}://{node}/v1/views")).json()
-                cluster = (await self._http.get(f"{self.scheme}://{node}/v1/cluster")).json()
+                got_views = await self._http.get(f"{self.scheme}://{node}/v1/views")
+                got_cluster = await self._http.get(f"{self.scheme}://{node}/v1/cluster")
+                views, cluster = got_views.json(), got_cluster.json()
             except (httpx.HTTPError, ValueError):
                 self._failed(node)
                 continue
@@ -73,8 +79,9 @@ class AsyncClient(_Base):
                 node = candidates[0]
             tried.add(node)
             try:
-                r = await self._http.request(spec.method, f"{self.scheme}://{node}{spec.path}",
-                                             params=tuple(spec.params) or None, json=spec.json)
+                r = await self._http.request(
+                    spec.method, f"{self.scheme}://{node}{spec.path}",
+                    params=tuple(spec.params) or None, json=spec.json)
             except httpx.TransportError as exc:
                 error = exc
                 self._failed(node)
@@ -90,7 +97,8 @@ class AsyncClient(_Base):
 
     # -- queries --
     async def views(self) -> list[dict[str, Any]]:
-        views: list[dict[str, Any]] = (await self._run(Spec("GET", "/v1/views")))["views"]
+        doc = await self._run(Spec("GET", "/v1/views"))
+        views: list[dict[str, Any]] = doc["views"]
         return views
 
     async def cluster(self) -> dict[str, Any]:
@@ -101,35 +109,39 @@ class AsyncClient(_Base):
         doc: dict[str, Any] = await self._run(self._metadata_spec(view, key))
         return doc
 
-    async def get(self, view: str, key: str, *, max_lag: int | None = None,
+    async def get(
+            self, view: str, key: str, *, max_lag: int | None = None,
             position: str | None = None, wait_ms: int | None = None) -> dict[str, Any] | None:
         """The row of ``key`` (body with ``value``), or None if the view has no such key."""
         doc: dict[str, Any] | None = await self._run(
             self._get_spec(view, key, max_lag, position, wait_ms), not_found_ok=True)
         return doc
 
-    async def multi_get(self, view: str, keys: Sequence[str], *, max_lag: int | None = None
-                  ) -> dict[str, Any]:
+    async def multi_get(
+            self, view: str, keys: Sequence[str], *, max_lag: int | None = None
+            ) -> dict[str, Any]:
         doc: dict[str, Any] = await self._run(self._multi_spec(view, keys, max_lag))
         return doc
 
-    async def scan(self, view: str, *, start: str | None = None, end: str | None = None,
-             prefix: str | None = None, limit: int = 100, cursor: str | None = None,
-             max_lag: int | None = None) -> dict[str, Any]:
+    async def scan(
+            self, view: str, *, start: str | None = None, end: str | None = None,
+            prefix: str | None = None, limit: int = 100, cursor: str | None = None,
+            max_lag: int | None = None) -> dict[str, Any]:
         """One page of rows in key order; pass ``next_cursor`` back to continue."""
         doc: dict[str, Any] = await self._run(self._view_spec(
             view, "scan", start=start, end=end, prefix=prefix, limit=limit, cursor=cursor,
             max_lag=max_lag))
         return doc
 
-    async def scan_all(self, view: str, *, start: str | None = None, end: str | None = None,
-                       prefix: str | None = None, page: int = 500, allow_partial: bool = False
-                       ) -> AsyncIterator[dict[str, Any]]:
+    async def scan_all(
+            self, view: str, *, start: str | None = None, end: str | None = None,
+            prefix: str | None = None, page: int = 500, allow_partial: bool = False
+            ) -> AsyncGenerator[dict[str, Any], None]:
         """Every row of the range, following cursors; raises QueryError on PARTIAL."""
         cursor = None
         while True:
-            doc = await self.scan(view, start=start, end=end, prefix=prefix, limit=page,
-                                  cursor=cursor)
+            doc = await self.scan(
+                view, start=start, end=end, prefix=prefix, limit=page, cursor=cursor)
             if doc["status"] != "OK" and not allow_partial:
                 raise QueryError(200, doc)
             for row in doc["rows"]:
@@ -138,24 +150,27 @@ class AsyncClient(_Base):
             if cursor is None:
                 return
 
-    async def aggregate(self, view: str, aggs: Sequence[str] = ("count(*)",), *,
-                  group_by: str | Sequence[str] | None = None, prefix: str | None = None,
-                  max_lag: int | None = None) -> dict[str, Any]:
+    async def aggregate(
+            self, view: str, aggs: Sequence[str] = ("count(*)",), *,
+            group_by: str | Sequence[str] | None = None, prefix: str | None = None,
+            max_lag: int | None = None) -> dict[str, Any]:
         """``aggregate("order_counts", ["sum(count)"], group_by="type")``."""
         doc: dict[str, Any] = await self._run(self._view_spec(
             view, "aggregate", group_by=group_by, agg=list(aggs), prefix=prefix,
             max_lag=max_lag))
         return doc
 
-    async def windows(self, view: str, key: str, start: int = 0, end: int | None = None, *,
-                max_lag: int | None = None) -> dict[str, Any]:
+    async def windows(
+            self, view: str, key: str, start: int = 0, end: int | None = None, *,
+            max_lag: int | None = None) -> dict[str, Any]:
         """``key``'s windows starting in [start, end) (epoch ms)."""
         doc: dict[str, Any] = await self._run(self._windows_spec(view, key, start, end, max_lag))
         return doc
 
-    async def windows_range(self, view: str, start: int = 0, end: int | None = None, *,
-                      prefix: str | None = None, limit: int = 100, cursor: str | None = None,
-                      max_lag: int | None = None) -> dict[str, Any]:
+    async def windows_range(
+            self, view: str, start: int = 0, end: int | None = None, *,
+            prefix: str | None = None, limit: int = 100, cursor: str | None = None,
+            max_lag: int | None = None) -> dict[str, Any]:
         """One page of every key's windows starting in [start, end)."""
         doc: dict[str, Any] = await self._run(self._view_spec(
             view, "windows", start=start, end=end, prefix=prefix, limit=limit, cursor=cursor,

@@ -1,10 +1,13 @@
-# Generated from aio.py by scripts/unasync.py: edit aio.py, then run
-# `python scripts/unasync.py` (tests/unit/client/test_unasync.py checks it).
-"""The synchronous client: ``with Client("127.0.0.1:9001") as c: c.get(...)``."""
+"""The client: ``AsyncClient`` in client/aio.py, written by hand, and ``Client`` in
+client/sync.py, generated from aio.py by the ``unasync`` package (``make unasync``;
+tests/unit/client/test_unasync.py checks it is up to date). Edit aio.py only, in
+spellings that read the same once ``async``/``await`` are dropped and the names renamed
+(hanging indents, one ``await`` per statement).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Sequence
 from typing import Any
 
 import httpx
@@ -52,8 +55,9 @@ class Client(_Base):
         """Reload partition counts and ownership from the first node that answers."""
         for node in self._meta_order():
             try:
-                views = self._http.get(f"{self.scheme}://{node}/v1/views").json()
-                cluster = self._http.get(f"{self.scheme}://{node}/v1/cluster").json()
+                got_views = self._http.get(f"{self.scheme}://{node}/v1/views")
+                got_cluster = self._http.get(f"{self.scheme}://{node}/v1/cluster")
+                views, cluster = got_views.json(), got_cluster.json()
             except (httpx.HTTPError, ValueError):
                 self._failed(node)
                 continue
@@ -75,8 +79,9 @@ class Client(_Base):
                 node = candidates[0]
             tried.add(node)
             try:
-                r = self._http.request(spec.method, f"{self.scheme}://{node}{spec.path}",
-                                       params=tuple(spec.params) or None, json=spec.json)
+                r = self._http.request(
+                    spec.method, f"{self.scheme}://{node}{spec.path}",
+                    params=tuple(spec.params) or None, json=spec.json)
             except httpx.TransportError as exc:
                 error = exc
                 self._failed(node)
@@ -92,7 +97,8 @@ class Client(_Base):
 
     # -- queries --
     def views(self) -> list[dict[str, Any]]:
-        views: list[dict[str, Any]] = self._run(Spec("GET", "/v1/views"))["views"]
+        doc = self._run(Spec("GET", "/v1/views"))
+        views: list[dict[str, Any]] = doc["views"]
         return views
 
     def cluster(self) -> dict[str, Any]:
@@ -103,60 +109,68 @@ class Client(_Base):
         doc: dict[str, Any] = self._run(self._metadata_spec(view, key))
         return doc
 
-    def get(self, view: str, key: str, *, max_lag: int | None = None,
+    def get(
+            self, view: str, key: str, *, max_lag: int | None = None,
             position: str | None = None, wait_ms: int | None = None) -> dict[str, Any] | None:
         """The row of ``key`` (body with ``value``), or None if the view has no such key."""
         doc: dict[str, Any] | None = self._run(
             self._get_spec(view, key, max_lag, position, wait_ms), not_found_ok=True)
         return doc
 
-    def multi_get(self, view: str, keys: Sequence[str], *, max_lag: int | None = None
-                  ) -> dict[str, Any]:
+    def multi_get(
+            self, view: str, keys: Sequence[str], *, max_lag: int | None = None
+            ) -> dict[str, Any]:
         doc: dict[str, Any] = self._run(self._multi_spec(view, keys, max_lag))
         return doc
 
-    def scan(self, view: str, *, start: str | None = None, end: str | None = None,
-             prefix: str | None = None, limit: int = 100, cursor: str | None = None,
-             max_lag: int | None = None) -> dict[str, Any]:
+    def scan(
+            self, view: str, *, start: str | None = None, end: str | None = None,
+            prefix: str | None = None, limit: int = 100, cursor: str | None = None,
+            max_lag: int | None = None) -> dict[str, Any]:
         """One page of rows in key order; pass ``next_cursor`` back to continue."""
         doc: dict[str, Any] = self._run(self._view_spec(
             view, "scan", start=start, end=end, prefix=prefix, limit=limit, cursor=cursor,
             max_lag=max_lag))
         return doc
 
-    def scan_all(self, view: str, *, start: str | None = None, end: str | None = None,
-                 prefix: str | None = None, page: int = 500, allow_partial: bool = False
-                 ) -> Iterator[dict[str, Any]]:
+    def scan_all(
+            self, view: str, *, start: str | None = None, end: str | None = None,
+            prefix: str | None = None, page: int = 500, allow_partial: bool = False
+            ) -> Generator[dict[str, Any], None]:
         """Every row of the range, following cursors; raises QueryError on PARTIAL."""
         cursor = None
         while True:
-            doc = self.scan(view, start=start, end=end, prefix=prefix, limit=page,
-                            cursor=cursor)
+            doc = self.scan(
+                view, start=start, end=end, prefix=prefix, limit=page, cursor=cursor)
             if doc["status"] != "OK" and not allow_partial:
                 raise QueryError(200, doc)
-            yield from doc["rows"]
+            for row in doc["rows"]:
+                yield row
             cursor = doc["next_cursor"]
             if cursor is None:
                 return
 
-    def aggregate(self, view: str, aggs: Sequence[str] = ("count(*)",), *,
-                  group_by: str | Sequence[str] | None = None, prefix: str | None = None,
-                  max_lag: int | None = None) -> dict[str, Any]:
+    def aggregate(
+            self, view: str, aggs: Sequence[str] = ("count(*)",), *,
+            group_by: str | Sequence[str] | None = None, prefix: str | None = None,
+            max_lag: int | None = None) -> dict[str, Any]:
         """``aggregate("order_counts", ["sum(count)"], group_by="type")``."""
         doc: dict[str, Any] = self._run(self._view_spec(
             view, "aggregate", group_by=group_by, agg=list(aggs), prefix=prefix,
             max_lag=max_lag))
         return doc
 
-    def windows(self, view: str, key: str, start: int = 0, end: int | None = None, *,
-                max_lag: int | None = None) -> dict[str, Any]:
+    def windows(
+            self, view: str, key: str, start: int = 0, end: int | None = None, *,
+            max_lag: int | None = None) -> dict[str, Any]:
         """``key``'s windows starting in [start, end) (epoch ms)."""
         doc: dict[str, Any] = self._run(self._windows_spec(view, key, start, end, max_lag))
         return doc
 
-    def windows_range(self, view: str, start: int = 0, end: int | None = None, *,
-                      prefix: str | None = None, limit: int = 100, cursor: str | None = None,
-                      max_lag: int | None = None) -> dict[str, Any]:
+    def windows_range(
+            self, view: str, start: int = 0, end: int | None = None, *,
+            prefix: str | None = None, limit: int = 100, cursor: str | None = None,
+            max_lag: int | None = None) -> dict[str, Any]:
         """One page of every key's windows starting in [start, end)."""
         doc: dict[str, Any] = self._run(self._view_spec(
             view, "windows", start=start, end=end, prefix=prefix, limit=limit, cursor=cursor,
