@@ -8,21 +8,20 @@ view resolution, the same "who answered" stamp, the same 404 body for a missing 
 from __future__ import annotations
 
 from json.encoder import encode_basestring
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 from fastapi import Request, Response
-from fastapi.responses import JSONResponse
 
-from streamiq._http import error_response
 from streamiq.auth import Principal
 from streamiq.errors import PROBLEM_JSON, BadRequest, NotActive, NotFound, NotUpToBound, UnknownView
 from streamiq.serving.consistency import Token, parse_tokens
 from streamiq.serving.coordinator import SERVED_BY, Coordinator
 from streamiq.serving.node import Node
+from streamiq.serving.placement import Forward, Here, Redirect, Refuse, not_held
 from streamiq.views.base import View
 
-__all__ = ["Answers", "check_key", "json_str", "not_found_body"]
+__all__ = ["Answers", "Read", "check_key", "json_str", "not_found_body"]
 
 
 def json_str(s: str) -> bytes:
@@ -80,18 +79,14 @@ class Answers:
     def wait_s(self, wait_ms: int | None) -> float:
         return (self.node.settings.wait_timeout_ms if wait_ms is None else wait_ms) / 1000
 
-    def stamp(self, view: str, partition: int) -> dict[str, Any]:
-        """Who answers: this node, its role for the partition and its lag."""
-        return {"served_by": self.node.endpoint, "role": self.coordinator.role(view, partition),
-                "lag": self.node.lag(view, partition)}
+    def stamp(self, view: str, partition: int, here: Here | None = None) -> dict[str, Any]:
+        """Who answers: this node, its role for the partition and its lag (as placed)."""
+        if here is None:
+            here = Here(self.coordinator.role(view, partition), self.node.lag(view, partition))
+        return {"served_by": self.node.endpoint, "role": here.role, "lag": here.lag}
 
     def not_held(self, view: str, partition: int) -> NotActive:
-        return NotActive(f"{self.node.endpoint} does not hold {view} partition {partition}",
-                         partition=partition)
-
-    def not_active(self, view: str, partition: int) -> JSONResponse:
-        """The 421 a local answer returns (the coordinator then asks the next replica)."""
-        return error_response(self.not_held(view, partition))
+        return not_held(self.node.endpoint, view, partition)
 
     async def check_position(self, view: str, partition: int, tokens: list[Token],
                              wait_s: float) -> None:
@@ -100,21 +95,31 @@ class Answers:
                                f"{wait_s:.3f}s", partition=partition,
                                served_by=self.node.endpoint)
 
-    def found_body(self, view: View, key: str, p: int) -> bytes | None:
-        """The 200 body of a key lookup this node answers from partition ``p`` (None: no
-        such row), the same for every path: the HTTP route, the lean path and the wire.
-        The stored row is written as it is (not decoded and encoded again)."""
+    def decide(self, view: View, key: str, p: int, forwarded: bool, max_lag: int
+               ) -> Read | Forward | Redirect | Refuse:
+        """The one decision of a key lookup (``Placement.place``), with the store read
+        once when this node answers: ``Read`` (200 and the row, or 404 and its problem
+        document), else where it goes or why it is refused. The lean path and the
+        lookup wire answer with it; the full route walks the same placement."""
+        d = self.coordinator.placement.place(view.name, p, max_lag, forwarded)
+        if isinstance(d, Here):
+            return self.read(view, key, p, d)
+        return d
+
+    def read(self, view: View, key: str, p: int, here: Here) -> Read:
+        """A key lookup this node answers from partition ``p``, as ``here`` says (its
+        role and lag, for the stamp): the same bytes on every path. The stored row is
+        written as it is (not decoded and encoded again)."""
         node = self.node
         raw = node.stores[view.name].get(p, key.encode())  # store_key of a keyed view
         if raw is None:
-            return None
+            return Read(404, not_found_body(view, key, p, self.stamp(view.name, p, here)))
         # the stamp's fields written in place (no dict per lookup); a role is a plain word
-        return b"".join((
+        return Read(200, b"".join((
             b'{"view":', json_str(view.name), b',"key":', json_str(key),
             b',"partition":', str(p).encode(), b',"value":', raw,
             b',"served_by":', json_str(node.endpoint),
-            b',"role":"', self.coordinator.role(view.name, p).encode(),
-            b'","lag":', str(node.lag(view.name, p)).encode(), b"}"))
+            b',"role":"', here.role.encode(), b'","lag":', str(here.lag).encode(), b"}")))
 
     async def lookup(self, request: Request, view: View, key: str, max_lag: int | None,
                      position: str | None, wait_ms: int | None) -> Response:
@@ -125,18 +130,20 @@ class Answers:
         tokens = self.tokens(position)
         p = view.partition_of(key, self.node.partitions[view.name])
 
-        async def local() -> Response:
-            if not self.node.holds(view.name, p):
-                return self.not_active(view.name, p)
+        async def local(here: Here) -> Response:
             await self.check_position(view.name, p, tokens, self.wait_s(wait_ms))
-            headers = {SERVED_BY: self.node.endpoint}
-            body = self.found_body(view, key, p)
-            if body is None:
-                return Response(not_found_body(view, key, p, self.stamp(view.name, p)), 404,
-                                headers=headers, media_type=PROBLEM_JSON)
-            return Response(body, headers=headers, media_type="application/json")
+            status, body = self.read(view, key, p, here)
+            return Response(body, status, headers={SERVED_BY: self.node.endpoint},
+                            media_type="application/json" if status == 200 else PROBLEM_JSON)
 
         return await self.coordinator.route(request, view.name, p, self.max_lag(max_lag), local)
+
+
+class Read(NamedTuple):
+    """A key lookup answered here: 200 and the row, or 404 and its problem document."""
+
+    status: int
+    body: bytes
 
 
 def not_found_body(view: View, key: str, p: int, stamp: dict[str, Any]) -> bytes:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -35,13 +34,13 @@ from streamiq.errors import (
     PeerTimeout,
     PeerUnreachable,
     Unauthenticated,
-    Unavailable,
 )
 from streamiq.routing.router import Endpoint
 from streamiq.serving._json import loads_row
 from streamiq.serving.hop import HopClient, HopReply
 from streamiq.serving.node import Node
 from streamiq.serving.partials import GatherReply, P
+from streamiq.serving.placement import Here, Placement, Redirect, Refuse
 from streamiq.serving.routes import view_of
 from streamiq.serving.traffic import Traffic, log_summaries
 
@@ -54,13 +53,9 @@ FORWARDED = "x-streamiq-forwarded"
 HOPS = "x-streamiq-hops"
 SERVED_BY = "x-streamiq-served-by"
 
-LocalCall = Callable[[], Awaitable[Response]]
+LocalCall = Callable[[Here], Awaitable[Response]]
 
 Params = list[tuple[str, str]]
-_ROLE_TTL = 0.05
-# how long a forwarding decision is reused: routing asked membership on every lookup; a
-# stale one costs a 421 or a refused connection, after which the regular route answers
-_ROUTE_TTL = 0.1
 #: A replica that cannot be reached (refused, reset, timed out).
 TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 #: Of those, the ones that say the replica is gone (not merely slow): only these make it
@@ -138,11 +133,13 @@ class Coordinator:
         self._http_hops = 0  # the lean path's HTTP hops answered (http_hop)
         # forwarded requests from peers served at once (--internal-concurrency)
         self.peer_slots = asyncio.Semaphore(s.internal_concurrency)
-        self._roles: dict[tuple[str, int], str] = {}  # assigned here: "active" or "standby"
-        self._roles_at = -1e9
-        self._preferred: dict[tuple[str, int, int], tuple[float, str | None]] = {}
-        self.redirect = s.redirect
         self.traffic = Traffic()  # counted, not logged, per answer (serving/traffic.py)
+        # where a one-partition request is answered (serving/placement.py)
+        self.placement = Placement(node, self.traffic, redirect=s.redirect)
+        self.redirect = s.redirect
+        p = self.placement
+        self.role, self.preferred, self.forget = p.role, p.preferred, p.forget
+        self.active_here, self.forget_roles = p.active_here, p.forget_roles
         self._summaries: asyncio.Task[None] | None = None
 
     def session(self) -> aiohttp.ClientSession:
@@ -251,103 +248,47 @@ class Coordinator:
         only for now (``/health``)."""
         return {**self.hop.stats(), "http": self._http_hops}
 
-    async def serve_for_peer(self, local: LocalCall) -> Response:
-        """Run a forwarded request under the limit of requests served for peers."""
-        self.traffic.for_peers += 1
-        async with self.peer_slots:
-            return await local()
-
-    # -- one partition (key lookups) --
+    # -- one partition (key lookups, a key's windows) --
     async def route(self, request: Request, view: str, partition: int, max_lag: int,
                     local: LocalCall, body: Any = None) -> Response:
-        if self.is_forwarded(request):
-            resp = await self.serve_for_peer(local)
-            resp.headers[HOPS] = "0"
-            return resp
-        if self.active_here(view, partition, max_lag):
-            resp = await local()  # fast path: this node is the partition's active owner
-            if resp.status_code != 421:
-                self.traffic.local += 1
+        """Answer where ``Placement.place`` says: here (``local``), forwarded to one
+        replica after another (a 421 or an unreachable one: the next), redirected, or
+        refused (421 to a peer, 503)."""
+        forwarded = self.is_forwarded(request)
+        tried: list[str] = []
+        while True:
+            d = self.placement.place(view, partition, max_lag, forwarded, tried)
+            if isinstance(d, Here):
+                if forwarded:
+                    async with self.peer_slots:  # requests served for peers at once
+                        resp = await local(d)
+                else:
+                    resp = await local(d)
                 resp.headers[HOPS] = "0"
                 return resp
-        tried: list[str] = []
-        for ep in self.node.router.replicas(view, partition, max_lag):
-            tried.append(ep.address)
-            if ep.address == self.node.endpoint:
-                resp = await local()
-                if resp.status_code != 421:
-                    self.traffic.local += 1
+            if isinstance(d, Refuse):
+                resp = error_response(d.error)
+                if forwarded:
                     resp.headers[HOPS] = "0"
-                    return resp
-                continue
-            if self.redirect:
-                target = f"{self.scheme}://{ep.address}{raw_path(request)}"
+                return resp
+            if isinstance(d, Redirect):
+                target = f"{self.scheme}://{d.address}{raw_path(request)}"
                 if request.url.query:
                     target += "?" + request.url.query
                 return RedirectResponse(target, status_code=307)
             try:
-                r = await self._call(ep.address, request, request.query_params.multi_items(),
+                r = await self._call(d.address, request, request.query_params.multi_items(),
                                      body)
             except PeerError as err:
                 self.unreachable(err)
                 continue
             if r.status_code == 421:
                 continue
-            self.traffic.forwarded_to(ep.address)
+            self.traffic.forwarded_to(d.address)
             headers = dict(relayed_headers(r.headers, "x-streamiq-", HOPS))
             headers[HOPS] = "1"
             return Response(r.content, r.status_code, headers=headers,
                             media_type=r.headers.get("content-type"))
-        self.traffic.unavailable += 1
-        return error_response(Unavailable(f"no replica of {view} partition {partition} can "
-                                          f"answer within max_lag={max_lag}", view=view,
-                                          partition=partition, tried=tried))
-
-    def active_here(self, view: str, partition: int, max_lag: int) -> bool:
-        """This node is assigned active for the partition, holds it, and is fresh enough."""
-        return (self.role(view, partition) == "active"
-                and 0 <= self.node.lag(view, partition) <= max_lag)
-
-    def forget_roles(self) -> None:
-        """Derive this node's roles again at the next question (membership moved)."""
-        self._roles_at = -1e9
-
-    def role(self, view: str, partition: int) -> str:
-        """This node's role for a partition: "active", "standby" or "previous" (held, or
-        asked about, without being assigned).
-
-        Re-derived from membership at most every ``_ROLE_TTL`` seconds (membership
-        itself moves at heartbeat pace), so the hot lookup path is a dict lookup:
-        deriving it per lookup rebuilt the live-member set every time.
-        """
-        now = time.monotonic()
-        if now - self._roles_at > _ROLE_TTL:
-            me, router = self.node.endpoint, self.node.router
-            roles = {}
-            for v, n in self.node.partitions.items():
-                for p in range(n):
-                    assigned = router.assigned(v, p)
-                    if me in assigned:  # every holder of a global view answers as active
-                        first = assigned[0] == me or v in router.global_views
-                        roles[(v, p)] = "active" if first else "standby"
-            self._roles, self._roles_at = roles, now
-        return self._roles.get((view, partition), "previous")
-
-    def preferred(self, view: str, p: int, max_lag: int) -> str | None:
-        """The peer a key lookup is forwarded to (None: no other replica), re-derived at
-        most every ``_ROUTE_TTL`` seconds (the lean path's one-hop choice)."""
-        now = time.monotonic()
-        hit = self._preferred.get((view, p, max_lag))
-        if hit is not None and now - hit[0] < _ROUTE_TTL:
-            return hit[1]
-        ep = self.node.router.owner(view, p, max_lag)
-        owner = None if ep is None or ep.address == self.node.endpoint else ep.address
-        self._preferred[(view, p, max_lag)] = (now, owner)
-        return owner
-
-    def forget(self, view: str, p: int, max_lag: int) -> None:
-        """The preferred peer failed: choose again on the next lookup."""
-        self._preferred.pop((view, p, max_lag), None)
 
     # -- many partitions (scatter-gather) --
     async def gather(self, request: Request, view: str, partitions: Sequence[int], max_lag: int,

@@ -3,27 +3,29 @@
 A ``GET /v1/views/{view}/keys/{key}`` (or the seed's ``GET /account/{id}``, the
 ``balances`` view's shortcut) without query parameters is answered straight
 from the store, before FastAPI routing and parameter validation, with the exact body
-and headers of the regular route, when either
+and headers of the regular route. Where it is answered is decided once, by
+``Answers.decide`` (``serving/placement.py`` plus one store read), the decision the
+full route and the lookup wire make too; this module only carries it out:
 
-* it is a forwarded lookup (``X-Streamiq-Forwarded`` with the cluster credential,
-  ``streamiq/auth.py``) for a partition this node
-  holds (the owner's half of a forwarded lookup), or
-* this node is the partition's active owner within the default ``--max-lag`` (what
-  the regular route would answer locally with hops 0), or
-* another node is: one forwarded call to the preferred replica (hops 1), its 200 or
-  404 relayed; a refused connection, 421 or 503 defers to the regular route, which
-  tries the next replica and marks the dead one. The call goes over the lookup wire
+* answered here (a forwarded lookup from a peer, ``X-Streamiq-Forwarded`` with the
+  cluster credential, for a partition held here; or this node is the partition's
+  active owner within the default ``--max-lag``): the row (200) or the problem
+  document (404), hops 0, from one store read;
+* forwarded: one call to the preferred replica (hops 1), its 200 or 404 relayed; a
+  refused connection, 421 or 503 defers to the regular route, which tries the next
+  replica and marks the dead one. The call goes over the lookup wire
   (``serving/wire.py``; the owner answers it in ``wire_lookup``), or over HTTP when the
-  owner does not speak the wire.
+  owner does not speak the wire;
+* refused: 421 to a peer for a partition not held here, 503 when no replica can answer.
 
 The client's token is checked first (``streamiq/auth.py``; a request it does not allow
 falls through to the full app, which answers 401 or 403), and again by the owner.
 
-Anything else (unknown view, malformed key, windowed view, a missing local key,
-redirect mode, ``max_lag`` / ``position`` / ``wait_ms`` parameters, a path that is not
-UTF-8 once percent-decoded) falls through to the regular FastAPI route, which owns the
-error answers. A path with a ``%`` is taken apart from the raw path
-(``serving/paths.py``), so a key holding ``/`` (``%2F``) is looked up as it is.
+Anything else (unknown view, malformed key, windowed view, redirect mode, ``max_lag`` /
+``position`` / ``wait_ms`` parameters, a path that is not UTF-8 once percent-decoded)
+falls through to the regular FastAPI route, which owns those answers. A path with a
+``%`` is taken apart from the raw path (``serving/paths.py``), so a key holding ``/``
+(``%2F``) is looked up as it is.
 
 Two ways in: ``LeanLookups`` is an ASGI app wrapping the FastAPI app, and the node's
 HTTP protocol (``serving/protocol.py``) calls ``begin`` straight from the HTTP parser,
@@ -42,8 +44,8 @@ from time import perf_counter
 from typing import Any
 from urllib.parse import quote
 
-from streamiq.errors import PROBLEM_JSON, BadRequest
-from streamiq.serving.answers import Answers, not_found_body
+from streamiq.errors import PROBLEM_JSON, BadRequest, StreamiqError
+from streamiq.serving.answers import Answers, Read
 from streamiq.serving.coordinator import (
     FORWARDED,
     HOPS,
@@ -55,6 +57,7 @@ from streamiq.serving.coordinator import (
 from streamiq.serving.hop import HopReply
 from streamiq.serving.metrics import served_of
 from streamiq.serving.paths import not_utf8, segments
+from streamiq.serving.placement import Forward, Refuse
 from streamiq.serving.routes import lookup_target
 from streamiq.serving.wire import WireUnsupported, request_frame
 from streamiq.views.base import View
@@ -91,8 +94,8 @@ class LeanLookups:
         self.app = app
         self.deps = deps
         # bound once: the same call cost as the methods these were before
-        self._found = deps.found_body
-        self._preferred = deps.coordinator.preferred
+        self._decide = deps.decide
+        self._endpoint = deps.node.endpoint.encode()
 
     async def __call__(self, scope: Scope, receive: Callable[[], Awaitable[Message]],
                        send: Callable[[Message], Awaitable[None]]) -> None:
@@ -168,20 +171,19 @@ class LeanLookups:
                 auth = v
         if not co.auth.allows(auth, view.name):
             return None  # the full app answers 401 or 403
-        if fwd is not None:
-            if not co.is_mark(fwd) or not node.holds(view.name, p):
-                return None
-            co.traffic.for_peers += 1
-            return self.local(view, key, p)
+        if fwd is not None and not co.is_mark(fwd):
+            return None  # the full app answers 401
         max_lag = node.settings.max_lag
-        if co.active_here(view.name, p, max_lag):
-            co.traffic.local += 1
-            return self.local(view, key, p)
-        if co.redirect or node.router is None:
-            return None
-        if raw_path is None or b" " in raw_path or b"\n" in raw_path:
-            raw_path = quote(path).encode()
-        return self.forward(raw_path, view, p, max_lag, auth, then)
+        d = self._decide(view, key, p, fwd is not None, max_lag)
+        if type(d) is Read:
+            return self.local(d)
+        if type(d) is Forward:
+            if raw_path is None or b" " in raw_path or b"\n" in raw_path:
+                raw_path = quote(path).encode()
+            return self.forward(raw_path, view, p, max_lag, auth, then, d.address)
+        if type(d) is Refuse:
+            return self.refused(d.error, fwd is not None)
+        return None  # redirect mode: the full route answers 307
 
     def _target(self, parts: list[str], check_key: bool = True) -> tuple[View, str] | None:
         """(view, key) of a lean-able lookup path (``routes.lookup_target``), given as its
@@ -200,13 +202,20 @@ class LeanLookups:
                 return None
         return view, key
 
-    def local(self, view: View, key: str, p: int) -> Answer | None:
-        body = self._found(view, key, p)
-        if body is None:
-            return None
-        return 200, body, [(b"content-type", _JSON),
-                           (b"content-length", str(len(body)).encode()),
-                           (_SERVED_BY, self.deps.node.endpoint.encode()), (_HOPS, b"0")]
+    def local(self, read: Read) -> Answer:
+        """This node's answer: the row (200) or the problem document (404), as read."""
+        status, body = read
+        return status, body, [(b"content-type", _JSON if status == 200 else _PROBLEM),
+                              (b"content-length", str(len(body)).encode()),
+                              (_SERVED_BY, self._endpoint), (_HOPS, b"0")]
+
+    @staticmethod
+    def refused(error: StreamiqError, forwarded: bool) -> Answer:
+        """The answer of a lookup nobody can answer (421 to a peer, 503), as the full
+        route gives it."""
+        body = error.render()
+        headers = [(b"content-length", str(len(body)).encode()), (b"content-type", _PROBLEM)]
+        return error.http_status, body, [*headers, (_HOPS, b"0")] if forwarded else headers
 
     def wire_lookup(self, p: int, partitions: int, raw_path: bytes, token: bytes
                     ) -> tuple[int, bytes]:
@@ -228,17 +237,17 @@ class LeanLookups:
         auth = self.deps.coordinator.auth
         if auth.enabled:
             auth.reader(b"Bearer " + token, view.name)
-        if partitions != node.partitions[view.name] or not node.holds(view.name, p):
+        if partitions != node.partitions[view.name]:
             raise self.deps.not_held(view.name, p)
-        self.deps.coordinator.traffic.for_peers += 1
-        body = self._found(view, key, p)
-        if body is None:
-            return 404, not_found_body(view, key, p, self.deps.stamp(view.name, p))
-        return 200, body
+        d = self._decide(view, key, p, True, node.settings.max_lag)
+        if type(d) is Refuse:
+            raise d.error
+        assert type(d) is Read  # a forwarded lookup is answered here or refused
+        return d
 
     def forward(self, raw_path: bytes, view: View, p: int, max_lag: int,
-                auth: bytes | None, then: Later | None
-                ) -> Awaitable[Answer | None] | _Pending | None:
+                auth: bytes | None, then: Later | None, owner: str
+                ) -> Awaitable[Answer | None] | _Pending:
         """One hop to the preferred replica; any trouble defers to the regular route.
 
         Over the lookup wire (``serving/wire.py``; the client's token goes in the frame),
@@ -248,9 +257,6 @@ class LeanLookups:
         ``then(answer)`` gets its outcome (PENDING is returned); otherwise a coroutine
         that may wait for a slot or connect first.
         """
-        owner = self._preferred(view.name, p, max_lag)
-        if owner is None:
-            return None
         hop = self.deps.coordinator.hop
         token = b"-" if auth is None else auth[7:].strip()  # the client's, checked again
         frame = (request_frame(p, self.deps.node.partitions[view.name], raw_path, token)

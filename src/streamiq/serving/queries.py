@@ -45,6 +45,7 @@ from streamiq.serving.partials import (
     P,
     ScanPartial,
 )
+from streamiq.serving.placement import Here
 from streamiq.serving.routes import AGGREGATE, KEY_WINDOWS, MULTI_GET, SCAN, WINDOWS
 from streamiq.serving.scan import KeyRange, decode_cursor, merge_rows, scan_partitions
 from streamiq.views.base import View, window_bounds
@@ -250,14 +251,12 @@ def _key_windows_route(r: APIRouter, deps: Answers) -> None:
         lo, hi = window_bounds(key, start, end)
         tokens = deps.tokens(fresh.position)
 
-        async def local() -> Response:
-            if not node.holds(v.name, p):
-                return deps.not_active(v.name, p)
+        async def local(here: Here) -> Response:  # placed here: held (placement.py)
             await deps.check_position(v.name, p, tokens, deps.wait_s(fresh.wait_ms))
             windows = [loads_row(raw) for _, raw in node.stores[v.name].scan(p, lo, hi)]
             return JSONResponse({"status": "OK", "view": v.name, "key": key, "partition": p,
                                  "from": start, "to": end, "windows": windows,
-                                 **deps.stamp(v.name, p)},
+                                 **deps.stamp(v.name, p, here)},
                                 headers={SERVED_BY: node.endpoint})
 
         return await deps.coordinator.route(request, v.name, p, deps.max_lag(fresh.max_lag),

@@ -6,6 +6,7 @@ import json
 from typing import Any
 from urllib.parse import quote
 
+import httpx
 import pytest
 
 from streamiq.serving.wire import answer
@@ -191,3 +192,50 @@ async def test_forwarding_choice_is_reused_until_a_hop_says_it_is_stale(
         got, _, _ = await call(app, "/v1/views/balances/keys/a1", forwarded=False)
         assert got == 200  # relayed, or answered by the full route after a 421 / 503
     assert deps.node.router.asked == asks  # a stale choice is made again, a good one reused
+
+
+class CountingStore:
+    """A store that counts its point reads (``get``), everything else passed through."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.gets = 0
+
+    def get(self, p: int, key: bytes) -> bytes | None:
+        self.gets += 1
+        return self.store.get(p, key)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+
+def count_reads(app: Any) -> CountingStore:
+    stores = app.deps.node.stores
+    stores["balances"] = counting = CountingStore(stores["balances"])
+    return counting
+
+
+@pytest.mark.parametrize("path", ["/v1/views/balances/keys/nobody", "/account/nobody"])
+@pytest.mark.parametrize("forwarded", [True, False])
+async def test_a_missing_key_is_read_once_with_the_routes_404(app: Any, path: str,
+                                                              forwarded: bool) -> None:
+    store = count_reads(app)
+    lean = await call(app, path, forwarded=forwarded)
+    assert store.gets == 1  # the lean path answers the 404 itself (it read the store)
+    full = await call(app, path, forwarded=forwarded, query=b"wait_ms=1")  # the full route
+    assert store.gets == 2
+    assert lean[0] == full[0] == 404 and lean[1] == full[1]
+    assert lean[1]["code"] == "NOT_FOUND" and lean[1]["role"] == "active"
+    assert lean[2] == full[2]  # the same headers (content-type problem+json, hops 0...)
+    assert lean[2]["content-type"] == "application/problem+json"
+    assert wire_lookup(app, "nobody") == (404, lean[1]) and store.gets == 3  # the wire: once
+
+
+async def test_a_missing_key_is_read_once_over_http(app: Any, serve_node: Any) -> None:
+    store = count_reads(app)
+    port = await serve_node(app)  # the node's HTTP protocol: the lean path from the parser
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as c:
+        r = await c.get("/v1/views/balances/keys/nobody")
+        assert r.status_code == 404 and r.json()["code"] == "NOT_FOUND"
+        assert store.gets == 1
+        assert (await c.get("/account/a1")).status_code == 200 and store.gets == 2
