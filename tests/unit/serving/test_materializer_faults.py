@@ -1,6 +1,7 @@
 """The materializer fails closed: bad changelog records are skipped and counted; a crash
 empties what the node holds until the restarted loop has restored from its checkpoints.
-Kafka is faked (a consumer over an in-memory log); the stores are real RocksDB."""
+Kafka is faked (a consumer over an in-memory log); the stores are in memory, as a node's
+with --store memory (tests/unit/state holds them to what RocksDB does)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from streamiq.serving.coordinator import Coordinator
 from streamiq.serving.discovery import Discovery
 from streamiq.serving.materializer import Materializer, PartitionState
 from streamiq.serving.node import Node, Parts
-from streamiq.state.rocksdb import RocksDBStore
+from streamiq.state import open_store
 from streamiq.supervise import Supervisor
 from streamiq.views.bank import BALANCES
 from streamiq.views.base import MARKER_HEADER, MARKER_KEY, load_app, store_key
@@ -134,7 +135,7 @@ def _ends(tps: list[tuple[str, int]]) -> dict[tuple[str, int], int | None]:
 def _materializer(tmp_path: Path, supervisor: Supervisor | None = None,
                   partitions: dict[str, int] | None = None) -> Materializer:
     views = {"balances": BALANCES, "order_counts_1m": ORDER_COUNTS_1M}
-    stores = {name: RocksDBStore(tmp_path / name) for name in views}
+    stores = {name: open_store("memory", tmp_path / name) for name in views}
     return Materializer({}, views, stores, TOPIC, supervisor, partitions=partitions,
                         input_ends=_ends)
 
