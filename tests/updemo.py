@@ -90,8 +90,9 @@ def has_flag(argv: list[str], flag: str, value: str) -> bool:
 class Up:
     """``python -m streamiq up`` in its own process group, output in a file."""
 
-    def __init__(self, root: Path, nodes: int = 3) -> None:
+    def __init__(self, root: Path, nodes: int = 3, flags: tuple[str, ...] = ()) -> None:
         self.root = root
+        self.flags = list(flags)  # more flags of up
         self.log_path = root / "up.log"
         self.broker_port = free_port()
         self.metrics_port = free_port()  # the pipeline's (never the default 9400)
@@ -110,7 +111,7 @@ class Up:
                 "--node-port", str(self.node_port), "--nodes", str(len(self.node_ports)),
                 "--metrics-port", str(self.metrics_port), "--state-dir", str(self.root / "state"),
                 "--checkpoint-dir", str(self.root / "checkpoints"),
-                "--broker-dir", str(self.root / "kafka")]
+                "--broker-dir", str(self.root / "kafka"), *self.flags]
         after = len(self.log()) if self.log_path.exists() else 0  # a second start: same log
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,

@@ -69,6 +69,9 @@ class Settings(BaseSettings):
                                          "across restarts; removed by up --fresh.")
     broker_heap_mb: int = Field(384, ge=128, le=65_536,
                                 description="Embedded broker's JVM heap (-Xmx), in MB.")
+    restart_max_s: float = Field(
+        30.0, ge=1, le=3600, description="streamiq up: the longest wait before restarting a "
+                                         "part that exited (1 s, doubling up to this).")
 
     # --- ingest ---
     ingest_host: str = Field("127.0.0.1", description="Ingest HTTP listen host.")

@@ -29,7 +29,6 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -56,9 +55,14 @@ from streamiq.auth import mint
 
 pytestmark = pytest.mark.integration
 
+#: the restart backoff's cap for this up (30 s by default): the crash-looping test waits
+#: for it twice
+CAP_S = 8
+
+
 @pytest.fixture(scope="module")
 def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
-    u = Up(tmp_path_factory.mktemp("up"))
+    u = Up(tmp_path_factory.mktemp("up"), flags=("--restart-max-s", str(CAP_S)))
     try:
         u.start()
         yield u
@@ -357,8 +361,8 @@ def _dashboard_shows_ingest_crash_looping(up: Up) -> bool | str:
 def test_a_crash_looping_part_is_retried_with_capped_backoff_while_the_others_answer(
         up: Up) -> None:
     """Ingest killed, its port taken: every restart fails (port in use). It is restarted
-    for ever, 1 s doubling to 30 s, while every node keeps answering; ``streamiq status``
-    shows it crash-looping; freed, it comes back."""
+    for ever, 1 s doubling to the cap (``--restart-max-s``), while every node keeps
+    answering; ``streamiq status`` shows it crash-looping; freed, it comes back."""
     expected = {f"c-{i}": i + 1 for i in range(30)}
     _write_and_see(up, expected)
     offset = len(up.log())
@@ -376,13 +380,13 @@ def test_a_crash_looping_part_is_retried_with_capped_backoff_while_the_others_an
                 if ok is not True:
                     raise AssertionError(f"node {port}: {ok}")
             assert up.proc is not None and up.proc.poll() is None, up.tail()
-            return delays().count(30) >= 2 or str(delays())
+            return delays().count(CAP_S) >= 2 or str(delays())
 
-        until(capped_twice_and_nodes_answer, 400, "restarts up to the 30 s cap, twice")
+        until(capped_twice_and_nodes_answer, 400, f"restarts up to the {CAP_S} s cap, twice")
         got = delays()
         print(f"\ningest restarts, delays: {got}")
         assert got[0] in (1, 2, 4), got  # 1 s, unless its earlier kill was under 60 s ago
-        assert all(b == min(2 * a, 30) for a, b in itertools.pairwise(got)), got
+        assert all(b == min(2 * a, CAP_S) for a, b in itertools.pairwise(got)), got
         assert "crash-looping: 3 exits without staying ready 60 s" in up.log()[offset:]
         env = {k: v for k, v in os.environ.items() if k != "STREAMIQ_JWT_SECRET"}
         env["STREAMIQ_STATE_DIR"] = str(up.root / "state")
@@ -501,9 +505,10 @@ def test_sigterm_to_the_process_group_stops_everything_and_a_second_up_resumes(
     assert sum(read.values()) < sum(sum(h.values()) for h in held.values()), (read, held)
 
 
-def test_sigterm_to_up_alone_while_writes_stream_in(tmp_path: Path) -> None:
-    """A single SIGTERM to up's PID stops every part, with micro-batches in flight."""
-    u = Up(tmp_path, nodes=1)
+def test_sigterm_to_up_alone_while_writes_stream_in(up: Up) -> None:
+    """A single SIGTERM to up's PID stops every part, with micro-batches in flight.
+    The module's last test: it stops the shared up (started again by the test above)."""
+    u = up
     stop = threading.Event()
 
     def write() -> None:
@@ -521,7 +526,6 @@ def test_sigterm_to_up_alone_while_writes_stream_in(tmp_path: Path) -> None:
 
     writer = threading.Thread(target=write)
     try:
-        u.start()
         writer.start()
         node = f"http://127.0.0.1:{u.node_port}"
         until(lambda: httpx.get(f"{node}/account/s-1", timeout=10,

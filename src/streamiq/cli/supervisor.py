@@ -1,7 +1,7 @@
 """``streamiq up``'s supervisor: restart policy, parts, and what it tells ``status``.
 
 A part that exits is restarted after a backoff that starts at 1 s and doubles up to a
-cap of 30 s, and starts over once the part has stayed ready 60 s: Kubernetes'
+cap of 30 s (``--restart-max-s``), and starts over once the part has stayed ready 60 s: Kubernetes'
 CrashLoopBackOff. There is no give-up: a part that keeps crashing is retried for as
 long as ``up`` runs, one line per restart, while the other parts keep serving. Only
 Ctrl-C / SIGTERM, or an embedded broker that cannot be started again

@@ -39,6 +39,7 @@ from streamiq.cli.readybar import ReadyBar
 from streamiq.cli.supervisor import (
     OUT,
     Part,
+    RestartPolicy,
     Supervisor,
     http_ok,
     saw_ready_line,
@@ -100,6 +101,8 @@ def _parts(s: Settings, nodes: int, node_port: int) -> list[Part]:
                 "--state-dir", str(s.state_dir), "--standby-replicas", str(s.standby_replicas),
                 "--max-lag", str(s.max_lag)] + (["--redirect"] if s.redirect else [])
         out.append(Part(f"node:{port}", argv, url, http_ok(f"{url}/health")))
+    for part in out:
+        part.policy = RestartPolicy(max_delay=s.restart_max_s)
     return out
 
 

@@ -32,6 +32,11 @@ def test_backoff_cap_is_the_policys() -> None:
     assert [p.exited(t * 1000.0) for t in range(5)] == [1, 2, 3, 3, 3]
 
 
+def test_ups_parts_take_the_cap_from_restart_max_s() -> None:
+    assert {p.policy.max_delay for p in _parts(Settings(), 2, 9101)} == {30.0}
+    assert {p.policy.max_delay for p in _parts(Settings(restart_max_s=8), 2, 9101)} == {8.0}
+
+
 def test_backoff_starts_over_once_the_part_stayed_ready() -> None:
     p = RestartPolicy()
     assert p.exited(0) == 1

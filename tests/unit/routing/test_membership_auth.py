@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from streamiq.routing.membership import SIGNATURE_HEADER, Membership, sign
+from streamiq.routing.membership import SIGNATURE_HEADER, KafkaMembership, sign
 
 A, B, EVIL = "127.0.0.1:9001", "127.0.0.1:9002", "127.0.0.1:6666"
 SECRET = b"s3cret"
@@ -25,8 +25,8 @@ def _sig(value: bytes) -> list[tuple[str, bytes]]:
     return [(SIGNATURE_HEADER, sign(SECRET, value))]
 
 
-def _members(secret: bytes | None) -> Membership:
-    return Membership({}, "t", A, lambda: {}, secret=secret)
+def _members(secret: bytes | None) -> KafkaMembership:
+    return KafkaMembership({}, "t", A, lambda: {}, secret=secret)
 
 
 def test_only_heartbeats_signed_with_the_cluster_secret_make_members() -> None:
@@ -56,8 +56,8 @@ def test_without_a_secret_heartbeats_are_taken_as_they_come() -> None:
 
 def test_a_replayed_heartbeat_is_refused_and_does_not_bring_a_dead_member_back() -> None:
     now = [1000.0]
-    m = Membership({}, "t", A, lambda: {}, secret=SECRET, timeout_ms=1500,
-                   clock=lambda: now[0], wall=lambda: now[0] + 1.7e9)
+    m = KafkaMembership({}, "t", A, lambda: {}, secret=SECRET, timeout_ms=1500,
+                        clock=lambda: now[0], wall=lambda: now[0] + 1.7e9)
     m.hearing()
     captured = [_hb(B, seq, sent_at=now[0] + 1.7e9) for seq in (1, 2)]
     assert all(m.receive(v, _sig(v)) for v in captured) and B in m.live()
@@ -76,7 +76,7 @@ def test_a_replayed_heartbeat_is_refused_and_does_not_bring_a_dead_member_back()
     (json.dumps({"endpoint": B, "incarnation": "i"}).encode(), "unbound"),  # binds no time
     (json.dumps({"endpoint": B, "incarnation": "i", "sent_at": time.time()}).encode(),
      "unbound"),
-])
+], ids=["an-hour-ago", "an-hour-ahead", "no-time", "time-unsigned"])
 def test_a_signed_heartbeat_must_bind_a_recent_time(value: bytes, reason: str) -> None:
     m = _members(SECRET)
     assert not m.receive(value, _sig(value))
@@ -84,7 +84,7 @@ def test_a_signed_heartbeat_must_bind_a_recent_time(value: bytes, reason: str) -
 
 
 def test_heartbeats_sent_by_a_node_are_signed_bound_and_accepted_in_order() -> None:
-    sender = Membership({}, "t", B, lambda: {}, secret=SECRET)
+    sender = KafkaMembership({}, "t", B, lambda: {}, secret=SECRET)
     first, second = sender._heartbeat(), sender._heartbeat()
     doc = json.loads(second)
     assert doc["seq"] == json.loads(first)["seq"] + 1 and abs(doc["sent_at"] - time.time()) < 60
