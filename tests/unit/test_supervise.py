@@ -129,11 +129,14 @@ def test_a_cancelled_task_is_not_a_fault() -> None:
     async def main() -> Supervisor:
         sup = _supervisor(fatal)
 
+        started = asyncio.Event()
+
         async def forever() -> None:
-            await asyncio.sleep(3600)
+            started.set()
+            await asyncio.Event().wait()  # until cancelled
 
         task = sup.task("sync", forever)
-        await asyncio.sleep(0)
+        await started.wait()
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         return sup

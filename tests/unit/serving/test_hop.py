@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from types import SimpleNamespace
 
 import pytest
+from waits import until
 
 from streamiq.config import Settings
 from streamiq.errors import PeerUnreachable
@@ -79,15 +80,26 @@ def counting(read: Callable[[asyncio.StreamReader], Awaitable[bytes]],
 
 def one_answer_each(read: Callable[[asyncio.StreamReader], Awaitable[bytes]],
                     answer: Callable[[bytes], bytes], served: list[int]) -> Handler:
-    """A peer that answers one request per connection, then drops it without saying so."""
+    """A peer that answers one request per connection: the next one on that connection
+    finds it already closed (as after a server's idle timeout the client has not seen
+    yet), without a byte of answer."""
     async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
         await read(r)
         served.append(1)
         w.write(answer(b"ok"))
         await w.drain()
-        w.close()
+        try:
+            await read(r)
+        except asyncio.IncompleteReadError:
+            return
+        w.transport.abort()
 
     return handler
+
+
+async def silent(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+    """A peer that never answers: it reads until the client goes away."""
+    await r.read()
 
 
 @pytest.fixture
@@ -120,7 +132,6 @@ async def test_http_hop_retries_a_stale_idle_connection_once(
     served: list[int] = []
     address = await serve(one_answer_each(read_request, reply, served))
     assert (await coordinator.http_hop(address, "/", {})).body == b"ok"
-    await asyncio.sleep(0.05)
     assert (await coordinator.http_hop(address, "/", {})).body == b"ok"
     assert len(served) == 2
 
@@ -151,9 +162,6 @@ async def test_http_hop_failures_are_transport_errors(
         w.write(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\npartial")
         await w.drain()
         w.close()
-
-    async def silent(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        await asyncio.sleep(5)
 
     with pytest.raises(TRANSPORT_ERRORS):  # what the lean path catches, then the route
         await coordinator.http_hop(await serve(dying), "/", {})
@@ -207,7 +215,6 @@ async def test_stale_idle_connection_is_retried_once(serve: Callable[..., Awaita
     address = await serve(one_answer_each(read_frame, wire_reply, served))
     hop = HopClient()
     assert (await hop.fetch(address, FRAME)).body == b"ok"
-    await asyncio.sleep(0.05)
     assert (await hop.fetch(address, FRAME)).body == b"ok"
     assert len(served) == 2
     hop.close()
@@ -229,9 +236,6 @@ async def test_peer_dying_mid_request_is_a_connection_error(
 
 
 async def test_refused_and_slow_peers(serve: Callable[..., Awaitable[str]]) -> None:
-    async def silent(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        await asyncio.sleep(5)
-
     address = await serve(silent)
     hop = HopClient()
     with pytest.raises(TimeoutError):
@@ -246,14 +250,15 @@ async def test_refused_and_slow_peers(serve: Callable[..., Awaitable[str]]) -> N
 
 
 async def test_connections_per_host_are_capped(serve: Callable[..., Awaitable[str]]) -> None:
-    open_now, peak = 0, 0
+    open_now, peak, asked = 0, 0, 0
     release = asyncio.Event()
 
     async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        nonlocal open_now, peak
+        nonlocal open_now, peak, asked
         open_now += 1
         peak = max(peak, open_now)
         await read_frame(r)
+        asked += 1
         await release.wait()
         w.write(wire_reply(b"ok"))
         await w.drain()
@@ -263,8 +268,13 @@ async def test_connections_per_host_are_capped(serve: Callable[..., Awaitable[st
     address = await serve(handler)
     hop = HopClient(max_per_host=2)
     calls = [asyncio.create_task(hop.fetch(address, FRAME)) for _ in range(5)]
-    await asyncio.sleep(0.2)
-    assert peak == 2  # three requests wait for a slot
+
+    def settled() -> bool:  # every call holds a slot or waits, every slot's request arrived
+        pool = hop.pool(address)
+        return pool["busy"] + pool["waiting"] == 5 and asked == pool["busy"]
+
+    await until(settled, "the five calls to be sent or queued")
+    assert peak == 2 and hop.pool(address) == {"idle": 0, "busy": 2, "waiting": 3}
     release.set()
     assert [r.body for r in await asyncio.gather(*calls)] == [b"ok"] * 5
     assert peak == 2
@@ -297,11 +307,9 @@ async def test_lookup_uses_an_idle_connection_or_declines(
     assert (await hop.fetch(address, FRAME)).body == b'{"n":1}'
     assert hop.lookup(address, FRAME, then)
     assert not hop.lookup(address, FRAME, then)  # the one slot is taken
-    while not got:
-        await asyncio.sleep(0.01)
+    await until(lambda: got, "the first reply")
     assert hop.lookup(address, FRAME, then)  # the connection went back to the pool
-    while len(got) < 2:
-        await asyncio.sleep(0.01)
+    await until(lambda: len(got) == 2, "the second reply")
     assert [r.body for r in got] == [b'{"n":2}', b'{"n":3}']  # type: ignore[attr-defined]
     assert len(connections) == 1
     hop.close()
@@ -309,19 +317,22 @@ async def test_lookup_uses_an_idle_connection_or_declines(
 
 async def test_lookup_times_out_and_never_pools_that_connection(
         serve: Callable[..., Awaitable[str]]) -> None:
+    hung_up = asyncio.Event()
+
     async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
         await read_frame(r)
         w.write(wire_reply(b"first"))
         await read_frame(r)
-        await asyncio.sleep(0.5)  # too late for the second request
-        w.write(wire_reply(b"late"))
+        await r.read()  # no reply to the second request, until the client hangs up
+        hung_up.set()
 
     address = await serve(handler)
     hop = HopClient()
     await hop.fetch(address, FRAME)
     got, then = collect()
     assert hop.lookup(address, FRAME, then, timeout=0.1)
-    await asyncio.sleep(0.3)
+    await asyncio.wait_for(hung_up.wait(), 10)  # a hang guard: the timeout closed it
+    await until(lambda: got, "the failed lookup's report")
     assert got == [None]  # failed, reported once
     assert hop.pool(address) == {"idle": 0, "busy": 0, "waiting": 0}
     hop.close()
@@ -333,11 +344,14 @@ async def test_a_failing_reply_handler_does_not_break_the_pool(
     hop = HopClient()
     await hop.fetch(address, FRAME)
 
+    called = asyncio.Event()
+
     def boom(_: object) -> None:
+        called.set()
         raise RuntimeError("handler bug")
 
     assert hop.lookup(address, FRAME, boom)
-    await asyncio.sleep(0.1)
+    await asyncio.wait_for(called.wait(), 10)  # the pool's bookkeeping follows it at once
     assert hop.pool(address) == {"idle": 1, "busy": 0, "waiting": 0}
     assert (await hop.fetch(address, FRAME)).body == b"ok"
     hop.close()
@@ -349,11 +363,12 @@ async def test_waiters_get_slots_in_turn_and_a_timed_out_waiter_gives_none_away(
     address = await serve(wire_peer(b"ok", gate))
     hop = HopClient(max_per_host=1)
     first = asyncio.create_task(hop.fetch(address, FRAME))
-    await asyncio.sleep(0.05)
+    await until(lambda: hop.pool(address)["busy"] == 1, "the first call to take the slot")
     with pytest.raises(TimeoutError):  # waits for the one slot, gives up
         await hop.fetch(address, FRAME, timeout=0.1)
+    assert hop.pool(address) == {"idle": 0, "busy": 1, "waiting": 0}
     second = asyncio.create_task(hop.fetch(address, FRAME))
-    await asyncio.sleep(0.05)
+    await until(lambda: hop.pool(address)["waiting"] == 1, "the second call to queue")
     gate.set()
     assert (await first).body == b"ok" and (await second).body == b"ok"
     assert hop.pool(address)["busy"] == 0 and hop.pool(address)["waiting"] == 0

@@ -7,6 +7,7 @@ import threading
 
 import pytest
 from fakes import offline_parts
+from waits import until
 
 from streamiq.config import Settings
 from streamiq.errors import Overloaded
@@ -34,8 +35,7 @@ async def test_waiters_beyond_the_bound_are_refused_and_the_others_woken_by_an_a
     node = _node(max_waiters=2)
     waits = [asyncio.create_task(node.wait_position("balances", 0, TOKEN, 30.0))
              for _ in range(2)]
-    while node.waiters < 2:
-        await asyncio.sleep(0.001)
+    await until(lambda: node.waiters == 2, "two waiters")
     with pytest.raises(Overloaded, match="--max-waiters"):
         await node.wait_position("balances", 0, TOKEN, 30.0)
     # the materializer applies the record (its own thread) and says so

@@ -103,6 +103,7 @@ async def test_forwarded_lookups_reuse_a_pooled_hop_and_survive_a_dropped_one(
         app: Any, server: int) -> None:
     seen: list[bytes] = []
     connections = 0
+    dropped = asyncio.Event()
 
     async def owner(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
         nonlocal connections
@@ -117,6 +118,8 @@ async def test_forwarded_lookups_reuse_a_pooled_hop_and_survive_a_dropped_one(
                     b"x-streamiq-served-by: o\r\n\r\n%s" % (len(body), body))
             if len(seen) == 3:  # drop the pooled connection without saying so
                 w.close()
+                await w.wait_closed()
+                dropped.set()
                 return
 
     srv = await asyncio.start_server(owner, "127.0.0.1", 0)
@@ -140,7 +143,7 @@ async def test_forwarded_lookups_reuse_a_pooled_hop_and_survive_a_dropped_one(
         assert headers["x-streamiq-hops"] == "1" and headers["x-streamiq-served-by"] == "o"
     assert connections == 1 and all(b"authorization: Bearer t" in req for req in seen)
     assert hops == [address] * 3  # each through the lean path's HTTP hop, one connection
-    await asyncio.sleep(0.05)  # the owner's close reaches the pool
+    await asyncio.wait_for(dropped.wait(), 10)  # the pooled connection is gone
     w.write(get(A1, "authorization: Bearer t"))  # no pooled connection left: connect again
     status, headers, body = await read_response(r)
     assert (status, body) == (200, b'{"n":4}') and connections == 2

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from test_fastpath import call
+from waits import until
 
 from streamiq.serving.traffic import Traffic, log_summaries
 
@@ -40,25 +41,34 @@ def test_summary_names_what_changed_since_the_last_period() -> None:
     assert t.totals()["forwarded"] == 2
 
 
+class Periods(Traffic):
+    """Traffic that counts the periods the summary task has closed (it takes a copy of
+    the counts when it starts and at the end of each period)."""
+
+    copies = 0
+
+    def copy(self) -> Traffic:
+        self.copies += 1
+        return super().copy()
+
+
 async def test_summary_task_logs_one_line_per_busy_period(
         caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="streamiq.traffic")
-    t = Traffic()
-    task = asyncio.create_task(log_summaries(t, 0.05))
+    t = Periods()
+    task = asyncio.create_task(log_summaries(t, 0.01))
 
     def lines() -> list[str]:
         return [r.getMessage() for r in caplog.records if r.name == "streamiq.traffic"]
 
-    await asyncio.sleep(0.12)  # idle periods: no line
-    assert lines() == []
+    await until(lambda: t.copies >= 3, "two idle periods")
+    assert lines() == []  # idle periods: no line
     t.local += 1
-    for _ in range(500):  # bounded wait for the next period
-        if lines():
-            break
-        await asyncio.sleep(0.01)
-    await asyncio.sleep(0.12)  # more idle periods: still one line
+    await until(lines, "the busy period's line")
+    closed = t.copies
+    await until(lambda: t.copies >= closed + 2, "two more idle periods")
     task.cancel()
-    assert len(lines()) == 1 and "1 local" in lines()[0]
+    assert len(lines()) == 1 and "1 local" in lines()[0]  # still one line
 
 
 def test_latencies_per_way_served_for_dashboards() -> None:

@@ -10,8 +10,10 @@ from typing import Any
 
 import pytest
 from fakes import RecordingTransport
+from waits import until
 
 from streamiq.serving.hop import HopClient
+from streamiq.serving.protocol import NodeHttpProtocol
 from streamiq.serving.wire import (
     MAX_LINE,
     PREFACE,
@@ -44,10 +46,18 @@ async def http_get(port: int, path: str, *extra: str) -> tuple[int, dict[str, st
 
 async def test_the_node_port_speaks_the_wire_after_its_preface(app: Any, serve_node: Serve
                                                                ) -> None:
-    port = await serve_node(app)
+    reads: list[bytes] = []
+
+    class Reading(NodeHttpProtocol):
+        def data_received(self, data: bytes) -> None:
+            reads.append(data)
+            super().data_received(data)
+
+    port = await serve_node(app, Reading)
     r, w = await asyncio.open_connection("127.0.0.1", port)
     w.write(PREFACE[:5])  # the preface may arrive in pieces
-    await asyncio.sleep(0.05)
+    await until(lambda: reads, "the node to read the first piece")
+    assert reads == [PREFACE[:5]]
     # the credential (no secret: "1"), then four lookups in one write
     w.write(PREFACE[5:] + b"1\n" + request_frame(P1, 3, A1.encode(), b"-")
             + request_frame(BALANCES.partition_of("nobody", 3), 3,
@@ -125,13 +135,43 @@ async def test_an_owner_without_the_wire_gets_http_hops(app: Any, second_app: An
                                                   "http_only_peers": [f"127.0.0.1:{owner}"]}
 
 
-async def test_hop_client_reads_a_reply_in_pieces_and_spots_an_http_peer() -> None:
+def client_reads(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """What the connections the code under test makes (not the test's own streams)
+    read, one item per read."""
+    loop = asyncio.get_running_loop()
+    reads: list[bytes] = []
+    real_connect = loop.create_connection
+
+    def connect(factory: Callable[[], asyncio.Protocol], *a: Any, **k: Any) -> Any:
+        def reading() -> asyncio.Protocol:
+            protocol = factory()
+            real = protocol.data_received
+
+            def data_received(data: bytes) -> None:
+                reads.append(data)
+                real(data)
+
+            protocol.data_received = data_received  # type: ignore[method-assign]
+            return protocol
+
+        return real_connect(reading, *a, **k)
+
+    monkeypatch.setattr(loop, "create_connection", connect)
+    return reads
+
+
+async def test_hop_client_reads_a_reply_in_pieces_and_spots_an_http_peer(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    reads = client_reads(monkeypatch)
+    pieces = (b"20", b"0 7\n{\"a\"", b":1}")
+
     async def owner(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
         assert await r.readexactly(len(PREFACE) + 2) == PREFACE + b"1\n"  # + credential
         await r.readuntil(b"\n")
-        for piece in (b"20", b"0 7\n{\"a\"", b":1}"):
+        for i, piece in enumerate(pieces):
             w.write(piece)
-            await asyncio.sleep(0.02)
+            sent = sum(map(len, pieces[:i + 1]))
+            await until(lambda: sum(map(len, reads)) == sent, "the client to read a piece")  # noqa: B023
         await r.readuntil(b"\n")
         w.write(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n")
 
@@ -139,7 +179,7 @@ async def test_hop_client_reads_a_reply_in_pieces_and_spots_an_http_peer() -> No
     address = f"127.0.0.1:{srv.sockets[0].getsockname()[1]}"
     hop = HopClient()
     reply = await hop.fetch(address, request_frame(0, 3, b"/x", b"-"))
-    assert (reply.status, reply.body) == (200, b'{"a":1}')
+    assert (reply.status, reply.body) == (200, b'{"a":1}') and len(reads) >= len(pieces)
     with pytest.raises(WireUnsupported):
         await hop.fetch(address, request_frame(0, 3, b"/x", b"-"))
     assert not hop.speaks_wire(address)
@@ -148,7 +188,7 @@ async def test_hop_client_reads_a_reply_in_pieces_and_spots_an_http_peer() -> No
     srv.close()
 
 
-async def test_wire_server_closes_on_an_overlong_line_and_when_idle() -> None:
+async def test_wire_server_closes_on_an_overlong_line() -> None:
     loop = asyncio.get_running_loop()
     t = RecordingTransport()
     server = WireServer(lambda p, n, path, tok: (200, b"{}"), t, loop, 60,  # type: ignore[arg-type]
@@ -159,17 +199,42 @@ async def test_wire_server_closes_on_an_overlong_line_and_when_idle() -> None:
     assert t.closed
     server.close()
 
-    idle = RecordingTransport()
-    server = WireServer(lambda p, n, path, tok: (200, b"{}"), idle, loop,  # type: ignore[arg-type]
-                        0.05, b"1")
-    server.feed(b"1\n")
-    await asyncio.sleep(0.03)
-    server.feed(request_frame(0, 3, b"/a", b"-"))  # activity keeps it open past one period
-    await asyncio.sleep(0.06)
-    assert not idle.closed
-    await asyncio.sleep(0.1)
-    assert idle.closed
-    server.close()
+
+class ManualClockLoop(asyncio.SelectorEventLoop):
+    """An event loop whose clock moves only when the test moves it: its timers fire
+    then, in order, and never because the machine was slow."""
+
+    now = 0.0
+
+    def time(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+        self.run_until_complete(asyncio.sleep(0))  # one pass: the timers now due run
+
+
+def test_wire_server_closes_a_connection_only_after_a_whole_period_without_requests(
+        ) -> None:
+    """Like an idle HTTP keep-alive connection: closed once a whole ``idle_timeout``
+    period passed without a request, never while requests keep coming."""
+    loop, period = ManualClockLoop(), 30.0
+    try:
+        t = RecordingTransport()
+        server = WireServer(lambda p, n, path, tok: (200, b"{}"), t, loop,  # type: ignore[arg-type]
+                            period, b"1")
+        server.feed(b"1\n")
+        for i in range(5):  # a request in every period: open for as long as they come
+            loop.advance(period)
+            server.feed(request_frame(0, 3, b"/a", b"-"))
+            assert not t.closed and len(t.writes) == i + 1
+        loop.advance(period)  # the last request's period ends: not a whole period idle yet
+        assert not t.closed
+        loop.advance(period)  # a whole period without a request
+        assert t.closed
+        server.close()
+    finally:
+        loop.close()
 
 
 async def test_wire_server_answers_a_failing_lookup_with_500() -> None:
