@@ -12,13 +12,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import httpx
 
 from streamiq.kafka.broker import EmbeddedBroker
 
-__all__ = ["NodeProc", "bench_broker", "free_port", "pct", "wait_ready"]
+__all__ = ["NodeProc", "bench_broker", "free_port", "pct", "stop_all", "wait_ready"]
 
 # Every bench but bench_auth.py measures with client authentication off (nodes, ingest
 # and 'streamiq up' read this); bench_auth.py puts on vs off side by side.
@@ -78,13 +79,15 @@ def wait_ready(port: int, timeout: float = 600) -> float:
 
 
 class NodeProc:
-    def __init__(self, port: int, args: list[str], log: Path) -> None:
+    def __init__(self, port: int, args: list[str], log: Path,
+                 env: dict[str, str] | None = None) -> None:
         self.port = port
         log.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(log, "ab")  # noqa: SIM115 - child's output for its lifetime
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "streamiq", "node", "--port", str(port), *args],
-            stdout=self._log, stderr=subprocess.STDOUT)
+            stdout=self._log, stderr=subprocess.STDOUT,
+            env=None if env is None else {**os.environ, **env})
 
     def kill(self) -> None:
         if self.proc.poll() is None:
@@ -98,3 +101,12 @@ class NodeProc:
                 self.proc.wait(20)
             except subprocess.TimeoutExpired:
                 self.kill()
+
+
+def stop_all(clusters: Iterable[list[NodeProc]], broker: EmbeddedBroker, root: Path) -> None:
+    """Stop every node of ``clusters``, then the broker; remove ``root``."""
+    for nodes in clusters:
+        for n in nodes:
+            n.stop()
+    broker.stop()
+    shutil.rmtree(root, ignore_errors=True)

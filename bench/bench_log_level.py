@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import httpx
-from _common import NodeProc, bench_broker, free_port, wait_ready
+from _common import NodeProc, bench_broker, free_port, stop_all, wait_ready
 from bench_queries import rows, wrk  # also puts tests/ on sys.path
 from changelog import produce_rows
 
@@ -119,11 +119,7 @@ def paired(a: argparse.Namespace, variants: dict[str, list[str]],
                   f"{pair[second]['rps']:.0f} req/s, ratio {ratios[-1]:.2f}", flush=True)
         return ratios, {v: statistics.median(r) for v, r in got.items()}
     finally:
-        for nodes in clusters.values():
-            for n in nodes:
-                n.stop()
-        broker.stop()
-        shutil.rmtree(root, ignore_errors=True)
+        stop_all(clusters.values(), broker, root)
 
 
 def main() -> None:

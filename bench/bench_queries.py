@@ -30,6 +30,18 @@ CPU per lookup (steadier than throughput when a neighbour takes a core) and, in 
 process, what recording one lookup costs (``served_of`` and ``Latency.observe``).
 ``--only-metrics`` runs just that.
 
+First, one line on the lookup wire's two calling conventions (``wire_variants``): a
+forwarded lookup on a callback (the pooled hot path, from the HTTP parser) vs awaited
+as a coroutine (what a lookup that must connect or wait for a slot takes).
+
+Before / after in one run (``--baseline``): two 2-node clusters, one running a
+baseline checkout's code and one this tree's (or ``--current``'s), both through
+``PYTHONPATH=<tree>/src`` with the same venv; local and forwarded lookups/s (c=16) and
+p50s (c=1) in alternating pairs, after / before per pair (median)::
+
+    git worktree add /tmp/bq-base <commit>
+    .venv/bin/python bench/bench_queries.py --baseline /tmp/bq-base --keys 100000
+
 Usage: .venv/bin/python bench/bench_queries.py [--keys 100000] [--seconds 5]
 Needs ``wrk`` (Debian: ``apt-get install -y wrk``). If ``nginx`` is installed (Debian:
 ``apt-get install -y nginx-light``), one more variant relays the local lookups through
@@ -57,7 +69,7 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from _common import NodeProc, bench_broker, free_port, pct, wait_ready
+from _common import NodeProc, bench_broker, free_port, pct, stop_all, wait_ready
 from changelog import produce_rows
 
 from streamiq.client import AsyncClient
@@ -346,6 +358,11 @@ def main() -> None:
                     help="paired 2 s runs with metrics on and off (median)")
     ap.add_argument("--only-metrics", action="store_true",
                     help="run only the metrics on/off comparison")
+    ap.add_argument("--baseline", help="a checkout of the code before (git worktree add "
+                    "/tmp/bq-base <commit>): run only the before/after lookups side by side")
+    ap.add_argument("--current", help="with --baseline: the checkout after (default: this one)")
+    ap.add_argument("--pairs-sbs", type=int, default=6,
+                    help="with --baseline: back-to-back before/after pairs (median)")
     ap.add_argument("--serve-ceiling", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--serve-echo", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--relay-to", type=int, help=argparse.SUPPRESS)
@@ -358,6 +375,14 @@ def main() -> None:
         return
     if shutil.which("wrk") is None:
         raise SystemExit("wrk not found (Debian: apt-get install -y wrk)")
+    callback_us, coroutine_us = wire_variants()
+    print(f"lookup wire, one forwarded lookup at a time (client side, median): on a callback "
+          f"{callback_us:.1f} us, as a coroutine {coroutine_us:.1f} us "
+          f"({coroutine_us / callback_us:.2f}x): the callback is the pooled hot path, the "
+          f"coroutine what a lookup that must connect or wait for a slot takes", flush=True)
+    if a.baseline:
+        side_by_side(a)
+        return
     if not a.only_metrics:
         queries(a)
     metrics_on_off(a)
@@ -552,6 +577,125 @@ def run(a: argparse.Namespace, root: Path, data: list[dict[str, Any]], ports: li
           f"<= 2.0: {', '.join(f'{r:.2f}' for r in sorted(pair_ratios))})")
     print(f"  (smart/raw p50 pairs: "
           f"{', '.join(f'{r:.2f}' for r in sorted(x[0] for x in client_pairs))})")
+
+
+# -- before / after in one run: a baseline checkout's nodes beside this tree's --
+def side_by_side(a: argparse.Namespace) -> None:
+    """Two 2-node clusters on one broker and one changelog, one running the code of
+    ``--baseline`` (a checkout: ``git worktree add /tmp/bq-base <commit>``), one the code
+    of ``--current`` (default: this checkout), each through ``PYTHONPATH=<tree>/src``.
+    Local and forwarded lookups to the first node of each, in back-to-back pairs whose
+    order alternates: throughput at c=16 and p50 at c=1, medians, and after / before
+    taken per pair (median), so a neighbour's burst skews one pair, not the comparison."""
+    from bench_log_level import wait_loaded as loaded
+
+    trees = {"before": Path(a.baseline).resolve(),
+             "after": Path(a.current).resolve() if a.current else Path(__file__).parents[1]}
+    root = Path(tempfile.mkdtemp(prefix="bench-sbs-"))
+    broker = bench_broker().start()
+    clusters: dict[str, list[NodeProc]] = {}
+    try:
+        topic = f"sb-{BALANCES.changelog_topic}"
+        ensure_topics({"bootstrap.servers": broker.bootstrap_servers}, {topic: 3})
+        data = rows(a.keys)
+        produce_rows(broker.bootstrap_servers, topic, BALANCES, data)
+        for name, tree in trees.items():
+            args = ["--bootstrap-servers", broker.bootstrap_servers, "--cluster", name,
+                    "--topic-prefix", "sb-", "--app", "bank", "--state-dir",
+                    str(root / name), "--log-level", "warning", "--standby-replicas", "0"]
+            clusters[name] = [NodeProc(free_port(), args, root / f"{name}-{i}.log",
+                                       env={"PYTHONPATH": str(tree / "src")})
+                              for i in range(2)]
+        for nodes in clusters.values():
+            for n in nodes:
+                wait_ready(n.port, 180)
+            loaded(nodes[0].port, a.keys)
+        keys = [r["account"] for r in data]
+        paths = {name: split_paths(nodes[0].port, keys) for name, nodes in clusters.items()}
+        runs: dict[tuple[str, str, str], list[float]] = {}
+        for i in range(a.pairs_sbs):
+            for name in (trees if i % 2 == 0 else list(trees)[::-1]):
+                nodes = clusters[name]
+                url = f"http://127.0.0.1:{nodes[0].port}"
+                for kind, ps in paths[name].items():
+                    loaded_run = wrk(url, ps, root, 16, a.seconds)
+                    unloaded = wrk(url, ps, root, 1, 1.0)
+                    runs.setdefault((name, kind, "rps"), []).append(loaded_run["rps"])
+                    runs.setdefault((name, kind, "p50"), []).append(unloaded["p50"])
+        print(f"\nbefore / after, one run: {trees['before']} vs {trees['after']}, "
+              f"{a.pairs_sbs} pairs, {a.seconds:.0f} s at c=16 (lookups/s), 1 s at c=1 (p50)")
+        for kind in ("local", "forwarded"):
+            b_rps, n_rps = runs[("before", kind, "rps")], runs[("after", kind, "rps")]
+            b_p50, n_p50 = runs[("before", kind, "p50")], runs[("after", kind, "p50")]
+            ratio = statistics.median(n / b for n, b in zip(n_rps, b_rps, strict=True))
+            print(f"  {kind:<9} lookups/s before {statistics.median(b_rps):7.0f}  after "
+                  f"{statistics.median(n_rps):7.0f}  after/before {ratio:.2f}x (target >= "
+                  f"0.95: {'met' if ratio >= 0.95 else 'NOT met'}; pairs "
+                  f"{', '.join(f'{n / b:.2f}' for n, b in zip(n_rps, b_rps, strict=True))})")
+            print(f"  {kind:<9} p50 (c=1)   before {statistics.median(b_p50):.3f} ms  after "
+                  f"{statistics.median(n_p50):.3f} ms  after/before "
+                  f"{statistics.median(n / b for n, b in zip(n_p50, b_p50, strict=True)):.2f}x")
+    finally:
+        stop_all(clusters.values(), broker, root)
+
+
+def split_paths(port: int, keys: list[str], n: int = 10_000) -> dict[str, list[str]]:
+    """Lookup paths of keys the node at ``port`` owns (local) and of keys its peer owns
+    (forwarded)."""
+    meta = httpx.get(f"http://127.0.0.1:{port}/v1/cluster").json()
+    mine = {int(p) for p, pv in meta["views"]["balances"].items()
+            if pv["assigned"][0] == meta["self"]}
+    local = [k for k in keys if BALANCES.partition_of(k, 3) in mine][:n]
+    other = [k for k in keys if BALANCES.partition_of(k, 3) not in mine][:n]
+    assert local and other, meta
+    return {kind: [f"/v1/views/balances/keys/{k}" for k in ks]
+            for kind, ks in (("local", local), ("forwarded", other))}
+
+
+# -- why the lookup wire has two calling conventions --
+def wire_variants(n: int = 20_000) -> tuple[float, float]:
+    """Median us per forwarded lookup, one at a time, on one pooled wire connection to
+    an owner answering at once: ``HopClient.lookup`` (on a callback, from the entry's
+    HTTP parser) vs ``await HopClient.fetch`` (a coroutine: what a lookup that must
+    connect or wait for a slot uses). The callback is why both stay."""
+    from streamiq.serving.hop import HopClient
+    from streamiq.serving.wire import PREFACE, WireServer, request_frame
+
+    body = b'{"view":"balances","key":"acct-000001","value":{"balance":1}}'
+
+    class Owner(asyncio.Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            self.server = WireServer(lambda *_: (200, body), transport,  # type: ignore[arg-type]
+                                     asyncio.get_running_loop(), 60.0, b"1")
+            self.head = b""
+
+        def data_received(self, data: bytes) -> None:
+            if self.head is not None:
+                data, self.head = data[len(PREFACE):], None  # type: ignore[assignment]
+            self.server.feed(data)
+
+    async def measure() -> tuple[float, float]:
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(Owner, "127.0.0.1", 0)
+        address = f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        hop = HopClient()
+        frame = request_frame(0, 3, b"/v1/views/balances/keys/acct-000001", b"-")
+        await hop.fetch(address, frame)  # one pooled connection
+        fetch_us, lookup_us = [], []
+        for _ in range(n):
+            t = time.perf_counter()
+            await hop.fetch(address, frame)
+            fetch_us.append((time.perf_counter() - t) * 1e6)
+            done = loop.create_future()
+            t = time.perf_counter()
+            assert hop.lookup(address, frame, lambda r, done=done, t=t: done.set_result(
+                (time.perf_counter() - t) * 1e6))
+            lookup_us.append(await done)
+        hop.close()
+        server.close()
+        return pct(lookup_us, 50), pct(fetch_us, 50)
+
+    return asyncio.run(measure())
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ no replica could answer are returned as ``missing`` so the caller reports PARTIA
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import logging
 from collections import defaultdict
@@ -43,6 +44,7 @@ from streamiq.serving.partials import GatherReply, P
 from streamiq.serving.placement import Here, Placement, Redirect, Refuse
 from streamiq.serving.routes import view_of
 from streamiq.serving.traffic import Traffic, log_summaries
+from streamiq.serving.wire import WireUnsupported
 
 __all__ = ["FORWARDED", "HOPS", "SERVED_BY", "TRANSPORT_ERRORS", "Coordinator",
            "Reply", "hop_headers", "peer_error", "relayed_headers"]
@@ -223,7 +225,7 @@ class Coordinator:
         host, _, port = address.rpartition(":")
         url = URL.build(scheme=self.scheme, host=host, port=int(port), path=path, encoded=True)
         async with self.session().request(method, url, params=params, json=body,
-                                          headers=headers,
+                                          headers=headers, allow_redirects=False,
                                           timeout=aiohttp.ClientTimeout(total=timeout,
                                                                         connect=1.0)) as r:
             content = await r.read()
@@ -231,17 +233,29 @@ class Coordinator:
 
     async def http_hop(self, address: str, raw_path: str, headers: dict[str, str],
                        timeout: float = _FORWARD_SLACK_S) -> HopReply:
-        """A key lookup's HTTP hop from the lean path (the client's Authorization
-        carried, or a peer without the lookup wire) on the pooled session: the path as
-        the client sent it, the reply's headers lower-cased and raw (relayed as they
-        came). Transport failures are raised as they are (``TRANSPORT_ERRORS``)."""
-        url = URL(f"{self.scheme}://{address}{raw_path}", encoded=True)
-        async with self.session().get(url, headers=headers, allow_redirects=False,
-                                      timeout=aiohttp.ClientTimeout(total=timeout,
-                                                                    connect=1.0)) as r:
-            body = await r.read()
-            self._http_hops += 1
-            return HopReply(r.status, {k.lower(): v for k, v in r.raw_headers}, body)
+        """A key lookup's HTTP hop (a peer without the lookup wire): a GET of the path as
+        the client sent it, through the one HTTP hop every call to a peer takes
+        (``Send``), the reply's headers lower-cased (relayed as they came). Transport
+        failures are raised as they are (``TRANSPORT_ERRORS``; ``forward_lookup`` maps
+        them)."""
+        r = await self._send("GET", address, raw_path, [], None, headers, timeout)
+        self._http_hops += 1
+        return HopReply(r.status_code, {k.encode("latin-1"): v.encode("latin-1")
+                                        for k, v in r.headers.items()}, r.content)
+
+    async def forward_lookup(self, address: str, frame: bytes | None, raw_path: bytes,
+                             authorization: bytes | None) -> HopReply:
+        """A key lookup forwarded to ``address``: over the lookup wire (``frame``, when
+        the peer speaks it), else one HTTP hop. Raises ``PeerError``."""
+        try:
+            if frame is not None:
+                # an older node or an HTTP-only proxy: WireUnsupported, then HTTP hops
+                with contextlib.suppress(WireUnsupported):
+                    return await self.hop.fetch(address, frame)
+            return await self.http_hop(address, raw_path.decode("latin-1"), hop_headers(
+                self.mark, None if authorization is None else authorization.decode("latin-1")))
+        except TRANSPORT_ERRORS as exc:
+            raise peer_error(address, exc) from exc
 
     def hop_stats(self) -> dict[str, Any]:
         """The lean path's hops answered per transport, and the peers getting HTTP hops

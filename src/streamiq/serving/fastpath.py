@@ -37,21 +37,18 @@ JSONResponse were most of a node's CPU per lookup; the answer itself is a RocksD
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from time import perf_counter
 from typing import Any
 from urllib.parse import quote
 
-from streamiq.errors import PROBLEM_JSON, BadRequest, StreamiqError
+from streamiq.errors import PROBLEM_JSON, BadRequest, PeerError, StreamiqError
 from streamiq.serving.answers import Answers, Read
 from streamiq.serving.coordinator import (
     FORWARDED,
     HOPS,
     SERVED_BY,
-    TRANSPORT_ERRORS,
-    hop_headers,
     relayed_headers,
 )
 from streamiq.serving.hop import HopReply
@@ -59,7 +56,7 @@ from streamiq.serving.metrics import served_of
 from streamiq.serving.paths import not_utf8, segments
 from streamiq.serving.placement import Forward, Refuse
 from streamiq.serving.routes import lookup_target
-from streamiq.serving.wire import WireUnsupported, request_frame
+from streamiq.serving.wire import request_frame
 from streamiq.views.base import View
 
 __all__ = ["PENDING", "Answer", "Later", "LeanLookups"]
@@ -276,20 +273,10 @@ class LeanLookups:
 
     async def _forward(self, owner: str, frame: bytes | None, raw_path: bytes,
                        auth: bytes | None, view: View, p: int, max_lag: int) -> Answer | None:
-        hop = self.deps.coordinator.hop
-        reply = None
         try:
-            if frame is not None:
-                # an older node or an HTTP-only proxy: WireUnsupported, then HTTP hops
-                with contextlib.suppress(WireUnsupported):
-                    reply = await hop.fetch(owner, frame)
-            if reply is None:
-                reply = await self.deps.coordinator.http_hop(
-                    owner, raw_path.decode("latin-1"),
-                    hop_headers(self.deps.coordinator.mark,
-                                None if auth is None else auth.decode("latin-1")))
-        except TRANSPORT_ERRORS:
-            reply = None
+            reply = await self.deps.coordinator.forward_lookup(owner, frame, raw_path, auth)
+        except PeerError:
+            reply = None  # the regular route tries the next replica (and suspects this one)
         return self._relayed(reply, owner, view, p, max_lag)
 
     def _relayed(self, reply: HopReply | None, owner: str, view: View, p: int,
