@@ -9,6 +9,8 @@ applied atomically, a scan that reads the partition as it was when iteration beg
 
 Per partition a dict holds the rows and a sorted list of the keys serves scans; the
 list is kept up to date by small batches and rebuilt on the next scan after a large one.
+A scan reads the dict and list in place, without copying them: a write that comes while
+a scan is reading copies them first (copy on write), so the scan keeps its version.
 """
 
 from __future__ import annotations
@@ -33,20 +35,17 @@ def _copy(cp: Checkpoint) -> Checkpoint:
                                 for t, po in cp.position.items()})
 
 
-class _Partition:
-    def __init__(self, checkpoint: Checkpoint) -> None:
-        self.rows: dict[bytes, bytes] = {}
-        self.keys: list[bytes] | None = []  # sorted; None: rebuild on the next scan
-        self.checkpoint = checkpoint
-        self.bytes = 0
+class _Rows:
+    """One version of a partition's rows. Never changed while scans read it (``readers``):
+    a write copies it first."""
 
-    def put(self, key: bytes, value: bytes | None) -> None:
-        old = self.rows.pop(key, None) if value is None else self.rows.get(key)
-        if old is not None:
-            self.bytes -= len(key) + len(old)
-        if value is not None:
-            self.rows[key] = value
-            self.bytes += len(key) + len(value)
+    def __init__(self, rows: dict[bytes, bytes], keys: list[bytes] | None) -> None:
+        self.rows = rows
+        self.keys = keys  # sorted; None: sorted again by the next scan
+        self.readers = 0
+
+    def copy(self) -> _Rows:
+        return _Rows(dict(self.rows), None if self.keys is None else list(self.keys))
 
     def sorted_keys(self) -> list[bytes]:
         if self.keys is None:
@@ -65,22 +64,43 @@ class _Partition:
                 del self.keys[bisect_left(self.keys, key)]
 
 
+class _Partition:
+    def __init__(self, checkpoint: Checkpoint) -> None:
+        self.data = _Rows({}, [])
+        self.checkpoint = checkpoint
+        self.bytes = 0
+
+    def write(self, puts: Sequence[tuple[bytes, bytes | None]]) -> None:
+        if self.data.readers:  # a scan reads this version: it keeps it
+            self.data = self.data.copy()
+        rows = self.data.rows
+        held = {key: key in rows for key, _ in puts}  # before the batch
+        for key, value in puts:
+            old = rows.pop(key, None) if value is None else rows.get(key)
+            if old is not None:
+                self.bytes -= len(key) + len(old)
+            if value is not None:
+                rows[key] = value
+                self.bytes += len(key) + len(value)
+        self.data.resort([k for k, was in held.items() if (k in rows) != was])
+
+
 class MemoryStore(Store):
     """A view's rows in this process's memory. Thread-safe: the materializer writes
     from its thread while queries read from others."""
 
     def __init__(self) -> None:
         self._parts: dict[int, _Partition] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # a scan abandoned in a cycle may end in any call
 
     def get(self, partition: int, key: bytes) -> bytes | None:
         part = self._parts.get(partition)
-        return None if part is None else part.rows.get(key)  # one dict read: atomic
+        return None if part is None else part.data.rows.get(key)  # one dict read: atomic
 
     def multi_get(self, partition: int, keys: Sequence[bytes]) -> list[bytes | None]:
         with self._lock:
             part = self._parts.get(partition)
-            rows = {} if part is None else part.rows
+            rows = {} if part is None else part.data.rows
             return [rows.get(k) for k in keys]
 
     def apply(self, partition: int, puts: Sequence[tuple[bytes, bytes | None]],
@@ -90,10 +110,7 @@ class MemoryStore(Store):
             part = self._parts.get(partition)
             if part is None:
                 part = self._parts[partition] = _Partition(cp)
-            held = {key: key in part.rows for key, _ in puts}  # before the batch
-            for key, value in puts:
-                part.put(key, value)
-            part.resort([k for k, was in held.items() if (k in part.rows) != was])
+            part.write(puts)
             part.checkpoint = cp
 
     def checkpoint(self, partition: int) -> Checkpoint | None:
@@ -102,16 +119,21 @@ class MemoryStore(Store):
 
     def scan(self, partition: int, start: bytes | None = None, end: bytes | None = None
              ) -> Iterator[tuple[bytes, bytes]]:
-        with self._lock:  # the range as it is now: later writes are not seen
+        with self._lock:
             part = self._parts.get(partition)
             if part is None:
                 return
-            keys = part.sorted_keys()
-            lo = bisect_left(keys, start) if start else 0
+            data = part.data  # the rows as they are now: later writes copy them first
+            keys = data.sorted_keys()
+            data.readers += 1
+        try:
+            rows = data.rows
             hi = bisect_left(keys, end) if end is not None else len(keys)
-            taken = keys[lo:hi]
-            values = list(map(part.rows.__getitem__, taken))
-        yield from zip(taken, values, strict=True)
+            for i in range(bisect_left(keys, start) if start else 0, hi):
+                yield keys[i], rows[keys[i]]
+        finally:
+            with self._lock:
+                data.readers -= 1
 
     def drop(self, partition: int) -> None:
         with self._lock:
@@ -121,7 +143,7 @@ class MemoryStore(Store):
         """Exact: rows held and the bytes of their keys and values."""
         with self._lock:
             parts = list(self._parts.values())
-            return {"rows": sum(len(p.rows) for p in parts),
+            return {"rows": sum(len(p.data.rows) for p in parts),
                     "bytes": sum(p.bytes for p in parts)}
 
     def close(self) -> None:

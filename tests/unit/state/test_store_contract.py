@@ -4,6 +4,7 @@ node on RocksDB does."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -133,6 +134,33 @@ def test_many_keys_in_many_batches_stay_in_order(s: Store) -> None:
         (k, v) for k, v in held.items() if b"\x01" <= k < b"\x03")
 
 
+def test_readers_see_whole_batches_while_a_thread_writes(s: Store) -> None:
+    """The materializer writes from its thread while queries read: each batch sets every
+    key to its number, so a scan or a multi-get that saw half a batch would mix two."""
+    keys = [f"k{i:03d}".encode() for i in range(200)]
+    s.apply(0, [(k, b"0") for k in keys], Checkpoint(offset=0))
+    reading, done = threading.Event(), threading.Event()
+
+    def write() -> None:
+        reading.wait(30)  # the reader is under way: its reads overlap the writes
+        for n in range(1, 300):
+            s.apply(0, [(k, str(n).encode()) for k in keys], Checkpoint(offset=n))
+        done.set()
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        while not done.is_set():
+            scanned = {v for _, v in s.scan(0)}
+            got = set(s.multi_get(0, keys[::-7]))
+            assert len(scanned) == 1 and len(got) == 1, (scanned, got)
+            reading.set()
+    finally:
+        reading.set()
+        writer.join()
+    assert {v for _, v in s.scan(0)} == {b"299"}
+
+
 def test_stats_count_the_rows(s: Store) -> None:
     assert s.stats()["rows"] == 0
     s.apply(0, [(b"a", b"1"), (b"b", b"22")], Checkpoint(offset=2))
@@ -150,3 +178,21 @@ def test_memory_stats_are_exact() -> None:
     assert s.stats() == {"rows": 1, "bytes": 2}
     s.close()
     assert s.stats() == {"rows": 0, "bytes": 0} and s.get(0, b"b") is None
+
+
+def test_memory_writes_in_place_once_no_scan_reads() -> None:
+    """A write copies a partition's rows only while a scan reads them (copy on write):
+    a scan that finished, or was dropped half-way, costs later writes nothing."""
+    s = MemoryStore()
+    s.apply(0, [(b"a", b"1"), (b"b", b"2")], Checkpoint(offset=2))
+    version = s._parts[0].data
+    assert list(s.scan(0)) == [(b"a", b"1"), (b"b", b"2")]
+    half = s.scan(0)
+    next(half)
+    del half  # dropped before its end
+    s.apply(0, [(b"c", b"3")], Checkpoint(offset=3))
+    assert s._parts[0].data is version  # written in place
+    reading = s.scan(0)
+    next(reading)
+    s.apply(0, [(b"d", b"4")], Checkpoint(offset=4))
+    assert s._parts[0].data is not version and list(reading) == [(b"b", b"2"), (b"c", b"3")]
