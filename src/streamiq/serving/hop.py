@@ -3,7 +3,7 @@
 The lookup wire (``serving/wire.py``): a preface, then one framed lookup at a time per
 connection. The rare HTTP hops (peers that answer the wire's preface with HTTP, which
 are then left on HTTP for a minute) take the one HTTP hop every call to a peer takes
-(``Coordinator.http_hop``, the pooled aiohttp session); this client only remembers
+(``Peers.http_hop``, the pooled aiohttp session); this client only remembers
 which peers do not speak the wire.
 
 Why not aiohttp for the wire: bench/bench_queries.py measured a forwarded lookup at
@@ -12,8 +12,9 @@ entry node (request building, cookie and redirect handling, response objects, ti
 A key lookup hop needs none of that: one frame on a pooled connection.
 
 Failures are plain ``OSError`` subclasses (``ConnectionError`` when the connection was
-refused or lost) or ``asyncio.TimeoutError``, like the HTTP client's: the coordinator
-maps both to ``PeerError`` in one place (``Coordinator.forward_lookup``, ``peer_error``). A request on a reused idle connection that the server had already
+refused or lost) or ``asyncio.TimeoutError``, like the HTTP client's: ``serving/peers.py``
+maps both to ``PeerError`` in one place (``Peers.forward_lookup``, ``peer_error``). A
+request on a reused idle connection that the server had already
 closed (nodes drop idle connections after a few seconds) is retried once on a fresh
 connection: safe, because lookups are idempotent.
 

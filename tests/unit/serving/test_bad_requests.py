@@ -140,7 +140,7 @@ async def test_a_forwarded_request_keeps_the_path_as_the_client_wrote_it(app: An
         return Reply(200, {"content-type": "application/json"}, b'{"key": "dir/a1"}')
 
     co = app.deps.coordinator
-    co._send = send
+    co.peers._send = send
     app.deps.node.router.route_elsewhere("127.0.0.1:2")
     app.deps.node.router.fresh = ["127.0.0.1:2"]
     co.forget_roles()

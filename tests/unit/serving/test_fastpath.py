@@ -89,7 +89,7 @@ async def test_lean_forward_carries_the_token_and_says_one_hop(app: Any) -> None
         return HopReply(200, {b"x-streamiq-served-by": other.encode(),
                               b"x-streamiq-hops": b"0"}, b'{"k":1}')
 
-    deps.coordinator.http_hop = get  # an HTTP hop: the token as Authorization
+    deps.coordinator.peers.http_hop = get  # an HTTP hop: the token as Authorization
     status, body, headers = await call(app, "/v1/views/balances/keys/zz", forwarded=False,
                                        auth="Bearer t")
     assert (status, body) == (200, {"k": 1})

@@ -127,13 +127,13 @@ async def test_forwarded_lookups_reuse_a_pooled_hop_and_survive_a_dropped_one(
     deps = app.deps
     deps.node.router.route_elsewhere(address)
     hops: list[str] = []
-    http_hop = deps.coordinator.http_hop
+    http_hop = deps.coordinator.peers.http_hop
 
     def spy(address: str, *a: Any, **k: Any) -> Any:
         hops.append(address)
         return http_hop(address, *a, **k)
 
-    deps.coordinator.http_hop = spy  # HTTP hops: the pooled aiohttp session
+    deps.coordinator.peers.http_hop = spy  # HTTP hops: the pooled aiohttp session
     deps.coordinator.hop.http_only(address, 3600)  # an owner without the lookup wire
     r, w = await asyncio.open_connection("127.0.0.1", server)
     for n in (1, 2, 3):  # the first connects; the next ones go out on the pooled connection
