@@ -245,11 +245,12 @@ class LeanLookups:
     def forward(self, raw_path: bytes, view: View, p: int, max_lag: int,
                 auth: bytes | None, then: Later | None, owner: str
                 ) -> Awaitable[Answer | None] | _Pending:
-        """One hop to the preferred replica; any trouble defers to the regular route.
+        """One hop to ``owner``, the replica ``decide`` chose; any trouble (a
+        ``PeerError``, a 421 or 503) defers to the regular route.
 
         Over the lookup wire (``serving/wire.py``; the client's token goes in the frame),
-        or over HTTP when the owner does not speak the wire (through the coordinator's
-        pooled aiohttp session; the token as the Authorization header). With
+        or the one HTTP hop when the owner does not speak the wire
+        (``Peers.forward_lookup``; the token as the Authorization header). With
         ``then`` and an idle pooled wire connection, the hop runs on callbacks and
         ``then(answer)`` gets its outcome (PENDING is returned); otherwise a coroutine
         that may wait for a slot or connect first.
