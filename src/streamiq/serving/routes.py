@@ -44,24 +44,29 @@ class Route:
     view: str | None = None  # an alias: this view, whatever the path says
     key: str = "key"  # the path parameter holding the key (a key lookup)
     pattern: str | None = None  # an alias's key form (checked by the route and lean path)
-    # the path's segments: a literal, or None for a parameter (derived)
-    segments: tuple[str | None, ...] = field(init=False, repr=False, compare=False)
+    # derived: the segment count, the literal segments (index, text), the parameters'
+    # indexes, and the alias's key form compiled
+    size: int = field(init=False, repr=False, compare=False)
+    literals: tuple[tuple[int, str], ...] = field(init=False, repr=False, compare=False)
     params: dict[str, int] = field(init=False, repr=False, compare=False)
+    key_form: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         parts = self.path.split("/")
-        object.__setattr__(self, "segments", tuple(
-            None if p.startswith("{") else p for p in parts))
-        object.__setattr__(self, "params", {
-            p[1:-1].split(":")[0]: i for i, p in enumerate(parts) if p.startswith("{")})
+        set_ = object.__setattr__
+        set_(self, "size", len(parts))
+        set_(self, "literals", tuple((i, p) for i, p in enumerate(parts)
+                                     if not p.startswith("{")))
+        set_(self, "params", {p[1:-1].split(":")[0]: i for i, p in enumerate(parts)
+                              if p.startswith("{")})
+        set_(self, "key_form", re.compile(self.pattern) if self.pattern else None)
 
     def match(self, parts: list[str]) -> bool:
         """The path's segments (``path.split("/")``) are this route's."""
-        segs = self.segments
-        if len(parts) != len(segs):
+        if len(parts) != self.size:
             return False
-        for got, want in zip(parts, segs, strict=True):
-            if want is not None and got != want:
+        for i, text in self.literals:  # noqa: SIM110 - the lean path: no generator
+            if parts[i] != text:
                 return False
         return True
 
@@ -85,8 +90,7 @@ UNTIMED = tuple(Route(m, p) for m, p in (
     ("GET", "/v1/dashboard"), ("GET", "/v1/pipeline"), ("GET", "/v1/events"), ("GET", "/")))
 #: the labels of scatter-gather queries (served "fanout")
 FANOUT = frozenset(r.query for r in ROUTES if r.fanout)
-_LOOKUPS = {len(r.segments): r for r in ROUTES if r.query == "lookup"}
-_ALIAS_KEY = {r.path: re.compile(r.pattern) for r in ROUTES if r.pattern}
+_LOOKUPS = {r.size: r for r in ROUTES if r.query == "lookup"}
 _BY_PATH = {r.path: r for r in ROUTES}
 
 
@@ -97,12 +101,10 @@ def lookup_target(parts: list[str]) -> tuple[str, str] | None:
     if route is None or not route.match(parts):
         return None
     key = parts[route.params[route.key]]
-    if route.view is not None:
-        form = _ALIAS_KEY.get(route.path)
-        if form is not None and not form.fullmatch(key):
-            return None
-        return route.view, key
-    return parts[route.params["view"]], key
+    if route.view is None:
+        return parts[route.params["view"]], key
+    form = route.key_form
+    return None if form is not None and not form.fullmatch(key) else (route.view, key)
 
 
 def query_of(method: str, path: str) -> str | None:
