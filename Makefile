@@ -5,6 +5,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # Apache Kafka's jars for the embedded broker, resolved by Maven once (streamiq/kafka/jars.py)
 KAFKA := $(VENV)/.kafka-jars
+# make test's pytest-xdist workers: most integration tests wait on real parts (Spark
+# micro-batches, restarts, heartbeats), so three share two cores well (WORKERS=0: one process)
+WORKERS ?= 3
 
 .PHONY: install chromium demo test test-unit test-integration lint unasync bench clean
 
@@ -41,7 +44,8 @@ demo: $(STAMP) $(KAFKA)
 test: $(STAMP) $(KAFKA) chromium
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy src
-	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/pytest -q -ra --durations=25 tests
+	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/pytest -q -ra --durations=25 \
+	  -n $(WORKERS) --dist loadfile tests
 
 test-unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit

@@ -19,6 +19,20 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 
+#: the slowest test files (several real parts, Spark starts, kills), handed out first so
+#: that ``make test``'s workers (pytest-xdist, ``--dist loadfile``: a file's tests on one
+#: worker, its module fixtures started once) finish together; the rest keep their order
+SLOW_FIRST = ("test_up.py", "test_kafka_cluster.py", "test_pipeline_e2e.py",
+              "test_multihost.py", "test_view_discovery.py", "test_bad_input.py",
+              "test_poison_fuzz.py", "test_cli_e2e.py", "test_sink.py", "test_positions.py",
+              "test_read_your_writes.py", "test_queries.py", "test_poison_records.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable
+
+
 @pytest.fixture(scope="session")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
     """One Apache Kafka broker (KRaft, its log in the session's temporary folder)."""
