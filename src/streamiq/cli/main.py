@@ -50,7 +50,7 @@ COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
            "pipeline and 3 nodes, restarting a part that dies",
            _KAFKA + _BROKER + _INGEST + _PIPELINE
            + ("host", "state_dir", "standby_replicas", "max_lag", "redirect",
-              "cluster_secret", "restart_max_s")),
+              "cluster_secret", "restart_max_s", "store")),
     "broker": ("run the embedded Apache Kafka broker (KRaft, one node; --install resolves "
                "its jars with Maven)", _BROKER),
     "ingest": ("run the ingest HTTP service", _KAFKA + _INGEST + _TLS + _HTTP),

@@ -99,7 +99,8 @@ def _parts(s: Settings, nodes: int, node_port: int) -> list[Part]:
         argv = [*py, "node", *_common(s), "--host", s.host, "--port", str(port),
                 "--advertised", f"{reach}:{port}",
                 "--state-dir", str(s.state_dir), "--standby-replicas", str(s.standby_replicas),
-                "--max-lag", str(s.max_lag)] + (["--redirect"] if s.redirect else [])
+                "--max-lag", str(s.max_lag), "--store", s.store] + (
+                    ["--redirect"] if s.redirect else [])
         out.append(Part(f"node:{port}", argv, url, http_ok(f"{url}/health")))
     for part in out:
         part.policy = RestartPolicy(max_delay=s.restart_max_s)

@@ -37,6 +37,13 @@ def test_ups_parts_take_the_cap_from_restart_max_s() -> None:
     assert {p.policy.max_delay for p in _parts(Settings(restart_max_s=8), 2, 9101)} == {8.0}
 
 
+def test_ups_nodes_take_the_store_kind() -> None:
+    for kind in ("rocksdb", "memory"):
+        nodes = [p for p in _parts(Settings(store=kind), 2, 9101) if p.name.startswith("node")]
+        assert len(nodes) == 2 and all(
+            p.argv[p.argv.index("--store") + 1] == kind for p in nodes), kind
+
+
 def test_backoff_starts_over_once_the_part_stayed_ready() -> None:
     p = RestartPolicy()
     assert p.exited(0) == 1
