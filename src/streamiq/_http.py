@@ -24,8 +24,8 @@ class ApiError(StreamiqError):
 
     def __init__(self, http_status: int, status: str, message: str, **extra: Any) -> None:
         super().__init__(message, **extra)
-        self.http_status = http_status  # type: ignore[misc]
-        self.code = status  # type: ignore[misc]
+        self.http_status = http_status
+        self.code = status
 
 
 def error_response(exc: StreamiqError) -> JSONResponse:

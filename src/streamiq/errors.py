@@ -34,7 +34,7 @@ it is handled by trying the next replica and never reaches a client as such.
 from __future__ import annotations
 
 import json
-from typing import Any, ClassVar
+from typing import Any
 
 __all__ = ["PROBLEM_JSON", "BadRequest", "Forbidden", "NotActive", "NotFound", "NotUpToBound",
            "Overloaded", "PayloadTooLarge", "PeerError", "PeerTimeout", "PeerUnreachable",
@@ -48,8 +48,8 @@ PROBLEM_JSON = "application/problem+json"  # RFC 9457's media type
 class StreamiqError(Exception):
     """Base class: an HTTP status, a stable code, a message and extra body fields."""
 
-    http_status: ClassVar[int] = 500
-    code: ClassVar[str] = "INTERNAL"
+    http_status: int = 500  # per class; an instance may set its own (_http.ApiError)
+    code: str = "INTERNAL"
 
     def __init__(self, message: str, **extra: Any) -> None:
         super().__init__(message)

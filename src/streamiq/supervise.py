@@ -61,7 +61,8 @@ class Supervisor:
         log.error("%s failed (fault %d, %d in a row): %r", name, self.faults[name], streak,
                   exc, exc_info=exc)
         if not give_up:
-            return min(self.max_backoff_s, self.backoff_s * 2 ** (streak - 1))
+            doubling: int = 2 ** (streak - 1)  # streak >= 1
+            return min(self.max_backoff_s, self.backoff_s * doubling)
         log.critical("%s failed %d times in a row: giving up", name, streak)
         if fatal and self.on_fatal is not None:
             self.on_fatal(name, exc)

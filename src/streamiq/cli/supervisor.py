@@ -84,7 +84,8 @@ class RestartPolicy:
         if self._ready_at is not None and now - self._ready_at >= self.stable_after:
             self.streak = 0
         self._ready_at = None
-        delay = min(self.first_delay * 2 ** min(self.streak, 32), self.max_delay)
+        doubling: int = 2 ** min(self.streak, 32)
+        delay = min(self.first_delay * doubling, self.max_delay)
         self.streak += 1
         return delay
 

@@ -15,9 +15,13 @@ import re
 import time
 import uuid
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from streamiq.pipeline.options import TP, KafkaOptions, Offsets
+
+if TYPE_CHECKING:
+    from confluent_kafka import Consumer
+    from confluent_kafka.admin import AdminClient
 
 __all__ = [
     "PROBE_DEFAULTS", "READER_DEFAULTS", "DataLossError", "EndProbe", "arrow_schema",
@@ -61,13 +65,13 @@ class EndProbe:
     def __init__(self, opts: KafkaOptions, timeout: float = 5.0) -> None:
         self.opts = opts
         self.timeout = timeout
-        self._consumer: Any = None
-        self._admin: Any = None
+        self._consumer: Consumer | None = None
+        self._admin: AdminClient | None = None
         self._ends: Offsets = {}  # last probed high watermark per partition
         self._lows: Offsets = {}
 
     @property
-    def consumer(self) -> Any:
+    def consumer(self) -> Consumer:
         if self._consumer is None:
             from confluent_kafka import Consumer
 
@@ -201,7 +205,7 @@ def _batch(msgs: list[Any], topic: str, partition: int, headers: bool, schema: A
     return pa.RecordBatch.from_arrays(cols, schema=schema)
 
 
-def _skip_lost(c: Any, topic: str, partition: int, nxt: int, end: int,
+def _skip_lost(c: Consumer, topic: str, partition: int, nxt: int, end: int,
                fail_on_data_loss: bool) -> int | None:
     """Offsets from ``nxt`` are gone (retention, deleted records): raise ``DataLossError``
     or, with failOnDataLoss=false, resume at the earliest offset left (None: none of

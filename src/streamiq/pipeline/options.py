@@ -21,6 +21,7 @@ __all__ = [
     "LATEST",
     "TP",
     "KafkaOptions",
+    "OffsetJson",
     "OffsetSpec",
     "Offsets",
     "offsets_from_json",
@@ -34,6 +35,8 @@ LATEST = -1
 TP = tuple[str, int]
 #: ``{(topic, partition): offset}``; the JSON form is ``{topic: {"partition": offset}}``.
 Offsets = dict[TP, int]
+#: the JSON form, as Spark checkpoints it and hands it back: ``{topic: {"partition": offset}}``
+OffsetJson = dict[str, dict[str, int]]
 #: ``"earliest"``, ``"latest"`` or explicit per-partition offsets (may hold -2 / -1).
 OffsetSpec = str | Offsets
 
@@ -62,7 +65,7 @@ FORBIDDEN_KAFKA = {
 
 def offsets_to_json(offsets: Mapping[TP, int]) -> str:
     """``{(t, p): o}`` -> Spark's offset JSON (partitions sorted, keys as strings)."""
-    out: dict[str, dict[str, int]] = {}
+    out: OffsetJson = {}
     for (t, p), o in sorted(offsets.items()):
         out.setdefault(t, {})[str(p)] = int(o)
     return json.dumps(out, sort_keys=False)

@@ -224,6 +224,7 @@ class Pipeline:
         run.query = (sink(df).queryName(run.view.name).outputMode("update")
                      .options(**run.options).option("checkpointLocation", run.checkpoint)
                      .trigger(processingTime=f"{s.trigger_ms} milliseconds").start())
+        # None clears the property (pyspark's stub says str)
         self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)  # type: ignore[arg-type]
         log.info("view %s: query started (checkpoint %s, changelog %s)", run.view.name,
                  run.checkpoint, run.changelog)

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 __all__ = ["SESSION_CONF", "register_formats", "spark_session"]
 
@@ -59,7 +62,7 @@ def _launch_jvm(master: str, app_name: str, settings: dict[str, str]) -> None:
 
 
 def spark_session(master: str = "local[2]", app_name: str = "streamiq",
-                  shuffle_partitions: int | None = None, **conf: Any) -> Any:
+                  shuffle_partitions: int | None = None, **conf: Any) -> SparkSession:
     """Build (or get) the SparkSession and register streamiq's formats (source and sink).
 
     ``conf`` entries (real Spark keys: ``spark_session(**{"spark.x": v})``) override
@@ -87,7 +90,7 @@ def spark_session(master: str = "local[2]", app_name: str = "streamiq",
     return register_formats(spark)
 
 
-def register_formats(spark: Any) -> Any:
+def register_formats(spark: SparkSession) -> SparkSession:
     """Register streamiq's formats: ``streamiq-kafka`` (source) and ``streamiq`` (sink)."""
     from streamiq.pipeline.datasource import StreamiqDataSource
     from streamiq.pipeline.source import KafkaDataSource

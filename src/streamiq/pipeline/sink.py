@@ -120,7 +120,8 @@ class RowEncoder:
 
         parts = [pc.fill_null(pc.cast(batch.column(k), pa.string()), "") for k in self.key]
         joined = parts[0] if len(parts) == 1 else pc.binary_join_element_wise(*parts, KEY_SEP)
-        return joined.to_pylist()
+        keys: list[str] = joined.to_pylist()
+        return keys
 
     def _column(self, batch: pa.RecordBatch, name: str) -> list[Any]:
         import pyarrow as pa
@@ -131,7 +132,8 @@ class RowEncoder:
             arr = batch.column(name)
         if pa.types.is_timestamp(arr.type):
             return _epoch_ms(arr)
-        return arr.to_pylist()
+        values: list[Any] = arr.to_pylist()
+        return values
 
     def values(self, batch: pa.RecordBatch) -> list[bytes]:
         import orjson

@@ -42,6 +42,7 @@ from streamiq.pipeline.options import (
     LATEST,
     TP,
     KafkaOptions,
+    OffsetJson,
     Offsets,
     offsets_from_json,
     parse_options,
@@ -73,9 +74,9 @@ def schema_ddl(include_headers: bool) -> str:
     return ddl
 
 
-def to_offset_dict(offsets: Mapping[TP, int]) -> dict[str, dict[str, int]]:
+def to_offset_dict(offsets: Mapping[TP, int]) -> OffsetJson:
     """``{(t, p): o}`` -> the JSON-serialisable offset dict Spark checkpoints."""
-    out: dict[str, dict[str, int]] = {}
+    out: OffsetJson = {}
     for (t, p), o in sorted(offsets.items()):
         out.setdefault(t, {})[str(p)] = int(o)
     return out
@@ -233,7 +234,7 @@ class KafkaStreamReader(_Reader, DataSourceStreamReader, SupportsTriggerAvailabl
         self._target: Offsets | None = None
         self._latest: Offsets = {}
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> OffsetJson:
         tps = self.probe.partitions()
         spec = self.opts.starting
         offs: Offsets = {}
@@ -258,7 +259,7 @@ class KafkaStreamReader(_Reader, DataSourceStreamReader, SupportsTriggerAvailabl
         tps = self.probe.partitions()
         self._target = self.probe.ends(tps)
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: OffsetJson, limit: ReadLimit) -> OffsetJson:
         pause = self.opts.pause_when_exists
         if pause is not None and os.path.exists(pause):
             return start  # paused (the pipeline is stopping): no new micro-batch
@@ -287,14 +288,14 @@ class KafkaStreamReader(_Reader, DataSourceStreamReader, SupportsTriggerAvailabl
                 end[tp] = EARLIEST
         return to_offset_dict(end)
 
-    def reportLatestOffset(self) -> dict | None:
+    def reportLatestOffset(self) -> OffsetJson | None:
         return to_offset_dict(self._latest) if self._latest else None
 
-    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+    def partitions(self, start: OffsetJson, end: OffsetJson) -> Sequence[InputPartition]:
         return self._plan(offsets_from_json(start, "start offset"),
                           offsets_from_json(end, "end offset"))
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: OffsetJson) -> None:
         pass
 
     def stop(self) -> None:
