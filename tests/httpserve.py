@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Literal
 
 import uvicorn
 from procs import free_port
@@ -15,7 +15,8 @@ __all__ = ["closed_by_server", "exchange", "read_response", "serving"]
 
 
 @asynccontextmanager
-async def serving(app: Any, http: Any, lifespan: str = "off") -> AsyncIterator[int]:
+async def serving(app: Any, http: Any,
+                  lifespan: Literal["auto", "on", "off"] = "off") -> AsyncIterator[int]:
     """``app`` behind uvicorn with the protocol ``http``, on a free port, until exit."""
     port = free_port()
     # proxy_headers=False as in run_node: the lean path needs LeanLookups as the app

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import httpx
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, Message, Producer
 
 __all__ = ["JUNK", "health", "members", "produce", "reasons", "until"]
 
@@ -30,10 +30,15 @@ def produce(bootstrap: str, topic: str, values: Iterable[bytes], key: bytes = b"
     """Produce every value (``headers(value)``: the record's headers) and wait for all."""
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0,
                   "message.max.bytes": 2_000_000})
-    failed: list[Any] = []
+    failed: list[KafkaError] = []
+
+    def delivered(err: KafkaError | None, _m: Message) -> None:
+        if err is not None:
+            failed.append(err)
+
     for v in values:
         p.produce(topic, key=key, value=v, headers=headers(v) if headers else None,
-                  on_delivery=lambda err, _m: err is not None and failed.append(err))
+                  on_delivery=delivered)
     assert p.flush(30) == 0 and failed == [], failed
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from prometheus_client.core import CounterMetricFamily
+from collections.abc import Iterator
+
+from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from streamiq.metrics import BUCKETS, Latency, exposition
@@ -38,7 +40,7 @@ def test_exposition_is_valid_prometheus_text_with_cumulative_buckets() -> None:
     lat.observe(("lookup", "local"), 0.0003)
     lat.observe(("lookup", "local"), 0.002)
 
-    def collect():  # type: ignore[no-untyped-def]
+    def collect() -> Iterator[Metric]:
         yield lat.family("streamiq_request_duration_seconds", "doc")
         yield CounterMetricFamily("streamiq_things", "doc", value=3)
 

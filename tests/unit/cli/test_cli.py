@@ -3,9 +3,10 @@ from __future__ import annotations
 import pytest
 
 from streamiq.cli.main import COMMANDS, build_parser, main, settings_from_args
+from streamiq.config import Settings
 
 
-def _settings(argv: list[str]):  # type: ignore[no-untyped-def]
+def _settings(argv: list[str]) -> Settings:
     args = build_parser().parse_args(argv)
     return settings_from_args(args, COMMANDS[args.command][1])
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import re
 from pathlib import Path
 
@@ -30,7 +31,7 @@ master = "spark://10.0.0.7:7077"
 """
 
 
-def _settings(argv: list[str]):  # type: ignore[no-untyped-def]
+def _settings(argv: list[str]) -> Settings:
     args = build_parser().parse_args(argv)
     return settings_from_args(args, COMMANDS[args.command][1])
 
@@ -138,7 +139,7 @@ def _client_args(monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> dict[str, 
 
     seen: dict[str, object] = {}
 
-    def run(args):  # type: ignore[no-untyped-def]
+    def run(args: argparse.Namespace) -> int:
         seen.update(vars(args), headers=auth_headers(args))
         return 0
 

@@ -58,25 +58,26 @@ def test_node_address_from_flag_then_env(monkeypatch: pytest.MonkeyPatch) -> Non
     assert build_parser().parse_args(["query", "v", "k", "--node", "h:2"]).node == "h:2"
 
 
-def fake_cluster(answers: dict[str, tuple[int, Any, int]]) -> httpx.MockTransport:
+class FakeCluster(httpx.MockTransport):
     """One node answering /v1/views, /v1/cluster and ``answers`` (path: status, body, hops);
     records the query strings it saw in ``seen``."""
-    seen: list[str] = []
 
-    def handle(request: httpx.Request) -> httpx.Response:
+    def __init__(self, answers: dict[str, tuple[int, Any, int]]) -> None:
+        super().__init__(self.handle)
+        self.answers = answers
+        self.seen: list[str] = []
+
+    def handle(self, request: httpx.Request) -> httpx.Response:
         path = request.url.path
-        seen.append(f"{path}?{request.url.query.decode()}")
+        self.seen.append(f"{path}?{request.url.query.decode()}")
         if path == "/v1/views":
             return httpx.Response(200, json={"views": [{"name": "balances", "partitions": 1}]})
         if path == "/v1/cluster":
             return httpx.Response(200, json={"nodes": [{"endpoint": NODE}], "views": {
                 "balances": {"0": {"assigned": [NODE], "replicas": []}}}})
-        status, body, hops = answers[path]
+        status, body, hops = self.answers[path]
         return httpx.Response(status, json=body, headers={"x-streamiq-hops": str(hops)})
 
-    transport = httpx.MockTransport(handle)
-    transport.seen = seen  # type: ignore[attr-defined]
-    return transport
 
 
 def run_cli(monkeypatch: pytest.MonkeyPatch, transport: httpx.MockTransport,
@@ -91,7 +92,7 @@ def test_key_lookup_json_says_who_served_and_hops(monkeypatch: pytest.MonkeyPatc
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     body = {"view": "balances", "key": "100001", "partition": 0, "value": ROW,
             "served_by": "127.0.0.1:9002", "role": "active", "lag": 0}
-    t = fake_cluster({"/v1/views/balances/keys/100001": (200, body, 1)})
+    t = FakeCluster({"/v1/views/balances/keys/100001": (200, body, 1)})
     code = run_cli(monkeypatch, t, ["query", "balances", "100001", "--json",
                                     "--position", "bank:0:5", "--wait-ms", "100"])
     assert code == 0
@@ -102,7 +103,7 @@ def test_key_lookup_json_says_who_served_and_hops(monkeypatch: pytest.MonkeyPatc
 
 def test_missing_key_exits_1(monkeypatch: pytest.MonkeyPatch,
                              capsys: pytest.CaptureFixture[str]) -> None:
-    t = fake_cluster({"/v1/views/balances/keys/nope": (
+    t = FakeCluster({"/v1/views/balances/keys/nope": (
         404, {"code": "NOT_FOUND", "detail": "no such key"}, 0)})
     assert run_cli(monkeypatch, t, ["query", "balances", "nope", "--json"]) == 1
     out = capsys.readouterr()
@@ -111,7 +112,7 @@ def test_missing_key_exits_1(monkeypatch: pytest.MonkeyPatch,
 
 def test_server_error_is_one_line_exit_1(monkeypatch: pytest.MonkeyPatch,
                                          capsys: pytest.CaptureFixture[str]) -> None:
-    t = fake_cluster({"/v1/views/nope/keys/k": (
+    t = FakeCluster({"/v1/views/nope/keys/k": (
         404, {"code": "UNKNOWN_VIEW", "detail": "unknown view 'nope'"}, 0)})
     assert run_cli(monkeypatch, t, ["query", "nope", "k"]) == 1
     assert capsys.readouterr().err == \
@@ -125,7 +126,7 @@ def test_scan_and_aggregate_pass_the_api_parameters(monkeypatch: pytest.MonkeyPa
             "missing_partitions": [], "served_by": NODE}
     agg = {"status": "OK", "groups": [{"sum(balance)": 42}], "partitions": 1,
            "missing_partitions": [], "served_by": NODE}
-    t = fake_cluster({"/v1/views/balances/scan": (200, scan, 0),
+    t = FakeCluster({"/v1/views/balances/scan": (200, scan, 0),
                       "/v1/views/balances/aggregate": (200, agg, 2)})
     assert run_cli(monkeypatch, t, ["query", "balances", "--scan", "--start", "1", "--end",
                                     "2", "--prefix", "10", "--limit", "5"]) == 0
@@ -175,7 +176,7 @@ def test_windows_of_a_key(monkeypatch: pytest.MonkeyPatch,
     body = {"status": "OK", "view": "order_counts_1m", "key": "s1|GENERAL", "partition": 0,
             "from": 0, "to": 1 << 62, "windows": windows, "served_by": NODE,
             "role": "active", "lag": 0}
-    t = fake_cluster({"/v1/views/order_counts_1m/keys/s1|GENERAL/windows": (200, body, 0)})
+    t = FakeCluster({"/v1/views/order_counts_1m/keys/s1|GENERAL/windows": (200, body, 0)})
     assert run_cli(monkeypatch, t, ["query", "order_counts_1m", "s1|GENERAL", "--windows",
                                     "--max-lag", "3"]) == 0
     out = capsys.readouterr().out
@@ -196,7 +197,7 @@ def test_any_key_is_sent_percent_encoded_whole(monkeypatch: pytest.MonkeyPatch,
     def handle(request: httpx.Request) -> httpx.Response:
         seen.append(request.url.raw_path)
         if request.url.path in ("/v1/views", "/v1/cluster"):
-            return fake_cluster({}).handler(request)  # type: ignore[attr-defined]
+            return FakeCluster({}).handle(request)
         if b"%ED" in request.url.raw_path:
             return httpx.Response(400, json={"code": "BAD_REQUEST", "detail": "not UTF-8"})
         return httpx.Response(200, json={"view": "balances", "key": key, "partition": 0,

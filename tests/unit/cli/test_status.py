@@ -49,10 +49,11 @@ def cluster_doc() -> dict[str, Any]:
     }
 
 
-HEALTH = {A: {"ready": True, "faults": {}, "down": [], "failed": None,
-              "skipped_records": {"membership": 0, "changelog": 0}},
-          B: {"ready": True, "faults": {"materializer": 2}, "down": []},
-          C: None}
+HEALTH: dict[str, dict[str, Any] | None] = {
+    A: {"ready": True, "faults": {}, "down": [], "failed": None,
+        "skipped_records": {"membership": 0, "changelog": 0}},
+    B: {"ready": True, "faults": {"materializer": 2}, "down": []},
+    C: None}
 
 
 def test_roles_lag_and_restored_per_node() -> None:

@@ -8,6 +8,7 @@ import json
 import re
 import signal
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -187,7 +188,9 @@ def _crash(w: World, name: str) -> float:
     its restart line announced."""
     w.part(name).proc.returncode = 1
     assert w.step() is None
-    delay = float(re.search(r"restarting in ([\d.]+) s", w.last_out()).group(1))  # type: ignore[union-attr]
+    said = re.search(r"restarting in ([\d.]+) s", w.last_out())
+    assert said is not None, w.out
+    delay = float(said.group(1))
     while w.part(name).proc is None:
         assert w.step() is None  # a crash loop never stops everything
     return delay
@@ -294,8 +297,15 @@ def test_a_broker_that_cannot_be_restarted_stops_everything(
 def test_stop_terminates_nodes_first_and_restarts_nothing() -> None:
     w = World(["ingest", "pipeline", "node:9001"])
     order: list[str] = []
+
+    def recording(part: Part, proc: FakeProc) -> Callable[[], None]:
+        def terminate() -> None:
+            order.append(part.name)
+            FakeProc.terminate(proc)
+        return terminate
+
     for p in w.parts:
-        p.proc.terminate = (lambda p=p: (order.append(p.name), FakeProc.terminate(p.proc)))
+        p.proc.terminate = recording(p, p.proc)
     w.part("pipeline").proc = None  # waiting for its restart: nothing to stop
     w.part("pipeline").restart_at = w.clock.now
     w.sup.stop()

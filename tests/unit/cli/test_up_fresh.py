@@ -16,7 +16,8 @@ def _settings(tmp_path: Path) -> Settings:
     dirs = {name: tmp_path / name for name in ("broker_dir", "state_dir", "checkpoint_dir")}
     for d in dirs.values():
         (d / "inside").mkdir(parents=True)
-    return Settings(**dirs)  # type: ignore[arg-type]
+    return Settings(broker_dir=dirs["broker_dir"], state_dir=dirs["state_dir"],
+                    checkpoint_dir=dirs["checkpoint_dir"])
 
 
 def test_fresh_removes_the_brokers_log_the_stores_and_the_checkpoints(

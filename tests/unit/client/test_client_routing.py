@@ -61,10 +61,10 @@ def test_stale_map_refreshes_and_retries_elsewhere() -> None:
     log: list[str] = []
     c = Client(f"{A},{B}", transport=httpx.MockTransport(fake(owners, dead, log)))
     key = next(f"k{i}" for i in range(100) if partition_for(f"k{i}", 3) == 2)
-    assert c.get("balances", key)["served_by"] == C
+    assert (c.get("balances", key) or {}).get("served_by") == C
     dead.add(C)           # C dies; its partition moves to A
     owners[2] = A
-    assert c.get("balances", key)["served_by"] == A
+    assert (c.get("balances", key) or {}).get("served_by") == A
     assert c.last is not None and c.last.hops == 0 and c.last.node == A
     c.close()
 

@@ -15,7 +15,8 @@ from streamiq.pipeline.deadletter_writer import RateLimitedLog
 LIMIT = 1_048_588  # Kafka's default max.message.bytes
 
 
-def _letter(key: bytes | None, value: bytes | None, limit: int = LIMIT) -> tuple[Any, dict]:
+def _letter(key: bytes | None, value: bytes | None,
+            limit: int = LIMIT) -> tuple[Any, dict[str, Any]]:
     letter = build("invalid JSON (not a JSON object)", "balances", "bank-transactions", 2,
                    12345, 1_700_000_000_000, key, value, limit)
     size = len(letter.value) + (len(letter.key) if letter.key else 0)
@@ -23,7 +24,7 @@ def _letter(key: bytes | None, value: bytes | None, limit: int = LIMIT) -> tuple
     return letter, json.loads(letter.value)
 
 
-def _raw(doc: dict, field: str) -> bytes | None:
+def _raw(doc: dict[str, Any], field: str) -> bytes | None:
     if doc[field] is None:
         return None
     enc = doc[f"{field}_encoding"]

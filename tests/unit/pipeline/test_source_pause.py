@@ -3,42 +3,45 @@ query may run its first micro-batch at once (empty when there is nothing to read
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import pytest
+from pyspark.sql.datasource import InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-from streamiq.pipeline.options import EARLIEST, parse_options
+from streamiq.pipeline.kafka_io import EndProbe
+from streamiq.pipeline.options import EARLIEST, TP, KafkaOptions, OffsetJson, Offsets, parse_options
 from streamiq.pipeline.source import KafkaStreamReader
 
-TP = ("t", 0)
+T0: TP = ("t", 0)
 
 
-class Probe:
+class Probe(EndProbe):
     """Ends and lows as a broker would report them (no broker)."""
 
-    def __init__(self, end: int, low: int = 0) -> None:
+    def __init__(self, opts: KafkaOptions, end: int, low: int = 0) -> None:
+        super().__init__(opts)
         self.end, self.lo = end, low
 
-    def partitions(self) -> list[tuple[str, int]]:
-        return [TP]
+    def partitions(self) -> list[TP]:
+        return [T0]
 
-    def ends(self, tps: Any, hint: Any = None) -> dict[tuple[str, int], int]:
-        return {TP: self.end}
+    def ends(self, tps: list[TP], hint: Mapping[TP, int] | None = None) -> Offsets:
+        return {T0: self.end}
 
-    def low(self, tp: Any) -> int:
+    def low(self, tp: TP) -> int:
         return self.lo
 
 
 def reader(end: int, **opts: str) -> KafkaStreamReader:
     r = KafkaStreamReader(parse_options({"subscribe": "t", "kafka.bootstrap.servers": "x:1",
                                          **opts}, streaming=True))
-    r._probe = Probe(end)  # type: ignore[assignment]
+    r._probe = Probe(r.opts, end)
     return r
 
 
-def latest(r: KafkaStreamReader, start: int) -> dict:
+def latest(r: KafkaStreamReader, start: int) -> OffsetJson:
     return r.latestOffset({"t": {"0": start}}, ReadAllAvailable())
 
 
@@ -50,7 +53,7 @@ def test_empty_first_batch_runs_a_new_querys_first_batch_at_once() -> None:
     r = reader(0, emptyFirstBatch="true")
     assert latest(r, EARLIEST) == {"t": {"0": 0}}  # start != end: batch 0, reading nothing
     assert r.partitions({"t": {"0": EARLIEST}}, {"t": {"0": 0}}) == []
-    assert list(r.read(object())) == []  # Spark's placeholder for an empty plan
+    assert list(r.read(InputPartition(None))) == []  # Spark's placeholder for an empty plan
     assert latest(r, 0) == {"t": {"0": 0}}  # once committed: no more empty batches
 
 

@@ -15,12 +15,13 @@ from streamiq.errors import NotFound
 from streamiq.serving.wire import MAX_LINE, WireServer, reply_frame, request_frame
 
 
-class _Transport:
+class _Transport(asyncio.Transport):
     def __init__(self) -> None:
+        super().__init__()
         self.out = b""
         self.closed = False
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | bytearray | memoryview) -> None:
         self.out += data
 
     def close(self) -> None:
@@ -31,7 +32,7 @@ def _serve(chunks: list[bytes], lookup: Any) -> tuple[_Transport, list[tuple[int
     loop = asyncio.new_event_loop()
     try:
         t = _Transport()
-        server = WireServer(lookup, t, loop, 60, b"k")  # type: ignore[arg-type]
+        server = WireServer(lookup, t, loop, 60, b"k")
         server.feed(b"k\n")  # the cluster credential first
         for c in chunks:
             server.feed(c)
