@@ -311,8 +311,3 @@ class KafkaMembership:
             else:
                 self._members[endpoint] = Member(endpoint, doc["incarnation"], now,
                                                  doc["partitions"], doc["started_at"])
-
-
-#: the class's name before routing/base.py's protocol took it (removed once every
-#: caller says KafkaMembership)
-Membership = KafkaMembership

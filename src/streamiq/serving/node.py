@@ -28,7 +28,8 @@ from streamiq.config import Settings
 from streamiq.errors import Overloaded
 from streamiq.kafka.admin import ensure_topics
 from streamiq.kafka.skips import Skips
-from streamiq.routing.membership import Membership, Report, members_topic
+from streamiq.routing.base import Membership
+from streamiq.routing.membership import KafkaMembership, Report, members_topic
 from streamiq.routing.router import Router
 from streamiq.serving.consistency import Token, reflects
 from streamiq.serving.discovery import Discovery
@@ -76,10 +77,10 @@ def _build(settings: Settings, views: dict[str, View], supervisor: Supervisor,
                                 on_apply=lambda: late[0].applied() if late else None,
                                 partitions=partitions)
     # the node is made from these parts: the callbacks reach it once it exists (late)
-    membership = Membership(kafka, s.topic(members_topic(s.cluster)), s.endpoint,
-                            lambda: late[0].report() if late else {},
-                            s.heartbeat_ms, s.member_timeout_ms, supervisor,
-                            s.membership_period_s, secret=_secret(s))
+    membership = KafkaMembership(kafka, s.topic(members_topic(s.cluster)), s.endpoint,
+                                 lambda: late[0].report() if late else {},
+                                 s.heartbeat_ms, s.member_timeout_ms, supervisor,
+                                 s.membership_period_s, secret=_secret(s))
     router = Router(membership, partitions, s.standby_replicas,
                     [name for name, v in views.items() if v.is_global])
     catalog = s.topic(catalog_topic(s.cluster))

@@ -14,6 +14,7 @@ import pytest_asyncio
 from httpserve import serving
 
 from streamiq.config import Settings
+from streamiq.routing.memory import StaticMembership
 from streamiq.routing.router import Endpoint
 from streamiq.serving.app import create_asgi
 from streamiq.serving.protocol import NodeHttpProtocol
@@ -67,7 +68,7 @@ def make_app(root: Path, settings: Settings | None = None, store: StoreKind = "m
                                   "order_counts_1m": ORDER_COUNTS_1M},
         partitions={"balances": 3, "order_counts": 3, "order_counts_1m": 3}, stores=stores,
         router=FakeRouter(),
-        endpoint=ME, membership=SimpleNamespace(), holds=lambda v, q: v != "order_counts",
+        endpoint=ME, membership=StaticMembership(ME), holds=lambda v, q: v != "order_counts",
         lag=lambda v, q: 0)
     return create_asgi(settings, node=node)  # type: ignore[arg-type]
 

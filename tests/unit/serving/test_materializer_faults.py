@@ -18,7 +18,7 @@ from faultnode import KeyFault
 
 from streamiq.config import Settings
 from streamiq.kafka.partitioner import partition_for
-from streamiq.routing.membership import Membership
+from streamiq.routing.membership import KafkaMembership
 from streamiq.routing.router import Router
 from streamiq.serving.coordinator import Coordinator
 from streamiq.serving.discovery import Discovery
@@ -312,8 +312,8 @@ def _node(tmp_path: Path) -> tuple[Node, Coordinator]:
             offset=5, high_watermark=5, target=5, restored=True)
     partitions = {"balances": 3}
     reports: list[Node] = []
-    membership = Membership({}, "t", settings.endpoint, lambda: reports[0].report(),
-                            supervisor=sup)
+    membership = KafkaMembership({}, "t", settings.endpoint, lambda: reports[0].report(),
+                                 supervisor=sup)
     discovery = Discovery({}, "catalog", lambda spec: None, sup)  # not started
     parts = Parts(partitions, {"balances": TOPIC["balances"]}, materializer.stores,
                   materializer, membership, Router(membership, partitions, 1), discovery)
