@@ -4,7 +4,7 @@ Setup: an embedded broker on a free port; ``bank`` transactions (JSON, 1000 acco
 in a 3-partition topic; Spark ``local[2]`` with :func:`streamiq.pipeline.session.spark_session`.
 
 0. The sink against Spark's ``noop`` (run first): the integration test's user query
-   (``tests/integration/pipeline/user_query.py``: ``streamiq-kafka`` source,
+   (``tests/user_query.py``: ``streamiq-kafka`` source,
    ``from_json``, join with a static table, ``groupBy`` of (country, page) with three
    aggregates, update mode) over the same ``--events`` page views (200 keys),
    ``--cap`` records per micro-batch, through ``streamiq.sink`` and through ``noop``
@@ -53,7 +53,7 @@ from streamiq.pipeline.runner import build_view_stream
 from streamiq.views import bank
 from streamiq.views.base import MARKER_HEADER
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests/integration/pipeline"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 import user_query  # the integration test's user query (join + aggregate), shared
 
 __all__ = ["main"]

@@ -140,10 +140,10 @@ def test_keys_in_paths_and_metadata_by_scope(cluster: Any) -> None:
     produce_rows(cluster.bootstrap, cluster.topic(ORDER_COUNTS.changelog_topic), ORDER_COUNTS,
                  rows)
     p = Producer(conf)
-    for key, value in ((b"order_counts", b'{"view": "order_counts", "batches": 1}'),
-                       (b"order_counts_1m", b'{"view": "order_counts_1m", "batches": 2}'),
-                       (b"junk", b"not json")):
-        p.produce(progress, key=key, value=value)
+    for view, progress_doc in ((b"order_counts", b'{"view": "order_counts", "batches": 1}'),
+                               (b"order_counts_1m", b'{"view": "order_counts_1m", "batches": 2}'),
+                               (b"junk", b"not json")):
+        p.produce(progress, key=view, value=progress_doc)
     assert p.flush(15) == 0
     ports = [port for port, _ in cluster.nodes(3, app="orders")]
     cluster.settle(ports, "order_counts")
@@ -198,8 +198,11 @@ def test_keys_in_paths_and_metadata_by_scope(cluster: Any) -> None:
     with httpx.Client(timeout=30) as h:
         for port in ports:
             base = f"http://127.0.0.1:{port}"
-            _until("progress followed", lambda base=base: set(h.get(
-                f"{base}/v1/pipeline", headers=ops).json()["views"]) == both)
+
+            def followed(base: str = base) -> bool:
+                return set(h.get(f"{base}/v1/pipeline", headers=ops).json()["views"]) == both
+
+            _until("progress followed", followed)
             views = h.get(f"{base}/v1/views", headers=scoped).json()["views"]
             assert [v["name"] for v in views] == ["order_counts"]
             assert {v["name"] for v in h.get(f"{base}/v1/views", headers=ops).json()["views"]} \

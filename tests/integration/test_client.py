@@ -31,8 +31,9 @@ async def test_client_goes_direct_and_survives_stale_metadata(cluster: Any) -> N
     nodes = cluster.nodes(3, app="bank,orders")
     bal = {f"c{i:03d}": {"account": f"c{i:03d}", "balance": i * 7 - 100, "count": i % 5 + 1,
                          "last_update": 1000 + i} for i in range(60)}
-    oc = [{"store": f"s{s}", "type": t, "count": s + len(t), "revenue": 1.5 * s}
-          for s in range(10) for t in ("GENERAL", "RESTAURANT")]
+    oc: list[dict[str, Any]] = [
+        {"store": f"s{s}", "type": t, "count": s + len(t), "revenue": 1.5 * s}
+        for s in range(10) for t in ("GENERAL", "RESTAURANT")]
     produce(cluster, BALANCES, list(bal.values()))
     produce(cluster, ORDER_COUNTS, oc)
     seeds = ",".join(f"127.0.0.1:{p}" for p, _ in nodes)

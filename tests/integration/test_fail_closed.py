@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 from changelog import produce_rows
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, Message, Producer
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -69,7 +69,7 @@ def _members(port: int) -> list[str]:
 
 
 def _balances_topic(cluster: Any) -> str:
-    topic = cluster.topic(BALANCES.changelog_topic)
+    topic: str = cluster.topic(BALANCES.changelog_topic)
     ensure_topics({"bootstrap.servers": cluster.bootstrap}, {topic: 3})
     produce_rows(cluster.bootstrap, topic, BALANCES, _rows())
     return topic
@@ -126,10 +126,14 @@ def test_junk_on_the_members_topic_is_skipped_and_routing_carries_on(cluster: An
                     incremental_operation=AlterConfigOpType.SET)])
     for fut in admin.incremental_alter_configs([big]).values():
         fut.result(30)
-    failed: list[Any] = []
+    failed: list[KafkaError] = []
+
+    def delivered(err: KafkaError | None, _m: Message) -> None:
+        if err is not None:
+            failed.append(err)
+
     for raw in junk:
-        producer.produce(topic, key=b"junk", value=raw,
-                         on_delivery=lambda err, _m: err is not None and failed.append(err))
+        producer.produce(topic, key=b"junk", value=raw, on_delivery=delivered)
     assert producer.flush(30) == 0 and failed == [], failed
 
     _until(lambda: all(_health(p)["skipped_records"]["membership"] >= before[p] + len(junk)

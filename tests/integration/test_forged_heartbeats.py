@@ -110,9 +110,10 @@ def _capture(bootstrap: str, topic: str, endpoint: str) -> tuple[bytes, list[Any
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             for m in c.consume(100, 0.5):
-                if (not m.error() and m.key() == endpoint.encode()
-                        and not json.loads(m.value())["leaving"]):
-                    return m.value(), list(m.headers() or [])
+                value = m.value()
+                if (not m.error() and m.key() == endpoint.encode() and value is not None
+                        and not json.loads(value)["leaving"]):
+                    return value, list(m.headers() or [])
     finally:
         c.close()
     raise AssertionError(f"no heartbeat of {endpoint} on {topic}")

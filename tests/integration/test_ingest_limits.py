@@ -146,7 +146,7 @@ def stalled_then_closed(port: int) -> tuple[int, dict[str, Any]]:
 
 def keep_alive_for(port: int, seconds: float) -> list[int]:
     """GET /health on one connection for ``seconds``: the statuses answered."""
-    answered = []
+    answered: list[int] = []
     with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
         reader = s.makefile("rb")
         end = time.monotonic() + seconds

@@ -41,8 +41,9 @@ def _count(bootstrap: str, topic: str, partitions: int) -> int:
             m = c.poll(10)
             if m is None:
                 raise AssertionError(f"{topic}: no end of partition in 10 s")
-            if m.error():
-                eof += m.error().code() == -191  # _PARTITION_EOF
+            err = m.error()
+            if err is not None:
+                eof += err.code() == -191  # _PARTITION_EOF
             else:
                 n += 1
     finally:

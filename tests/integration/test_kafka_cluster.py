@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -131,7 +132,7 @@ def test_leaders_of_an_input_and_a_changelog_partition_killed_under_traffic(
         for account, amount in fixed.items():
             assert c.post(f"/account/{account}", params={"amount": amount}).status_code == 200
     for port in nodes:
-        until(lambda port=port: exact(port, fixed), CONVERGE_S, "the fixed accounts")
+        until(partial(exact, port, fixed), CONVERGE_S, "the fixed accounts")
     md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10)
     replicas = {t: len(md.topics[t].partitions[0].replicas) for t in md.topics
                 if t.startswith(cluster.prefix)}
@@ -145,7 +146,7 @@ def test_leaders_of_an_input_and_a_changelog_partition_killed_under_traffic(
     assert len(traffic.writer.acked) > 100
     for port in nodes:  # no acknowledged write lost, none applied twice
         want = {**fixed, **dict.fromkeys(traffic.writer.acked, 1)}
-        until(lambda port=port, want=want: exact(port, want), CONVERGE_S,
+        until(partial(exact, port, want), CONVERGE_S,
               "every acknowledged write visible exactly once")
         got = balances_of(port, traffic.writer.unacked)
         assert all(v in (None, 1) for v in got.values()), got

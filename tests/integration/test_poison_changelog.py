@@ -157,7 +157,7 @@ def _aggregates_exact(env: Env) -> None:
         {"count(*)": len(want)}], count.text
 
 
-def _served_on(env: Env, skipped: dict[tuple[str, str], int]) -> None:
+def _served_on(env: Env, skipped: dict[tuple[str, str], float]) -> None:
     """The node is up and ready, never restarted a part, answers exactly, and counted
     ``skipped`` (by view and reason)."""
     health = env.health()

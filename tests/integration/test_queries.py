@@ -73,7 +73,7 @@ def wait_stable(port: int, timeout: float = 30) -> dict[str, Any]:
     """Until every partition is held by exactly its assigned active (standby 0)."""
     deadline = time.monotonic() + timeout
     while True:
-        meta = get(port, "/v1/cluster").json()
+        meta: dict[str, Any] = get(port, "/v1/cluster").json()
         ok = len(meta["nodes"]) == 3 and all(
             [r["address"] for r in pv["replicas"]] == pv["assigned"][:1]
             for parts in meta["views"].values() for pv in parts.values())

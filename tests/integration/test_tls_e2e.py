@@ -52,4 +52,5 @@ def test_nodes_serve_and_hop_over_tls(cluster: Any, tmp_path: Path) -> None:
     with pytest.raises(httpx.HTTPError):  # a plaintext client gets no answer
         httpx.get(f"http://127.0.0.1:{ports[0]}/health", timeout=5)
     with Client(f"https://127.0.0.1:{ports[0]}", verify=str(files["ca"])) as client:
-        assert client.get("balances", "a7")["value"]["balance"] == 7
+        doc = client.get("balances", "a7")
+        assert doc is not None and doc["value"]["balance"] == 7, doc

@@ -29,6 +29,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 
 import httpx
@@ -82,7 +83,7 @@ def _write_and_see(up: Up, amounts: dict[str, int]) -> None:
         for account, amount in amounts.items():
             post_json(c, f"/account/{account}", params={"amount": amount})
     for port in up.node_ports:
-        until(lambda port=port: exact(port, amounts), CONVERGE_S, "balances visible")
+        until(partial(exact, port, amounts), CONVERGE_S, "balances visible")
 
 
 def test_sigkill_of_a_node_is_restarted_while_the_others_answer(up: Up) -> None:
@@ -199,11 +200,16 @@ def test_sigkill_of_the_pipeline_loses_and_double_counts_nothing(up: Up) -> None
                 offset)
     general = sum(n for k, n in orders.items() if k.endswith("|GENERAL"))
     for port in up.node_ports:
-        until(lambda port=port: exact(port, dict(balances)), CONVERGE_S, "balances exact")
-        until(lambda port=port: same(_orders_by_key(port, "p-s"), orders), CONVERGE_S,
-               f"order_counts exact on {port}")
-        until(lambda port=port: same(_window_totals(port, "p-s"), orders), CONVERGE_S,
-               f"order_counts_1m exact on {port}")
+        until(partial(exact, port, dict(balances)), CONVERGE_S, "balances exact")
+
+        def counts_exact(port: int = port) -> bool | str:
+            return same(_orders_by_key(port, "p-s"), orders)
+
+        def windows_exact(port: int = port) -> bool | str:
+            return same(_window_totals(port, "p-s"), orders)
+
+        until(counts_exact, CONVERGE_S, f"order_counts exact on {port}")
+        until(windows_exact, CONVERGE_S, f"order_counts_1m exact on {port}")
     with httpx.Client(headers=HEADERS, base_url=f"http://127.0.0.1:{up.node_ports[2]}",
                       timeout=30) as c:
         r = c.get("/v1/views/order_counts/aggregate",
@@ -250,7 +256,7 @@ def test_sigkill_of_ingest_loses_no_acknowledged_write(up: Up) -> None:
     up.wait_for(r"^streamiq: ingest ready again \(http://127\.0\.0\.1:\d+\) after restart \d+$",
                 60, offset)
     for port in up.node_ports:
-        until(lambda port=port: exact(port, acked), CONVERGE_S,
+        until(partial(exact, port, acked), CONVERGE_S,
                f"every acknowledged write visible on {port}")
     # a write in flight when ingest died may or may not have reached Kafka; never twice
     got = balances_of(up.node_ports[0], unacked)
@@ -302,7 +308,7 @@ def test_sigkill_of_the_broker_under_writes_is_restarted_and_loses_nothing(up: U
     # nodes, ingest and the pipeline reconnected by themselves: none was restarted
     assert "restarting in" not in up.log()[offset:], up.tail()
     for port in up.node_ports:
-        until(lambda port=port: exact(port, dict.fromkeys(writer.acked, 1)), CONVERGE_S,
+        until(partial(exact, port, dict.fromkeys(writer.acked, 1)), CONVERGE_S,  # joined
               "every acknowledged write visible exactly once")
         got = balances_of(port, writer.unacked)
         assert all(v in (None, 1) for v in got.values()), got  # never twice
@@ -470,9 +476,12 @@ def test_sigterm_to_the_process_group_stops_everything_and_a_second_up_resumes(
             post_json(c, "/orders", json={"order_id": f"d-{i}", "store": f"d-s{i % 3}",
                                            "type": "GENERAL", "amount": 1})
     for port in up.node_ports:
-        until(lambda port=port: exact(port, want), CONVERGE_S, "balances visible")
-        until(lambda port=port: _general_orders(port) == general + 30, CONVERGE_S,
-              "orders visible")
+        until(partial(exact, port, want), CONVERGE_S, "balances visible")
+
+        def orders_visible(port: int = port) -> bool:
+            return _general_orders(port) == general + 30
+
+        until(orders_visible, CONVERGE_S, "orders visible")
     held = {port: _partition_offsets(port) for port in up.node_ports}
     assert all(sum(h.values()) >= 300 for h in held.values()), held
 

@@ -19,8 +19,6 @@ from typing import Any
 
 import httpx
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent / "pipeline"))
 import user_query
 from changelog import produce_rows
 from pipeline_harness import PipelineProcess
@@ -99,7 +97,7 @@ def test_nodes_without_user_code_serve_a_user_query_and_views_added_later(
     windows = None
     with httpx.Client(timeout=30) as c:
         assert c.get(f"http://127.0.0.1:{ports[0]}/v1/views").json() == {"views": []}
-        user = _query(["pipeline/user_query.py", bootstrap, topic, view, cluster.name,
+        user = _query([user_query.__file__, bootstrap, topic, view, cluster.name,
                           str(tmp_path / "user-ck")], tmp_path, "user")
         try:
             user.start()

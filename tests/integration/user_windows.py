@@ -1,7 +1,7 @@
 """A second user query, windowed: page views per page per minute, through the sink.
 
 ``python user_windows.py BOOTSTRAP TOPIC VIEW CLUSTER CHECKPOINT``: reads the same page
-view events as ``pipeline/user_query.py``, counts them per (page, 1-minute window of the
+view events as ``tests/user_query.py``, counts them per (page, 1-minute window of the
 event's ``ts``) in update mode and writes them with ``streamiq.sink``; prints the ready
 line once the query started, then runs until killed.
 """

@@ -10,6 +10,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pipeline_harness import (
@@ -35,8 +36,9 @@ def test_run_pipeline_bank(bootstrap: str, tmp_path: Path, produce: Callable[...
     changelog = f"{prefix}balances-{suffix}-changelog"
     ensure_topics({"bootstrap.servers": bootstrap}, {topic: 3})
     rnd = random.Random(7)
-    txns = [{"account": f"acct-{rnd.randrange(25)}", "amount": rnd.randrange(-50, 100),
-             "ts": 1_700_000_000_000 + i} for i in range(600)]
+    txns: list[dict[str, Any]] = [
+        {"account": f"acct-{rnd.randrange(25)}", "amount": rnd.randrange(-50, 100),
+         "ts": 1_700_000_000_000 + i} for i in range(600)]
     produce(topic, txns[:300], keys=[t["account"] for t in txns[:300]])  # before start
     pipe = PipelineProcess(bootstrap, tmp_path / "ck", suffix, tmp_path / "pipeline.log",
                            topic_prefix=prefix).start()

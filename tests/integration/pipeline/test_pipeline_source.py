@@ -11,7 +11,7 @@ import pytest
 
 from streamiq.kafka.admin import ensure_topics
 from streamiq.pipeline.kafka_io import DataLossError, EndProbe
-from streamiq.pipeline.options import EARLIEST, parse_options
+from streamiq.pipeline.options import EARLIEST, OffsetJson, parse_options
 from streamiq.pipeline.source import KafkaPartition, KafkaStreamReader
 
 pytestmark = pytest.mark.integration
@@ -22,7 +22,8 @@ def stream_reader(bootstrap: str, **options: str) -> KafkaStreamReader:
         {"kafka.bootstrap.servers": bootstrap, **options}, True))
 
 
-def read_all(reader: KafkaStreamReader, start: dict, end: dict) -> list[tuple[int, int]]:
+def read_all(reader: KafkaStreamReader, start: OffsetJson,
+             end: OffsetJson) -> list[tuple[int, int]]:
     """(partition, offset) of every row the planned tasks return (as executors would)."""
     import pickle
 
@@ -190,7 +191,7 @@ def test_added_partitions_and_fail_on_data_loss(bootstrap: str, produce: Callabl
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
     topic = f"grow-{uuid.uuid4().hex[:8]}"
-    conf = {"bootstrap.servers": bootstrap}
+    conf: dict[str, str | int | float | bool] = {"bootstrap.servers": bootstrap}
     ensure_topics(conf, {topic: 2})
     produce(topic, ["x"] * 10, partition=0)
     produce(topic, ["x"] * 10, partition=1)

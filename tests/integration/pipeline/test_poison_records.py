@@ -66,7 +66,7 @@ BAD: list[tuple[bytes | None, bytes | None, str]] = [
 ]
 #: good records: (key, value); one has a key that is not UTF-8 (carried as bytes), one
 #: has extra fields (ignored)
-GOOD: list[tuple[bytes | None, bytes]] = [
+GOOD: list[tuple[bytes, bytes]] = [
     (f"acct-{i % 4}".encode(), _txn(f"acct-{i % 4}", (i * 37) % 101 - 40, i)) for i in range(40)
 ] + [(BAD_KEY, _txn("acct-0", 1000, 50)),
      (b"acct-3", json.dumps({"account": "acct-3", "amount": 7, "ts": NOW + 51,
@@ -129,8 +129,8 @@ def test_no_input_record_stops_the_pipeline(cluster: Any, bootstrap: str) -> Non
     msgs = wait_caught_up(bootstrap, changelog, ends, topic, 3, timeout=240)
 
     want: dict[str, dict[str, int]] = {}
-    for _, value in GOOD:
-        t = json.loads(value)
+    for _, good_value in GOOD:
+        t = json.loads(good_value)
         w = want.setdefault(t["account"], {"balance": 0, "count": 0, "last_update": 0})
         w["balance"] += t["amount"]
         w["count"] += 1

@@ -46,7 +46,8 @@ def test_user_query_changelog_exact_across_sigkill(bootstrap: str, tmp_path: Pat
     topic, view, cluster = f"views-{suffix}", f"page_views_{suffix}", f"c{suffix}"
     changelog = f"{view}-changelog"
     ensure_topics({"bootstrap.servers": bootstrap}, {topic: 3})
-    rnd, events, stop = random.Random(5), [], threading.Event()
+    rnd, stop = random.Random(5), threading.Event()
+    events: list[dict[str, Any]] = []
 
     def stream() -> None:
         p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
@@ -103,7 +104,7 @@ def _wait_for_marker(bootstrap: str, changelog: str, timeout: float = 120.0) -> 
     raise AssertionError(f"no marker on {changelog} within {timeout:.0f} s")
 
 
-def _sink(df: Any, bootstrap: str, tmp_path: Path, **options: str) -> Any:
+def _sink(df: Any, bootstrap: str, tmp_path: Path, **options: str | None) -> Any:
     w = streamiq.sink(df).option("kafka.bootstrap.servers", bootstrap)
     w = w.option("checkpointLocation", str(tmp_path / uuid.uuid4().hex))
     for k, v in options.items():
@@ -121,9 +122,11 @@ def test_bad_options_and_incompatible_views_fail_at_start(spark: Any, bootstrap:
     df = rate.groupBy((F.col("value") % 7).cast("string").alias("k")).agg(
         F.count(F.lit(1)).alias("n"))
     ok = {"view": view, "key": "k", "cluster": cluster}
-    for bad, named in [({"view": None}, "option 'view'"), ({"key": "nope"}, "option 'key'"),
-                       ({"partitions": "0"}, "option 'partitions'"),
-                       ({"view": "a b"}, "option 'view'"), ({"bogus": "1"}, "option 'bogus'")]:
+    cases: list[tuple[dict[str, str | None], str]] = [
+        ({"view": None}, "option 'view'"), ({"key": "nope"}, "option 'key'"),
+        ({"partitions": "0"}, "option 'partitions'"), ({"view": "a b"}, "option 'view'"),
+        ({"bogus": "1"}, "option 'bogus'")]
+    for bad, named in cases:
         with pytest.raises(ValueError, match=named):
             _sink(df, bootstrap, tmp_path, **{**ok, **bad}).start()
     with pytest.raises(ValueError, match=r"option 'kafka\.bootstrap\.servers'"):

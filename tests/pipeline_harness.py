@@ -22,6 +22,9 @@ __all__ = [
 ]
 
 HERE = Path(__file__).parent
+#: where the pipeline subprocess finds its ``--views-module`` (views_for_tests); its
+#: PYTHONPATH also has this folder (user_query), as when the two were side by side
+VIEWS_DIR = HERE / "integration" / "pipeline"
 
 
 class PipelineProcess:
@@ -36,8 +39,8 @@ class PipelineProcess:
                            bootstrap, "--checkpoint-dir", str(checkpoint), "--views-module",
                            "views_for_tests", "--master", "local[2]", "--partitions", "3",
                            "--topic-prefix", topic_prefix]
-        self.env = {**os.environ, "SIQ_TEST_SUFFIX": suffix,
-                    "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+        self.env = {**os.environ, "SIQ_TEST_SUFFIX": suffix, "PYTHONPATH": os.pathsep.join(
+            [str(VIEWS_DIR), str(HERE), os.environ.get("PYTHONPATH", "")])}
         self.log = log
         self.proc: subprocess.Popen[str] | None = None
         self.ready = threading.Event()
@@ -111,8 +114,10 @@ def read_topic(bootstrap: str, topic: str, timeout: float = 15.0) -> list[Any]:
         deadline = time.monotonic() + timeout
         while len(done) < len(parts) and time.monotonic() < deadline:
             for m in c.consume(1000, timeout=0.2):
-                if m.error():
-                    done.add(m.partition())
+                if m.error():  # the end of a partition
+                    part = m.partition()
+                    if part is not None:
+                        done.add(part)
                 else:
                     out.append(m)
         assert len(done) == len(parts), f"could not read {topic} to its end"
