@@ -6,8 +6,10 @@ STAMP := $(VENV)/.installed
 # Apache Kafka's jars for the embedded broker, resolved by Maven once (streamiq/kafka/jars.py)
 KAFKA := $(VENV)/.kafka-jars
 # make test's pytest-xdist workers: most integration tests wait on real parts (Spark
-# micro-batches, restarts, heartbeats), so three share two cores well (WORKERS=0: one process)
-WORKERS ?= 3
+# micro-batches, restarts, heartbeats), so two share two cores well (a fresh clone's
+# .ci/run: 31 min with 2, 43 min with one process; 3 starved Spark's Python workers under
+# load). WORKERS=0 runs one process
+WORKERS ?= 2
 
 .PHONY: install chromium demo test test-unit test-integration lint unasync bench clean
 
