@@ -166,7 +166,7 @@ def run_up(settings: Settings, nodes: int = 3, node_port: int = 9001,
     demo = _share_secrets(settings)
     ready_line = _all_ready_line(settings, topics, nodes, node_port)
     state = token_file(settings).with_name("up.json").resolve()
-    # where the nodes' dashboards read the parts' state (serving/dashboard/upstate.py ENV;
+    # where the nodes' dashboards read the parts' state (serving/http/dashboard/upstate.py ENV;
     # named here, not imported: the CLI does not load the web stack)
     os.environ["STREAMIQ_UP_STATE"] = str(state)
     sup = Supervisor(_parts(settings, nodes, node_port), broker,

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from streamiq._signals import StopFlag, stop_on_signals
 from streamiq.config import Settings
 from streamiq.kafka.admin import ensure_topics
+from streamiq.logs import configure_logging
 from streamiq.pipeline.deadletter import (
     DEAD_LETTER_TOPIC,
     METRIC,
@@ -39,7 +40,6 @@ from streamiq.pipeline.sink import batch_offsets, view_rows
 from streamiq.pipeline.sinkwriter import sink
 from streamiq.pipeline.source import FORMAT
 from streamiq.pipeline.warmup import warm_up
-from streamiq.serving.logs import configure_logging
 from streamiq.views.base import CHANGELOG_TOPIC_CONFIG, App, View, load_app
 from streamiq.views.catalog import progress_topic
 

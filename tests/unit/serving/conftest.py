@@ -16,8 +16,8 @@ from httpserve import serving
 from streamiq.config import Settings
 from streamiq.routing.memory import StaticMembership
 from streamiq.routing.router import Endpoint
-from streamiq.serving.app import create_asgi
-from streamiq.serving.protocol import NodeHttpProtocol
+from streamiq.serving.http.app import create_asgi
+from streamiq.serving.http.protocol import NodeHttpProtocol
 from streamiq.state import Checkpoint, StoreKind, open_store
 from streamiq.views.bank import BALANCES
 from streamiq.views.orders import ORDER_COUNTS, ORDER_COUNTS_1M
@@ -113,3 +113,30 @@ async def serve_node() -> AsyncIterator[Callable[..., Awaitable[int]]]:
             return await running.enter_async_context(serving(app, http))
 
         yield start
+
+
+async def call(app: Any, path: str, forwarded: bool | bytes, query: bytes = b"",
+               auth: str | None = None, raw_path: bytes | None = None) -> tuple[int, Any, dict]:
+    """GET ``path`` through the lean path (which defers to the full app when it must);
+    ``forwarded``: marked forwarded (True: the mark of a cluster without a secret, or
+    the mark's bytes)."""
+    mark = forwarded if isinstance(forwarded, bytes) else b"1"
+    headers = [(b"host", b"x")] + ([(b"x-streamiq-forwarded", mark)] if forwarded else [])
+    if auth:
+        headers.append((b"authorization", auth.encode()))
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
+             "scheme": "http", "path": path, "raw_path": raw_path or path.encode(),
+             "query_string": query,
+             "root_path": "", "headers": headers, "client": ("127.0.0.1", 1),
+             "server": ("127.0.0.1", 2)}
+    out: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(m: dict[str, Any]) -> None:
+        out.append(m)
+
+    await app(scope, receive, send)
+    hdrs = {k.decode(): v.decode() for k, v in out[0]["headers"]}
+    return out[0]["status"], json.loads(b"".join(m.get("body", b"") for m in out[1:])), hdrs

@@ -1,0 +1,152 @@
+"""How a node answers: the key lookup and the helpers every query route shares.
+
+The HTTP routes (``serving/http/app.py``, ``serving/http/queries.py``) and the lean path and
+lookup wire (``serving/http/fastpath.py``) all answer through an ``Answers``: the same
+view resolution, the same "who answered" stamp, the same 404 body for a missing key.
+"""
+
+from __future__ import annotations
+
+from json.encoder import encode_basestring
+from typing import Any, NamedTuple
+
+import orjson
+from fastapi import Request, Response
+
+from streamiq.auth import Principal
+from streamiq.errors import PROBLEM_JSON, BadRequest, NotActive, NotFound, NotUpToBound, UnknownView
+from streamiq.serving.changelog.consistency import Token, parse_tokens
+from streamiq.serving.cluster.coordinator import SERVED_BY, Coordinator
+from streamiq.serving.cluster.placement import Forward, Here, Redirect, Refuse, not_held
+from streamiq.serving.node import Node
+from streamiq.views.base import View
+
+__all__ = ["Answers", "Read", "check_key", "json_str", "not_found_body"]
+
+
+def json_str(s: str) -> bytes:
+    """A JSON string, as ``encode_basestring(s).encode()`` writes it (orjson: the same
+    bytes, faster); a lone surrogate, which orjson refuses, raises as before."""
+    try:
+        return orjson.dumps(s)
+    except orjson.JSONEncodeError:
+        return encode_basestring(s).encode()
+
+
+def check_key(view: View, key: str, field: str = "key") -> None:
+    """A key ``view`` can hold, or a 400 naming ``field`` and what is wrong (empty, the
+    wrong columns, too long, not valid Unicode)."""
+    if not key:
+        raise BadRequest(f"{field}: the key is empty (a {view.name!r} key has the form "
+                         f"{'|'.join(view.key_columns)!r})", field=field)
+    try:
+        view.parse_key(key)
+    except ValueError as exc:
+        raise BadRequest(f"{field}: {exc}", field=field) from None
+
+
+class Answers:
+    """How this node answers a request: resolves the view, parses position tokens,
+    stamps who answers, waits for a position and answers a key lookup (routing it
+    through the coordinator). The HTTP routes, the lean path and the wire use it."""
+
+    def __init__(self, node: Node, coordinator: Coordinator) -> None:
+        self.node = node
+        self.coordinator = coordinator
+
+    def view(self, name: str) -> View:
+        v = self.node.views.get(name)
+        if v is None:
+            raise UnknownView(f"no view named {name!r}", views=sorted(self.node.views))
+        return v
+
+    def who(self, request: Request) -> Principal:
+        """The caller (its token was checked before the route ran; cached)."""
+        return self.coordinator.auth.principal(request.headers.get("authorization"))
+
+    def max_lag(self, value: int | None) -> int:
+        return self.node.settings.max_lag if value is None else value
+
+    @staticmethod
+    def tokens(raw: str | None) -> list[Token]:
+        if not raw:
+            return []
+        try:
+            return parse_tokens(raw)
+        except ValueError as exc:
+            raise BadRequest(f"position: {exc}") from None
+
+    def wait_s(self, wait_ms: int | None) -> float:
+        return (self.node.settings.wait_timeout_ms if wait_ms is None else wait_ms) / 1000
+
+    def stamp(self, view: str, partition: int, here: Here | None = None) -> dict[str, Any]:
+        """Who answers: this node, its role for the partition and its lag (as placed)."""
+        if here is None:
+            here = Here(self.coordinator.role(view, partition), self.node.lag(view, partition))
+        return {"served_by": self.node.endpoint, "role": here.role, "lag": here.lag}
+
+    def not_held(self, view: str, partition: int) -> NotActive:
+        return not_held(self.node.endpoint, view, partition)
+
+    async def check_position(self, view: str, partition: int, tokens: list[Token],
+                             wait_s: float) -> None:
+        if tokens and not await self.node.wait_position(view, partition, tokens, wait_s):
+            raise NotUpToBound(f"{self.node.endpoint} has not reflected the position within "
+                               f"{wait_s:.3f}s", partition=partition,
+                               served_by=self.node.endpoint)
+
+    def decide(self, view: View, key: str, p: int, forwarded: bool, max_lag: int
+               ) -> Read | Forward | Redirect | Refuse:
+        """The one decision of a key lookup (``Placement.place``), with the store read
+        once when this node answers: ``Read`` (200 and the row, or 404 and its problem
+        document), else where it goes or why it is refused. The lean path and the
+        lookup wire answer with it; the full route walks the same placement."""
+        d = self.coordinator.placement.place(view.name, p, max_lag, forwarded)
+        if isinstance(d, Here):
+            return self.read(view, key, p, d)
+        return d
+
+    def read(self, view: View, key: str, p: int, here: Here) -> Read:
+        """A key lookup this node answers from partition ``p``, as ``here`` says (its
+        role and lag, for the stamp): the same bytes on every path. The stored row is
+        written as it is (not decoded and encoded again)."""
+        node = self.node
+        raw = node.stores[view.name].get(p, key.encode())  # store_key of a keyed view
+        if raw is None:
+            return Read(404, not_found_body(view, key, p, self.stamp(view.name, p, here)))
+        # the stamp's fields written in place (no dict per lookup); a role is a plain word
+        return Read(200, b"".join((
+            b'{"view":', json_str(view.name), b',"key":', json_str(key),
+            b',"partition":', str(p).encode(), b',"value":', raw,
+            b',"served_by":', json_str(node.endpoint),
+            b',"role":"', here.role.encode(), b'","lag":', str(here.lag).encode(), b"}")))
+
+    async def lookup(self, request: Request, view: View, key: str, max_lag: int | None,
+                     position: str | None, wait_ms: int | None) -> Response:
+        if view.windowed:  # before any position wait or forwarding: the answer is known
+            raise BadRequest(f"view {view.name!r} is windowed: use "
+                             f"/v1/views/{view.name}/keys/{{key}}/windows")
+        check_key(view, key)
+        tokens = self.tokens(position)
+        p = view.partition_of(key, self.node.partitions[view.name])
+
+        async def local(here: Here) -> Response:
+            await self.check_position(view.name, p, tokens, self.wait_s(wait_ms))
+            status, body = self.read(view, key, p, here)
+            return Response(body, status, headers={SERVED_BY: self.node.endpoint},
+                            media_type="application/json" if status == 200 else PROBLEM_JSON)
+
+        return await self.coordinator.route(request, view.name, p, self.max_lag(max_lag), local)
+
+
+class Read(NamedTuple):
+    """A key lookup answered here: 200 and the row, or 404 and its problem document."""
+
+    status: int
+    body: bytes
+
+
+def not_found_body(view: View, key: str, p: int, stamp: dict[str, Any]) -> bytes:
+    """The body of a lookup's 404 (the regular route and the wire give the same)."""
+    return NotFound(f"no {view.name} row for key {key!r}", key=key, partition=p,
+                    **stamp).render()

@@ -1,0 +1,126 @@
+"""Coordinator: partition-exact fan-out, Authorization travels, forwarded never forwards."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+from typing import Any
+
+from fastapi import Response
+from starlette.requests import Request
+
+from streamiq.config import Settings
+from streamiq.routing.memory import StaticMembership
+from streamiq.routing.router import Endpoint
+from streamiq.serving.cluster.coordinator import Coordinator, Params, Reply
+
+ME, B, C = "127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"
+OWNER = {0: ME, 1: B, 2: C}
+
+
+class FakeRouter:
+    global_views: frozenset[str] = frozenset()
+
+    def replicas(self, view: str, p: int, max_lag: int) -> list[Endpoint]:
+        return [Endpoint(OWNER[p], "active", 0)]
+
+    def assigned(self, view: str, p: int) -> list[str]:
+        return [OWNER[p]]
+
+
+def make(handler: Any) -> tuple[Coordinator, list[str]]:
+    membership = StaticMembership(ME)
+    node = SimpleNamespace(
+        settings=Settings(internal_concurrency=4, auth=False), endpoint=ME,
+        router=FakeRouter(), membership=membership,
+        partitions={"v": 3}, holds=lambda view, p: p == 0, lag=lambda view, p: 0 if p == 0 else -1)
+    async def send(method: str, address: str, path: str, params: Params, body: Any,
+                   headers: dict[str, str], timeout: float = 10.0) -> Reply:
+        return handler(Sent(address, path, params, headers))
+
+    co = Coordinator(node, send=send)  # type: ignore[arg-type]
+    return co, membership.suspected
+
+
+class Sent:
+    def __init__(self, address: str, path: str, params: Params, headers: dict[str, str]
+                 ) -> None:
+        self.address, self.path, self.params, self.headers = address, path, params, headers
+
+
+def request(query: bytes, headers: dict[str, str]) -> Request:
+    return Request({"type": "http", "method": "GET", "path": "/v1/views/v/aggregate",
+                    "query_string": query, "headers": [(k.encode(), v.encode())
+                                                       for k, v in headers.items()]})
+
+
+async def test_gather_each_partition_once_auth_travels_dead_owner_missing() -> None:
+    seen: list[Sent] = []
+
+    def handler(req: Sent) -> Reply:
+        seen.append(req)
+        if req.address == C:
+            raise ConnectionRefusedError("refused")
+        return Reply(200, {}, json.dumps({"partial": {"n": 1}, "not_active": []}).encode())
+
+    co, suspects = make(handler)
+    locals_: list[list[int]] = []
+
+    async def local(held: list[int]) -> dict[str, Any]:
+        locals_.append(held)
+        return {"n": 0}
+
+    req = request(b"agg=sum(a)&agg=max(b)", {"authorization": "Bearer s3cret"})
+    partials, missing, hops = await co.gather(req, "v", [0, 1, 2], 10, local)
+    assert sorted(p["n"] for p in partials) == [0, 1] and missing == [2] and hops == 1
+    assert locals_ == [[0]] and suspects == [C]
+    to_b = [r for r in seen if r.address == B]
+    assert len(to_b) == 1
+    r = to_b[0]
+    assert r.headers["authorization"] == "Bearer s3cret"
+    assert r.headers["x-streamiq-forwarded"] == "1"
+    assert r.params == [("agg", "sum(a)"), ("agg", "max(b)"), ("partitions", "1")]
+    await co.close()
+
+
+async def test_forwarded_requests_are_answered_locally_only() -> None:
+    def handler(req: Sent) -> Reply:
+        raise AssertionError("a forwarded request must never be forwarded again")
+
+    co, _ = make(handler)
+
+    async def local(held: list[int]) -> dict[str, Any]:
+        return {"held": held}
+
+    req = request(b"partitions=0,1", {"x-streamiq-forwarded": "1"})
+    partials, missing, hops = await co.gather(req, "v", [0, 1], 10, local)
+    assert partials == [{"held": [0]}] and missing == [1] and hops == 0
+
+    async def one() -> Response:
+        return Response(status_code=421)
+
+    resp = await co.route(req, "v", 1, 10, one)
+    assert resp.status_code == 421 and resp.headers["x-streamiq-hops"] == "0"
+    await co.close()
+
+
+def test_role_is_derived_from_membership_at_most_every_ttl() -> None:
+    """The answer's role stamp: active / standby / previous, from the assignment, which
+    is re-derived at most every _ROLE_TTL (not once per lookup) and then followed."""
+    co, _ = make(lambda req: None)
+    assigned = {0: [ME, B], 1: [B, ME], 2: [C, B]}
+    calls: list[tuple[str, int]] = []
+
+    def assigned_to(view: str, p: int) -> list[str]:
+        calls.append((view, p))
+        return assigned[p]
+
+    co.node.router.assigned = assigned_to  # type: ignore[attr-defined]
+    assert [co.role("v", p) for p in range(3)] == ["active", "standby", "previous"]
+    assert co.active_here("v", 0, 0) and not co.active_here("v", 1, 0)
+    assert len(calls) == 3  # one derivation for all the questions above
+    assigned[0], assigned[1] = [B, ME], [ME, B]  # the assignment moves
+    assert co.role("v", 0) == "active"  # cached until the TTL passes
+    co.forget_roles()
+    assert [co.role("v", p) for p in range(3)] == ["standby", "active", "previous"]
+    assert not co.active_here("v", 0, 0)
