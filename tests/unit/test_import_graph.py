@@ -195,3 +195,16 @@ def test_one_http_client_library_per_side() -> None:
     client_libs = set().union(*(_third_party(modules[m]) for m in client_side))
     assert "aiohttp" in node_libs and "httpx" not in node_libs
     assert "httpx" in client_libs and "aiohttp" not in client_libs
+
+
+def test_engines_know_no_transport() -> None:
+    """The query engines compute answers from stores, whatever asked: nothing they
+    import reaches a web framework or a peer (another front end, SQL, calls them too)."""
+    modules = _modules()
+    engines = [m for m in modules if m.startswith("streamiq.serving.engines.")]
+    assert engines
+    reached = set().union(*(_reaches(m) for m in engines))
+    libs = set().union(*(_third_party(modules[m]) for m in reached))
+    assert not libs & {"fastapi", "starlette", "uvicorn", "aiohttp", "httpx"}, libs
+    assert not any(m.startswith(("streamiq.serving.http", "streamiq.serving.cluster"))
+                   for m in reached), reached
