@@ -92,7 +92,7 @@ def hop_fails(app: Any) -> list[str]:
     deps = app.deps
     deps.node.router.route_elsewhere("127.0.0.1:2")
     calls: list[str] = []
-    for obj, name in ((deps.coordinator, "http_hop"), (deps.coordinator.hop, "fetch")):
+    for obj, name in ((deps.coordinator.peers, "http_hop"), (deps.coordinator.peers.hop, "fetch")):
         real = getattr(obj, name)
 
         def spy(address: str, *a: Any, real: Any = real, **k: Any) -> Any:

@@ -71,29 +71,20 @@ class Coordinator:
     """Carries a request where it is answered, made of one part per job: the
     authentication gate (``gate.py``), the calls to peers (``peers.py``), the placement
     (``placement.py``), the admission of peers' requests (``peer_slots``) and the
-    traffic counts (``traffic.py``). Their methods the routes use are exposed here."""
+    traffic counts (``traffic.py``). Callers use the parts themselves
+    (``coordinator.gate.check``, ``coordinator.peers.hop``, ``coordinator.placement.role``)."""
 
     def __init__(self, node: Node, send: Send | None = None) -> None:
         self.node = node
         s = node.settings
         self.gate = Gate(s)
-        self.auth, self.mark, self.mark_bytes = self.gate.auth, self.gate.mark, self.gate.mark_bytes
-        self.is_mark, self.is_forwarded, self.check = (
-            self.gate.is_mark, self.gate.is_forwarded, self.gate.check)
-        self.peers = Peers(s, self.mark, lambda address: node.membership.suspect(address),
+        self.peers = Peers(s, self.gate.mark, lambda address: node.membership.suspect(address),
                            send=send)
-        self.hop, self.http_hop, self.forward_lookup = (
-            self.peers.hop, self.peers.http_hop, self.peers.forward_lookup)
-        self.unreachable, self.hop_stats = self.peers.unreachable, self.peers.hop_stats
-        self.scheme = self.peers.scheme
         # admission: forwarded requests from peers served at once (--internal-concurrency)
         self.peer_slots = asyncio.Semaphore(s.internal_concurrency)
         self.traffic = Traffic()  # counted, not logged, per answer (serving/cluster/traffic.py)
         # where a one-partition request is answered (serving/cluster/placement.py)
         self.placement = Placement(node, self.traffic, redirect=s.redirect)
-        p = self.placement
-        self.role, self.preferred, self.forget = p.role, p.preferred, p.forget
-        self.active_here, self.forget_roles = p.active_here, p.forget_roles
         self._summaries: asyncio.Task[None] | None = None
 
     def start(self, summary_period_s: float = 60.0) -> None:
@@ -127,7 +118,7 @@ class Coordinator:
         """Answer where ``Placement.place`` says: here (``local``), forwarded to one
         replica after another (a 421 or an unreachable one: the next), redirected, or
         refused (421 to a peer, 503)."""
-        forwarded = self.is_forwarded(request)
+        forwarded = self.gate.is_forwarded(request)
         tried: list[str] = []
         while True:
             d = self.placement.place(view, partition, max_lag, forwarded, tried)
@@ -145,7 +136,7 @@ class Coordinator:
                     resp.headers[HOPS] = "0"
                 return resp
             if isinstance(d, Redirect):
-                target = f"{self.scheme}://{d.address}{raw_path(request)}"
+                target = f"{self.peers.scheme}://{d.address}{raw_path(request)}"
                 if request.url.query:
                     target += "?" + request.url.query
                 return RedirectResponse(target, status_code=307)
@@ -153,7 +144,7 @@ class Coordinator:
                 r = await self._call(d.address, request, request.query_params.multi_items(),
                                      body)
             except PeerError as err:
-                self.unreachable(err)
+                self.peers.unreachable(err)
                 continue
             if r.status_code == 421:
                 continue
@@ -174,7 +165,7 @@ class Coordinator:
         params = [(k, v) for k, v in (params if params is not None
                                       else request.query_params.multi_items())
                   if k != "partitions"]
-        if self.is_forwarded(request):
+        if self.gate.is_forwarded(request):
             self.traffic.for_peers += 1
             async with self.peer_slots:
                 held = [p for p in partitions if self.node.holds(view, p)]
@@ -230,7 +221,7 @@ class Coordinator:
         try:
             r = await self._call(address, request, q, body(parts) if body else None)
         except PeerError as err:
-            self.unreachable(err)
+            self.peers.unreachable(err)
             return None, parts
         if r.status_code == 400:  # the query itself is refused (it would be here too)
             raise BadRequest(str(r.json().get("detail", "refused by a peer")),

@@ -62,7 +62,7 @@ class Answers:
 
     def who(self, request: Request) -> Principal:
         """The caller (its token was checked before the route ran; cached)."""
-        return self.coordinator.auth.principal(request.headers.get("authorization"))
+        return self.coordinator.gate.auth.principal(request.headers.get("authorization"))
 
     def max_lag(self, value: int | None) -> int:
         return self.node.settings.max_lag if value is None else value
@@ -82,7 +82,8 @@ class Answers:
     def stamp(self, view: str, partition: int, here: Here | None = None) -> dict[str, Any]:
         """Who answers: this node, its role for the partition and its lag (as placed)."""
         if here is None:
-            here = Here(self.coordinator.role(view, partition), self.node.lag(view, partition))
+            role = self.coordinator.placement.role(view, partition)
+            here = Here(role, self.node.lag(view, partition))
         return {"served_by": self.node.endpoint, "role": here.role, "lag": here.lag}
 
     def not_held(self, view: str, partition: int) -> NotActive:

@@ -59,7 +59,7 @@ def _open_routes(deps: Answers) -> APIRouter:
     @r.get("/health", tags=["ops"], summary="Liveness and readiness of this node")
     async def health() -> JSONResponse:
         # hops: lookups this node forwarded, by transport (the wire or HTTP)
-        return JSONResponse({**node.describe(), "hops": deps.coordinator.hop_stats(),
+        return JSONResponse({**node.describe(), "hops": deps.coordinator.peers.hop_stats(),
                              "traffic": deps.coordinator.traffic.totals()},
                             status_code=200 if node.ready() else 503)
 
@@ -68,12 +68,12 @@ def _open_routes(deps: Answers) -> APIRouter:
 
 def _routes(deps: Answers) -> APIRouter:
     """Everything else: a client token (and on a forwarded request the cluster
-    credential) is checked before the route runs (``Coordinator.check``), on the path
+    credential) is checked before the route runs (``Gate.check``), on the path
     parameters as the client wrote them (``paths.restore``)."""
 
     async def authenticated(request: Request) -> None:
         restore(request)
-        deps.coordinator.check(request)
+        deps.coordinator.gate.check(request)
 
     r = APIRouter(dependencies=[Depends(authenticated)],
                   responses={401: {"description": "no valid token (UNAUTHENTICATED)"},

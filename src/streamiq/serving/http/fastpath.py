@@ -166,9 +166,9 @@ class LeanLookups:
                 fwd = v
             elif k == _AUTH:
                 auth = v
-        if not co.auth.allows(auth, view.name):
+        if not co.gate.auth.allows(auth, view.name):
             return None  # the full app answers 401 or 403
-        if fwd is not None and not co.is_mark(fwd):
+        if fwd is not None and not co.gate.is_mark(fwd):
             return None  # the full app answers 401
         max_lag = node.settings.max_lag
         d = self._decide(view, key, p, fwd is not None, max_lag)
@@ -218,8 +218,8 @@ class LeanLookups:
                     ) -> tuple[int, bytes]:
         """The owner's answer to a lookup that came over the wire (``serving/cluster/wire.py``):
         status and body as the regular route would give them to a forwarded request.
-        Raises ``BadRequest`` / ``NotActive`` / ``Unauthenticated`` / ``Forbidden``;
-        ``wire.answer`` maps them to replies."""
+        Raises ``BadRequest`` / ``NotActive`` / ``Unauthenticated`` / ``Forbidden``, or
+        ``StreamiqError`` (500) if placement broke its rule; ``wire.answer`` maps them."""
         try:
             parts = segments(raw_path)
         except UnicodeDecodeError:
@@ -231,7 +231,7 @@ class LeanLookups:
                              f"{raw_path.decode('latin-1')!r}")
         view, key = target
         node = self.deps.node
-        auth = self.deps.coordinator.auth
+        auth = self.deps.coordinator.gate.auth
         if auth.enabled:
             auth.reader(b"Bearer " + token, view.name)
         if partitions != node.partitions[view.name]:
@@ -239,7 +239,10 @@ class LeanLookups:
         d = self._decide(view, key, p, True, node.settings.max_lag)
         if type(d) is Refuse:
             raise d.error
-        assert type(d) is Read  # a forwarded lookup is answered here or refused
+        if type(d) is not Read:  # placement answers a peer's request here or refuses it
+            raise StreamiqError(f"a forwarded lookup of {view.name} partition {p} was "
+                                f"placed as {type(d).__name__}: a peer's lookup is answered "
+                                "here or refused", partition=p)
         return d
 
     def forward(self, raw_path: bytes, view: View, p: int, max_lag: int,
@@ -255,7 +258,7 @@ class LeanLookups:
         ``then(answer)`` gets its outcome (PENDING is returned); otherwise a coroutine
         that may wait for a slot or connect first.
         """
-        hop = self.deps.coordinator.hop
+        hop = self.deps.coordinator.peers.hop
         token = b"-" if auth is None else auth[7:].strip()  # the client's, checked again
         frame = (request_frame(p, self.deps.node.partitions[view.name], raw_path, token)
                  if hop.speaks_wire(owner) else None)
@@ -275,7 +278,7 @@ class LeanLookups:
     async def _forward(self, owner: str, frame: bytes | None, raw_path: bytes,
                        auth: bytes | None, view: View, p: int, max_lag: int) -> Answer | None:
         try:
-            reply = await self.deps.coordinator.forward_lookup(owner, frame, raw_path, auth)
+            reply = await self.deps.coordinator.peers.forward_lookup(owner, frame, raw_path, auth)
         except PeerError:
             reply = None  # the regular route tries the next replica (and suspects this one)
         return self._relayed(reply, owner, view, p, max_lag)
@@ -285,7 +288,7 @@ class LeanLookups:
         """The owner's reply as this node's answer; None lets the regular route retry
         the next replica (and mark this one, when it could not be reached)."""
         if reply is None or reply.status not in (200, 404):  # unreachable, 421 or 503:
-            self.deps.coordinator.forget(view.name, p, max_lag)  # choose again next time
+            self.deps.coordinator.placement.forget(view.name, p, max_lag)  # choose again next time
             return None
         self.deps.coordinator.traffic.forwarded_to(owner)
         hdrs = (relayed_headers(reply.headers, b"x-streamiq-", _HOPS)

@@ -110,7 +110,7 @@ def _traffic(co: Coordinator) -> Iterator[Metric]:
                               "Queries no replica could answer (503)", value=t.unavailable)
     hops = CounterMetricFamily("streamiq_hops", "Lean-path hops by transport",
                                labels=["transport"])
-    for transport, n in sorted(co.hop_stats().items()):
+    for transport, n in sorted(co.peers.hop_stats().items()):
         if isinstance(n, int):
             hops.add_metric([transport], n)
     yield hops

@@ -161,7 +161,7 @@ class NodeHttpProtocol(LimitedHttpProtocol):
             if data.startswith(PREFACE):
                 self._wire = WireServer(self._lean.wire_lookup, self._raw_transport, self.loop,
                                         self.timeout_keep_alive,
-                                        self._lean.deps.coordinator.mark_bytes)
+                                        self._lean.deps.coordinator.gate.mark_bytes)
                 self.data_received(data[len(PREFACE):])
                 return
         super().data_received(data)

@@ -77,7 +77,7 @@ class _Gather:
         self.max_lag = deps.max_lag(fresh.max_lag)
         self.tokens = deps.tokens(fresh.position)
         self.wait_s = deps.wait_s(fresh.wait_ms)
-        self.forwarded = deps.coordinator.is_forwarded(request)
+        self.forwarded = deps.coordinator.gate.is_forwarded(request)
         n = deps.node.partitions[view.name]
         self.all = list(range(n))
         if self.forwarded and partitions:

@@ -326,11 +326,12 @@ def _node(tmp_path: Path) -> tuple[Node, Coordinator]:
 
 def test_node_fails_closed_while_the_materializer_is_down(tmp_path: Path) -> None:
     node, co = _node(tmp_path)
-    assert node.ready() and node.holds("balances", 0) and co.active_here("balances", 0, 10)
+    assert node.ready() and node.holds("balances", 0)
+    assert co.placement.active_here("balances", 0, 10)
     node.materializer.forget()  # what the loop does when it raises, before restarting
     assert not node.ready()
     assert not node.holds("balances", 0) and node.lag("balances", 0) == -1
-    assert not co.active_here("balances", 0, 10)  # no local answer from frozen rows
+    assert not co.placement.active_here("balances", 0, 10)  # no local answer from frozen rows
     assert node.report() == {}  # heartbeats say nothing is held: peers route elsewhere
     # its own routing entry follows within the membership's self-report TTL (until then a
     # local attempt is refused by holds() above, and the next replica is asked)
@@ -351,7 +352,7 @@ def test_a_fatal_failure_stops_answers_and_heartbeats_and_asks_to_exit(tmp_path:
     part.start()
     part.join(10)
     assert exits == ["members"]
-    assert not node.ready() and not co.active_here("balances", 0, 10)
+    assert not node.ready() and not co.placement.active_here("balances", 0, 10)
     assert node.report() == {}
     assert node.membership.silenced  # no heartbeat
     assert node.materializer.stopped

@@ -116,11 +116,11 @@ def test_role_is_derived_from_membership_at_most_every_ttl() -> None:
         return assigned[p]
 
     co.node.router.assigned = assigned_to  # type: ignore[attr-defined]
-    assert [co.role("v", p) for p in range(3)] == ["active", "standby", "previous"]
-    assert co.active_here("v", 0, 0) and not co.active_here("v", 1, 0)
+    assert [co.placement.role("v", p) for p in range(3)] == ["active", "standby", "previous"]
+    assert co.placement.active_here("v", 0, 0) and not co.placement.active_here("v", 1, 0)
     assert len(calls) == 3  # one derivation for all the questions above
     assigned[0], assigned[1] = [B, ME], [ME, B]  # the assignment moves
-    assert co.role("v", 0) == "active"  # cached until the TTL passes
-    co.forget_roles()
-    assert [co.role("v", p) for p in range(3)] == ["standby", "active", "previous"]
-    assert not co.active_here("v", 0, 0)
+    assert co.placement.role("v", 0) == "active"  # cached until the TTL passes
+    co.placement.forget_roles()
+    assert [co.placement.role("v", p) for p in range(3)] == ["standby", "active", "previous"]
+    assert not co.placement.active_here("v", 0, 0)

@@ -26,11 +26,11 @@ def _request(query: str) -> Request:
 
 def test_only_lost_connections_make_a_suspect() -> None:
     co, suspects = _coordinator()
-    co.unreachable(peer_error("slow:1", TimeoutError()))
-    co.unreachable(peer_error("slow:2", aiohttp.ServerTimeoutError()))
+    co.peers.unreachable(peer_error("slow:1", TimeoutError()))
+    co.peers.unreachable(peer_error("slow:2", aiohttp.ServerTimeoutError()))
     assert suspects == []
-    co.unreachable(peer_error("dead:1", ConnectionRefusedError()))
-    co.unreachable(peer_error("dead:2", aiohttp.ServerDisconnectedError()))
+    co.peers.unreachable(peer_error("dead:1", ConnectionRefusedError()))
+    co.peers.unreachable(peer_error("dead:2", aiohttp.ServerDisconnectedError()))
     assert suspects == ["dead:1", "dead:2"]
 
 

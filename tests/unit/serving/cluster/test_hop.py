@@ -110,7 +110,7 @@ async def coordinator() -> AsyncIterator[Coordinator]:
     await c.close()
 
 
-# -- the lean path's HTTP hop: Coordinator.http_hop on the pooled aiohttp session --
+# -- the lean path's HTTP hop: Peers.http_hop on the pooled aiohttp session --
 
 async def test_http_hop_keeps_one_connection_alive(serve: Callable[..., Awaitable[str]],
                                                    coordinator: Coordinator) -> None:
@@ -118,21 +118,21 @@ async def test_http_hop_keeps_one_connection_alive(serve: Callable[..., Awaitabl
     requests: list[bytes] = []
     address = await serve(counting(read_request, reply, connections, requests))
     for i in range(1, 4):
-        got = await coordinator.http_hop(address, "/v1/x%20y", {"x-streamiq-forwarded": "1"})
+        got = await coordinator.peers.http_hop(address, "/v1/x%20y", {"x-streamiq-forwarded": "1"})
         assert (got.status, got.body) == (200, b'{"n":%d}' % i)
         assert got.headers[b"x-streamiq-served-by"] == b"s"
     assert len(connections) == 1
     assert requests[0].startswith(b"GET /v1/x%20y HTTP/1.1\r\n")
     assert b"x-streamiq-forwarded: 1\r\n" in requests[0]
-    assert coordinator.hop_stats()["http"] == 3
+    assert coordinator.peers.hop_stats()["http"] == 3
 
 
 async def test_http_hop_retries_a_stale_idle_connection_once(
         serve: Callable[..., Awaitable[str]], coordinator: Coordinator) -> None:
     served: list[int] = []
     address = await serve(one_answer_each(read_request, reply, served))
-    assert (await coordinator.http_hop(address, "/", {})).body == b"ok"
-    assert (await coordinator.http_hop(address, "/", {})).body == b"ok"
+    assert (await coordinator.peers.http_hop(address, "/", {})).body == b"ok"
+    assert (await coordinator.peers.http_hop(address, "/", {})).body == b"ok"
     assert len(served) == 2
 
 
@@ -150,7 +150,7 @@ async def test_http_hop_chunked_reply_and_connection_close(
 
     address = await serve(handler)
     for _ in range(2):
-        got = await coordinator.http_hop(address, "/", {})
+        got = await coordinator.peers.http_hop(address, "/", {})
         assert (got.status, got.body) == (404, b"abcde")
     assert len(connections) == 2  # closed connections are not pooled
 
@@ -164,15 +164,15 @@ async def test_http_hop_failures_are_transport_errors(
         w.close()
 
     with pytest.raises(TRANSPORT_ERRORS):  # what the lean path catches, then the route
-        await coordinator.http_hop(await serve(dying), "/", {})
+        await coordinator.peers.http_hop(await serve(dying), "/", {})
     with pytest.raises(TimeoutError):
-        await coordinator.http_hop(await serve(silent), "/", {}, timeout=0.2)
+        await coordinator.peers.http_hop(await serve(silent), "/", {}, timeout=0.2)
     server = await asyncio.start_server(silent, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     server.close()
     await server.wait_closed()
     with pytest.raises(TRANSPORT_ERRORS) as refused:
-        await coordinator.http_hop(f"127.0.0.1:{port}", "/", {})
+        await coordinator.peers.http_hop(f"127.0.0.1:{port}", "/", {})
     assert isinstance(peer_error("x", refused.value), PeerUnreachable)
 
 

@@ -86,7 +86,7 @@ async def test_an_entry_node_forwards_lookups_over_the_wire(app: Any, second_app
                                                             serve_node: Serve) -> None:
     owner = await serve_node(app)
     entry = entry_for(second_app, owner)
-    hop = entry.deps.coordinator.hop
+    hop = entry.deps.coordinator.peers.hop
     port = await serve_node(entry)
     _, _, direct = await http_get(owner, A1, "x-streamiq-forwarded: 1")
     r, w = await asyncio.open_connection("127.0.0.1", port)
@@ -99,7 +99,7 @@ async def test_an_entry_node_forwards_lookups_over_the_wire(app: Any, second_app
         assert headers["x-streamiq-hops"] == "1"
         assert headers["x-streamiq-served-by"] == f"127.0.0.1:{owner}"
     w.close()
-    assert entry.deps.coordinator.hop_stats() == {"wire": 3, "http": 0, "http_only_peers": []}
+    assert entry.deps.coordinator.peers.hop_stats() == {"wire": 3, "http": 0, "http_only_peers": []}
     # one connection to the owner, made once and pooled between the lookups
     assert hop.pool(f"127.0.0.1:{owner}") == {"idle": 1, "busy": 0, "waiting": 0}
     status, headers, body = await http_get(port, "/v1/views/balances/keys/nobody")
@@ -112,7 +112,7 @@ async def test_an_owner_without_the_wire_gets_http_hops(app: Any, second_app: An
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     owner = await serve_node(app, http="httptools")  # stock uvicorn: 400 to the preface
     entry = entry_for(second_app, owner)
-    hop = entry.deps.coordinator.hop
+    hop = entry.deps.coordinator.peers.hop
     loop, connects = asyncio.get_running_loop(), []
     real_connect = loop.create_connection
 
@@ -131,7 +131,7 @@ async def test_an_owner_without_the_wire_gets_http_hops(app: Any, second_app: An
     # both over HTTP (the pooled aiohttp session): one wire try, then one kept-alive
     # HTTP connection for both lookups
     assert len(connects) == 2
-    assert entry.deps.coordinator.hop_stats() == {"wire": 0, "http": 2,
+    assert entry.deps.coordinator.peers.hop_stats() == {"wire": 0, "http": 2,
                                                   "http_only_peers": [f"127.0.0.1:{owner}"]}
 
 

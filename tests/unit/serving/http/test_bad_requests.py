@@ -143,7 +143,7 @@ async def test_a_forwarded_request_keeps_the_path_as_the_client_wrote_it(app: An
     co.peers._send = send
     app.deps.node.router.route_elsewhere("127.0.0.1:2")
     app.deps.node.router.fresh = ["127.0.0.1:2"]
-    co.forget_roles()
+    co.placement.forget_roles()
     status, body, _ = await call(app, "/v1/views/balances/keys/dir/a1", forwarded=False,
                                  raw_path=b"/v1/views/balances/keys/dir%2Fa1", query=b"wait_ms=1")
     assert status == 200 and sent == ["/v1/views/balances/keys/dir%2Fa1"], (status, body, sent)

@@ -10,6 +10,7 @@ import httpx
 import pytest
 from conftest import call
 
+from streamiq.serving.cluster.placement import Forward, Redirect
 from streamiq.serving.cluster.wire import answer
 from streamiq.views.bank import BALANCES
 
@@ -42,20 +43,20 @@ async def test_lean_forward_carries_the_token_and_says_one_hop(app: Any) -> None
     other = "127.0.0.1:2"
     deps = app.deps
     deps.node.router.active = other
-    deps.coordinator.forget_roles()
+    deps.coordinator.placement.forget_roles()
     frames: list[bytes] = []
 
     async def fetch(address: str, frame: bytes) -> HopReply:
         frames.append(frame)
         return HopReply(200, {}, b'{"k":1}')
 
-    deps.coordinator.hop.fetch = fetch  # over the wire: the token rides in the frame
+    deps.coordinator.peers.hop.fetch = fetch  # over the wire: the token rides in the frame
     status, body, headers = await call(app, "/v1/views/balances/keys/zz", forwarded=False,
                                        auth="Bearer t")
     assert (status, body) == (200, {"k": 1}) and headers["x-streamiq-hops"] == "1"
     p = BALANCES.partition_of("zz", 3)
     assert frames == [b"%d 3 /v1/views/balances/keys/zz t\n" % p]
-    deps.coordinator.hop.http_only(other, 3600)  # an owner without the wire:
+    deps.coordinator.peers.hop.http_only(other, 3600)  # an owner without the wire:
     sent: list[tuple[str, str, dict[str, str]]] = []
 
     async def get(address: str, path: str, headers: dict[str, str]) -> HopReply:
@@ -83,7 +84,7 @@ async def test_lean_forward_goes_over_the_wire_with_the_raw_path(app: Any) -> No
         sent.append((address, frame))
         return HopReply(404, {}, b'{"code":"NOT_FOUND"}')  # a wire reply: no headers
 
-    deps.coordinator.hop.fetch = fetch
+    deps.coordinator.peers.hop.fetch = fetch
     await call(app, "/v1/views/balances/keys/a b/ü", forwarded=False)
     # a key with "/" is not a single path segment: the route answers, not the lean path
     assert sent == []
@@ -121,6 +122,16 @@ async def test_wire_lookup_answers_like_the_route(app: Any) -> None:
     status, body = answer(app.wire_lookup, 0, 3, b"/v1/views/order_counts_1m/keys/s1%7CGENERAL",
                           b"-")
     assert status == 400 and json.loads(body)["code"] == "BAD_REQUEST"  # windowed
+
+
+@pytest.mark.parametrize("decision", [Forward("127.0.0.1:2"), Redirect("127.0.0.1:2")])
+def test_wire_lookup_placed_elsewhere_is_an_internal_error(app: Any, decision: Any) -> None:
+    """A peer's lookup is answered here or refused; were placement to forward it, the
+    owner answers an explicit 500 naming the broken rule (not a silent pass under -O)."""
+    app.deps.coordinator.placement.place = lambda *a, **k: decision
+    status, body = wire_lookup(app, "a1")
+    assert status == 500 and body["code"] == "INTERNAL"
+    assert "forwarded lookup" in body["detail"] and type(decision).__name__ in body["detail"]
 
 
 async def test_a_failing_lean_path_falls_back_to_the_full_app(app: Any) -> None:
@@ -161,7 +172,7 @@ async def test_forwarding_choice_is_reused_until_a_hop_says_it_is_stale(
     async def hop(*_: Any) -> HopReply:
         return HopReply(status, {}, b'{"status":"NOT_ACTIVE"}' if status != 200 else b"{}")
 
-    deps.coordinator.hop.fetch = hop  # the lookup wire: the owner's answer
+    deps.coordinator.peers.hop.fetch = hop  # the lookup wire: the owner's answer
     for _ in range(2):
         got, _, _ = await call(app, "/v1/views/balances/keys/a1", forwarded=False)
         assert got == 200  # relayed, or answered by the full route after a 421 / 503

@@ -78,7 +78,7 @@ async def test_forwarded_lookup_relays_the_owner_reply(app: Any, server: int) ->
     async def hop(address: str, frame: bytes) -> HopReply:
         return HopReply(200, {}, b'{"k":1}')  # over the lookup wire: no headers
 
-    deps.coordinator.hop.fetch = hop
+    deps.coordinator.peers.hop.fetch = hop
     r, w = await asyncio.open_connection("127.0.0.1", server)
     w.write(get(A1) + get(A1))  # pipelined: the second waits for the first's hop
     for _ in range(2):
@@ -134,7 +134,7 @@ async def test_forwarded_lookups_reuse_a_pooled_hop_and_survive_a_dropped_one(
         return http_hop(address, *a, **k)
 
     deps.coordinator.peers.http_hop = spy  # HTTP hops: the pooled aiohttp session
-    deps.coordinator.hop.http_only(address, 3600)  # an owner without the lookup wire
+    deps.coordinator.peers.hop.http_only(address, 3600)  # an owner without the lookup wire
     r, w = await asyncio.open_connection("127.0.0.1", server)
     for n in (1, 2, 3):  # the first connects; the next ones go out on the pooled connection
         w.write(get(A1, "authorization: Bearer t"))
