@@ -110,17 +110,15 @@ class Answers:
     def read(self, view: View, key: str, p: int, here: Here) -> Read:
         """A key lookup this node answers from partition ``p``, as ``here`` says (its
         role and lag, for the stamp): the same bytes on every path. The stored row is
-        written as it is (not decoded and encoded again)."""
+        written as it is (an ``orjson.Fragment``: not decoded and encoded again)."""
         node = self.node
         raw = node.stores[view.name].get(p, key.encode())  # store_key of a keyed view
         if raw is None:
             return Read(404, not_found_body(view, key, p, self.stamp(view.name, p, here)))
-        # the stamp's fields written in place (no dict per lookup); a role is a plain word
-        return Read(200, b"".join((
-            b'{"view":', json_str(view.name), b',"key":', json_str(key),
-            b',"partition":', str(p).encode(), b',"value":', raw,
-            b',"served_by":', json_str(node.endpoint),
-            b',"role":"', here.role.encode(), b'","lag":', str(here.lag).encode(), b"}")))
+        # the stored row goes in as it is (checked JSON when it was materialized)
+        doc = {"view": view.name, "key": key, "partition": p, "value": orjson.Fragment(raw),
+               "served_by": node.endpoint, "role": here.role, "lag": here.lag}
+        return Read(200, orjson.dumps(doc))  # a key is valid Unicode (check_key)
 
     async def lookup(self, request: Request, view: View, key: str, max_lag: int | None,
                      position: str | None, wait_ms: int | None) -> Response:

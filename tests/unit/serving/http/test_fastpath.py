@@ -12,6 +12,7 @@ from conftest import call
 
 from streamiq.serving.cluster.placement import Forward, Redirect
 from streamiq.serving.cluster.wire import answer
+from streamiq.state.base import Checkpoint
 from streamiq.views.bank import BALANCES
 
 
@@ -224,3 +225,18 @@ async def test_a_missing_key_is_read_once_over_http(app: Any, serve_node: Any) -
         assert r.status_code == 404 and r.json()["code"] == "NOT_FOUND"
         assert store.gets == 1
         assert (await c.get("/account/a1")).status_code == 200 and store.gets == 2
+
+
+async def test_the_stored_row_is_answered_byte_for_byte(app: Any) -> None:
+    """The row goes into the answer as stored (an orjson.Fragment), not decoded and
+    encoded again: spacing and number spelling survive."""
+    stored = b'{"account": "a2", "balance": 1.50, "count": 1}'
+    p = BALANCES.partition_of("a2", 3)
+    app.deps.node.stores["balances"].apply(p, [(b"a2", stored)], Checkpoint(offset=2))
+    status, body, _ = await call(app, "/v1/views/balances/keys/a2", forwarded=True)
+    assert status == 200 and body["value"] == {"account": "a2", "balance": 1.5, "count": 1}
+    raw = app.deps.read(BALANCES, "a2", p, app.deps.coordinator.placement.place(
+        "balances", p, 0, True)).body
+    assert b',"value":' + stored + b',"served_by":' in raw
+    assert raw.startswith(b'{"view":"balances","key":"a2","partition":%d,' % p)
+
