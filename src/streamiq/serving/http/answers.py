@@ -7,7 +7,6 @@ view resolution, the same "who answered" stamp, the same 404 body for a missing 
 
 from __future__ import annotations
 
-from json.encoder import encode_basestring
 from typing import Any, NamedTuple
 
 import orjson
@@ -21,16 +20,7 @@ from streamiq.serving.cluster.placement import Forward, Here, Redirect, Refuse, 
 from streamiq.serving.node import Node
 from streamiq.views.base import View
 
-__all__ = ["Answers", "Read", "check_key", "json_str", "not_found_body"]
-
-
-def json_str(s: str) -> bytes:
-    """A JSON string, as ``encode_basestring(s).encode()`` writes it (orjson: the same
-    bytes, faster); a lone surrogate, which orjson refuses, raises as before."""
-    try:
-        return orjson.dumps(s)
-    except orjson.JSONEncodeError:
-        return encode_basestring(s).encode()
+__all__ = ["Answers", "Read", "check_key", "not_found_body"]
 
 
 def check_key(view: View, key: str, field: str = "key") -> None:

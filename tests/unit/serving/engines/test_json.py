@@ -1,16 +1,13 @@
-"""``loads_row`` returns and raises exactly what ``json.loads`` does, only faster;
-``json_str`` writes the same bytes as ``encode_basestring``."""
+"""``loads_row`` returns and raises exactly what ``json.loads`` does, only faster."""
 
 from __future__ import annotations
 
 import json
 import math
-from json.encoder import encode_basestring
 
 import pytest
 
 from streamiq.serving.engines._json import loads_row
-from streamiq.serving.http.answers import json_str
 
 
 @pytest.mark.parametrize("raw", [
@@ -52,15 +49,3 @@ def test_same_error_as_json_loads(raw: bytes) -> None:
         loads_row(raw)
     assert str(got.value) == str(expected.value)
 
-
-@pytest.mark.parametrize("s", ["balances", "caf\u00e9", 'q"b\\s', "\u2028\u2029\ufeff",
-                               "".join(chr(i) for i in range(0x80)), "\U0010ffff"])
-def test_json_str_same_bytes_as_encode_basestring(s: str) -> None:
-    assert json_str(s) == encode_basestring(s).encode()
-
-
-def test_json_str_lone_surrogate_raises_as_before() -> None:
-    with pytest.raises(UnicodeEncodeError):
-        encode_basestring("\ud800").encode()
-    with pytest.raises(UnicodeEncodeError):
-        json_str("\ud800")
