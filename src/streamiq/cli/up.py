@@ -88,6 +88,8 @@ def _parts(s: Settings, nodes: int, node_port: int) -> list[Part]:
            Part("pipeline", [*py, "pipeline", *_common(s), "--master", s.master,
                              "--checkpoint-dir", str(s.checkpoint_dir),
                              "--trigger-ms", str(s.trigger_ms),
+                             "--spark-config", json.dumps(s.spark_config),
+                             "--warmup" if s.warmup else "--no-warmup",
                              "--metrics-host", s.metrics_host,
                              "--metrics-port", str(s.metrics_port)],
                 f"Spark {s.master}", saw_ready_line)]

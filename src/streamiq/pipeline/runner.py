@@ -152,7 +152,8 @@ class Pipeline:
 
     def start(self) -> None:
         parts = self.ensure_topics()
-        self.warm_up()
+        if self.settings.warmup:
+            self.warm_up()
         self._register_listener()
         root = Path(self.settings.checkpoint_dir).resolve()
         seen: set[tuple[Any, ...]] = set()
@@ -396,7 +397,7 @@ def run_pipeline(settings: Settings) -> None:
     from streamiq.pipeline.session import spark_session
 
     spark = spark_session(settings.master, app_name=f"streamiq-{app.name}",
-                          shuffle_partitions=settings.partitions)
+                          shuffle_partitions=settings.partitions, **settings.spark_config)
     pipeline = Pipeline(spark, settings, app, stopping=stop)
     if settings.metrics and settings.metrics_port:
         pipeline.stats.serve(settings.metrics_host, settings.metrics_port)
