@@ -41,7 +41,7 @@ def _exact(doc: Any) -> bool:
     """No float in ``doc`` that may be an integer orjson widened past 64 bits."""
     t = type(doc)
     if t is float:
-        return -_BIG < doc < _BIG
+        return bool(-_BIG < doc < _BIG)
     if t is dict:
         values = doc.values()
     elif t is list:

@@ -13,6 +13,8 @@ from streamiq.config import Settings
 from streamiq.routing.memory import StaticMembership
 from streamiq.routing.router import Endpoint
 from streamiq.serving.cluster.coordinator import Coordinator, Params, Reply
+from streamiq.serving.cluster.placement import Here
+from streamiq.serving.engines.partials import MultiGetPartial
 
 ME, B, C = "127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"
 OWNER = {0: ME, 1: B, 2: C}
@@ -36,7 +38,8 @@ def make(handler: Any) -> tuple[Coordinator, list[str]]:
         partitions={"v": 3}, holds=lambda view, p: p == 0, lag=lambda view, p: 0 if p == 0 else -1)
     async def send(method: str, address: str, path: str, params: Params, body: Any,
                    headers: dict[str, str], timeout: float = 10.0) -> Reply:
-        return handler(Sent(address, path, params, headers))
+        reply: Reply = handler(Sent(address, path, params, headers))
+        return reply
 
     co = Coordinator(node, send=send)  # type: ignore[arg-type]
     return co, membership.suspected
@@ -61,18 +64,20 @@ async def test_gather_each_partition_once_auth_travels_dead_owner_missing() -> N
         seen.append(req)
         if req.address == C:
             raise ConnectionRefusedError("refused")
-        return Reply(200, {}, json.dumps({"partial": {"n": 1}, "not_active": []}).encode())
+        partial = {"found": {}, "keys": ["from a peer"]}
+        return Reply(200, {}, json.dumps({"partial": partial, "not_active": []}).encode())
 
     co, suspects = make(handler)
     locals_: list[list[int]] = []
 
-    async def local(held: list[int]) -> dict[str, Any]:
+    async def local(held: list[int]) -> MultiGetPartial:
         locals_.append(held)
-        return {"n": 0}
+        return {"found": {}, "keys": ["here"]}
 
     req = request(b"agg=sum(a)&agg=max(b)", {"authorization": "Bearer s3cret"})
     partials, missing, hops = await co.gather(req, "v", [0, 1, 2], 10, local)
-    assert sorted(p["n"] for p in partials) == [0, 1] and missing == [2] and hops == 1
+    assert sorted(k for p in partials for k in p["keys"]) == ["from a peer", "here"]
+    assert missing == [2] and hops == 1
     assert locals_ == [[0]] and suspects == [C]
     to_b = [r for r in seen if r.address == B]
     assert len(to_b) == 1
@@ -89,14 +94,14 @@ async def test_forwarded_requests_are_answered_locally_only() -> None:
 
     co, _ = make(handler)
 
-    async def local(held: list[int]) -> dict[str, Any]:
-        return {"held": held}
+    async def local(held: list[int]) -> MultiGetPartial:
+        return {"found": {}, "keys": [str(p) for p in held]}
 
     req = request(b"partitions=0,1", {"x-streamiq-forwarded": "1"})
     partials, missing, hops = await co.gather(req, "v", [0, 1], 10, local)
-    assert partials == [{"held": [0]}] and missing == [1] and hops == 0
+    assert partials == [{"found": {}, "keys": ["0"]}] and missing == [1] and hops == 0
 
-    async def one() -> Response:
+    async def one(here: Here) -> Response:
         return Response(status_code=421)
 
     resp = await co.route(req, "v", 1, 10, one)
@@ -115,7 +120,8 @@ def test_role_is_derived_from_membership_at_most_every_ttl() -> None:
         calls.append((view, p))
         return assigned[p]
 
-    co.node.router.assigned = assigned_to  # type: ignore[attr-defined]
+    router: Any = co.node.router
+    router.assigned = assigned_to
     assert [co.placement.role("v", p) for p in range(3)] == ["active", "standby", "previous"]
     assert co.placement.active_here("v", 0, 0) and not co.placement.active_here("v", 1, 0)
     assert len(calls) == 3  # one derivation for all the questions above

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from streamiq.config import Settings
-from streamiq.errors import PeerTimeout, PeerUnreachable
+from streamiq.errors import PeerError, PeerTimeout, PeerUnreachable
+from streamiq.serving.cluster.hop import HopReply
 from streamiq.serving.cluster.peers import Params, Peers, Reply
 from streamiq.serving.cluster.wire import WireUnsupported
 
@@ -21,6 +22,7 @@ def peers(reply: Any, suspects: list[str] | None = None) -> tuple[Peers, list[An
         sent.append((method, address, path, headers))
         if isinstance(reply, BaseException):
             raise reply
+        assert isinstance(reply, Reply)
         return reply
 
     return Peers(Settings(auth=False), "m", (suspects if suspects is not None else []).append,
@@ -41,7 +43,7 @@ async def test_one_http_hop_carries_the_mark_and_the_token() -> None:
 async def test_a_lookup_takes_the_http_hop_when_the_wire_is_refused() -> None:
     p, sent = peers(Reply(404, {}, b"no"))
 
-    async def no_wire(address: str, frame: bytes) -> Any:
+    async def no_wire(address: str, frame: bytes, timeout: float = 0) -> HopReply:
         raise WireUnsupported("HTTP/1.1 400")
 
     p.hop.fetch = no_wire  # type: ignore[method-assign]
@@ -54,7 +56,7 @@ async def test_a_lookup_takes_the_http_hop_when_the_wire_is_refused() -> None:
 @pytest.mark.parametrize(("exc", "kind", "suspect"), [
     (ConnectionRefusedError(), PeerUnreachable, True),
     (TimeoutError(), PeerTimeout, False)])
-async def test_transport_failures_are_peer_errors(exc: BaseException, kind: type,
+async def test_transport_failures_are_peer_errors(exc: BaseException, kind: type[PeerError],
                                                   suspect: bool) -> None:
     suspects: list[str] = []
     p, _ = peers(exc, suspects)
@@ -63,7 +65,7 @@ async def test_transport_failures_are_peer_errors(exc: BaseException, kind: type
     with pytest.raises(kind):
         await p.forward_lookup("b:1", None, b"/k", None)  # the lookup's HTTP hop
 
-    async def wire_fails(address: str, frame: bytes) -> Any:
+    async def wire_fails(address: str, frame: bytes, timeout: float = 0) -> HopReply:
         raise exc
 
     p.hop.fetch = wire_fails  # type: ignore[method-assign]

@@ -63,5 +63,6 @@ def test_the_full_route_walks_the_replicas_then_refuses_with_what_it_tried() -> 
 
 def test_a_restoring_active_owner_never_answers() -> None:
     pl = placement([ME], [B], held=False, lag=0)
-    pl.node.lag = lambda v, p: 0  # its lag is known, its restore not finished
+    node: Any = pl.node
+    node.lag = lambda v, p: 0  # its lag is known, its restore not finished
     assert pl.place("v", 0, 10, forwarded=False) == Forward(B)

@@ -7,7 +7,7 @@ import logging
 from typing import Any
 
 import pytest
-from conftest import call
+from nodeapp import call
 from waits import until
 
 from streamiq.serving.cluster.traffic import Traffic, log_summaries
@@ -76,12 +76,13 @@ def test_latencies_per_way_served_for_dashboards() -> None:
     from streamiq.serving.http.metrics import LABELS
 
     assert Traffic().latencies() == {}  # metrics off
-    t = Traffic(latency=Latency(LABELS))
+    latency = Latency(LABELS)
+    t = Traffic(latency=latency)
     for _ in range(99):
-        t.latency.observe(("lookup", "local"), 0.0002)  # in (0.0001, 0.00025]
-    t.latency.observe(("scan", "local"), 0.2)  # windows/scan merged into "local" too
-    t.latency.observe(("lookup", "forwarded"), 0.003)
-    t.latency.observe(("lookup", "peer"), 9.0)  # another node's query: not shown
+        latency.observe(("lookup", "local"), 0.0002)  # in (0.0001, 0.00025]
+    latency.observe(("scan", "local"), 0.2)  # windows/scan merged into "local" too
+    latency.observe(("lookup", "forwarded"), 0.003)
+    latency.observe(("lookup", "peer"), 9.0)  # another node's query: not shown
     got = t.latencies()
     assert set(got) == {"local", "forwarded", "fanout"}
     assert got["local"]["count"] == 100

@@ -113,7 +113,7 @@ async def test_an_owner_without_the_wire_gets_http_hops(app: Any, second_app: An
     owner = await serve_node(app, http="httptools")  # stock uvicorn: 400 to the preface
     entry = entry_for(second_app, owner)
     hop = entry.deps.coordinator.peers.hop
-    loop, connects = asyncio.get_running_loop(), []
+    loop, connects = asyncio.get_running_loop(), list[tuple[Any, ...]]()
     real_connect = loop.create_connection
 
     def connect(*a: Any, **k: Any) -> Any:  # the entry's connections (not the test's)

@@ -4,6 +4,7 @@ contract, tests/unit/state, holds it to what RocksDB does)."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -26,16 +27,18 @@ from streamiq.views.base import store_key
 from streamiq.views.orders import ORDER_COUNTS, ORDER_COUNTS_1M
 
 P = 3
+Orders = tuple[MemoryStore, dict[str, dict[str, Any]]]
 
 
 @pytest.fixture
-def orders() -> tuple[MemoryStore, dict[str, dict[str, object]]]:
+def orders() -> Orders:
     store = MemoryStore()
-    truth: dict[str, dict[str, object]] = {}
+    truth: dict[str, dict[str, Any]] = {}
     puts: dict[int, list[tuple[bytes, bytes | None]]] = {p: [] for p in range(P)}
     for s in range(20):
         for t in ("GENERAL", "RESTAURANT"):
-            row = {"store": f"s{s:02d}", "type": t, "count": s + 1, "revenue": 2.5 * s}
+            row: dict[str, Any] = {"store": f"s{s:02d}", "type": t, "count": s + 1,
+                                   "revenue": 2.5 * s}
             key = ORDER_COUNTS.key_of(row)
             truth[key] = row
             puts[ORDER_COUNTS.partition_of(key, P)].append((key.encode(), json.dumps(row).encode()))
@@ -44,7 +47,7 @@ def orders() -> tuple[MemoryStore, dict[str, dict[str, object]]]:
     return store, truth
 
 
-def test_scan_pages_merge_in_key_order(orders: tuple[MemoryStore, dict]) -> None:
+def test_scan_pages_merge_in_key_order(orders: Orders) -> None:
     store, truth = orders
     seen: list[str] = []
     after = None
@@ -59,7 +62,7 @@ def test_scan_pages_merge_in_key_order(orders: tuple[MemoryStore, dict]) -> None
     assert seen == sorted(k for k in truth if k.startswith("s0"))
 
 
-def test_scan_range_bounds(orders: tuple[MemoryStore, dict]) -> None:
+def test_scan_range_bounds(orders: Orders) -> None:
     store, truth = orders
     rng = KeyRange.build("s05", "s07|RESTAURANT")
     rows, cursor = merge_rows(ORDER_COUNTS, [scan_partitions(ORDER_COUNTS, store, range(P),
@@ -74,7 +77,7 @@ def test_bad_cursor(bad: str) -> None:
         decode_cursor("order_counts", bad)
 
 
-def test_aggregate_partials_merge_exactly(orders: tuple[MemoryStore, dict]) -> None:
+def test_aggregate_partials_merge_exactly(orders: Orders) -> None:
     store, truth = orders
     cols = parse_group_by(ORDER_COUNTS, ["type"])
     aggs = parse_aggs(ORDER_COUNTS, ["sum(count)", "avg(revenue)", "min(store)", "count(*)"])

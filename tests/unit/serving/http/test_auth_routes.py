@@ -11,8 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ME, call, make_app
-from test_dashboard_events import _Stream
+from nodeapp import ME, EventStream, call, make_app
 
 from streamiq.auth import hop_mark, mint
 from streamiq.config import Settings
@@ -96,7 +95,7 @@ def test_the_owner_checks_the_token_of_a_wire_lookup(app: Any) -> None:
 
 B, C = "127.0.0.1:2", "127.0.0.1:3"
 _HELD = {"0": {"offset": 4, "lag": 0, "restored": 1}}
-META = {"nodes": [
+META: dict[str, Any] = {"nodes": [
     {"endpoint": ME, "self": True, "started_at": 1.0, "partitions": {"balances": _HELD}},
     {"endpoint": B, "self": False, "started_at": 1.0,
      "partitions": {"balances": _HELD, "order_counts": _HELD}},
@@ -105,7 +104,7 @@ META = {"nodes": [
                   {"address": ME, "role": "active", "lag": 0}]}},
               "order_counts": {"0": {"assigned": [B, C], "replicas": [
                   {"address": B, "role": "active", "lag": 0}]}}}}
-HEALTH = {"faults": {"materializer": 2}, "down": [], "failed": None,
+HEALTH: dict[str, Any] = {"faults": {"materializer": 2}, "down": [], "failed": None,
           "refused_views": {"secret_view": "too big"}}
 
 
@@ -156,7 +155,7 @@ async def test_a_view_scoped_token_sees_the_metadata_of_its_views_only(meta_app:
     assert set(pipeline["views"]) == {"order_counts"} and "skipped" not in pipeline
     text = json.dumps([views, cluster, snap, pipeline])
     assert "balances" not in text and "secret_view" not in text
-    stream = _Stream(meta_app, auth.encode())  # the event stream: the same cut
+    stream = EventStream(meta_app, auth.encode())  # the event stream: the same cut
     await asyncio.wait_for(stream.first.wait(), 5)
     (frame,) = stream.frames()
     await stream.leave()
@@ -180,7 +179,7 @@ async def test_the_cluster_scope_sees_everything(meta_app: Any, auth: str) -> No
 
 async def test_streams_of_different_scopes_get_their_own_frames(meta_app: Any) -> None:
     """Frames are shared by streams that see the same views, never across scopes."""
-    streams = [_Stream(meta_app, a.encode()) for a in (*ORDERS_ONLY, *EVERYTHING)]
+    streams = [EventStream(meta_app, a.encode()) for a in (*ORDERS_ONLY, *EVERYTHING)]
     await asyncio.wait_for(asyncio.gather(*(s.first.wait() for s in streams)), 5)
     frames = [s.frames()[0] for s in streams]
     for s in streams:

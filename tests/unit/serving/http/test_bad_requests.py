@@ -8,7 +8,7 @@ from urllib.parse import unquote
 
 import httpx
 import pytest
-from conftest import call
+from nodeapp import call
 
 from streamiq.serving.cluster.wire import answer
 from streamiq.state.base import Checkpoint

@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import ME, make_app
+from nodeapp import ME, EventStream, make_app
 
 from streamiq.serving.http.dashboard import MAX_STREAMS
 
@@ -58,51 +58,9 @@ async def test_pipeline_progress_alone(app: Any) -> None:
                    "skipped": 1}
 
 
-class _Stream:
-    """One client of ``/v1/events``, driven at the ASGI level: it reads until it is
-    told to leave, then the server sees the disconnect."""
-
-    def __init__(self, app: Any, auth: bytes | None = None) -> None:
-        self.messages: list[dict[str, Any]] = []
-        self.first = asyncio.Event()
-        self.gone = asyncio.Event()
-        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
-                 "method": "GET", "scheme": "http", "path": "/v1/events",
-                 "raw_path": b"/v1/events", "query_string": b"", "root_path": "",
-                 "headers": [(b"host", b"n")] + ([(b"authorization", auth)] if auth else []),
-                 "client": ("127.0.0.1", 1),
-                 "server": ("127.0.0.1", 2)}
-        self.task = asyncio.create_task(app(scope, self._receive, self._send))
-        self._asked = False
-
-    async def _receive(self) -> dict[str, Any]:
-        if not self._asked:
-            self._asked = True
-            return {"type": "http.request", "body": b"", "more_body": False}
-        await self.gone.wait()
-        return {"type": "http.disconnect"}
-
-    async def _send(self, m: dict[str, Any]) -> None:
-        self.messages.append(m)
-        if (m["type"] == "http.response.body" and m.get("body")) or m.get("status", 200) != 200:
-            self.first.set()
-
-    @property
-    def status(self) -> int:
-        return int(self.messages[0]["status"])
-
-    def frames(self) -> list[dict[str, Any]]:
-        raw = b"".join(m.get("body", b"") for m in self.messages[1:]).decode()
-        return [json.loads(f[len("data: "):]) for f in raw.split("\n\n") if f]
-
-    async def leave(self) -> None:
-        self.gone.set()
-        await asyncio.wait_for(self.task, 5)
-
-
 async def test_events_stream_snapshots_and_ends_when_the_client_leaves(app: Any) -> None:
     before = len(asyncio.all_tasks())
-    s = _Stream(app)
+    s = EventStream(app)
     await asyncio.wait_for(s.first.wait(), 5)
     assert s.status == 200
     headers = dict(s.messages[0]["headers"])
@@ -114,18 +72,18 @@ async def test_events_stream_snapshots_and_ends_when_the_client_leaves(app: Any)
 
 
 async def test_at_most_max_streams_then_overloaded_and_slots_come_back(app: Any) -> None:
-    streams = [_Stream(app) for _ in range(MAX_STREAMS)]
+    streams = [EventStream(app) for _ in range(MAX_STREAMS)]
     await asyncio.wait_for(asyncio.gather(*(s.first.wait() for s in streams)), 5)
     assert {s.status for s in streams} == {200}
     # every stream sends the same frame: one snapshot per period however many read
     assert len({json.dumps(s.frames()[0]) for s in streams}) == 1
-    extra = _Stream(app)
+    extra = EventStream(app)
     await asyncio.wait_for(extra.task, 5)
     assert extra.status == 503
     assert json.loads(extra.messages[1]["body"])["code"] == "OVERLOADED"
     for s in streams:
         await s.leave()
-    again = [_Stream(app) for _ in range(MAX_STREAMS)]
+    again = [EventStream(app) for _ in range(MAX_STREAMS)]
     await asyncio.wait_for(asyncio.gather(*(s.first.wait() for s in again)), 5)
     assert {s.status for s in again} == {200}
     for s in again:

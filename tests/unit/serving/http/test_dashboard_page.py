@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
-from conftest import make_app
+from nodeapp import make_app
 
 from streamiq.config import Settings
 

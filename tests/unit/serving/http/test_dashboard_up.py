@@ -10,8 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import call, make_app
-from test_dashboard_events import _Stream
+from nodeapp import EventStream, call, make_app
 
 from streamiq.auth import mint
 from streamiq.config import Settings
@@ -24,7 +23,7 @@ PARTS = [{"name": "ingest", "where": "http://127.0.0.1:8000", "ready": False, "r
          {"name": "node:9001", "where": "http://127.0.0.1:9001", "ready": True,
           "restarts": 0, "crash_looping": False, "last_exit": None, "restart_in_s": None,
           "restart_at": None}]
-SHOWN = {"updated": 1764099990.0, "parts": [
+SHOWN: dict[str, Any] = {"updated": 1764099990.0, "parts": [
     {"name": "ingest", "ready": False, "restarts": 5, "crash_looping": True,
      "last_exit": "code 1 at 21:40:11", "restart_at": 1764100000.5},
     {"name": "node:9001", "ready": True, "restarts": 0, "crash_looping": False,
@@ -69,7 +68,7 @@ async def test_the_cluster_scope_sees_the_parts_of_up(tmp_path: Path, state: Pat
     _up_json(state)
     app = _app(tmp_path)
     assert (await _snapshot(app, token))["up"] == SHOWN
-    stream = _Stream(app, f"Bearer {token}".encode())  # the event stream: the same
+    stream = EventStream(app, f"Bearer {token}".encode())  # the event stream: the same
     await asyncio.wait_for(stream.first.wait(), 5)
     (frame,) = stream.frames()
     await stream.leave()
@@ -81,7 +80,7 @@ async def test_a_token_for_some_views_does_not_see_them(tmp_path: Path, state: P
     app = _app(tmp_path)
     snap = await _snapshot(app, ONE_VIEW)
     assert "up" not in snap and "ingest" not in json.dumps(snap)
-    stream = _Stream(app, f"Bearer {ONE_VIEW}".encode())
+    stream = EventStream(app, f"Bearer {ONE_VIEW}".encode())
     await asyncio.wait_for(stream.first.wait(), 5)
     (frame,) = stream.frames()
     await stream.leave()

@@ -8,7 +8,7 @@ from urllib.parse import quote
 
 import httpx
 import pytest
-from conftest import call
+from nodeapp import call
 
 from streamiq.serving.cluster.placement import Forward, Redirect
 from streamiq.serving.cluster.wire import answer
@@ -189,7 +189,8 @@ class CountingStore:
 
     def get(self, p: int, key: bytes) -> bytes | None:
         self.gets += 1
-        return self.store.get(p, key)
+        row: bytes | None = self.store.get(p, key)
+        return row
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.store, name)

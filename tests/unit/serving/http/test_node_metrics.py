@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import call, make_app
+from nodeapp import call, make_app
 
 from streamiq.config import Settings
 from streamiq.serving.http.metrics import query_of, served_of
