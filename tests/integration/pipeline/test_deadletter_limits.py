@@ -1,7 +1,8 @@
 """Validation expressions on hostile values, and the views' plans on what passes them.
 
-Runs Spark (the session fixture of tests/conftest.py), batch frames shaped like the
-source's rows: run under the shared lock. Each test fails on the code before the bounds:
+Runs Spark (the session fixture of tests/conftest.py, shared with the other in-process
+Spark tests of a worker: an integration test, not a unit one), batch frames shaped like
+the source's rows. Each test fails on the code before the bounds:
 out-of-range values were valid (so the plan raised Spark's ANSI overflow) and NaN or
 Infinity amounts were aggregated.
 """
@@ -20,6 +21,8 @@ from streamiq.pipeline.source import schema_ddl
 from streamiq.views import bank, orders
 from streamiq.views.base import View
 from streamiq.views.limits import MAX_AMOUNT, MAX_TS_MS
+
+pytestmark = pytest.mark.integration
 
 I64_MAX, I64_MIN = 2**63 - 1, -(2**63)
 TS = 1_700_000_000_000
