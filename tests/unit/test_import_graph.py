@@ -208,3 +208,15 @@ def test_engines_know_no_transport() -> None:
     assert not libs & {"fastapi", "starlette", "uvicorn", "aiohttp", "httpx"}, libs
     assert not any(m.startswith(("streamiq.serving.http", "streamiq.serving.cluster"))
                    for m in reached), reached
+
+
+def test_the_query_layer_needs_no_web_framework() -> None:
+    """The query layer (typed queries in, typed answers out) is callable by any front end:
+    its modules import no web framework and reach nothing of the HTTP front end."""
+    modules = _modules()
+    layer = [m for m in modules if m.startswith("streamiq.serving.query.")]
+    assert layer
+    libs = set().union(*(_third_party(modules[m]) for m in layer))
+    assert not libs & {"fastapi", "starlette", "uvicorn"}, libs
+    reached = set().union(*(_reaches(m) for m in layer))
+    assert not any(m.startswith("streamiq.serving.http") for m in reached), reached

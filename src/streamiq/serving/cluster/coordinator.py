@@ -15,20 +15,15 @@ import asyncio
 import logging
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, AnyStr
-from urllib.parse import quote
+from typing import AnyStr, NamedTuple, TypeVar
 
-from fastapi import Request, Response
-from fastapi.responses import RedirectResponse
-
-from streamiq._http import error_response
 from streamiq.errors import BadRequest, PeerError
 from streamiq.routing.router import Endpoint
 from streamiq.serving.cluster.gate import Gate
 from streamiq.serving.cluster.peers import (
-    FORWARD_SLACK_S,
     FORWARDED,
     TRANSPORT_ERRORS,
+    Ask,
     Params,
     Peers,
     Reply,
@@ -43,14 +38,14 @@ from streamiq.serving.node import Node
 
 # FORWARDED, TRANSPORT_ERRORS, Params, Reply, hop_headers, peer_error: from peers.py
 __all__ = ["FORWARDED", "HOPS", "SERVED_BY", "TRANSPORT_ERRORS", "Coordinator", "Params",
-           "Reply", "hop_headers", "peer_error", "relayed_headers"]
+           "Relayed", "Reply", "hop_headers", "peer_error", "relayed_headers"]
 
 log = logging.getLogger("streamiq.routing")
 
 HOPS = "x-streamiq-hops"
 SERVED_BY = "x-streamiq-served-by"
 
-LocalCall = Callable[[Here], Awaitable[Response]]
+T = TypeVar("T")
 
 
 def relayed_headers(headers: Mapping[AnyStr, AnyStr], prefix: AnyStr, hops: AnyStr
@@ -60,19 +55,21 @@ def relayed_headers(headers: Mapping[AnyStr, AnyStr], prefix: AnyStr, hops: AnyS
     return [(k, v) for k, v in headers.items() if k.startswith(prefix) and k != hops]
 
 
-def raw_path(request: Request) -> str:
-    """The path as the client wrote it, percent-encoding and all (a key may hold
-    ``%2F``: ``serving/http/paths.py``), for the same request to a peer."""
-    raw = request.scope.get("raw_path")
-    return raw.decode("latin-1") if raw else quote(request.url.path)
+class Relayed(NamedTuple):
+    """A one-partition query a replica answered: its reply, relayed as it came."""
+
+    address: str
+    reply: Reply
 
 
 class Coordinator:
-    """Carries a request where it is answered, made of one part per job: the
+    """Carries a query where it is answered, made of one part per job: the
     authentication gate (``gate.py``), the calls to peers (``peers.py``), the placement
     (``placement.py``), the admission of peers' requests (``peer_slots``) and the
     traffic counts (``traffic.py``). Callers use the parts themselves
-    (``coordinator.gate.check``, ``coordinator.peers.hop``, ``coordinator.placement.role``)."""
+    (``coordinator.gate.check``, ``coordinator.peers.hop``, ``coordinator.placement.role``).
+    It knows no web framework: what it asks peers is an ``Ask`` rendered from the typed
+    query (``serving/query/``)."""
 
     def __init__(self, node: Node, send: Send | None = None) -> None:
         self.node = node
@@ -97,75 +94,39 @@ class Coordinator:
             self._summaries.cancel()
         await self.peers.close()
 
-    def budget(self, request: Request) -> float:
-        """Seconds a forwarded request may take: its own position wait plus slack."""
-        if "position" not in request.query_params:
-            return FORWARD_SLACK_S
-        raw = request.query_params.get("wait_ms")
-        wait_ms = int(raw) if raw and raw.isdigit() else self.node.settings.wait_timeout_ms
-        return wait_ms / 1000 + FORWARD_SLACK_S
-
-    async def _call(self, address: str, request: Request, params: Params,
-                    body: Any = None) -> Reply:
-        """Ask a peer the client's request; raises ``PeerError``."""
-        return await self.peers.send(request.method, address, raw_path(request), params, body,
-                                     request.headers.get("authorization"),
-                                     self.budget(request))
-
     # -- one partition (key lookups, a key's windows) --
-    async def route(self, request: Request, view: str, partition: int, max_lag: int,
-                    local: LocalCall, body: Any = None) -> Response:
-        """Answer where ``Placement.place`` says: here (``local``), forwarded to one
-        replica after another (a 421 or an unreachable one: the next), redirected, or
-        refused (421 to a peer, 503)."""
-        forwarded = self.gate.is_forwarded(request)
+    async def route(self, ask: Ask, forwarded: bool, view: str, partition: int, max_lag: int,
+                    local: Callable[[Here], Awaitable[T]]) -> T | Relayed | Redirect | Refuse:
+        """Answer where ``Placement.place`` says: here (``local``'s answer), forwarded to
+        one replica after another (a 421 or an unreachable one: the next; the reply
+        ``Relayed``), or the ``Redirect`` or ``Refuse`` (421 to a peer, 503) decided."""
         tried: list[str] = []
         while True:
             d = self.placement.place(view, partition, max_lag, forwarded, tried)
             if isinstance(d, Here):
-                if forwarded:
-                    async with self.peer_slots:  # requests served for peers at once
-                        resp = await local(d)
-                else:
-                    resp = await local(d)
-                resp.headers[HOPS] = "0"
-                return resp
-            if isinstance(d, Refuse):
-                resp = error_response(d.error)
-                if forwarded:
-                    resp.headers[HOPS] = "0"
-                return resp
-            if isinstance(d, Redirect):
-                target = f"{self.peers.scheme}://{d.address}{raw_path(request)}"
-                if request.url.query:
-                    target += "?" + request.url.query
-                return RedirectResponse(target, status_code=307)
+                if not forwarded:
+                    return await local(d)
+                async with self.peer_slots:  # requests served for peers at once
+                    return await local(d)
+            if isinstance(d, Redirect | Refuse):
+                return d
             try:
-                r = await self._call(d.address, request, request.query_params.multi_items(),
-                                     body)
+                r = await self.peers.send(d.address, ask)
             except PeerError as err:
                 self.peers.unreachable(err)
                 continue
             if r.status_code == 421:
                 continue
             self.traffic.forwarded_to(d.address)
-            headers = dict(relayed_headers(r.headers, "x-streamiq-", HOPS))
-            headers[HOPS] = "1"
-            return Response(r.content, r.status_code, headers=headers,
-                            media_type=r.headers.get("content-type"))
+            return Relayed(d.address, r)
 
     # -- many partitions (scatter-gather) --
-    async def gather(self, request: Request, view: str, partitions: Sequence[int], max_lag: int,
-                     local: Callable[[list[int]], Awaitable[P]],
-                     params: Params | None = None,
-                     body: Callable[[list[int]], Any] | None = None
+    async def gather(self, ask: Ask, forwarded: bool, view: str, partitions: Sequence[int],
+                     max_lag: int, local: Callable[[list[int]], Awaitable[P]]
                      ) -> tuple[list[P], list[int], int]:
-        """Answer each partition exactly once; return (partials, missing, hops)."""
-        # a list of pairs keeps repeated parameters (agg=...&agg=...)
-        params = [(k, v) for k, v in (params if params is not None
-                                      else request.query_params.multi_items())
-                  if k != "partitions"]
-        if self.gate.is_forwarded(request):
+        """Answer each partition exactly once; return (partials, missing, hops). A
+        ``forwarded`` query (a peer's) is answered here only, for what this node holds."""
+        if forwarded:
             self.traffic.for_peers += 1
             async with self.peer_slots:
                 held = [p for p in partitions if self.node.holds(view, p)]
@@ -180,8 +141,7 @@ class Coordinator:
         for _attempt in range(3):
             plan = self._plan(view, pending, max_lag, excluded)
             unplanned = [p for p in pending if not any(p in ps for ps in plan.values())]
-            calls = [self._gather_one(view, addr, ps, request, params, body, local)
-                     for addr, ps in plan.items()]
+            calls = [self._gather_one(view, addr, ps, ask, local) for addr, ps in plan.items()]
             results = await asyncio.gather(*calls)
             pending = unplanned
             for addr, (got, not_done) in zip(plan, results, strict=True):
@@ -209,17 +169,15 @@ class Coordinator:
                 plan[choice.address].append(p)
         return dict(plan)
 
-    async def _gather_one(self, view: str, address: str, parts: list[int], request: Request,
-                          params: Params, body: Callable[[list[int]], Any] | None,
+    async def _gather_one(self, view: str, address: str, parts: list[int], ask: Ask,
                           local: Callable[[list[int]], Awaitable[P]]
                           ) -> tuple[P | None, list[int]]:
         if address == self.node.endpoint:
             held = [p for p in parts if self.node.holds(view, p)]
             part = await local(held)
             return part, [p for p in parts if p not in held]
-        q = [*params, ("partitions", ",".join(map(str, parts)))]
         try:
-            r = await self._call(address, request, q, body(parts) if body else None)
+            r = await self.peers.send(address, ask, parts)
         except PeerError as err:
             self.peers.unreachable(err)
             return None, parts

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
@@ -28,8 +28,8 @@ from streamiq.serving.cluster.hop import HopClient, HopReply
 from streamiq.serving.cluster.wire import WireUnsupported
 from streamiq.serving.engines._json import loads_row
 
-__all__ = ["CONNECTION_LOST", "FORWARDED", "FORWARD_SLACK_S", "TRANSPORT_ERRORS", "Params",
-           "Peers", "Reply", "Send", "hop_headers", "peer_error"]
+__all__ = ["CONNECTION_LOST", "FORWARDED", "FORWARD_SLACK_S", "TRANSPORT_ERRORS", "Ask",
+           "Params", "Peers", "Reply", "Send", "hop_headers", "peer_error"]
 
 log = logging.getLogger("streamiq.routing")
 
@@ -74,6 +74,22 @@ class Reply:
         return loads_row(self.content)  # a peer's partial answer: json.loads's value
 
 
+@dataclass(frozen=True)
+class Ask:
+    """What a node asks its peers for a query, rendered from the typed query
+    (``serving/query/``), never copied from an incoming request: ``method``, ``path``
+    (percent-encoded), the query ``params`` (a scatter-gather adds ``partitions``), the
+    JSON ``body`` for a list of partitions, the client's ``authorization`` (the owner
+    checks it again) and the seconds the peer may take (``timeout``)."""
+
+    method: str
+    path: str
+    params: Params = field(default_factory=list)
+    body: Callable[[list[int]], Any] | None = None
+    authorization: str | None = None
+    timeout: float = FORWARD_SLACK_S
+
+
 #: how a peer is asked over HTTP: (method, address, path, params, JSON body, headers,
 #: timeout) -> its reply; the pooled aiohttp session unless a test gives another
 Send = Callable[[str, str, str, Params, Any, dict[str, str], float], Awaitable[Reply]]
@@ -111,13 +127,18 @@ class Peers:
         if self._session is not None:
             await self._session.close()
 
-    async def send(self, method: str, address: str, path: str, params: Params, body: Any,
-                   authorization: str | None, timeout: float) -> Reply:
-        """The one HTTP hop: ``path`` as the client wrote it, marked forwarded, with the
-        client's Authorization. Raises ``PeerError``."""
+    async def send(self, address: str, ask: Ask, partitions: list[int] | None = None
+                   ) -> Reply:
+        """The one HTTP hop: ``ask`` marked forwarded, with the client's Authorization;
+        for a scatter-gather, the ``partitions`` the peer answers (a parameter, and the
+        body made for them). Raises ``PeerError``."""
+        params, body = ask.params, None
+        if partitions is not None:
+            params = [*params, ("partitions", ",".join(map(str, partitions)))]
+            body = ask.body(partitions) if ask.body else None
         try:
-            return await self._send(method, address, path, params, body,
-                                    hop_headers(self.mark, authorization), timeout)
+            return await self._send(ask.method, address, ask.path, params, body,
+                                    hop_headers(self.mark, ask.authorization), ask.timeout)
         except TRANSPORT_ERRORS as exc:
             raise peer_error(address, exc) from exc
 

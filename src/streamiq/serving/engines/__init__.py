@@ -2,8 +2,8 @@
 
 Range, prefix and window scans with their cursors (``scan.py``), group-by aggregates
 (``aggregate.py``), the typed partial results nodes exchange in a scatter-gather
-(``partials.py``) and the fast decoding of stored rows (``_json.py``). The HTTP routes
-call them today; any other front end (SQL) can call them the same way.
+(``partials.py``) and the fast decoding of stored rows (``_json.py``). The query layer
+(``serving/query/``) calls them for every front end (HTTP routes, SQL).
 """
 
 __all__: list[str] = []

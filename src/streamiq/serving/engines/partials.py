@@ -5,7 +5,7 @@ partitions (``X-Streamiq-Forwarded: 1`` and ``partitions=...``); the replica ans
 ``GatherReply``: its partial, and the partitions it was asked for but cannot answer
 (the entry asks another replica for those). A partial's shape is its query's: the
 engine that makes it (``engines/scan.py``, ``engines/aggregate.py``, the multi-get in
-``http/queries.py``) and the merge that reads it share the type below.
+``query/run.py``) and the merge that reads it share the type below.
 """
 
 from __future__ import annotations

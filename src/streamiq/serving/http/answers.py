@@ -1,141 +1,102 @@
-"""How a node answers: the key lookup and the helpers every query route shares.
+"""How a node answers over HTTP: a request parsed into a typed query, the query layer's
+answer rendered as JSON.
 
-The HTTP routes (``serving/http/app.py``, ``serving/http/queries.py``) and the lean path and
-lookup wire (``serving/http/fastpath.py``) all answer through an ``Answers``: the same
-view resolution, the same "who answered" stamp, the same 404 body for a missing key.
+``Answers`` is the query layer (``serving/query/``: ``Queries``) plus what only HTTP
+needs: the caller of a request (its Authorization, the forwarded mark, a peer's
+``partitions``), and the responses of a one-partition answer (here, a replica's reply
+relayed, a 307, a refusal) and of a scatter-gather. The HTTP routes
+(``serving/http/app.py``, ``serving/http/queries.py``), the lean path and the lookup
+wire (``serving/http/fastpath.py``) all answer through it.
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from collections.abc import Callable
+from typing import Any, TypeVar
+from urllib.parse import quote
 
-import orjson
 from fastapi import Request, Response
+from fastapi.responses import JSONResponse, RedirectResponse
 
+from streamiq._http import error_response
 from streamiq.auth import Principal
-from streamiq.errors import PROBLEM_JSON, BadRequest, NotActive, NotFound, NotUpToBound, UnknownView
-from streamiq.serving.changelog.consistency import Token, parse_tokens
-from streamiq.serving.cluster.coordinator import SERVED_BY, Coordinator
-from streamiq.serving.cluster.placement import Forward, Here, Redirect, Refuse, not_held
-from streamiq.serving.node import Node
-from streamiq.views.base import View
+from streamiq.errors import PROBLEM_JSON
+from streamiq.serving.cluster.coordinator import HOPS, SERVED_BY, Relayed, relayed_headers
+from streamiq.serving.cluster.placement import Redirect, Refuse
+from streamiq.serving.engines.partials import GatherReply, P
+from streamiq.serving.query.model import Caller, Gathered, Lookup, PeerPart, Read
+from streamiq.serving.query.run import One, Queries
 
-__all__ = ["Answers", "Read", "check_key", "not_found_body"]
+__all__ = ["Answers", "raw_path"]
 
-
-def check_key(view: View, key: str, field: str = "key") -> None:
-    """A key ``view`` can hold, or a 400 naming ``field`` and what is wrong (empty, the
-    wrong columns, too long, not valid Unicode)."""
-    if not key:
-        raise BadRequest(f"{field}: the key is empty (a {view.name!r} key has the form "
-                         f"{'|'.join(view.key_columns)!r})", field=field)
-    try:
-        view.parse_key(key)
-    except ValueError as exc:
-        raise BadRequest(f"{field}: {exc}", field=field) from None
+R = TypeVar("R")
+T = TypeVar("T")
 
 
-class Answers:
-    """How this node answers a request: resolves the view, parses position tokens,
-    stamps who answers, waits for a position and answers a key lookup (routing it
-    through the coordinator). The HTTP routes, the lean path and the wire use it."""
+def raw_path(request: Request) -> str:
+    """The path as the client wrote it, percent-encoding and all (a key may hold
+    ``%2F``: ``serving/http/paths.py``), for a redirect to a replica."""
+    raw = request.scope.get("raw_path")
+    return raw.decode("latin-1") if raw else quote(request.url.path)
 
-    def __init__(self, node: Node, coordinator: Coordinator) -> None:
-        self.node = node
-        self.coordinator = coordinator
 
-    def view(self, name: str) -> View:
-        v = self.node.views.get(name)
-        if v is None:
-            raise UnknownView(f"no view named {name!r}", views=sorted(self.node.views))
-        return v
+class Answers(Queries):
+    """The query layer, answering HTTP requests."""
 
     def who(self, request: Request) -> Principal:
         """The caller (its token was checked before the route ran; cached)."""
         return self.coordinator.gate.auth.principal(request.headers.get("authorization"))
 
-    def max_lag(self, value: int | None) -> int:
-        return self.node.settings.max_lag if value is None else value
+    def caller(self, request: Request, partitions: str | None = None) -> Caller:
+        """Who asks: the client's Authorization; a peer (forwarded mark, checked) asks
+        for explicit ``partitions``."""
+        return Caller(request.headers.get("authorization"),
+                      self.coordinator.gate.is_forwarded(request), partitions)
+
+    async def lookup_response(self, request: Request, q: Lookup) -> Response:
+        """A key lookup's full route: 200 and the row, or 404 and its problem document."""
+        caller = self.caller(request)
+
+        def here(read: Read) -> Response:
+            return Response(read.body, read.status, headers={SERVED_BY: self.node.endpoint},
+                            media_type="application/json" if read.status == 200
+                            else PROBLEM_JSON)
+
+        return self.one(request, caller, await self.lookup(q, caller), here)
+
+    def one(self, request: Request, caller: Caller, answer: T | One,
+            here: Callable[[T], Response]) -> Response:
+        """The response of a one-partition answer: ``here``'s rendering of this node's
+        answer, a replica's reply relayed (hops 1), a 307 or the refusal."""
+        if isinstance(answer, Relayed):
+            r = answer.reply
+            headers = dict(relayed_headers(r.headers, "x-streamiq-", HOPS))
+            headers[HOPS] = "1"
+            return Response(r.content, r.status_code, headers=headers,
+                            media_type=r.headers.get("content-type"))
+        if isinstance(answer, Redirect):
+            target = f"{self.coordinator.peers.scheme}://{answer.address}{raw_path(request)}"
+            if request.url.query:
+                target += "?" + request.url.query
+            return RedirectResponse(target, status_code=307)
+        if isinstance(answer, Refuse):
+            refused = error_response(answer.error)
+            if caller.forwarded:
+                refused.headers[HOPS] = "0"
+            return refused
+        resp = here(answer)
+        resp.headers[HOPS] = "0"
+        return resp
 
     @staticmethod
-    def tokens(raw: str | None) -> list[Token]:
-        if not raw:
-            return []
-        try:
-            return parse_tokens(raw)
-        except ValueError as exc:
-            raise BadRequest(f"position: {exc}") from None
-
-    def wait_s(self, wait_ms: int | None) -> float:
-        return (self.node.settings.wait_timeout_ms if wait_ms is None else wait_ms) / 1000
-
-    def stamp(self, view: str, partition: int, here: Here | None = None) -> dict[str, Any]:
-        """Who answers: this node, its role for the partition and its lag (as placed)."""
-        if here is None:
-            role = self.coordinator.placement.role(view, partition)
-            here = Here(role, self.node.lag(view, partition))
-        return {"served_by": self.node.endpoint, "role": here.role, "lag": here.lag}
-
-    def not_held(self, view: str, partition: int) -> NotActive:
-        return not_held(self.node.endpoint, view, partition)
-
-    async def check_position(self, view: str, partition: int, tokens: list[Token],
-                             wait_s: float) -> None:
-        if tokens and not await self.node.wait_position(view, partition, tokens, wait_s):
-            raise NotUpToBound(f"{self.node.endpoint} has not reflected the position within "
-                               f"{wait_s:.3f}s", partition=partition,
-                               served_by=self.node.endpoint)
-
-    def decide(self, view: View, key: str, p: int, forwarded: bool, max_lag: int
-               ) -> Read | Forward | Redirect | Refuse:
-        """The one decision of a key lookup (``Placement.place``), with the store read
-        once when this node answers: ``Read`` (200 and the row, or 404 and its problem
-        document), else where it goes or why it is refused. The lean path and the
-        lookup wire answer with it; the full route walks the same placement."""
-        d = self.coordinator.placement.place(view.name, p, max_lag, forwarded)
-        if isinstance(d, Here):
-            return self.read(view, key, p, d)
-        return d
-
-    def read(self, view: View, key: str, p: int, here: Here) -> Read:
-        """A key lookup this node answers from partition ``p``, as ``here`` says (its
-        role and lag, for the stamp): the same bytes on every path. The stored row is
-        written as it is (an ``orjson.Fragment``: not decoded and encoded again)."""
-        node = self.node
-        raw = node.stores[view.name].get(p, key.encode())  # store_key of a keyed view
-        if raw is None:
-            return Read(404, not_found_body(view, key, p, self.stamp(view.name, p, here)))
-        # the stored row goes in as it is (checked JSON when it was materialized)
-        doc = {"view": view.name, "key": key, "partition": p, "value": orjson.Fragment(raw),
-               "served_by": node.endpoint, "role": here.role, "lag": here.lag}
-        return Read(200, orjson.dumps(doc))  # a key is valid Unicode (check_key)
-
-    async def lookup(self, request: Request, view: View, key: str, max_lag: int | None,
-                     position: str | None, wait_ms: int | None) -> Response:
-        if view.windowed:  # before any position wait or forwarding: the answer is known
-            raise BadRequest(f"view {view.name!r} is windowed: use "
-                             f"/v1/views/{view.name}/keys/{{key}}/windows")
-        check_key(view, key)
-        tokens = self.tokens(position)
-        p = view.partition_of(key, self.node.partitions[view.name])
-
-        async def local(here: Here) -> Response:
-            await self.check_position(view.name, p, tokens, self.wait_s(wait_ms))
-            status, body = self.read(view, key, p, here)
-            return Response(body, status, headers={SERVED_BY: self.node.endpoint},
-                            media_type="application/json" if status == 200 else PROBLEM_JSON)
-
-        return await self.coordinator.route(request, view.name, p, self.max_lag(max_lag), local)
-
-
-class Read(NamedTuple):
-    """A key lookup answered here: 200 and the row, or 404 and its problem document."""
-
-    status: int
-    body: bytes
-
-
-def not_found_body(view: View, key: str, p: int, stamp: dict[str, Any]) -> bytes:
-    """The body of a lookup's 404 (the regular route and the wire give the same)."""
-    return NotFound(f"no {view.name} row for key {key!r}", key=key, partition=p,
-                    **stamp).render()
+    def gathered(answer: Gathered[R] | PeerPart[P], body: Callable[[R], dict[str, Any]]
+                 ) -> Response:
+        """A scatter-gather's response: to a client, its status, ``body`` (the result
+        as JSON) and the partitions asked and missing; to a peer, its part."""
+        if isinstance(answer, PeerPart):
+            reply: GatherReply[P] = {"partial": answer.partial, "not_active": answer.not_active}
+            return JSONResponse(reply, headers={HOPS: "0", SERVED_BY: answer.served_by})
+        doc = {"status": answer.status, "view": answer.view, **body(answer.result),
+               "partitions": answer.partitions, "missing_partitions": answer.missing,
+               "served_by": answer.served_by}
+        return JSONResponse(doc, headers={HOPS: str(answer.hops), SERVED_BY: answer.served_by})

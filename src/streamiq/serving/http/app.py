@@ -25,7 +25,7 @@ from streamiq.config import Settings
 from streamiq.metrics import CONTENT_TYPE, Latency
 from streamiq.serving.changelog.progress import Progress
 from streamiq.serving.cluster.coordinator import Coordinator
-from streamiq.serving.http.answers import Answers, check_key
+from streamiq.serving.http.answers import Answers
 from streamiq.serving.http.dashboard import dashboard_routes, mount_page
 from streamiq.serving.http.dashboard.upstate import UpState
 from streamiq.serving.http.fastpath import LeanLookups
@@ -35,6 +35,8 @@ from streamiq.serving.http.paths import KEY, PathSegments, restore
 from streamiq.serving.http.queries import query_routes
 from streamiq.serving.http.visible import cluster_map, seen_views
 from streamiq.serving.node import Node
+from streamiq.serving.query.model import Freshness, Lookup
+from streamiq.serving.query.reads import check_key
 from streamiq.serving.routes import ACCOUNT, LOOKUP
 from streamiq.supervise import Supervisor
 from streamiq.views.catalog import progress_topic
@@ -87,8 +89,8 @@ def _routes(deps: Answers) -> APIRouter:
                       max_lag: MaxLag = None, position: Position = None,
                       wait_ms: WaitMs = None) -> Response:
         assert ACCOUNT.view is not None  # an alias names its view
-        return await deps.lookup(request, deps.view(ACCOUNT.view), account, max_lag,
-                                 position, wait_ms)
+        fresh = Freshness(max_lag, position, wait_ms)
+        return await deps.lookup_response(request, Lookup(ACCOUNT.view, account, fresh=fresh))
 
     @r.get("/v1/views", tags=["views"],
            summary="The views this cluster serves (those the token may see)")
@@ -100,7 +102,8 @@ def _routes(deps: Answers) -> APIRouter:
     @r.get(LOOKUP.path, tags=["views"], summary="Key lookup, from any node")
     async def get_key(request: Request, view: str, key: str, max_lag: MaxLag = None,
                       position: Position = None, wait_ms: WaitMs = None) -> Response:
-        return await deps.lookup(request, deps.view(view), key, max_lag, position, wait_ms)
+        fresh = Freshness(max_lag, position, wait_ms)
+        return await deps.lookup_response(request, Lookup(view, key, fresh=fresh))
 
     @r.get("/v1/metadata/{view}/" + KEY, tags=["metadata"],
            summary="Partition, active node and standbys of a key")

@@ -53,9 +53,10 @@ from streamiq.serving.cluster.coordinator import (
 from streamiq.serving.cluster.hop import HopReply
 from streamiq.serving.cluster.placement import Forward, Refuse
 from streamiq.serving.cluster.wire import request_frame
-from streamiq.serving.http.answers import Answers, Read
+from streamiq.serving.http.answers import Answers
 from streamiq.serving.http.metrics import served_of
 from streamiq.serving.http.paths import not_utf8, segments
+from streamiq.serving.query.model import Read
 from streamiq.serving.routes import lookup_target
 from streamiq.views.base import View
 

@@ -12,6 +12,7 @@ from typing import Annotated
 from fastapi import Depends, Query
 
 from streamiq.serving.engines.scan import MAX_LIMIT
+from streamiq.serving.query import model
 
 __all__ = ["MAX_MS", "Cursor", "Fresh", "Freshness", "FromMs", "Limit", "MaxLag", "Parts",
            "Position", "Prefix", "ToMs", "WaitMs"]
@@ -43,6 +44,10 @@ class Freshness:
     max_lag: MaxLag = None
     position: Position = None
     wait_ms: WaitMs = None
+
+    def typed(self) -> model.Freshness:
+        """The query layer's ``Freshness`` (``serving/query/model.py``)."""
+        return model.Freshness(self.max_lag, self.position, self.wait_ms)
 
 
 Fresh = Annotated[Freshness, Depends()]

@@ -6,14 +6,12 @@ import json
 from types import SimpleNamespace
 from typing import Any
 
-from fastapi import Response
-from starlette.requests import Request
-
 from streamiq.config import Settings
 from streamiq.routing.memory import StaticMembership
 from streamiq.routing.router import Endpoint
 from streamiq.serving.cluster.coordinator import Coordinator, Params, Reply
-from streamiq.serving.cluster.placement import Here
+from streamiq.serving.cluster.peers import Ask
+from streamiq.serving.cluster.placement import Here, Refuse
 from streamiq.serving.engines.partials import MultiGetPartial
 
 ME, B, C = "127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"
@@ -51,10 +49,9 @@ class Sent:
         self.address, self.path, self.params, self.headers = address, path, params, headers
 
 
-def request(query: bytes, headers: dict[str, str]) -> Request:
-    return Request({"type": "http", "method": "GET", "path": "/v1/views/v/aggregate",
-                    "query_string": query, "headers": [(k.encode(), v.encode())
-                                                       for k, v in headers.items()]})
+def ask(params: Params, authorization: str | None = None) -> Ask:
+    """What the coordinator asks peers (rendered from a typed query: serving/query/)."""
+    return Ask("GET", "/v1/views/v/aggregate", params, authorization=authorization)
 
 
 async def test_gather_each_partition_once_auth_travels_dead_owner_missing() -> None:
@@ -74,8 +71,8 @@ async def test_gather_each_partition_once_auth_travels_dead_owner_missing() -> N
         locals_.append(held)
         return {"found": {}, "keys": ["here"]}
 
-    req = request(b"agg=sum(a)&agg=max(b)", {"authorization": "Bearer s3cret"})
-    partials, missing, hops = await co.gather(req, "v", [0, 1, 2], 10, local)
+    req = ask([("agg", "sum(a)"), ("agg", "max(b)")], "Bearer s3cret")
+    partials, missing, hops = await co.gather(req, False, "v", [0, 1, 2], 10, local)
     assert sorted(k for p in partials for k in p["keys"]) == ["from a peer", "here"]
     assert missing == [2] and hops == 1
     assert locals_ == [[0]] and suspects == [C]
@@ -97,15 +94,15 @@ async def test_forwarded_requests_are_answered_locally_only() -> None:
     async def local(held: list[int]) -> MultiGetPartial:
         return {"found": {}, "keys": [str(p) for p in held]}
 
-    req = request(b"partitions=0,1", {"x-streamiq-forwarded": "1"})
-    partials, missing, hops = await co.gather(req, "v", [0, 1], 10, local)
+    req = ask([])
+    partials, missing, hops = await co.gather(req, True, "v", [0, 1], 10, local)
     assert partials == [{"found": {}, "keys": ["0"]}] and missing == [1] and hops == 0
 
-    async def one(here: Here) -> Response:
-        return Response(status_code=421)
+    async def one(here: Here) -> str:
+        raise AssertionError("partition 1 is not held here")
 
-    resp = await co.route(req, "v", 1, 10, one)
-    assert resp.status_code == 421 and resp.headers["x-streamiq-hops"] == "0"
+    d = await co.route(req, True, "v", 1, 10, one)  # 421 NOT_ACTIVE, hops 0 (answers.py)
+    assert isinstance(d, Refuse) and d.error.http_status == 421
     await co.close()
 
 

@@ -6,22 +6,18 @@ from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
-from starlette.requests import Request
 
 from streamiq.config import Settings
 from streamiq.routing.memory import StaticMembership
 from streamiq.serving.cluster.coordinator import Coordinator, peer_error
+from streamiq.serving.query.asks import budget
+from streamiq.serving.query.model import Freshness
 
 
 def _coordinator() -> tuple[Coordinator, list[str]]:
     membership = StaticMembership("127.0.0.1:1")
     node: Any = SimpleNamespace(settings=Settings(wait_timeout_ms=5000), membership=membership)
     return Coordinator(node), membership.suspected
-
-
-def _request(query: str) -> Request:
-    return Request({"type": "http", "method": "GET", "path": "/v1/views/v/keys/k",
-                    "query_string": query.encode(), "headers": []})
 
 
 def test_only_lost_connections_make_a_suspect() -> None:
@@ -35,7 +31,7 @@ def test_only_lost_connections_make_a_suspect() -> None:
 
 
 def test_forward_budget_covers_the_position_wait() -> None:
-    co, _ = _coordinator()
-    plain = co.budget(_request(""))
-    assert co.budget(_request("position=t:0:1&wait_ms=20000")) == plain + 20
-    assert co.budget(_request("position=t:0:1")) == plain + 5  # the node's default wait
+    wait_ms = Settings(wait_timeout_ms=5000).wait_timeout_ms
+    plain = budget(Freshness(), wait_ms)
+    assert budget(Freshness(position="t:0:1", wait_ms=20000), wait_ms) == plain + 20
+    assert budget(Freshness(position="t:0:1"), wait_ms) == plain + 5  # the node's default

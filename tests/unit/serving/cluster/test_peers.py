@@ -10,7 +10,7 @@ import pytest
 from streamiq.config import Settings
 from streamiq.errors import PeerError, PeerTimeout, PeerUnreachable
 from streamiq.serving.cluster.hop import HopReply
-from streamiq.serving.cluster.peers import Params, Peers, Reply
+from streamiq.serving.cluster.peers import Ask, Params, Peers, Reply
 from streamiq.serving.cluster.wire import WireUnsupported
 
 
@@ -31,7 +31,7 @@ def peers(reply: Any, suspects: list[str] | None = None) -> tuple[Peers, list[An
 
 async def test_one_http_hop_carries_the_mark_and_the_token() -> None:
     p, sent = peers(Reply(200, {"x-streamiq-served-by": "b"}, b"{}"))
-    r = await p.send("GET", "b:1", "/v1/x%2Fy", [], None, "Bearer t", 1.0)
+    r = await p.send("b:1", Ask("GET", "/v1/x%2Fy", authorization="Bearer t", timeout=1.0))
     assert r.status_code == 200
     hop = await p.http_hop("b:1", "/v1/x", {"x-streamiq-forwarded": "m"})
     assert hop.headers == {b"x-streamiq-served-by": b"b"} and hop.body == b"{}"
@@ -61,7 +61,7 @@ async def test_transport_failures_are_peer_errors(exc: BaseException, kind: type
     suspects: list[str] = []
     p, _ = peers(exc, suspects)
     with pytest.raises(kind) as got:
-        await p.send("GET", "b:1", "/", [], None, None, 1.0)
+        await p.send("b:1", Ask("GET", "/", timeout=1.0))
     with pytest.raises(kind):
         await p.forward_lookup("b:1", None, b"/k", None)  # the lookup's HTTP hop
 
