@@ -69,6 +69,8 @@ class EndProbe:
         self._admin: AdminClient | None = None
         self._ends: Offsets = {}  # last probed high watermark per partition
         self._lows: Offsets = {}
+        self._parts: list[TP] | None = None  # the partitions the last metadata named
+        self.metadata_timeouts = 0
 
     @property
     def consumer(self) -> Consumer:
@@ -90,10 +92,25 @@ class EndProbe:
         return state
 
     def partitions(self) -> list[TP]:
-        """Partitions this source reads now (added partitions appear here)."""
+        """Partitions this source reads now (added partitions appear here). When Kafka
+        does not answer the metadata request in time, the partitions it named last time
+        (this trigger's batch then ends where the known partitions end, and the next
+        trigger asks again); only a first request that fails raises."""
+        from confluent_kafka import KafkaException
+
         if self.opts.assign:
             return list(self.opts.assign)
-        md = self.consumer.list_topics(timeout=self.timeout)
+        try:
+            md = self.consumer.list_topics(timeout=self.timeout)
+        except KafkaException as exc:
+            if self._parts is None:
+                raise
+            self.metadata_timeouts += 1
+            n = self.metadata_timeouts
+            if n & (n - 1) == 0:  # the 1st, 2nd, 4th, 8th...: an outage is not a flood
+                log.warning("Kafka metadata unanswered (%s): reading the %d partitions "
+                            "known (%d times so far)", exc.args[0], len(self._parts), n)
+            return list(self._parts)
         pat = re.compile(self.opts.pattern) if self.opts.pattern is not None else None
         out: list[TP] = []
         for name, tmd in md.topics.items():
@@ -102,7 +119,8 @@ class EndProbe:
             if (name in self.opts.subscribe if pat is None else pat.fullmatch(name)
                     and not name.startswith("__")):
                 out.extend((name, p) for p in tmd.partitions)
-        return sorted(out)
+        self._parts = sorted(out)
+        return list(self._parts)
 
     def low(self, tp: TP) -> int:
         """Earliest offset (ListOffsets), remembered: only retention moves it."""
