@@ -20,25 +20,13 @@ from typing import AnyStr, NamedTuple, TypeVar
 from streamiq.errors import BadRequest, PeerError
 from streamiq.routing.router import Endpoint
 from streamiq.serving.cluster.gate import Gate
-from streamiq.serving.cluster.peers import (
-    FORWARDED,
-    TRANSPORT_ERRORS,
-    Ask,
-    Params,
-    Peers,
-    Reply,
-    Send,
-    hop_headers,
-    peer_error,
-)
+from streamiq.serving.cluster.peers import Ask, Peers, Reply, Send
 from streamiq.serving.cluster.placement import Here, Placement, Redirect, Refuse
 from streamiq.serving.cluster.traffic import Traffic, log_summaries
 from streamiq.serving.engines.partials import GatherReply, P
 from streamiq.serving.node import Node
 
-# FORWARDED, TRANSPORT_ERRORS, Params, Reply, hop_headers, peer_error: from peers.py
-__all__ = ["FORWARDED", "HOPS", "SERVED_BY", "TRANSPORT_ERRORS", "Coordinator", "Params",
-           "Relayed", "Reply", "hop_headers", "peer_error", "relayed_headers"]
+__all__ = ["HOPS", "SERVED_BY", "Coordinator", "Relayed", "relayed_headers"]
 
 log = logging.getLogger("streamiq.routing")
 

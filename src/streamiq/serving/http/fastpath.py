@@ -44,13 +44,9 @@ from typing import Any
 from urllib.parse import quote
 
 from streamiq.errors import PROBLEM_JSON, BadRequest, PeerError, StreamiqError
-from streamiq.serving.cluster.coordinator import (
-    FORWARDED,
-    HOPS,
-    SERVED_BY,
-    relayed_headers,
-)
+from streamiq.serving.cluster.coordinator import HOPS, SERVED_BY, relayed_headers
 from streamiq.serving.cluster.hop import HopReply
+from streamiq.serving.cluster.peers import FORWARDED
 from streamiq.serving.cluster.placement import Forward, Refuse
 from streamiq.serving.cluster.wire import request_frame
 from streamiq.serving.http.answers import Answers

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from streamiq.metrics import Latency, exposition
-from streamiq.serving.cluster.coordinator import FORWARDED, HOPS
+from streamiq.serving.cluster.coordinator import HOPS
+from streamiq.serving.cluster.peers import FORWARDED
 from streamiq.serving.routes import FANOUT, query_of
 
 if TYPE_CHECKING:

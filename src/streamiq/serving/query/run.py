@@ -108,7 +108,8 @@ class Queries(Reads):
         store = self.node.stores[v.name]
 
         async def local(held: list[int]) -> MultiGetPartial:
-            mine = [k for k in keys if part_of[k] in set(held)]
+            here = set(held)
+            mine = [k for k in keys if part_of[k] in here]
             by_p: dict[int, list[str]] = {}
             for k in mine:
                 by_p.setdefault(part_of[k], []).append(k)
@@ -126,7 +127,7 @@ class Queries(Reads):
                                  for k in keys if k in answered],
                                 [k for k in keys if k not in answered])
 
-        wanted = sorted(p for p in set(part_of.values()) if p in set(g.all))
+        wanted = sorted(set(part_of.values()) & set(g.all))
         return await g.run(local, rows, partitions=wanted,
                            body=lambda ps: {"keys": [k for k in keys if part_of[k] in ps]})
 

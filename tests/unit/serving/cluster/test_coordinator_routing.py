@@ -9,8 +9,8 @@ from typing import Any
 from streamiq.config import Settings
 from streamiq.routing.memory import StaticMembership
 from streamiq.routing.router import Endpoint
-from streamiq.serving.cluster.coordinator import Coordinator, Params, Reply
-from streamiq.serving.cluster.peers import Ask
+from streamiq.serving.cluster.coordinator import Coordinator
+from streamiq.serving.cluster.peers import Ask, Params, Reply
 from streamiq.serving.cluster.placement import Here, Refuse
 from streamiq.serving.engines.partials import MultiGetPartial
 

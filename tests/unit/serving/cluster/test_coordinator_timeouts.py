@@ -9,7 +9,8 @@ import aiohttp
 
 from streamiq.config import Settings
 from streamiq.routing.memory import StaticMembership
-from streamiq.serving.cluster.coordinator import Coordinator, peer_error
+from streamiq.serving.cluster.coordinator import Coordinator
+from streamiq.serving.cluster.peers import peer_error
 from streamiq.serving.query.asks import budget
 from streamiq.serving.query.model import Freshness
 

@@ -13,8 +13,9 @@ from waits import until
 
 from streamiq.config import Settings
 from streamiq.errors import PeerUnreachable
-from streamiq.serving.cluster.coordinator import TRANSPORT_ERRORS, Coordinator, peer_error
+from streamiq.serving.cluster.coordinator import Coordinator
 from streamiq.serving.cluster.hop import HopClient
+from streamiq.serving.cluster.peers import TRANSPORT_ERRORS, peer_error
 from streamiq.serving.cluster.wire import PREFACE
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]

@@ -131,7 +131,7 @@ async def test_a_key_holding_a_slash_is_looked_up_as_it_is(app: Any) -> None:
 async def test_a_forwarded_request_keeps_the_path_as_the_client_wrote_it(app: Any) -> None:
     """The full route forwards a lookup to the owner with ``%2F`` intact (a decoded path
     would name another key, or no route at all)."""
-    from streamiq.serving.cluster.coordinator import Reply
+    from streamiq.serving.cluster.peers import Reply
 
     sent: list[str] = []
 
