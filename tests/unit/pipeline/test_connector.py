@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+import threading
 from pathlib import Path
 
 import pytest
@@ -91,3 +92,24 @@ def test_libs_folder_follows_the_environment(monkeypatch: pytest.MonkeyPatch,
     assert connector.connector_libs() == tmp_path
     monkeypatch.delenv("STREAMIQ_SPARK_KAFKA_LIBS")
     assert connector.connector_libs().name == f"spark-kafka-{spark_version()}"
+
+
+def test_pipeline_refuses_to_start_without_the_connector(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One line naming the jar and the command, before Spark starts."""
+    from streamiq.config import Settings
+    from streamiq.pipeline import runner, session
+
+    def no_spark(*args: object, **kwargs: object) -> None:
+        raise AssertionError("Spark was started")
+
+    monkeypatch.setenv("STREAMIQ_SPARK_KAFKA_LIBS", str(tmp_path / "none"))
+    monkeypatch.setattr(session, "spark_session", no_spark)
+    monkeypatch.setattr(runner, "configure_logging", lambda *a: None)
+    monkeypatch.setattr(runner, "stop_on_signals", threading.Event)
+    with pytest.raises(SystemExit) as err:
+        runner.run_pipeline(Settings(app="bank"))
+    msg = str(err.value.code)
+    assert msg.startswith("streamiq pipeline: Spark's Kafka connector is not installed")
+    assert f"{CONNECTOR}-{spark_version()}.jar is missing" in msg
+    assert "--install" in msg
