@@ -4,7 +4,7 @@ Setup: an embedded broker on a free port; ``bank`` transactions (JSON, 1000 acco
 in a 3-partition topic; Spark ``local[2]`` with :func:`streamiq.pipeline.session.spark_session`.
 
 0. The sink against Spark's ``noop`` (run first): the integration test's user query
-   (``tests/user_query.py``: ``streamiq-kafka`` source,
+   (``tests/user_query.py``: Spark's ``kafka`` source,
    ``from_json``, join with a static table, ``groupBy`` of (country, page) with three
    aggregates, update mode) over the same ``--events`` page views (200 keys),
    ``--cap`` records per micro-batch, through ``streamiq.sink`` and through ``noop``
@@ -15,7 +15,7 @@ in a 3-partition topic; Spark ``local[2]`` with :func:`streamiq.pipeline.session
    * a plain confluent-kafka consumer reading every record (``consume(10000)``
      batches), measured before and after the pipeline (the mean is the baseline: the
      machine's neighbours move both);
-   * the pipeline: ``streamiq-kafka`` source -> from_json + validation -> ``balances``
+   * the pipeline: Spark's ``kafka`` source -> from_json + validation -> ``balances``
      aggregation (stateful, update mode) -> changelog sink (rows + markers), run until
      the whole topic is reflected, ``--cap`` records per micro-batch
      (``maxOffsetsPerTrigger``). It runs warm, as a long-lived pipeline does: after the
