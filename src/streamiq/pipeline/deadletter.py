@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from streamiq.pipeline.deadletter_record import build, reason_class
 from streamiq.pipeline.deadletter_writer import DeadLetterWriter, RateLimitedLog
+from streamiq.pipeline.java_kafka import source_options
 from streamiq.pipeline.source import FORMAT
 from streamiq.views.base import View
 
@@ -211,8 +212,7 @@ class DeadLetters:
         start_json = json.dumps(start) if start else "earliest"
         # an end still at "earliest" (-2) means nothing was read from that partition
         end = {t: {p: max(int(o), 0) for p, o in po.items()} for t, po in end.items()}
-        opts = {f"kafka.{k}": str(v) for k, v in self.kafka.items()}
-        raw = (self.spark.read.format(self.fmt).options(**opts)
+        raw = (self.spark.read.format(self.fmt).options(**source_options(self.fmt, self.kafka))
                .option("subscribe", ",".join(self.source_topics))
                .option("startingOffsets", start_json)
                .option("endingOffsets", json.dumps(end))

@@ -37,6 +37,7 @@ from streamiq.pipeline.deadletter import (
     parse_input,
     valid_column,
 )
+from streamiq.pipeline.java_kafka import JavaKafkaConfigError, java_kafka_config, source_options
 from streamiq.pipeline.metrics import PipelineStats
 from streamiq.pipeline.progress import ProgressPublisher
 from streamiq.pipeline.sink import batch_offsets, view_rows
@@ -75,8 +76,7 @@ def build_view_stream(spark: SparkSession, view: View, kafka: dict[str, Any],
     """
     from pyspark.sql import functions as F
 
-    reader = (spark.readStream.format(fmt)
-              .options(**{f"kafka.{k}": str(v) for k, v in kafka.items()})
+    reader = (spark.readStream.format(fmt).options(**source_options(fmt, kafka))
               .option("subscribe", ",".join(topics or view.source_topics))
               .option("startingOffsets", "earliest"))
     if max_offsets_per_trigger:
@@ -402,8 +402,10 @@ def run_pipeline(settings: Settings) -> None:
     stop = stop_on_signals()
     if settings.source == "kafka":
         try:
+            java_kafka_config(settings.kafka())
             require_connector()
-        except JarsError as exc:  # names the missing jar and the install command
+        # names the kafka_config key, or the missing jar and the install command
+        except (JarsError, JavaKafkaConfigError) as exc:
             raise SystemExit(f"streamiq pipeline: {exc}") from None
     from streamiq.pipeline.session import spark_session
 
