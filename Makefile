@@ -5,6 +5,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # Apache Kafka's jars for the embedded broker, resolved by Maven once (streamiq/kafka/jars.py)
 KAFKA := $(VENV)/.kafka-jars
+# Spark's Kafka connector at PySpark's version, resolved by Maven once (pipeline/connector.py)
+CONNECTOR := $(VENV)/.spark-kafka-jars
 # make test's pytest-xdist workers: most integration tests wait on real parts (Spark
 # micro-batches, restarts, heartbeats), so two share two cores well (a fresh clone's
 # .ci/run: 31 min with 2, 43 min with one process; 3 starved Spark's Python workers under
@@ -29,6 +31,10 @@ $(KAFKA): $(STAMP) src/streamiq/kafka/broker-pom.xml
 	$(BIN)/streamiq broker --install
 	touch $(KAFKA)
 
+$(CONNECTOR): $(KAFKA) src/streamiq/pipeline/connector-pom.xml
+	$(BIN)/python -m streamiq.pipeline.connector --install
+	touch $(CONNECTOR)
+
 # the dashboard's browser test drives Debian's Chromium through Playwright (no browser
 # download): installed with apt-get when missing and running as root, checked every time
 chromium:
@@ -38,12 +44,12 @@ chromium:
 	       || { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }; }; } \
 	  || echo "note: Chromium not installed (apt-get install -y chromium): the dashboard's browser test will fail"
 
-install: $(STAMP) $(KAFKA) chromium
+install: $(STAMP) $(KAFKA) $(CONNECTOR) chromium
 
-demo: $(STAMP) $(KAFKA)
+demo: $(STAMP) $(KAFKA) $(CONNECTOR)
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/streamiq up $(ARGS)
 
-test: $(STAMP) $(KAFKA) chromium
+test: $(STAMP) $(KAFKA) $(CONNECTOR) chromium
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy src tests  # strict (pyproject.toml: [tool.mypy])
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/pytest -q -ra --durations=25 \
@@ -52,7 +58,7 @@ test: $(STAMP) $(KAFKA) chromium
 test-unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit
 
-test-integration: $(STAMP) $(KAFKA) chromium
+test-integration: $(STAMP) $(KAFKA) $(CONNECTOR) chromium
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/pytest -q -ra tests/integration
 
 lint: $(STAMP)
@@ -63,7 +69,7 @@ lint: $(STAMP)
 unasync: $(STAMP)
 	$(BIN)/python tests/unit/client/test_unasync.py
 
-bench: $(STAMP) $(KAFKA)
+bench: $(STAMP) $(KAFKA) $(CONNECTOR)
 	@command -v wrk >/dev/null || { echo "bench_queries needs wrk: apt-get install -y wrk"; exit 2; }
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python bench/bench_queries.py
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python bench/bench_ha.py

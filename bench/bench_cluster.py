@@ -4,7 +4,7 @@ Setup: an embedded broker on a free port, ``--events`` bank transactions in a
 3-partition topic, and a Spark standalone cluster started from pip's PySpark (a master
 and two workers of one core and 1 GB each, ``tests/spark_cluster.py``). Each variant
 runs in a process of its own (one Spark driver per process): the bank pipeline
-(``streamiq-kafka`` source, JSON parsing and validation, the ``balances``
+(Spark's ``kafka`` source, JSON parsing and validation, the ``balances``
 aggregation, the ``streamiq`` sink) over the whole topic, ``--cap`` records per
 micro-batch, after a warm-up pass over ``--warm`` records. Variants alternate
 (local, cluster, local, cluster, ... ``--rounds`` each); printed: steady events/s

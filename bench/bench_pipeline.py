@@ -4,7 +4,7 @@ Setup: an embedded broker on a free port; ``bank`` transactions (JSON, 1000 acco
 in a 3-partition topic; Spark ``local[2]`` with :func:`streamiq.pipeline.session.spark_session`.
 
 0. The sink against Spark's ``noop`` (run first): the integration test's user query
-   (``tests/user_query.py``: ``streamiq-kafka`` source,
+   (``tests/user_query.py``: Spark's ``kafka`` source,
    ``from_json``, join with a static table, ``groupBy`` of (country, page) with three
    aggregates, update mode) over the same ``--events`` page views (200 keys),
    ``--cap`` records per micro-batch, through ``streamiq.sink`` and through ``noop``
@@ -15,7 +15,7 @@ in a 3-partition topic; Spark ``local[2]`` with :func:`streamiq.pipeline.session
    * a plain confluent-kafka consumer reading every record (``consume(10000)``
      batches), measured before and after the pipeline (the mean is the baseline: the
      machine's neighbours move both);
-   * the pipeline: ``streamiq-kafka`` source -> from_json + validation -> ``balances``
+   * the pipeline: Spark's ``kafka`` source -> from_json + validation -> ``balances``
      aggregation (stateful, update mode) -> changelog sink (rows + markers), run until
      the whole topic is reflected, ``--cap`` records per micro-batch
      (``maxOffsetsPerTrigger``). It runs warm, as a long-lived pipeline does: after the
@@ -102,13 +102,13 @@ def view_for(topic: str) -> Any:
     return dataclasses.replace(bank.BALANCES, name=f"balances-{topic}", source_topics=(topic,))
 
 
-def run_query(spark: Any, bs: str, topic: str, ckpt: str, max_per_trigger: int | None
-              ) -> tuple[Any, str]:
+def run_query(spark: Any, bs: str, topic: str, ckpt: str, max_per_trigger: int | None,
+              fmt: str = "kafka") -> tuple[Any, str]:
     import streamiq
 
     view = view_for(topic)
     kafka = {"bootstrap.servers": bs}
-    q = (streamiq.sink(build_view_stream(spark, view, kafka, max_per_trigger))
+    q = (streamiq.sink(build_view_stream(spark, view, kafka, max_per_trigger, fmt=fmt))
          .option("view", view.name).option("key", "account")
          .option("kafka.bootstrap.servers", bs).option("cluster", "bench")
          .option("checkpointLocation", ckpt).trigger(processingTime="0 seconds").start())
@@ -154,9 +154,9 @@ def sink_vs_noop(spark: Any, bs: str, n: int, cap: int, warm: int) -> dict[str, 
     return out
 
 
-def pipeline_throughput(spark: Any, bs: str, topic: str, n: int, cap: int | None
-                        ) -> dict[str, float]:
-    q, _ = run_query(spark, bs, topic, tempfile.mkdtemp(prefix="bench-ck-"), cap)
+def pipeline_throughput(spark: Any, bs: str, topic: str, n: int, cap: int | None,
+                        fmt: str = "kafka") -> dict[str, float]:
+    q, _ = run_query(spark, bs, topic, tempfile.mkdtemp(prefix="bench-ck-"), cap, fmt)
     return throughput(q, n)
 
 
@@ -184,10 +184,10 @@ def throughput(q: Any, n: int) -> dict[str, float]:
             "batches": len(prog), "first_batch_s": first["durationMs"]["triggerExecution"] / 1000}
 
 
-def trickle(spark: Any, bs: str, seconds: float) -> dict[str, list[float]]:
-    topic = f"bench-trickle-{int(time.time())}"
+def trickle(spark: Any, bs: str, seconds: float, fmt: str = "kafka") -> dict[str, list[float]]:
+    topic = f"bench-trickle-{uuid.uuid4().hex[:8]}"
     ensure_topics({"bootstrap.servers": bs}, {topic: 3})
-    q, changelog = run_query(spark, bs, topic, tempfile.mkdtemp(prefix="bench-ck-"), None)
+    q, changelog = run_query(spark, bs, topic, tempfile.mkdtemp(prefix="bench-ck-"), None, fmt)
     p = Producer({"bootstrap.servers": bs, "linger.ms": 0, "partitioner": "murmur2_random"})
     rnd = random.Random(2)
     # warm up (JIT, Python workers), then measure
@@ -231,6 +231,29 @@ def trickle(spark: Any, bs: str, seconds: float) -> dict[str, list[float]]:
     return {"batch_ms": durations, "ingest_to_changelog_ms": lat}
 
 
+def by_source(spark: Any, bs: str, topic: str, warm: str, args: argparse.Namespace) -> None:
+    """The bank pipeline through each input format, side by side: trickle latency, then
+    throughput (warmed on ``warm`` first), a plain consumer before and after."""
+    plain = [plain_consumer(bs, topic, args.events)]
+    out: dict[str, tuple[dict[str, list[float]], dict[str, float]]] = {}
+    for fmt in args.sources.split(","):
+        tr = trickle(spark, bs, args.trickle_s, fmt)
+        pipeline_throughput(spark, bs, warm, args.warm_events, None, fmt)
+        out[fmt] = tr, pipeline_throughput(spark, bs, topic, args.events, args.cap, fmt)
+        print(f"{fmt}: {out[fmt][1]}", flush=True)
+    plain.append(plain_consumer(bs, topic, args.events))
+    base = statistics.mean(plain)
+    print(f"\nplain confluent-kafka consumer (mean of 2): {base:,.0f} events/s "
+          f"({plain[0]:,.0f} / {plain[1]:,.0f})")
+    for fmt, (tr, pipe) in out.items():
+        b, lat = tr["batch_ms"], tr["ingest_to_changelog_ms"]
+        print(f"{fmt}: wall {pipe['wall']:,.0f} events/s, steady {pipe['steady']:,.0f} "
+              f"events/s ({pipe['steady'] / base:.2f}x plain), {pipe['batches']:.0f} batches, "
+              f"1st {pipe['first_batch_s']:.1f} s; trickle batch p50/p99 "
+              f"{pct(b, 50):.0f}/{pct(b, 99):.0f} ms, ingest->changelog p50/p99 "
+              f"{pct(lat, 50):.0f}/{pct(lat, 99):.0f} ms (n={len(lat)})")
+
+
 def _ts(iso: str) -> float:
     from datetime import datetime
 
@@ -245,8 +268,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--warm-events", type=int, default=300_000,
                     help="records pushed through the pipeline before measuring (JIT warm-up)")
     ap.add_argument("--trickle-s", type=float, default=30.0)
-    ap.add_argument("--only", choices=("all", "sink"), default="all",
-                    help="sink: only the user query through the sink vs noop")
+    ap.add_argument("--only", choices=("all", "sink", "sources"), default="all",
+                    help="sink: only the user query through the sink vs noop; sources: "
+                         "only the bank pipeline through each --sources format")
+    ap.add_argument("--sources", default="kafka,streamiq-kafka",
+                    help="--only sources: the input formats, measured in turn")
     args = ap.parse_args(argv)
     from streamiq.pipeline.session import spark_session
 
@@ -262,6 +288,8 @@ def main(argv: list[str] | None = None) -> None:
         produce(bs, warm, args.warm_events)
         spark = spark_session("local[2]", app_name="streamiq-bench")
         try:
+            if args.only == "sources":
+                return by_source(spark, bs, topic, warm, args)
             sink = sink_vs_noop(spark, bs, args.events, args.cap, args.warm_events)
             print(f"user query through the sink / noop: {sink['ratio']:.2f}x "
                   "(target >= 0.8)", flush=True)

@@ -7,9 +7,10 @@ nodes on 9001-9003), from the project's virtualenv::
 
 The job below is written the way a data engineer already writes one, with nothing of
 streamiq in it: it reads page-view events from Kafka (JSON, parsed by the job), joins
-them with a static table of users, and counts views per country per minute. The only
-streamiq line is the sink at the end. The demo's nodes were started without this
-module: they find the view on the cluster's catalog and serve it from every node.
+them with a static table of users, and counts views per country per minute, reading
+with Spark's own ``format("kafka")``. The only streamiq line is the sink at the end.
+The demo's nodes were started without this module: they find the view on the cluster's
+catalog and serve it from every node.
 """
 
 from __future__ import annotations
@@ -55,14 +56,17 @@ def start_job(checkpoint: str) -> object:
     from pyspark.sql import functions as F
 
     import streamiq
-    from streamiq.pipeline import register
+    from streamiq.pipeline.connector import require_connector
 
+    # Spark's own Kafka source: the spark-sql-kafka-0-10 jars `make install` resolved
+    # (spark.jars.packages=org.apache.spark:spark-sql-kafka-0-10_2.13:<PySpark's
+    # version> would fetch them instead)
     spark = (SparkSession.builder.master("local[2]").appName("page-views")
+             .config("spark.jars", ",".join(require_connector()))
              .config("spark.sql.shuffle.partitions", "3").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
-    register(spark)  # streamiq's Kafka source and sink formats, for this session
     users = spark.createDataFrame(list(USERS.items()), "user STRING, country STRING")
-    events = (spark.readStream.format("streamiq-kafka")
+    events = (spark.readStream.format("kafka")
               .option("kafka.bootstrap.servers", BOOTSTRAP).option("subscribe", TOPIC)
               .option("startingOffsets", "earliest").load()
               .select(F.from_json(F.col("value").cast("string"),

@@ -1,7 +1,7 @@
 """A user's own streaming query (not a streamiq App) writing a view through the sink.
 
 ``python user_query.py BOOTSTRAP TOPIC VIEW CLUSTER CHECKPOINT``: page views (JSON) read
-with the ``streamiq-kafka`` format, parsed, joined with a static users table, counted per
+with Spark's ``kafka`` format, parsed, joined with a static users table, counted per
 (country, page) in update mode and written with ``streamiq.sink``. Prints the pipeline's
 ready line once the query started, then runs until killed. Shared with bench_pipeline.
 """
@@ -46,7 +46,7 @@ def page_views(spark: Any, bootstrap: str, topic: str, max_per_trigger: int | No
 
     users = spark.createDataFrame([(f"u{i}", country_of(f"u{i}")) for i in range(25)],
                                   "user STRING, country STRING")
-    reader = (spark.readStream.format("streamiq-kafka")
+    reader = (spark.readStream.format("kafka")
               .option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
               .option("startingOffsets", "earliest"))
     if max_per_trigger:

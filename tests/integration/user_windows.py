@@ -1,9 +1,9 @@
 """A second user query, windowed: page views per page per minute, through the sink.
 
 ``python user_windows.py BOOTSTRAP TOPIC VIEW CLUSTER CHECKPOINT``: reads the same page
-view events as ``tests/user_query.py``, counts them per (page, 1-minute window of the
-event's ``ts``) in update mode and writes them with ``streamiq.sink``; prints the ready
-line once the query started, then runs until killed.
+view events as ``tests/user_query.py`` (Spark's ``kafka`` format), counts them per (page,
+1-minute window of the event's ``ts``) in update mode and writes them with
+``streamiq.sink``; prints the ready line once the query started, then runs until killed.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ def main(argv: list[str]) -> None:
 
     bootstrap, topic, view, cluster, checkpoint = argv
     spark = spark_session("local[2]", app_name="user-windows")
-    events = (spark.readStream.format("streamiq-kafka")
+    events = (spark.readStream.format("kafka")
               .option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
               .option("startingOffsets", "earliest").load()
               .select(F.from_json(F.col("value").cast("string"),

@@ -87,7 +87,7 @@ def _parts(s: Settings, nodes: int, node_port: int) -> list[Part]:
                 ingest, http_ok(f"{ingest}/health")),
            Part("pipeline", [*py, "pipeline", *_common(s), "--master", s.master,
                              "--checkpoint-dir", str(s.checkpoint_dir),
-                             "--trigger-ms", str(s.trigger_ms),
+                             "--trigger-ms", str(s.trigger_ms), "--source", s.source,
                              "--spark-config", json.dumps(s.spark_config),
                              "--warmup" if s.warmup else "--no-warmup",
                              "--metrics-host", s.metrics_host,

@@ -1,6 +1,7 @@
 """``streamiq pipeline``: one streaming query per view, changelogs out, dead letters aside.
 
-Per view: ``streamiq-kafka`` source (earliest, exact ranges) -> ``from_json`` + validation
+Per view: Spark's ``kafka`` source (or ``--source streamiq-kafka``, the hand-written
+Python one, kept for measurement; earliest, exact ranges) -> ``from_json`` + validation
 (invalid records counted by an observed metric, kept out of the view) -> the view's
 ``transform`` -> ``update`` output -> the ``streamiq`` sink
 (:func:`streamiq.pipeline.sinkwriter.sink`, the one changelog writer users' own queries
@@ -25,7 +26,9 @@ from typing import TYPE_CHECKING, Any
 from streamiq._signals import StopFlag, stop_on_signals
 from streamiq.config import Settings
 from streamiq.kafka.admin import ensure_topics
+from streamiq.kafka.jars import JarsError
 from streamiq.logs import configure_logging
+from streamiq.pipeline.connector import require_connector
 from streamiq.pipeline.deadletter import (
     DEAD_LETTER_TOPIC,
     METRIC,
@@ -34,11 +37,11 @@ from streamiq.pipeline.deadletter import (
     parse_input,
     valid_column,
 )
+from streamiq.pipeline.java_kafka import JavaKafkaConfigError, java_kafka_config, source_options
 from streamiq.pipeline.metrics import PipelineStats
 from streamiq.pipeline.progress import ProgressPublisher
 from streamiq.pipeline.sink import batch_offsets, view_rows
 from streamiq.pipeline.sinkwriter import sink
-from streamiq.pipeline.source import FORMAT
 from streamiq.pipeline.warmup import warm_up
 from streamiq.views.base import CHANGELOG_TOPIC_CONFIG, App, View, load_app
 from streamiq.views.catalog import progress_topic
@@ -61,24 +64,26 @@ def build_view_stream(spark: SparkSession, view: View, kafka: dict[str, Any],
                       max_offsets_per_trigger: int | None = None,
                       topics: tuple[str, ...] | None = None,
                       pause_file: str | None = None,
-                      first_batch_now: bool = False) -> DataFrame:
+                      first_batch_now: bool = False, fmt: str = "kafka") -> DataFrame:
     """The view's streaming frame: its key, window and value columns, metric attached.
 
     ``topics``: the real input topic names (default ``view.source_topics``, unprefixed).
+    ``fmt``: ``kafka`` (Spark's connector) or ``streamiq-kafka`` (the Python source,
+    which alone knows the next two options; Spark's source runs a new query's first
+    micro-batch at once anyway, and ``Pipeline.stop`` waits for the batch in flight).
     ``pause_file``: while it exists the source offers no new data (see Pipeline.stop).
     ``first_batch_now``: a new query runs its first micro-batch at once, even empty.
     """
     from pyspark.sql import functions as F
 
-    reader = (spark.readStream.format(FORMAT)
-              .options(**{f"kafka.{k}": str(v) for k, v in kafka.items()})
+    reader = (spark.readStream.format(fmt).options(**source_options(fmt, kafka))
               .option("subscribe", ",".join(topics or view.source_topics))
               .option("startingOffsets", "earliest"))
     if max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
-    if pause_file:
+    if pause_file and fmt != "kafka":
         reader = reader.option("pauseWhenExists", pause_file)
-    if first_batch_now:
+    if first_batch_now and fmt != "kafka":
         reader = reader.option("emptyFirstBatch", "true")
     valid = valid_column(view)
     parsed = parse_input(reader.load(), view).observe(
@@ -162,7 +167,7 @@ class Pipeline:
             ckpt = str(root / view.name)
             dead = None if sig in seen else DeadLetters(
                 self.spark, view, self.kafka, ckpt, self.topics_of(view),
-                self.settings.topic(DEAD_LETTER_TOPIC))
+                self.settings.topic(DEAD_LETTER_TOPIC), fmt=self.settings.source)
             seen.add(sig)
             changelog = self.settings.topic(view.changelog_topic)
             self.runs[view.name] = _ViewRun(view, ckpt, changelog,
@@ -195,7 +200,8 @@ class Pipeline:
         s = self.settings
 
         def build(view: View, topics: tuple[str, ...]) -> DataFrame:
-            return build_view_stream(self.spark, view, self.kafka, None, topics)
+            return build_view_stream(self.spark, view, self.kafka, None, topics,
+                                     fmt=s.source)
 
         topic = s.topic(f"_streamiq-warmup-{uuid.uuid4().hex[:8]}")
         took = warm_up(self.spark, list(self.app.views), self.kafka, build, topic, s.partitions,
@@ -220,15 +226,15 @@ class Pipeline:
         s = self.settings
         df = build_view_stream(self.spark, run.view, self.kafka, s.max_offsets_per_trigger,
                                self.topics_of(run.view), str(self.pause_file),
-                               first_batch_now=True)
+                               first_batch_now=True, fmt=s.source)
         self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", run.view.name)
         run.query = (sink(df).queryName(run.view.name).outputMode("update")
                      .options(**run.options).option("checkpointLocation", run.checkpoint)
                      .trigger(processingTime=f"{s.trigger_ms} milliseconds").start())
         # None clears the property (pyspark's stub says str)
         self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)  # type: ignore[arg-type]
-        log.info("view %s: query started (checkpoint %s, changelog %s)", run.view.name,
-                 run.checkpoint, run.changelog)
+        log.info("view %s: query started (source %s, checkpoint %s, changelog %s)",
+                 run.view.name, s.source, run.checkpoint, run.changelog)
 
     def _register_listener(self) -> None:
         from pyspark.sql.streaming import StreamingQueryListener
@@ -394,6 +400,13 @@ def run_pipeline(settings: Settings) -> None:
     configure_logging(settings.log_level, settings.log_format)
     app = load_app(settings.app, settings.views_module)
     stop = stop_on_signals()
+    if settings.source == "kafka":
+        try:
+            java_kafka_config(settings.kafka())
+            require_connector()
+        # names the kafka_config key, or the missing jar and the install command
+        except (JarsError, JavaKafkaConfigError) as exc:
+            raise SystemExit(f"streamiq pipeline: {exc}") from None
     from streamiq.pipeline.session import spark_session
 
     spark = spark_session(settings.master, app_name=f"streamiq-{app.name}",

@@ -10,6 +10,8 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
+from streamiq.pipeline.connector import connector_jars
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -63,7 +65,8 @@ def _launch_jvm(master: str, app_name: str, settings: dict[str, str]) -> None:
 
 def spark_session(master: str = "local[2]", app_name: str = "streamiq",
                   shuffle_partitions: int | None = None, **conf: Any) -> SparkSession:
-    """Build (or get) the SparkSession and register streamiq's formats (source and sink).
+    """Build (or get) the SparkSession and register streamiq's formats (source and sink);
+    Spark's ``kafka`` format too when its connector is installed.
 
     ``conf`` entries (real Spark keys: ``spark_session(**{"spark.x": v})``) override
     :data:`SESSION_CONF`.
@@ -80,6 +83,9 @@ def spark_session(master: str = "local[2]", app_name: str = "streamiq",
                          "spark.driver.bindAddress": "127.0.0.1"})
     if shuffle_partitions is not None:
         settings["spark.sql.shuffle.partitions"] = str(shuffle_partitions)
+    jars = connector_jars()  # format("kafka"), when installed (pipeline/connector.py)
+    if jars:
+        settings["spark.jars"] = ",".join(jars)
     settings.update({k: str(v) for k, v in conf.items()})
     _launch_jvm(master, app_name, settings)
     builder = SparkSession.builder.master(master).appName(app_name)
