@@ -67,7 +67,7 @@ class Bounds:
 
 @dataclass
 class Rows:
-    rows: list[Row]
+    rows: Sequence[Row]
     missing: tuple[int, ...] = ()  # partitions not reached
     hops: int = field(default=0, compare=False)
 
@@ -77,7 +77,7 @@ class Groups:
     """One dict per group: the group columns, then one entry per aggregate name
     (``count(*)``, ``sum(count)``, ``avg(revenue)``: avg already finished)."""
 
-    groups: list[Row]
+    groups: Sequence[Row]
     missing: tuple[int, ...] = ()
 
 

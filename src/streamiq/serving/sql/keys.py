@@ -24,7 +24,7 @@ _PAST_SEP = chr(ord(KEY_SEP) + 1)  # just past "x|...": the end of the keys star
 _LIKE_SPECIAL = ("%", "_", "\\", KEY_SEP)  # a key column never holds KEY_SEP
 
 
-def _value(e: exp.Expression) -> str | None:
+def _value(e: exp.Expr) -> str | None:
     if isinstance(e, exp.Literal):
         return str(e.this)
     if isinstance(e, exp.Neg) and isinstance(e.this, exp.Literal) and not e.this.is_string:
@@ -32,12 +32,12 @@ def _value(e: exp.Expression) -> str | None:
     return None
 
 
-def _column(c: exp.Expression, view: ViewInfo) -> str | None:
+def _column(c: exp.Expr, view: ViewInfo) -> str | None:
     col = c.this if isinstance(c, exp.Predicate) else None
     return col.name if isinstance(col, exp.Column) and col.name in view.names else None
 
 
-def _equalities(view: ViewInfo, conds: Sequence[exp.Expression]
+def _equalities(view: ViewInfo, conds: Sequence[exp.Expr]
                 ) -> tuple[dict[str, list[str]], int]:
     """Key column -> its allowed values, and how many conditions that used."""
     eq: dict[str, list[str]] = {}
@@ -57,7 +57,7 @@ def _equalities(view: ViewInfo, conds: Sequence[exp.Expression]
     return eq, used
 
 
-def _prefix(c: exp.Expression) -> str | None:
+def _prefix(c: exp.Expr) -> str | None:
     if not isinstance(c, exp.Like) or not c.expression.is_string:
         return None
     pattern = str(c.expression.name)
@@ -67,7 +67,7 @@ def _prefix(c: exp.Expression) -> str | None:
     return body
 
 
-def _range(c: exp.Expression) -> Bounds | None:
+def _range(c: exp.Expr) -> Bounds | None:
     """Bounds covering every key whose first column satisfies ``c``."""
     if isinstance(c, exp.Between):
         lo, hi = _value(c.args["low"]), _value(c.args["high"])
@@ -82,7 +82,7 @@ def _range(c: exp.Expression) -> Bounds | None:
     return None
 
 
-def key_source(view: ViewInfo, conds: Sequence[exp.Expression]) -> tuple[Source | None, bool]:
+def key_source(view: ViewInfo, conds: Sequence[exp.Expr]) -> tuple[Source | None, bool]:
     """The narrowest read covering the rows ``conds`` (ANDed) allow, and whether it is
     exact (the read's rows are exactly those: nothing left for DuckDB to filter)."""
     eq, used = _equalities(view, conds)

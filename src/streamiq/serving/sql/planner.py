@@ -40,22 +40,23 @@ from streamiq.serving.sql.plans import (
 __all__ = ["parse", "plan"]
 
 CATALOG_SCHEMAS = frozenset({"pg_catalog", "information_schema"})
-_AGGS: dict[type[exp.Expression], str] = {exp.Count: "count", exp.Sum: "sum", exp.Min: "min",
+_AGGS: dict[type[exp.Expr], str] = {exp.Count: "count", exp.Sum: "sum", exp.Min: "min",
                                           exp.Max: "max", exp.Avg: "avg"}
-_QUERY_TAIL = ("order", "limit", "offset", "distinct", "having", "qualify", "group", "joins")
+_QUERY_TAIL = ("order", "limit", "offset", "distinct", "having", "qualify", "group", "joins",
+               "laterals", "windows", "pivots")
 
 
 class _NotPushable(Exception):
     pass
 
 
-def _unmark(node: exp.Expression) -> exp.Expression:
+def _unmark(node: exp.Expr) -> exp.Expr:
     if isinstance(node, exp.Parameter) and node.this is not None and node.this.is_int:
         return exp.Literal.string(marker(int(node.this.name)))
     return node
 
 
-def _pg_name(e: exp.Expression) -> str | None:
+def _pg_name(e: exp.Expr) -> str | None:
     """PostgreSQL's name for an unnamed select item (``count(*)`` is ``count``)."""
     if isinstance(e, exp.Column | exp.Star | exp.Alias):
         return None
@@ -68,7 +69,7 @@ def _pg_name(e: exp.Expression) -> str | None:
     return "case" if isinstance(e, exp.Case) else "?column?"
 
 
-def parse(sql: str) -> exp.Expression:
+def parse(sql: str) -> exp.Expr:
     """One PostgreSQL statement, ``$n`` as markers, unnamed items named as PG would."""
     try:
         tree = sqlglot.parse_one(sql, read="postgres")
@@ -86,7 +87,7 @@ def _is_catalog(t: exp.Table) -> bool:
     return t.db.lower() in CATALOG_SCHEMAS or t.name.lower().startswith(("pg_", "duckdb_"))
 
 
-def _tables(tree: exp.Expression, views: Mapping[str, ViewInfo]) -> list[exp.Table]:
+def _tables(tree: exp.Expr, views: Mapping[str, ViewInfo]) -> list[exp.Table]:
     """The views ``tree`` reads (UnknownView for a table that is neither a view, a
     catalog table nor a CTE; BadSql if it mixes views and catalog tables)."""
     ctes = {c.alias_or_name for c in tree.find_all(exp.CTE)}
@@ -101,23 +102,23 @@ def _tables(tree: exp.Expression, views: Mapping[str, ViewInfo]) -> list[exp.Tab
     return out
 
 
-def _strip_schema(node: exp.Expression) -> exp.Expression:
+def _strip_schema(node: exp.Expr) -> exp.Expr:
     if isinstance(node, exp.Table) and node.db:
         return exp.Table(this=node.this.copy(), alias=node.args.get("alias"))
     return node
 
 
-def _duck(tree: exp.Expression) -> str:
+def _duck(tree: exp.Expr) -> str:
     return tree.sql("duckdb")
 
 
-def _where(sel: exp.Select) -> list[exp.Expression]:
+def _where(sel: exp.Select) -> list[exp.Expr]:
     w = sel.args.get("where")
     if w is None:
         return []
     if not isinstance(w.this, exp.And):
         return [w.this]
-    return [c for c in w.this.flatten() if isinstance(c, exp.Expression)]
+    return [c for c in w.this.flatten() if isinstance(c, exp.Expr)]
 
 
 def _direct(sel: exp.Select, names: tuple[str, ...]) -> Direct | None:
@@ -136,7 +137,7 @@ def _direct(sel: exp.Select, names: tuple[str, ...]) -> Direct | None:
     return tuple(out)
 
 
-def _agg_column(node: exp.Expression, view: ViewInfo, aggs: set[str]) -> exp.Expression:
+def _agg_column(node: exp.Expr, view: ViewInfo, aggs: set[str]) -> exp.Expr:
     """An aggregate call -> the column of the pushed-down aggregate holding it."""
     func = _AGGS.get(type(node))
     if func is None:
@@ -203,7 +204,7 @@ def _single(sel: exp.Select, view: ViewInfo, sql: str) -> Plan:
     return Fetch(src or Scan(view.name), sql, direct)
 
 
-def _gather(tree: exp.Expression, tables: list[exp.Table],
+def _gather(tree: exp.Expr, tables: list[exp.Table],
             views: Mapping[str, ViewInfo], sql: str) -> Gather:
     sources: list[Source] = []
     for name in dict.fromkeys(t.name for t in tables):
@@ -221,6 +222,14 @@ def _gather(tree: exp.Expression, tables: list[exp.Table],
     return Gather(tuple(sources), sql)
 
 
+def _reads_directly(sel: exp.Select) -> bool:
+    """FROM its one view: no CTE, subquery, join or lateral between it and the rows."""
+    source = sel.args.get("from_")
+    return (source is not None and isinstance(source.this, exp.Table)
+            and not any(sel.args.get(k) for k in ("with_", "joins", "laterals"))
+            and not sel.find(exp.Subquery))
+
+
 def plan(sql: str, views: Mapping[str, ViewInfo]) -> Plan:
     """``sql`` (one PostgreSQL statement) over ``views`` (the ones the session may
     read): BadSql for what does not parse or is not a query, UnknownView for a
@@ -230,11 +239,10 @@ def plan(sql: str, views: Mapping[str, ViewInfo]) -> Plan:
         raise BadSql("only queries are answered here (SELECT, WITH, VALUES): the views "
                      "are read-only")
     tables = _tables(tree, views)
-    if not tables:
-        return CatalogQuery(_duck(tree))
+    if not tables:  # PostgreSQL still: the catalog rewrites it for its shims
+        return CatalogQuery(tree.sql("postgres"))
     tree = tree.transform(_strip_schema)
     duck = _duck(tree)
-    single = isinstance(tree, exp.Select) and len(tables) == 1 and not tree.args.get("with")
-    if single and isinstance(tree, exp.Select) and not tree.find(exp.Subquery):
+    if isinstance(tree, exp.Select) and len(tables) == 1 and _reads_directly(tree):
         return _single(tree, views[tables[0].name], duck)
     return _gather(tree, tables, views, duck)

@@ -88,7 +88,8 @@ class Gather:
 
 @dataclass(frozen=True)
 class CatalogQuery:
-    """Reads no view: answered from the catalog (pg_catalog over empty tables)."""
+    """Reads no view: answered from the catalog (pg_catalog over empty tables); ``sql``
+    is PostgreSQL (``pgshims.rewrite`` makes it DuckDB's)."""
 
     sql: str
 

@@ -110,6 +110,12 @@ def test_a_subquery_gathers_with_its_own_filter() -> None:
     assert isinstance(p, Gather) and p.sources == (Scan("balances", Bounds(prefix="a")),)
 
 
+def test_a_cte_is_not_the_view_it_reads() -> None:
+    p = plan("WITH big AS (SELECT * FROM balances WHERE balance > 2) SELECT count(*) FROM big",
+             VIEWS)
+    assert isinstance(p, Gather) and p.sources == (Scan("balances"),)
+
+
 def test_postgres_semantics_survive_the_transpile() -> None:
     p = plan("SELECT account FROM balances ORDER BY balance DESC", VIEWS)
     assert isinstance(p, Fetch) and p.sql.endswith("ORDER BY balance DESC NULLS FIRST")
