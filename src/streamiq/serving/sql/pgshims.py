@@ -20,11 +20,18 @@ from sqlglot.errors import ParseError, TokenError
 __all__ = ["OVERLAYS", "SERVER_VERSION", "SHIMS", "rewrite"]
 
 SERVER_VERSION = "16.0"
+SERVER_VERSION_NUM = "160000"
 _FORMAT_TYPE = " ".join(f"WHEN {oid} THEN '{name}'" for oid, name in (
     (16, "boolean"), (17, "bytea"), (20, "bigint"), (21, "smallint"), (23, "integer"),
     (25, "text"), (1043, "character varying"), (700, "real"), (701, "double precision"),
     (1700, "numeric"), (1082, "date"), (1114, "timestamp without time zone"),
     (1184, "timestamp with time zone")))
+_DATA_TYPES = " ".join(f"WHEN t = '{duck}' THEN '{pg}'" for duck, pg in (
+    ("VARCHAR", "character varying"), ("DOUBLE", "double precision"), ("FLOAT", "real"),
+    ("TIMESTAMP", "timestamp without time zone"), ("HUGEINT", "numeric"),
+    ("TIMESTAMP WITH TIME ZONE", "timestamp with time zone"), ("BLOB", "bytea")))
+#: information_schema views of this database only (not the overlays'), PG's type names
+_INFORMATION = {"tables": "info_tables", "columns": "info_columns"}
 _EMPTY = {  # catalog tables DuckDB lacks, empty here (no policies, publications...)
     "pg_policy": "oid BIGINT, polname VARCHAR, polrelid BIGINT, polcmd VARCHAR, "
                  "polpermissive BOOLEAN, polroles BIGINT[], polqual VARCHAR, polwithcheck VARCHAR",
@@ -42,6 +49,8 @@ _EMPTY = {  # catalog tables DuckDB lacks, empty here (no policies, publications
     "pg_trigger": "oid BIGINT, tgrelid BIGINT, tgname VARCHAR, tgisinternal BOOLEAN, "
                   "tgenabled VARCHAR, tgparentid BIGINT",
     "pg_rewrite": "oid BIGINT, rulename VARCHAR, ev_class BIGINT, ev_type VARCHAR",
+    "pg_opclass": "oid BIGINT, opcname VARCHAR, opcdefault BOOLEAN, opcmethod BIGINT, "
+                  "opcnamespace BIGINT",
     "pg_sequence": "seqrelid BIGINT, seqstart BIGINT, seqincrement BIGINT, seqmax BIGINT, "
                    "seqmin BIGINT, seqcache BIGINT, seqcycle BOOLEAN",
 }
@@ -57,6 +66,15 @@ SHIMS: tuple[str, ...] = (
     "CREATE OR REPLACE MACRO pg_relation_is_publishable(a) AS false",
     "CREATE OR REPLACE MACRO pg_collation_is_visible(a) AS true",
     "CREATE OR REPLACE MACRO array_upper(a, d) AS len(a)",
+    "CREATE OR REPLACE MACRO array_lower(a, d) AS 1",
+    "CREATE OR REPLACE MACRO parse_ident(x) AS string_split(x, '.')",
+    "CREATE OR REPLACE MACRO pg_table_size(x) AS 0",
+    "CREATE OR REPLACE MACRO pg_relation_size(x) AS 0",
+    "CREATE OR REPLACE MACRO pg_total_relation_size(x) AS 0",
+    "CREATE OR REPLACE MACRO pg_is_in_recovery() AS false",
+    "CREATE OR REPLACE MACRO streamiq_setting(x) AS CASE lower(x) WHEN 'search_path' THEN "
+    "'public' WHEN 'default_table_access_method' THEN 'heap' WHEN 'server_version_num' THEN "
+    f"'{SERVER_VERSION_NUM}' WHEN 'server_version' THEN '{SERVER_VERSION}' ELSE '' END",
     "CREATE OR REPLACE MACRO quote_ident(a) AS "
     "CASE WHEN regexp_full_match(a, '[a-z_][a-z0-9_]*') THEN a "
     "ELSE '\"' || replace(a, '\"', '\"\"') || '\"' END",
@@ -64,15 +82,23 @@ SHIMS: tuple[str, ...] = (
     "ELSE format_type(o, m) END",
     f"CREATE OR REPLACE MACRO streamiq_version() AS 'PostgreSQL {SERVER_VERSION} (streamiq)'",
     *(f"CREATE TABLE IF NOT EXISTS pgx.main.{t} ({cols})" for t, cols in _EMPTY.items()),
-    "CREATE OR REPLACE VIEW pgx.main.pg_class AS SELECT *, false AS relforcerowsecurity "
-    "FROM pg_catalog.pg_class",
+    "CREATE OR REPLACE VIEW pgx.main.pg_class AS SELECT * REPLACE (NULL::VARCHAR[] AS "
+    "reloptions), false AS relforcerowsecurity FROM pg_catalog.pg_class",
     "CREATE OR REPLACE VIEW pgx.main.pg_database AS SELECT *, 10 AS datdba, 6 AS encoding, "
     "'C' AS datcollate, 'C' AS datctype, NULL AS daticulocale, 'c' AS datlocprovider, "
     "NULL::VARCHAR[] AS datacl FROM pg_catalog.pg_database WHERE datname = 'memory'",
+    "CREATE OR REPLACE MACRO streamiq_data_type(t) AS CASE WHEN t LIKE 'DECIMAL%' "
+    f"THEN 'numeric' {_DATA_TYPES} ELSE lower(t) END",
+    "CREATE OR REPLACE VIEW pgx.main.info_tables AS SELECT * FROM information_schema.tables "
+    "WHERE table_catalog = current_database()",
+    "CREATE OR REPLACE VIEW pgx.main.info_columns AS SELECT * REPLACE "
+    "(streamiq_data_type(data_type) AS data_type) FROM information_schema.columns "
+    "WHERE table_catalog = current_database()",
     "CREATE OR REPLACE VIEW pgx.main.pg_index AS SELECT *, 0 AS indnullsnotdistinct "
     "FROM pg_catalog.pg_index",
 )
 OVERLAYS = frozenset({"pg_class", "pg_database", "pg_index", *_EMPTY})
+_TABLE_FUNCTIONS = (exp.ExplodingGenerateSeries, exp.GenerateSeries, exp.Unnest, exp.Anonymous)
 _OPS: dict[str, type[exp.Expr]] = {"~": exp.RegexpLike, "=": exp.EQ, "~~": exp.Like}
 _TEXTISH = {"text": "text", "name": "text", "oid": "bigint", "char": "text", '"char"': "text",
             "int2": "int2", "int4": "int4", "int8": "int8", "bool": "bool"}
@@ -116,11 +142,24 @@ def _function(node: exp.Anonymous) -> exp.Expr:
         return exp.Anonymous(this="streamiq_format_type", expressions=node.expressions)
     if name == "json_build_object":
         return exp.Anonymous(this="json_object", expressions=node.expressions)
+    if name == "current_setting":  # the few clients read; DuckDB's own fail on others
+        return exp.Anonymous(this="streamiq_setting", expressions=node.expressions[:1])
     if name == "version":
         return exp.Anonymous(this="streamiq_version")
-    if name == "pg_get_expr":
+    if name == "pg_get_expr" and len(node.expressions) > 2:
         return exp.Anonymous(this="pg_get_expr", expressions=node.expressions[:2])
     return node
+
+
+def _from_function(node: exp.Table) -> exp.Expr:
+    """``FROM pg_catalog.f(...) [AS] x``: a table function stays one (without the
+    schema); a scalar one is, as in PostgreSQL, a one-row table of its value named x."""
+    node.set("db", None)
+    func, alias = node.this, node.alias
+    if isinstance(func, _TABLE_FUNCTIONS) or not alias:
+        return node
+    row = exp.select(exp.alias_(func.copy(), alias)).subquery(alias)
+    return row
 
 
 def _fix(node: exp.Expr) -> exp.Expr:
@@ -129,9 +168,12 @@ def _fix(node: exp.Expr) -> exp.Expr:
         return _fix(node.expression)  # pg_catalog.version() -> version()
     if isinstance(node, exp.Cast):
         return _cast(node)
-    if isinstance(node, exp.Table) and isinstance(node.this, exp.Func) and node.db:
-        node.set("db", None)  # FROM pg_catalog.generate_series(...)
-        return node
+    if isinstance(node, exp.Table) and isinstance(node.this, exp.Func):
+        return _from_function(node)
+    if isinstance(node, exp.Table) and node.db == "information_schema" \
+            and node.name in _INFORMATION:
+        return exp.table_(_INFORMATION[node.name], db="main", catalog="pgx",
+                          alias=node.alias or node.name)
     if isinstance(node, exp.Table) and node.name in OVERLAYS and node.db in ("pg_catalog", ""):
         return exp.table_(node.name, db="main", catalog="pgx", alias=node.alias or node.name)
     if isinstance(node, exp.Column) and node.args.get("db") is not None:

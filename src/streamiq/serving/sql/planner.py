@@ -64,9 +64,11 @@ def _pg_name(e: exp.Expr) -> str | None:
         return e.this.name if isinstance(e.this, exp.Column) else _pg_name(e.this)
     if isinstance(e, exp.Window):
         return _pg_name(e.this)
+    if isinstance(e, exp.Case):
+        return "case"
     if isinstance(e, exp.Func | exp.Dot):  # the function's name as it is written
         return e.sql("postgres").split("(")[0].split(".")[-1].strip('" ').lower()
-    return "case" if isinstance(e, exp.Case) else "?column?"
+    return "?column?"
 
 
 def parse(sql: str) -> exp.Expr:

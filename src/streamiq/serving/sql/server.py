@@ -79,6 +79,9 @@ class PgServer:
                 await serve_queries(wire, session)
         except (ConnectionError, asyncio.IncompleteReadError, TimeoutError, ssl.SSLError):
             pass
+        except asyncio.CancelledError:
+            pass  # close(): this connection task ends here (asyncio's stream callback
+            # would log a cancelled client task as an error)
         except StreamiqError as exc:  # refused at startup: FATAL, then closed
             wire.error(exc, fatal=True)
             with contextlib.suppress(ConnectionError):

@@ -33,7 +33,8 @@ _SET = re.compile(r"^\s*SET\s+(?:SESSION\s+|LOCAL\s+)?([\w.\"]+)\s*(?:=|\s+TO\s+
 _STREAMIQ = ("streamiq.position", "streamiq.max_lag", "streamiq.wait_ms", "streamiq.partial")
 _COMMANDS = {"BEGIN": "BEGIN", "START": "BEGIN", "COMMIT": "COMMIT", "END": "COMMIT",
              "ROLLBACK": "ROLLBACK", "ABORT": "ROLLBACK", "SET": "SET", "RESET": "RESET",
-             "SHOW": "SHOW", "DISCARD": "DISCARD ALL", "DEALLOCATE": "DEALLOCATE"}
+             "SHOW": "SHOW", "DISCARD": "DISCARD ALL", "DEALLOCATE": "DEALLOCATE",
+             "SAVEPOINT": "SAVEPOINT", "RELEASE": "RELEASE"}
 
 
 def command_of(sql: str) -> str | None:
@@ -80,7 +81,8 @@ class Settings:
         """Run a session command; its CommandComplete tag (SHOW is ``show``'s)."""
         if head in ("BEGIN", "START"):
             self.in_transaction = True
-        elif head in ("COMMIT", "END", "ROLLBACK", "ABORT"):
+        elif head in ("COMMIT", "END", "ROLLBACK", "ABORT") and not re.search(
+                r"\bTO\b", sql, re.IGNORECASE):  # ROLLBACK TO SAVEPOINT: still in it
             self.in_transaction = False
         elif head == "SET":
             self._set(sql)
