@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import duckdb
 
-from streamiq.serving.sql.duck import Answer, duck_errors, in_thread, run_cursor
+from streamiq.serving.sql.duck import Answer, connect, duck_errors, in_thread, run_cursor
 from streamiq.serving.sql.engine import ViewInfo
 from streamiq.serving.sql.pgshims import SHIMS, rewrite
 from streamiq.serving.sql.types import duck_of_spark
@@ -45,9 +45,7 @@ class Catalog:
 
     def __init__(self, views: Sequence[ViewInfo]) -> None:
         self.views = {v.name: v for v in views}
-        self._db = duckdb.connect(config={"threads": 1})
-        for stmt in (*SHIMS, f"CREATE SCHEMA {_SCHEMA}", *map(_create, views)):
-            self._db.execute(stmt)
+        self._db = connect("64MB", (*SHIMS, f"CREATE SCHEMA {_SCHEMA}", *map(_create, views)))
         self._described: OrderedDict[str, Schema] = OrderedDict()
         self._lock = threading.Lock()
 

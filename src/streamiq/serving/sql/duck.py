@@ -16,11 +16,20 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from streamiq.errors import BadRequest, BadSql, Canceled, StreamiqError, TooManyRows, UnknownView
+from streamiq.errors import (
+    BadRequest,
+    BadSql,
+    Canceled,
+    Forbidden,
+    StreamiqError,
+    TooManyRows,
+    UnknownView,
+)
 from streamiq.serving.sql.engine import Row
 from streamiq.serving.sql.types import arrow_of, coerce
 
-__all__ = ["Answer", "Duck", "arrow_table", "duck_errors", "in_thread", "run_cursor"]
+__all__ = ["LOCKDOWN", "Answer", "Duck", "arrow_table", "connect", "duck_errors", "in_thread",
+           "run_cursor"]
 
 
 @dataclass
@@ -53,6 +62,8 @@ def duck_errors() -> Iterator[None]:
         raise BadSql(text) from None
     except duckdb.BinderException as exc:
         raise BadSql(_first(exc)) from None
+    except duckdb.PermissionException as exc:
+        raise Forbidden(f"not allowed here: {_first(exc)}") from None
     except duckdb.InterruptException:
         raise Canceled("canceling statement due to user request") from None
     except duckdb.OutOfMemoryException as exc:
@@ -105,12 +116,26 @@ async def in_thread(cur: duckdb.DuckDBPyConnection, work: Callable[[], Answer]) 
         raise
 
 
+#: no files, no network, no extensions, settings locked: a client's SQL reaches only what
+#: the front end registered (the DuckDB step's tables, the catalog's empty ones)
+LOCKDOWN = ("SET enable_external_access = false", "SET autoinstall_known_extensions = false",
+            "SET autoload_known_extensions = false", "SET lock_configuration = true")
+
+
+def connect(memory_limit: str, setup: Sequence[str] = ()) -> duckdb.DuckDBPyConnection:
+    """A private in-memory database: ``setup`` run, then locked down (``LOCKDOWN``)."""
+    db = duckdb.connect(config={"threads": 1, "memory_limit": memory_limit})
+    for stmt in (*setup, *LOCKDOWN):
+        db.execute(stmt)
+    return db
+
+
 class Duck:
     """One in-memory DuckDB database for the SQL step: no data of its own, a cursor per
     query with its Arrow tables registered, one thread each, a memory bound."""
 
-    def __init__(self, memory_limit: str = "512MB", threads: int = 1) -> None:
-        self._db = duckdb.connect(config={"threads": threads, "memory_limit": memory_limit})
+    def __init__(self, memory_limit: str = "512MB") -> None:
+        self._db = connect(memory_limit)
 
     async def run(self, sql: str, tables: Mapping[str, Any], limit: int) -> Answer:
         """``sql`` over ``tables`` (name -> Arrow table), on a cursor of its own."""

@@ -114,9 +114,13 @@ class Session:
             return Answer((name,), ("VARCHAR",), [(value,)], "SHOW")
         return Answer.command(self.settings.command(prepared.command or "", prepared.sql))
 
+    @property
+    def running(self) -> bool:
+        return self._running is not None and not self._running.done()
+
     def cancel(self) -> bool:
         """A cancel request: interrupt the running statement (if one runs)."""
-        if self._running is None or self._running.done():
+        if self._running is None or not self.running:
             return False
         self._cancel = True
         self._running.cancel()

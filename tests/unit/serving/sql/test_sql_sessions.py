@@ -159,3 +159,35 @@ def test_tls_from_an_ssl_context(tmp_path: Path) -> None:
             psycopg.connect(srv.dsn())  # sslmode=disable
     finally:
         srv.stop()
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT * FROM read_text('/etc/hostname')", "SELECT * FROM read_blob('/etc/hostname')",
+    "SELECT count(*) FROM read_csv('/etc/passwd')"])
+def test_no_file_is_reachable_through_sql(server: ServerThread, sql: str) -> None:
+    with psycopg.connect(server.dsn(), autocommit=True) as c:
+        with pytest.raises(errors.InsufficientPrivilege, match="file system operations"):
+            c.execute(sql)
+        c.execute("SET enable_external_access = true")  # a session setting, not DuckDB's
+        with pytest.raises(errors.InsufficientPrivilege):
+            c.execute(sql)
+        assert c.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_a_cancel_interrupts_a_running_duckdb_step(server: ServerThread) -> None:
+    with psycopg.connect(server.dsn(), autocommit=True) as c:
+        failed: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                c.execute("SELECT count(*) FROM range(100000000000) t(i) WHERE i % 7 = 3")
+            except psycopg.Error as exc:
+                failed.append(exc)
+        t = threading.Thread(target=run)
+        t.start()
+        server.call(until(lambda: any(s.running for s in server.server.sessions.values()),
+                          "the statement runs"))
+        c.cancel_safe()
+        t.join(60)
+        assert [type(e) for e in failed] == [errors.QueryCanceled]
+        assert c.execute("SELECT count FROM balances WHERE account = '2'").fetchone() == (2,)
