@@ -15,6 +15,7 @@ pushdown consumed the whole WHERE.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 import sqlglot
@@ -50,10 +51,14 @@ class _NotPushable(Exception):
     pass
 
 
-def _unmark(node: exp.Expr) -> exp.Expr:
-    if isinstance(node, exp.Parameter) and node.this is not None and node.this.is_int:
-        return exp.Literal.string(marker(int(node.this.name)))
-    return node
+#: a quoted string or identifier (kept as it is), or a parameter ``$n`` (group 1)
+_PARAMS = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|\$(\d+)")
+
+
+def _mark(sql: str) -> str:
+    """``$n`` -> its marker string (sqlglot 30 cannot tokenize ``($1,$2)`` itself)."""
+    return _PARAMS.sub(lambda m: m.group(0) if m.group(1) is None
+                       else f"'{marker(int(m.group(1)))}'", sql)
 
 
 def _pg_name(e: exp.Expr) -> str | None:
@@ -74,10 +79,9 @@ def _pg_name(e: exp.Expr) -> str | None:
 def parse(sql: str) -> exp.Expr:
     """One PostgreSQL statement, ``$n`` as markers, unnamed items named as PG would."""
     try:
-        tree = sqlglot.parse_one(sql, read="postgres")
+        tree = sqlglot.parse_one(_mark(sql), read="postgres")
     except (ParseError, TokenError) as exc:
         raise BadSql(f"syntax error: {str(exc).splitlines()[0]}") from None
-    tree = tree.transform(_unmark)
     if isinstance(tree, exp.Select):
         items = [exp.alias_(e, name, quoted=True) if (name := _pg_name(e)) else e
                  for e in tree.expressions]

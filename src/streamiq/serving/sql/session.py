@@ -91,7 +91,9 @@ class Session:
         except IndexError:
             raise BadRequest(f"the statement takes {prepared.params} parameter(s), "
                              f"{len(values)} given") from None
-        ctx = Context(self.catalog, self.settings.fresh, self.settings.partial)
+        direct = getattr(prepared.plan, "direct", None) is not None
+        ctx = Context(self.catalog, self.settings.fresh, self.settings.partial,
+                      self.describe(prepared) if direct else None)
         self._cancel = False
         self._running = asyncio.create_task(self._run(bound, ctx))
         try:
