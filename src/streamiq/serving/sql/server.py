@@ -35,12 +35,14 @@ log = logging.getLogger("streamiq.sql")
 class PgServer:
     def __init__(self, engine: Engine, authenticate: Authenticate, *,
                  tls: ssl.SSLContext | None = None, max_connections: int = 64,
-                 limits: Limits | None = None, startup_timeout_s: float = 10.0) -> None:
+                 limits: Limits | None = None, startup_timeout_s: float = 10.0,
+                 statement_timeout_s: float = 300.0) -> None:
         self.engine = engine
         self.authenticate = authenticate
         self.tls = tls
         self.max_connections = max_connections
         self.startup_timeout_s = startup_timeout_s
+        self.statement_timeout_s = statement_timeout_s
         self.duck = Duck()
         self.executor = Executor(engine, self.duck, limits)
         self.catalogs = Catalogs()
@@ -139,7 +141,7 @@ class PgServer:
         while pid in self.sessions:
             pid = secrets.randbelow(2**31 - 1) + 1
         session = Session(principal, views, self.catalogs.of(views), self.executor, pid,
-                          secrets.token_bytes(4))
+                          secrets.token_bytes(4), self.statement_timeout_s)
         self.sessions[pid] = session
         wire.send(m.AuthenticationOk())
         for name, value in {**SERVER_PARAMETERS,

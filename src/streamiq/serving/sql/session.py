@@ -44,7 +44,8 @@ class Prepared:
 
 class Session:
     def __init__(self, principal: Principal, views: Sequence[ViewInfo], catalog: Catalog,
-                 executor: Executor, process_id: int, secret: bytes) -> None:
+                 executor: Executor, process_id: int, secret: bytes,
+                 statement_timeout_s: float = 300.0) -> None:
         self.principal = principal
         self.views = {v.name: v for v in views}
         self.catalog = catalog
@@ -52,6 +53,7 @@ class Session:
         self.process_id = process_id
         self.secret = secret
         self.settings = Settings()
+        self.statement_timeout_s = statement_timeout_s  # SET statement_timeout: lower only
         self._plans: OrderedDict[str, Prepared] = OrderedDict()
         self._running: asyncio.Task[Answer] | None = None
         self._cancel = False
@@ -97,7 +99,10 @@ class Session:
         self._cancel = False
         self._running = asyncio.create_task(self._run(bound, ctx))
         try:
-            return await self._running
+            async with asyncio.timeout(self.settings.timeout_s(self.statement_timeout_s)):
+                return await self._running
+        except TimeoutError:
+            raise Canceled("canceling statement due to statement timeout") from None
         except asyncio.CancelledError:
             if not self._cancel:
                 raise  # the connection is closing, not a cancel request

@@ -27,9 +27,11 @@ _DEFAULTS = {k.lower(): v for k, v in SERVER_PARAMETERS.items()} | {
     "transaction_isolation": "read committed", "transaction isolation level": "read committed",
     "search_path": "public", "default_transaction_read_only": "on",
     "streamiq.position": "", "streamiq.max_lag": "", "streamiq.wait_ms": "",
-    "streamiq.partial": "off"}
+    "streamiq.partial": "off", "statement_timeout": "0"}
 _SET = re.compile(r"^\s*SET\s+(?:SESSION\s+|LOCAL\s+)?([\w.\"]+)\s*(?:=|\s+TO\s+)\s*(.*?)\s*;?\s*$",
                   re.IGNORECASE | re.DOTALL)
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(ms|s|min|h)?$")
+_UNITS = {"ms": 1, "s": 1000, "min": 60_000, "h": 3_600_000}
 _STREAMIQ = ("streamiq.position", "streamiq.max_lag", "streamiq.wait_ms", "streamiq.partial")
 _COMMANDS = {"BEGIN": "BEGIN", "START": "BEGIN", "COMMIT": "COMMIT", "END": "COMMIT",
              "ROLLBACK": "ROLLBACK", "ABORT": "ROLLBACK", "SET": "SET", "RESET": "RESET",
@@ -50,7 +52,18 @@ def _int(name: str, value: str, top: int) -> str:
     return value
 
 
+def _duration_ms(name: str, value: str) -> str:
+    """PostgreSQL's ``statement_timeout`` forms: ``5000`` (ms), ``'5s'``, ``'2min'``."""
+    m = _DURATION.match(value.strip().lower())
+    if m is None:
+        raise BadRequest(f'invalid value for parameter "{name}": "{value}" (e.g. 5000, '
+                         "'5s', '2min')")
+    return str(int(float(m.group(1)) * _UNITS[m.group(2) or "ms"]))
+
+
 def _check(name: str, value: str) -> str:
+    if name == "statement_timeout":
+        return _duration_ms(name, value)
     if name == "streamiq.position":
         try:
             parse_tokens(value)
@@ -126,6 +139,11 @@ class Settings:
         lag, wait = self._get("streamiq.max_lag"), self._get("streamiq.wait_ms")
         return Freshness(position=self._get("streamiq.position") or None,
                          max_lag=int(lag) if lag else None, wait_ms=int(wait) if wait else None)
+
+    def timeout_s(self, ceiling_s: float) -> float:
+        """The session's ``statement_timeout``, at most the server's (0: the server's)."""
+        ms = int(self._get("statement_timeout") or 0)
+        return min(ms / 1000, ceiling_s) if ms else ceiling_s
 
     @property
     def partial(self) -> bool:

@@ -105,6 +105,16 @@ def test_a_cancel_request_stops_the_statement(server: ServerThread, setup: str,
         assert c.execute("SELECT count FROM balances WHERE account = '2'").fetchone() == (2,)
 
 
+def test_a_statement_timeout_cancels(server: ServerThread) -> None:
+    with psycopg.connect(server.dsn(), autocommit=True) as c:
+        c.execute("SET streamiq.position = 'orders:1:5'")  # never written: waits
+        c.execute("SET statement_timeout = '50ms'")
+        with pytest.raises(errors.QueryCanceled, match="statement timeout"):
+            c.execute("SELECT * FROM balances WHERE account = '1'")
+        c.execute("RESET streamiq.position")
+        assert c.execute("SELECT count FROM balances WHERE account = '2'").fetchone() == (2,)
+
+
 def test_a_position_set_in_the_session_waits_for_its_write(server: ServerThread) -> None:
     with psycopg.connect(server.dsn(), autocommit=True) as c:
         c.execute("SET streamiq.position = 'bank:2:41'")
@@ -140,6 +150,7 @@ def test_unreachable_partitions_fail_or_with_partial_on_give_a_notice(
     ("SET streamiq.max_lag = -1", errors.InvalidParameterValue),
     ("SET streamiq.partial = maybe", errors.InvalidParameterValue),
     ("SET streamiq.nope = 1", errors.UndefinedObject),
+    ("SET statement_timeout = 'soon'", errors.InvalidParameterValue),
     ("SHOW nope", errors.UndefinedObject)])
 def test_bad_settings_are_refused_clearly(server: ServerThread, sql: str,
                                           error: type[Exception]) -> None:
