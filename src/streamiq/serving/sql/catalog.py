@@ -10,6 +10,7 @@ the sessions that see the same set (a few: tokens' scopes differ by view lists).
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -56,20 +57,31 @@ class Catalog:
 
     async def query(self, sql: str, limit: int) -> Answer:
         """A client's catalog query (PostgreSQL), rewritten for the shims."""
-        duck = rewrite(sql)
         cur = self._cursor()
-        try:
-            return await in_thread(cur, lambda: run_cursor(cur, duck, limit))
+        try:  # the rewrite too in the worker thread (sqlglot)
+            return await in_thread(cur, lambda: run_cursor(cur, rewrite(sql), limit))
         finally:
             cur.close()
 
-    def describe(self, sql: str) -> Schema:
-        """The result columns of ``sql`` (DuckDB, over the views' tables), remembered."""
+    def remembered(self, sql: str) -> Schema | None:
+        """The result columns of ``sql`` if described before (never blocks on DuckDB)."""
         with self._lock:
             known = self._described.get(sql)
             if known is not None:
                 self._described.move_to_end(sql)
-                return known
+            return known
+
+    async def schema(self, sql: str) -> Schema:
+        """``describe`` without blocking the event loop (remembered, or in a thread)."""
+        known = self.remembered(sql)
+        return known if known is not None else await asyncio.to_thread(self.describe, sql)
+
+    def describe(self, sql: str) -> Schema:
+        """The result columns of ``sql`` (DuckDB, over the views' tables), remembered.
+        Blocking: on the event loop, ask ``remembered`` first."""
+        known = self.remembered(sql)
+        if known is not None:
+            return known
         cur = self._cursor()
         try:
             with duck_errors():

@@ -8,6 +8,8 @@ DuckDB's exceptions become streamiq errors here, at its edge, so the SQLSTATE ma
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -30,6 +32,9 @@ from streamiq.serving.sql.types import arrow_of, coerce
 
 __all__ = ["LOCKDOWN", "Answer", "Duck", "arrow_table", "connect", "duck_errors", "in_thread",
            "run_cursor"]
+
+
+_INTERRUPT_EVERY_S = 0.05
 
 
 @dataclass
@@ -105,14 +110,26 @@ def arrow_table(columns: Sequence[tuple[str, str]], rows: Sequence[Row]) -> Any:
 
 
 async def in_thread(cur: duckdb.DuckDBPyConnection, work: Callable[[], Answer]) -> Answer:
-    """``work`` (using ``cur``) in a worker thread; a cancelled task interrupts the
-    cursor and waits for the thread (the cursor is never closed under a running query)."""
-    running = asyncio.ensure_future(asyncio.to_thread(work))
+    """``work`` (using ``cur``) in a worker thread; a cancelled task stops it and waits
+    for the thread (the cursor is never closed under a running query). An interrupt
+    only reaches a query already running, so it is repeated until the thread is done,
+    and ``work`` does not start at all once cancelled."""
+    cancelled = threading.Event()
+
+    def guarded() -> Answer:
+        if cancelled.is_set():
+            raise Canceled("canceling statement due to user request")
+        return work()
+
+    running = asyncio.ensure_future(asyncio.to_thread(guarded))
     try:
         return await asyncio.shield(running)
     except asyncio.CancelledError:
-        cur.interrupt()
-        await asyncio.wait([running])
+        cancelled.set()
+        while not running.done():
+            cur.interrupt()
+            with contextlib.suppress(asyncio.CancelledError):  # still wait for the thread
+                await asyncio.wait([running], timeout=_INTERRUPT_EVERY_S)
         raise
 
 

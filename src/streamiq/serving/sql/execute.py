@@ -71,8 +71,8 @@ class Executor:
         if isinstance(plan, Fetch):
             rows = await self._read(plan.source, ctx)
             if plan.direct is not None:
-                return self._answer(plan.direct, ctx.schema or ctx.catalog.describe(plan.sql),
-                                    rows)
+                return self._answer(plan.direct, ctx.schema or await ctx.catalog.schema(
+                    plan.sql), rows)
             return await self._duck(plan.sql, {plan.source.view: rows}, ctx)
         gathered = {s.view: await self._read(s, ctx) for s in plan.sources}
         return await self._duck(plan.sql, gathered, ctx)
@@ -134,8 +134,8 @@ class Executor:
                                           ctx.fresh)
         self._missing(plan.view, got, ctx)
         if plan.direct is not None:
-            return self._answer(plan.direct, ctx.schema or ctx.catalog.describe(plan.sql),
+            return self._answer(plan.direct, ctx.schema or await ctx.catalog.schema(plan.sql),
                                 got.groups)
-        columns = ctx.catalog.describe(plan.agg_sql)
+        columns = await ctx.catalog.schema(plan.agg_sql)
         table = arrow_table(columns, got.groups)
         return await self.duck.run(plan.post_sql, {AGG_TABLE: table}, self.limits.max_rows)

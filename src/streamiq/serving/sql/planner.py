@@ -241,7 +241,7 @@ def plan(sql: str, views: Mapping[str, ViewInfo]) -> Plan:
     read): BadSql for what does not parse or is not a query, UnknownView for a
     relation that is not there."""
     tree = parse(sql)
-    if not isinstance(tree, exp.Query):
+    if not isinstance(tree, exp.Query | exp.Values):
         raise BadSql("only queries are answered here (SELECT, WITH, VALUES): the views "
                      "are read-only")
     tables = _tables(tree, views)

@@ -131,14 +131,14 @@ class _Loop:
         if not statements:
             self.wire.send(m.EmptyQueryResponse())
         for sql in statements:  # the first error ends the whole query string
-            answer = await self.session.execute(self.session.prepare(sql))
+            answer = await self.session.execute(await self.session.prepare(sql))
             if answer.rows is not None:
                 self.describe_rows(tuple(zip(answer.names, answer.types, strict=True)), [])
             await self.send_answer(answer, [])
 
     async def extended(self, msg: m.PGMessage) -> None:
         if isinstance(msg, m.Parse):
-            prepared = self.session.prepare(msg.query.strip().rstrip(";"))
+            prepared = await self.session.prepare(msg.query.strip().rstrip(";"))
             self.statements[msg.statement] = (prepared, list(msg.param_types))
             self.wire.send(m.ParseComplete())
         elif isinstance(msg, m.Bind):
@@ -179,7 +179,7 @@ class _Loop:
             given = [o or 25 for o in oids[:prepared.params]]
             self.wire.send(m.ParameterDescription(
                 type_oids=given + [25] * (prepared.params - len(given))))
-            self.describe_rows(self.session.describe(prepared), [])
+            self.describe_rows(await self.session.describe(prepared), [])
             return
         portal = self._portal(msg.name)  # run now, send at Execute (never run twice)
         answer = await self.session.execute(portal.prepared, portal.values)

@@ -58,22 +58,27 @@ class Session:
         self._running: asyncio.Task[Answer] | None = None
         self._cancel = False
 
-    def prepare(self, sql: str) -> Prepared:
-        """Parse and plan ``sql`` (BadSql, UnknownView...), from the cache if seen."""
+    async def prepare(self, sql: str) -> Prepared:
+        """Parse and plan ``sql`` (BadSql, UnknownView...), from the cache if seen; a new
+        statement is planned in a worker thread (sqlglot: about a millisecond)."""
         known = self._plans.get(sql)
         if known is not None:
             self._plans.move_to_end(sql)
             return known
-        head = command_of(sql)
-        params = max((int(n) for n in _PARAM.findall(sql)), default=0)
-        prepared = Prepared(sql, head, None if head else make_plan(sql, self.views), params)
+        prepared = await asyncio.to_thread(self._plan, sql)
         self._plans[sql] = prepared
         while len(self._plans) > _PLANS:
             self._plans.popitem(last=False)
         return prepared
 
-    def describe(self, prepared: Prepared) -> Schema | None:
-        """The result columns (None: a command without rows)."""
+    def _plan(self, sql: str) -> Prepared:
+        head = command_of(sql)
+        params = max((int(n) for n in _PARAM.findall(sql)), default=0)
+        return Prepared(sql, head, None if head else make_plan(sql, self.views), params)
+
+    async def describe(self, prepared: Prepared) -> Schema | None:
+        """The result columns (None: a command without rows); a statement not described
+        yet is, over the catalog's empty tables, in a worker thread."""
         if prepared.command == "SHOW":
             return ((self.settings.show(prepared.sql)[0], "VARCHAR"),)
         if prepared.plan is None:
@@ -81,7 +86,7 @@ class Session:
         sql = unbound_sql(prepared.plan.sql)
         if isinstance(prepared.plan, CatalogQuery):
             sql = rewrite(sql)
-        return self.catalog.describe(sql)
+        return await self.catalog.schema(sql)
 
     async def execute(self, prepared: Prepared, values: Sequence[Any] = ()) -> Answer:
         """Run a statement with its parameters, as a task a cancel can reach."""
@@ -95,7 +100,7 @@ class Session:
                              f"{len(values)} given") from None
         direct = getattr(prepared.plan, "direct", None) is not None
         ctx = Context(self.catalog, self.settings.fresh, self.settings.partial,
-                      self.describe(prepared) if direct else None)
+                      await self.describe(prepared) if direct else None)
         self._cancel = False
         self._running = asyncio.create_task(self._run(bound, ctx))
         try:

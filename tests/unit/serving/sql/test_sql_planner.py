@@ -130,6 +130,7 @@ def test_unnamed_items_are_named_as_postgresql_names_them() -> None:
 def test_catalog_queries_read_no_view() -> None:
     p = plan("SELECT relname FROM pg_catalog.pg_class", VIEWS)
     assert isinstance(p, CatalogQuery)
+    assert isinstance(plan("VALUES (1, 'a')", VIEWS), CatalogQuery)
     with pytest.raises(BadSql, match="either views or the catalog"):
         plan("SELECT * FROM balances, pg_catalog.pg_class", VIEWS)
 
