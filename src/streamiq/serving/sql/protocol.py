@@ -13,7 +13,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-from pygwire import BackendConnection, TransactionStatus
+from pygwire import BackendConnection, PygwireError, TransactionStatus
 from pygwire import messages as m
 
 from streamiq._sqlstate import error_fields
@@ -65,13 +65,18 @@ def _format(formats: list[int], i: int) -> int:
 
 
 class Wire:
-    """A connection's framing: pygwire's state machine between bytes and messages."""
+    """A connection's framing: pygwire's state machine between bytes and messages. A
+    message longer than ``max_message_bytes`` and bytes that are not the protocol are
+    ``BadRequest`` (the server answers FATAL and closes)."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 max_message_bytes: int = 16 << 20) -> None:
         self.conn = BackendConnection()
         self.reader = reader
         self.writer = writer
+        self.max_message_bytes = max_message_bytes
         self._pending: list[m.PGMessage] = []
+        self._partial = 0  # bytes received towards a message not complete yet
         self.counted = False  # holds one of the server's connection slots
 
     async def next(self) -> m.PGMessage:
@@ -79,7 +84,13 @@ class Wire:
             data = await self.reader.read(65536)
             if not data:
                 raise ConnectionError("the client closed the connection")
-            self._pending.extend(self.conn.receive(data))
+            try:
+                self._pending.extend(self.conn.receive(data))
+            except PygwireError as exc:
+                raise BadRequest(f"not the PostgreSQL protocol: {exc}") from None
+            self._partial = 0 if self._pending else self._partial + len(data)
+            if self._partial > self.max_message_bytes:
+                raise BadRequest(f"a message of more than {self.max_message_bytes} bytes")
         return self._pending.pop(0)
 
     def send(self, msg: m.PGMessage) -> None:

@@ -15,6 +15,7 @@ import logging
 import secrets
 import ssl
 
+from pygwire import PygwireError
 from pygwire import messages as m
 
 from streamiq.auth import Principal
@@ -36,13 +37,15 @@ class PgServer:
     def __init__(self, engine: Engine, authenticate: Authenticate, *,
                  tls: ssl.SSLContext | None = None, max_connections: int = 64,
                  limits: Limits | None = None, startup_timeout_s: float = 10.0,
-                 statement_timeout_s: float = 300.0) -> None:
+                 statement_timeout_s: float = 300.0, max_message_bytes: int = 16 << 20
+                 ) -> None:
         self.engine = engine
         self.authenticate = authenticate
         self.tls = tls
         self.max_connections = max_connections
         self.startup_timeout_s = startup_timeout_s
         self.statement_timeout_s = statement_timeout_s
+        self.max_message_bytes = max_message_bytes
         self.duck = Duck()
         self.executor = Executor(engine, self.duck, limits)
         self.catalogs = Catalogs()
@@ -72,7 +75,7 @@ class PgServer:
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)
-        wire = Wire(reader, writer)
+        wire = Wire(reader, writer, self.max_message_bytes)
         session: Session | None = None
         try:
             async with asyncio.timeout(self.startup_timeout_s):
@@ -84,9 +87,9 @@ class PgServer:
         except asyncio.CancelledError:
             pass  # close(): this connection task ends here (asyncio's stream callback
             # would log a cancelled client task as an error)
-        except StreamiqError as exc:  # refused at startup: FATAL, then closed
-            wire.error(exc, fatal=True)
-            with contextlib.suppress(ConnectionError):
+        except StreamiqError as exc:  # refused, or not the protocol: FATAL, then closed
+            with contextlib.suppress(ConnectionError, PygwireError):
+                wire.error(exc, fatal=True)
                 await writer.drain()
         finally:
             if session is not None:

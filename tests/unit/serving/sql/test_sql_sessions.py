@@ -4,7 +4,9 @@ the running statement, SET streamiq.* gives the HTTP API's consistency, TLS."""
 
 from __future__ import annotations
 
+import socket
 import ssl
+import struct
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -189,3 +191,30 @@ def test_no_file_is_reachable_through_sql(server: ServerThread, sql: str) -> Non
         with pytest.raises(errors.InsufficientPrivilege):
             c.execute(sql)
         assert c.execute("SELECT 1").fetchone() == (1,)
+
+
+def _raw(server: ServerThread, data: bytes, *, to_the_end: bool = True) -> bytes:
+    """What the server answers ``data`` on a fresh connection: until it closes it, or
+    its first reply."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as s:
+        s.sendall(data)
+        got = s.recv(65536)
+        while to_the_end and (chunk := s.recv(65536)):
+            got += chunk
+        return got
+
+
+def test_bytes_that_are_not_the_protocol_close_only_their_connection() -> None:
+    srv = ServerThread(_engine(), max_message_bytes=4096)
+    try:
+        for junk in (b"\x00\x00\x00\x08\xff\xff\xff\xff",  # not a protocol version
+                     b"\x00\x00\x20\x00" + b"x" * 5000):  # a message past the size bound
+            reply = _raw(srv, junk)
+            assert reply[:1] == b"E" and b"SFATAL" in reply
+        params = b"user\x00analyst\x00\x00"  # well-formed: asked for the password
+        startup = struct.pack("!ii", 8 + len(params), 196608) + params
+        assert _raw(srv, startup, to_the_end=False)[:1] == b"R"
+        with psycopg.connect(srv.dsn()) as c:  # and the server serves on
+            assert c.execute("SELECT count FROM balances WHERE account = '7'").fetchone() == (7,)
+    finally:
+        srv.stop()
