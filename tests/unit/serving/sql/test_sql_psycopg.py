@@ -15,6 +15,7 @@ from sqlfake import FakeEngine, ServerThread, balances, order_counts
 from sqlviews import VIEWS
 
 from streamiq.serving.sql.duck import arrow_table
+from streamiq.serving.sql.engine import Column, ViewInfo
 from streamiq.serving.sql.types import duck_of_spark
 
 ROWS = {"balances": balances(), "order_counts": order_counts()}
@@ -144,3 +145,22 @@ def test_a_transaction_as_psycopg_opens_it(server: ServerThread) -> None:
         assert c.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
         c.commit()
         assert c.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
+def test_a_windowed_view_has_its_window_bounds_as_columns() -> None:
+    windowed = ViewInfo("order_counts_1m", ("store", "type"), (
+        Column("store", "string"), Column("type", "string"), Column("window_start", "bigint"),
+        Column("window_end", "bigint"), Column("count", "bigint")))
+    rows = [{"store": "s1", "type": "GENERAL", "window_start": w, "window_end": w + 60_000,
+             "count": w // 60_000} for w in (0, 60_000, 120_000)]
+    srv = ServerThread(FakeEngine([windowed], {"order_counts_1m": rows}))
+    try:
+        with psycopg.connect(srv.dsn(), autocommit=True) as c:
+            key = "store = 's1' AND type = 'GENERAL'"
+            assert c.execute(f"SELECT window_start, count FROM order_counts_1m WHERE {key}"
+                             ).fetchall() == [(0, 0), (60_000, 1), (120_000, 2)]
+            assert c.execute(f"SELECT count FROM order_counts_1m WHERE {key} "
+                             "AND window_start >= 60000").fetchall() == [(1,), (2,)]
+            assert srv.engine.calls == [("lookup", "order_counts_1m")] * 2
+    finally:
+        srv.stop()
