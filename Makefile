@@ -45,7 +45,7 @@ demo: $(STAMP) $(KAFKA)
 
 test: $(STAMP) $(KAFKA) chromium
 	$(BIN)/ruff check src tests bench
-	$(BIN)/mypy src tests  # strict; what is not yet: pyproject.toml's [tool.mypy]
+	$(BIN)/mypy src tests  # strict (pyproject.toml: [tool.mypy])
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/pytest -q -ra --durations=25 \
 	  -n $(WORKERS) --dist loadfile tests
 
@@ -57,7 +57,7 @@ test-integration: $(STAMP) $(KAFKA) chromium
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench
-	$(BIN)/mypy src tests  # strict; what is not yet: pyproject.toml's [tool.mypy]
+	$(BIN)/mypy src tests  # strict (pyproject.toml: [tool.mypy])
 
 # client/sync.py from client/aio.py, by the unasync package (the rule: tests/unit/client/test_unasync.py)
 unasync: $(STAMP)

@@ -104,8 +104,8 @@ def serve_ceiling(port: int, n: int) -> None:
     from fastapi.responses import JSONResponse
 
     from streamiq._http import install_error_handlers
-    from streamiq.serving.app import MaxLag, Position, WaitMs
-    from streamiq.serving.protocol import NodeHttpProtocol
+    from streamiq.serving.http.app import MaxLag, Position, WaitMs
+    from streamiq.serving.http.protocol import NodeHttpProtocol
 
     data = {r["account"]: r for r in rows(n)}
     app = FastAPI()
@@ -414,7 +414,7 @@ def record_cost_us(n: int = 200_000) -> float:
     """What the node's protocol does per lean answer when metrics are on (us, best of 5):
     how it was served, from the headers, then the histogram's bisect and additions."""
     from streamiq.metrics import Latency
-    from streamiq.serving.metrics import LABELS, served_of
+    from streamiq.serving.http.metrics import LABELS, served_of
 
     latency = Latency(LABELS)
     request = [(b"host", b"127.0.0.1:9000"), (b"user-agent", b"wrk")]
@@ -658,8 +658,8 @@ def wire_variants(n: int = 20_000) -> tuple[float, float]:
     an owner answering at once: ``HopClient.lookup`` (on a callback, from the entry's
     HTTP parser) vs ``await HopClient.fetch`` (a coroutine: what a lookup that must
     connect or wait for a slot uses). The callback is why both stay."""
-    from streamiq.serving.hop import HopClient
-    from streamiq.serving.wire import PREFACE, WireServer, request_frame
+    from streamiq.serving.cluster.hop import HopClient
+    from streamiq.serving.cluster.wire import PREFACE, WireServer, request_frame
 
     body = b'{"view":"balances","key":"acct-000001","value":{"balance":1}}'
 

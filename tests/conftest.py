@@ -10,13 +10,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from procs import free_port
+from procs import FAST_JVM, FAST_PIPELINE_ENV, free_port
 
 from streamiq.kafka.admin import ensure_topics
 from streamiq.kafka.broker import EmbeddedBroker
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+for _name, _value in FAST_PIPELINE_ENV.items():  # pipelines the tests start (procs.py)
+    os.environ.setdefault(_name, _value)
 
 
 #: the slowest test files (several real parts, Spark starts, kills), handed out first so
@@ -67,7 +69,8 @@ def spark(broker: EmbeddedBroker) -> Iterator[Any]:
     clients would otherwise retry a stopped broker while the session ends."""
     from streamiq.pipeline.session import spark_session
 
-    s = spark_session("local[2]", app_name="streamiq-tests")
+    s = spark_session("local[2]", app_name="streamiq-tests", shuffle_partitions=None,
+                      **{"spark.driver.extraJavaOptions": FAST_JVM})
     yield s
     s.stop()
 

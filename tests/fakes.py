@@ -65,7 +65,7 @@ def offline_parts(partitions: dict[str, int], materializer: Any,
     in-memory membership of this node alone, a router over it, a catalog never started."""
     from streamiq.routing.memory import StaticMembership
     from streamiq.routing.router import Router
-    from streamiq.serving.discovery import Discovery
+    from streamiq.serving.changelog.discovery import Discovery
     from streamiq.serving.node import Parts
     from streamiq.supervise import Supervisor
 

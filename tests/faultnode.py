@@ -1,6 +1,7 @@
-"""Faults tests install into ``streamiq.serving.materializer.before_apply``.
+"""Faults tests install into ``streamiq.serving.changelog.materializer.before_apply``.
 
-In a test's own process: ``monkeypatch.setattr("streamiq.serving.materializer.before_apply",
+In a test's own process:
+``monkeypatch.setattr("streamiq.serving.changelog.materializer.before_apply",
 KeyFault(b"poison", 2))``. In a node process, this file is the launcher, put before the
 command line through the procs fixture's ``prefix`` (``launcher(key, times)``)::
 
@@ -46,7 +47,7 @@ def main(argv: list[str]) -> None:
         raise SystemExit(USAGE)
     key, times, _, *command = argv
     from streamiq.cli.main import main as streamiq
-    from streamiq.serving import materializer
+    from streamiq.serving.changelog import materializer
 
     materializer.before_apply = KeyFault(key.encode(), int(times))
     streamiq(command[3:])

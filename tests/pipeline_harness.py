@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from procs import free_port
+
 from streamiq.pipeline.runner import READY_LINE
 from streamiq.views.base import MARKER_HEADER, MARKER_KEY
 
@@ -38,7 +40,8 @@ class PipelineProcess:
         self.cmd = cmd or [sys.executable, "-m", "streamiq", "pipeline", "--bootstrap-servers",
                            bootstrap, "--checkpoint-dir", str(checkpoint), "--views-module",
                            "views_for_tests", "--master", "local[2]", "--partitions", "3",
-                           "--topic-prefix", topic_prefix]
+                           "--topic-prefix", topic_prefix,
+                           "--metrics-port", str(free_port())]  # never the default 9400
         self.env = {**os.environ, "SIQ_TEST_SUFFIX": suffix, "PYTHONPATH": os.pathsep.join(
             [str(VIEWS_DIR), str(HERE), os.environ.get("PYTHONPATH", "")])}
         self.log = log

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from streamiq.auth import Principal
 from streamiq.errors import Unauthenticated, Unavailable
-from streamiq.serving.consistency import parse_tokens
+from streamiq.serving.changelog.consistency import parse_tokens
 from streamiq.serving.sql.engine import Bounds, Freshness, Groups, Row, Rows, ViewInfo
 from streamiq.serving.sql.execute import Limits
 from streamiq.serving.sql.server import PgServer

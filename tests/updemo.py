@@ -90,9 +90,11 @@ def has_flag(argv: list[str], flag: str, value: str) -> bool:
 class Up:
     """``python -m streamiq up`` in its own process group, output in a file."""
 
-    def __init__(self, root: Path, nodes: int = 3, flags: tuple[str, ...] = ()) -> None:
+    def __init__(self, root: Path, nodes: int = 3, flags: tuple[str, ...] = (),
+                 warmup: bool = False) -> None:
         self.root = root
         self.flags = list(flags)  # more flags of up
+        self.warmup = warmup  # the pipeline's (off in tests: procs.FAST_PIPELINE_ENV)
         self.log_path = root / "up.log"
         self.broker_port = free_port()
         self.metrics_port = free_port()  # the pipeline's (never the default 9400)
@@ -106,6 +108,8 @@ class Up:
         """Start up (again: on the same ports and folders) and wait for all parts ready."""
         env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONUNBUFFERED": "1",
                "STREAMIQ_JWT_SECRET": JWT_SECRET}
+        if self.warmup:
+            env.pop("STREAMIQ_WARMUP", None)  # the product's default, as in the demo
         argv = [sys.executable, "-m", "streamiq", "up",
                 "--broker-port", str(self.broker_port), "--ingest-port", str(self.ingest_port),
                 "--node-port", str(self.node_port), "--nodes", str(len(self.node_ports)),

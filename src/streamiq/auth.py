@@ -12,7 +12,7 @@ Scopes: ``views:<name>`` reads one view, ``views:*`` every view, ``ingest`` writ
 through the ingest service, ``cluster:read`` sees the cluster's metadata whole (every
 view's partitions and lag, the members, a node's health and traffic) without reading
 any row; ``views:*`` includes it. Otherwise a token sees the metadata of the views it
-may read only (``Principal.may_see``; ``serving/visible.py``). A JWT without a
+may read only (``Principal.may_see``; ``serving/http/visible.py``). A JWT without a
 ``scope`` claim reads every view (seed 004's tokens carry none) and writes nothing. No
 valid token: 401 UNAUTHENTICATED; a view the token may not read: 403 FORBIDDEN.
 

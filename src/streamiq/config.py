@@ -158,6 +158,12 @@ class Settings(BaseSettings):
     max_offsets_per_trigger: int | None = Field(
         None, ge=1, description="Cap on input records per micro-batch."
     )
+    spark_config: dict[str, str] = Field(
+        default_factory=dict,
+        description="Spark settings (JSON object) over the pipeline's own (pipeline/session.py).")
+    warmup: bool = Field(
+        True, description="Run every view's plan once on an example record before the pipeline "
+        "says ready (pipeline/warmup.py), so the first write's batch runs warm.")
     metrics_host: str = Field("127.0.0.1", description="The pipeline's metrics listen host.")
     metrics_port: int = Field(9400, ge=0, le=65535,
                               description="The pipeline's Prometheus metrics port (0: none).")

@@ -30,7 +30,7 @@ it. Successful answers keep their own ``{"status": "OK" | "PARTIAL", ...}`` shap
         └── PeerTimeout           the peer is slow: retried elsewhere, not blamed
 
 ``PeerError`` is what the node-to-node client raises for any transport failure
-(``serving/coordinator.py`` maps the client library's exceptions once, at the edge);
+(``serving/cluster/coordinator.py`` maps the client library's exceptions once, at the edge);
 it is handled by trying the next replica and never reaches a client as such.
 """
 
@@ -109,7 +109,7 @@ class Forbidden(StreamiqError):
 
 
 class PayloadTooLarge(StreamiqError):
-    """The request's body is past the node's limit (serving/http_limits.py)."""
+    """The request's body is past the node's limit (serving/http/http_limits.py)."""
 
     http_status = 413
     code = "BODY_TOO_LARGE"

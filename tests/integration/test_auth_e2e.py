@@ -21,7 +21,7 @@ from confluent_kafka import Producer
 from streamiq.auth import hop_mark, mint
 from streamiq.client import Client
 from streamiq.kafka.admin import ensure_topics
-from streamiq.serving.wire import PREFACE, request_frame
+from streamiq.serving.cluster.wire import PREFACE, request_frame
 from streamiq.views.bank import BALANCES
 from streamiq.views.catalog import PROGRESS_TOPIC_CONFIG, progress_topic
 from streamiq.views.orders import ORDER_COUNTS, ORDER_COUNTS_1M

@@ -46,9 +46,10 @@ def _balances(port: int, accounts: list[str]) -> dict[str, Any]:
 
 
 def test_every_node_answers_every_account(cluster: Any) -> None:
+    pipe = cluster.pipeline("bank", wait=False)  # ready while the others start
     ingest, _ = cluster.ingest("bank")
     nodes = cluster.nodes(3, "bank")
-    cluster.pipeline("bank")
+    cluster.pipeline_ready(pipe)
     expected, partitions = _post_transactions(ingest, 300, seed=7)
     assert set(partitions) == {0, 1, 2}, partitions  # records land on all three partitions
 

@@ -85,9 +85,10 @@ def wait_for(what: Any, expected: Any, timeout: float = 60) -> Any:
 
 
 def test_load_then_query_reads_back_what_was_written(cluster: Any) -> None:
+    pipe = cluster.pipeline("bank,orders", wait=False)  # ready while the others start
     ingest, _ = cluster.ingest("bank,orders")
     ports = [p for p, _ in cluster.nodes(3, app="bank,orders")]
-    cluster.pipeline("bank,orders")
+    cluster.pipeline_ready(pipe)
     node = f"127.0.0.1:{ports[2]}"
     bank = cli_json("load", "bank", "--ingest", f"127.0.0.1:{ingest}", "--count", "50",
                     "--rate", "200", "--keys", "5", "--seed", "3")

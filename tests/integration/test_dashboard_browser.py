@@ -21,7 +21,7 @@ import pytest
 from changelog import produce_rows
 
 from streamiq.kafka.admin import ensure_topics
-from streamiq.serving.dashboard import MAX_STREAMS
+from streamiq.serving.http.dashboard import MAX_STREAMS
 from streamiq.views.bank import BALANCES
 
 pytestmark = pytest.mark.integration

@@ -17,7 +17,7 @@ import httpx
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from streamiq.serving.http_limits import MAX_BODY_BYTES, MAX_HEAD_BYTES
+from streamiq.serving.http.http_limits import MAX_BODY_BYTES, MAX_HEAD_BYTES
 
 pytestmark = pytest.mark.integration
 

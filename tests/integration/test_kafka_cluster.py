@@ -123,9 +123,10 @@ def test_leaders_of_an_input_and_a_changelog_partition_killed_under_traffic(
         brokers: dict[int, EmbeddedBroker], tmp_path: Path, procs: Any) -> None:
     bootstrap = ",".join(b.bootstrap_servers for b in brokers.values())
     cluster = Deployment(bootstrap, tmp_path, procs, free_port)
+    pipe = cluster.pipeline("bank", wait=False)  # ready while the others start
     ingest, _ = cluster.ingest("bank")
-    cluster.pipeline("bank")
     nodes = [port for port, _ in cluster.nodes(3, app="bank")]
+    cluster.pipeline_ready(pipe)
     cluster.settle(nodes, "balances", timeout=120)
     fixed = {f"f-{i}": i + 1 for i in range(30)}
     with httpx.Client(base_url=f"http://127.0.0.1:{ingest}", timeout=30) as c:

@@ -53,9 +53,10 @@ def lookups(doc: dict[str, Any]) -> dict[str, float]:
 
 
 def test_each_part_counts_a_known_workload_exactly(cluster: Any) -> None:
+    pipe = cluster.pipeline("bank", wait=False)  # ready while the others start
     ingest, _ = cluster.ingest("bank")
     nodes = [p for p, _ in cluster.nodes(3, "bank")]
-    cluster.pipeline("bank")
+    cluster.pipeline_ready(pipe)
     accounts = [f"m{i}" for i in range(20)]
     with httpx.Client(base_url=f"http://127.0.0.1:{ingest}", timeout=10) as c:
         for i, a in enumerate(accounts * 3):

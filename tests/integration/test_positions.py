@@ -21,9 +21,10 @@ def _get(c: httpx.Client, port: int, path: str, **params: Any) -> httpx.Response
 
 
 def test_every_query_type_waits_for_the_position(cluster: Any) -> None:
+    pipe = cluster.pipeline("bank,orders", wait=False)  # ready while the others start
     ingest, _ = cluster.ingest("bank,orders")
     ports = [p for p, _ in cluster.nodes(3, "bank,orders")]
-    cluster.pipeline("bank,orders")
+    cluster.pipeline_ready(pipe)
     rng = random.Random(5)
     balances: dict[str, int] = {}
     general: dict[str, int] = {}  # store -> GENERAL orders

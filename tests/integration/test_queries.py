@@ -254,9 +254,10 @@ def test_redirect_mode_answers_307_to_the_owner(cluster: Any) -> None:
 
 def test_end_to_end_through_ingest_and_pipeline(cluster: Any) -> None:
     """POST /orders and /account/{id} -> Spark pipeline -> changelog -> nodes -> queries."""
+    pipe = cluster.pipeline("bank,orders", wait=False)  # ready while the others start
     ingest, _ = cluster.ingest("bank,orders")
     nodes = cluster.nodes(3, app="bank,orders")
-    cluster.pipeline("bank,orders")
+    cluster.pipeline_ready(pipe)
     rnd = random.Random(11)
     counts: dict[str, int] = {}
     revenue: dict[str, float] = {}

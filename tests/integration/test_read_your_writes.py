@@ -18,9 +18,10 @@ def _non_owner(nodes: list[tuple[int, Any]], account: str) -> int:
 
 
 def test_query_with_position_sees_the_write(cluster: Any) -> None:
+    pipe = cluster.pipeline("bank", wait=False)  # ready while the others start
     ingest, _ = cluster.ingest("bank")
     nodes = cluster.nodes(3, "bank")
-    cluster.pipeline("bank")
+    cluster.pipeline_ready(pipe)
     rng = random.Random(3)
     totals: dict[str, int] = {"ryw-warm": 1}
     with httpx.Client(timeout=150) as c:

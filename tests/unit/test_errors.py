@@ -16,7 +16,7 @@ from streamiq.errors import (
     Unavailable,
     UnknownView,
 )
-from streamiq.serving.wire import answer
+from streamiq.serving.cluster.wire import answer
 
 
 @pytest.mark.parametrize(("cls", "status", "code"), [

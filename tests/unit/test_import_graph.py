@@ -9,26 +9,32 @@ Imports of third-party and standard-library modules are ignored.
 
 Two graphs are checked:
 
-* modules (``streamiq.serving.app`` -> ``streamiq.serving.node``), and
-* packages, one level below ``streamiq`` (``serving`` -> ``routing``), so that a layer
-  never reaches back up into a layer that depends on it (``routing`` importing from
-  ``serving`` while ``serving`` imports ``routing``), even when no module-level cycle
-  closes.
+* modules (``streamiq.serving.http.app`` -> ``streamiq.serving.node``), and
+* packages, at every level: the children of each package (its modules and
+  sub-packages, a sub-package counting as one), e.g. one level below ``streamiq``
+  (``serving`` -> ``routing``) and one below ``streamiq.serving`` (``http`` ->
+  ``cluster`` -> ``engines``), so that a layer never reaches back up into a layer that
+  depends on it (``routing`` importing from ``serving`` while ``serving`` imports
+  ``routing``), even when no module-level cycle closes.
 
-A failure prints the cycle, e.g. ``streamiq.serving.app -> streamiq.serving.queries ->
-streamiq.serving.app``.
+A failure prints the cycle, e.g. ``streamiq.serving.http.app -> streamiq.serving.http.queries ->
+streamiq.serving.http.app``.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 ROOT = "streamiq"
 
 
+@functools.cache
 def _modules() -> dict[str, Path]:
     out = {}
     for path in (SRC / ROOT).rglob("*.py"):
@@ -60,6 +66,7 @@ def _imports(module: str, path: Path, known: set[str]) -> Iterator[str]:
                 yield sub if sub in known else target
 
 
+@functools.cache
 def module_graph() -> dict[str, set[str]]:
     modules = _modules()
     known = set(modules)
@@ -76,21 +83,31 @@ def module_graph() -> dict[str, set[str]]:
     return graph
 
 
-def _package(module: str) -> str:
-    """``streamiq.serving.app`` -> ``streamiq.serving``; top-level modules stay whole."""
-    parts = module.split(".")
-    return ".".join(parts[:2])
+def _child(module: str, parent: str) -> str | None:
+    """The child of package ``parent`` that holds ``module``: with ``parent`` streamiq,
+    ``streamiq.serving.http.app`` -> ``streamiq.serving``; a module right below
+    ``parent`` stays whole. None: ``module`` is ``parent`` itself or outside it."""
+    if not module.startswith(parent + "."):
+        return None
+    depth = parent.count(".") + 2
+    return ".".join(module.split(".")[:depth])
 
 
-def package_graph(modules: dict[str, set[str]]) -> dict[str, set[str]]:
+def package_graph(modules: dict[str, set[str]], parent: str = ROOT) -> dict[str, set[str]]:
+    """The imports between the children of ``parent`` (modules and sub-packages)."""
     graph: dict[str, set[str]] = {}
     for name, deps in modules.items():
-        if name == ROOT:  # the package's public face re-exports from below; not a layer
+        src = _child(name, parent)
+        if src is None:  # the package's public face re-exports from below; not a layer
             continue
-        src = _package(name)
-        graph.setdefault(src, set()).update(
-            _package(d) for d in deps if d != ROOT and _package(d) != src)
+        children = {_child(d, parent) for d in deps} - {None, src}
+        graph.setdefault(src, set()).update(c for c in children if c is not None)
     return graph
+
+
+def packages() -> list[str]:
+    """Every package of streamiq (a folder with ``__init__.py``), streamiq first."""
+    return sorted(name for name, path in _modules().items() if path.name == "__init__.py")
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -133,9 +150,19 @@ def test_no_module_imports_itself_back() -> None:
     assert cycle is None, "import cycle: " + " -> ".join(cycle or ())
 
 
-def test_no_package_imports_itself_back() -> None:
-    cycle = find_cycle(package_graph(module_graph()))
-    assert cycle is None, "package import cycle: " + " -> ".join(cycle or ())
+def test_the_checker_sees_sub_packages() -> None:
+    serving = package_graph(module_graph(), "streamiq.serving")
+    assert "streamiq.serving.engines" in serving["streamiq.serving.http"]
+    assert "streamiq.serving.http" not in serving["streamiq.serving.engines"]
+    assert "streamiq.serving" in packages() and "streamiq.serving.http.dashboard" in packages()
+    top = package_graph(module_graph())
+    assert "streamiq.routing" in top["streamiq.serving"] and "streamiq.errors" in top
+
+
+@pytest.mark.parametrize("parent", packages())
+def test_no_package_imports_itself_back(parent: str) -> None:
+    cycle = find_cycle(package_graph(module_graph(), parent))
+    assert cycle is None, f"package import cycle in {parent}: " + " -> ".join(cycle or ())
 
 
 def _third_party(path: Path) -> set[str]:
@@ -168,3 +195,28 @@ def test_one_http_client_library_per_side() -> None:
     client_libs = set().union(*(_third_party(modules[m]) for m in client_side))
     assert "aiohttp" in node_libs and "httpx" not in node_libs
     assert "httpx" in client_libs and "aiohttp" not in client_libs
+
+
+def test_engines_know_no_transport() -> None:
+    """The query engines compute answers from stores, whatever asked: nothing they
+    import reaches a web framework or a peer (another front end, SQL, calls them too)."""
+    modules = _modules()
+    engines = [m for m in modules if m.startswith("streamiq.serving.engines.")]
+    assert engines
+    reached = set().union(*(_reaches(m) for m in engines))
+    libs = set().union(*(_third_party(modules[m]) for m in reached))
+    assert not libs & {"fastapi", "starlette", "uvicorn", "aiohttp", "httpx"}, libs
+    assert not any(m.startswith(("streamiq.serving.http", "streamiq.serving.cluster"))
+                   for m in reached), reached
+
+
+def test_the_query_layer_needs_no_web_framework() -> None:
+    """The query layer (typed queries in, typed answers out) is callable by any front end:
+    its modules import no web framework and reach nothing of the HTTP front end."""
+    modules = _modules()
+    layer = [m for m in modules if m.startswith("streamiq.serving.query.")]
+    assert layer
+    libs = set().union(*(_third_party(modules[m]) for m in layer))
+    assert not libs & {"fastapi", "starlette", "uvicorn"}, libs
+    reached = set().union(*(_reaches(m) for m in layer))
+    assert not any(m.startswith("streamiq.serving.http") for m in reached), reached

@@ -43,7 +43,7 @@ _NODE = ("host", "port", "advertised", "state_dir", "store", "standby_replicas",
          "max_waiters", "internal_concurrency", "redirect", "cluster_secret", *_AUTH,
          *_TLS, *_HTTP)
 _PIPELINE = ("master", "checkpoint_dir", "trigger_ms", "max_offsets_per_trigger", "metrics_host",
-             "metrics_port")
+             "metrics_port", "spark_config", "warmup")
 
 COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "up": ("run and supervise broker (unless --bootstrap-servers is given), ingest, "
@@ -145,6 +145,11 @@ class FlagError(SystemExit):
         return self.message
 
 
+def _is_json(name: str) -> bool:
+    """A setting given as a JSON object (kafka_config, api_keys, spark_config...)."""
+    return isinstance(Settings.model_fields[name].get_default(call_default_factory=True), dict)
+
+
 def settings_from_args(args: argparse.Namespace, fields: Sequence[str]) -> Settings:
     """Settings from the environment, overridden by the flags given; errors name the flag
     (or the environment variable) and raise :class:`FlagError`."""
@@ -160,7 +165,7 @@ def settings_from_args(args: argparse.Namespace, fields: Sequence[str]) -> Setti
         v = getattr(args, f, None)
         if v is None:
             continue
-        if f in ("kafka_config", "api_keys") and isinstance(v, str):
+        if _is_json(f) and isinstance(v, str):
             try:
                 v = json.loads(v)
             except json.JSONDecodeError as exc:

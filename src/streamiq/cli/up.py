@@ -88,6 +88,8 @@ def _parts(s: Settings, nodes: int, node_port: int) -> list[Part]:
            Part("pipeline", [*py, "pipeline", *_common(s), "--master", s.master,
                              "--checkpoint-dir", str(s.checkpoint_dir),
                              "--trigger-ms", str(s.trigger_ms),
+                             "--spark-config", json.dumps(s.spark_config),
+                             "--warmup" if s.warmup else "--no-warmup",
                              "--metrics-host", s.metrics_host,
                              "--metrics-port", str(s.metrics_port)],
                 f"Spark {s.master}", saw_ready_line)]
@@ -166,7 +168,7 @@ def run_up(settings: Settings, nodes: int = 3, node_port: int = 9001,
     demo = _share_secrets(settings)
     ready_line = _all_ready_line(settings, topics, nodes, node_port)
     state = token_file(settings).with_name("up.json").resolve()
-    # where the nodes' dashboards read the parts' state (serving/dashboard/upstate.py ENV;
+    # where the nodes' dashboards read the parts' state (serving/http/dashboard/upstate.py ENV;
     # named here, not imported: the CLI does not load the web stack)
     os.environ["STREAMIQ_UP_STATE"] = str(state)
     sup = Supervisor(_parts(settings, nodes, node_port), broker,

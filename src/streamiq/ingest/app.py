@@ -12,7 +12,7 @@ that is not a JSON number. The order's ``amount`` is *strict*: in lax mode a JSO
 ``false``/``true`` (or ``"12"``) would be coerced to ``0.0``/``1.0`` (``12.0``) and
 stored as an order no client sent.
 
-Its HTTP edge is the nodes' (``serving/http_limits.py``, run by ``run_ingest``): a
+Its HTTP edge is the nodes' (``serving/http/http_limits.py``, run by ``run_ingest``): a
 write's token is checked from its headers before any of its body is read (401/403, the
 body never read), a body past 4 MiB is 413 (from ``Content-Length``, or counted while
 chunked), a head past 64 KiB or 100 fields 431, and a request not sent whole within
@@ -41,8 +41,8 @@ from streamiq.config import Settings
 from streamiq.ingest.metrics import IngestCounters, Timed
 from streamiq.kafka.admin import ensure_topics
 from streamiq.metrics import CONTENT_TYPE
-from streamiq.serving.consistency import token_for
-from streamiq.serving.http_limits import Gate, HttpEdge, LimitedHttpProtocol
+from streamiq.serving.changelog.consistency import token_for
+from streamiq.serving.http.http_limits import Gate, HttpEdge, LimitedHttpProtocol
 from streamiq.views import bank, orders
 from streamiq.views.base import ID_PATTERN, App, load_app
 from streamiq.views.limits import AMOUNT, ORDER_AMOUNT
@@ -128,7 +128,7 @@ def create_ingest_app(settings: Settings, app_def: App | None = None) -> FastAPI
     install_error_handlers(app)
     auth = Authenticator.from_settings(settings)
     counters = app.state.counters = IngestCounters()
-    # what run_ingest's protocol checks before a body is read (serving/http_limits.py)
+    # what run_ingest's protocol checks before a body is read (serving/http/http_limits.py)
     app.state.http_edge = HttpEdge(settings.request_read_timeout_s, gate=_token_gate(auth),
                                    refusals=counters.unread)
 
@@ -197,7 +197,7 @@ def _token_gate(auth: Authenticator) -> Gate:
 def run_ingest(settings: Settings) -> None:
     import uvicorn
 
-    from streamiq.serving.logs import configure_logging
+    from streamiq.logs import configure_logging
 
     configure_logging(settings.log_level, settings.log_format)
     scheme = "https" if settings.tls_cert_file else "http"

@@ -12,7 +12,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, Metric
 
 from streamiq.metrics import Latency, exposition
-from streamiq.serving.http_limits import Refusals
+from streamiq.serving.http.http_limits import Refusals
 
 __all__ = ["IngestCounters", "Timed"]
 

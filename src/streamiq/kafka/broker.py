@@ -91,8 +91,13 @@ def wait_for_port(host: str, port: int, timeout: float, proc: subprocess.Popen[b
 
 
 def new_cluster_id() -> str:
-    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding, never
+    starting with ``-`` (as Kafka's own ``Uuid.randomUuid``: command-line tools would
+    take it for an option)."""
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):
+            return cid
 
 
 class EmbeddedBroker:
@@ -194,7 +199,8 @@ class EmbeddedBroker:
             self.formatted = True
             cid = self.cluster_id or new_cluster_id()
             done = subprocess.run(self.command("kafka.tools.StorageTool", "format",
-                                               "--ignore-formatted", "-t", cid, "-c", str(conf)),
+                                               "--ignore-formatted", f"--cluster-id={cid}",
+                                               "-c", str(conf)),
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
             if done.returncode != 0:
                 tail = done.stdout.decode(errors="replace").strip().splitlines()[-3:]

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from streamiq._signals import StopFlag, stop_on_signals
 from streamiq.config import Settings
 from streamiq.kafka.admin import ensure_topics
+from streamiq.logs import configure_logging
 from streamiq.pipeline.deadletter import (
     DEAD_LETTER_TOPIC,
     METRIC,
@@ -39,7 +40,6 @@ from streamiq.pipeline.sink import batch_offsets, view_rows
 from streamiq.pipeline.sinkwriter import sink
 from streamiq.pipeline.source import FORMAT
 from streamiq.pipeline.warmup import warm_up
-from streamiq.serving.logs import configure_logging
 from streamiq.views.base import CHANGELOG_TOPIC_CONFIG, App, View, load_app
 from streamiq.views.catalog import progress_topic
 
@@ -152,7 +152,8 @@ class Pipeline:
 
     def start(self) -> None:
         parts = self.ensure_topics()
-        self.warm_up()
+        if self.settings.warmup:
+            self.warm_up()
         self._register_listener()
         root = Path(self.settings.checkpoint_dir).resolve()
         seen: set[tuple[Any, ...]] = set()
@@ -396,7 +397,7 @@ def run_pipeline(settings: Settings) -> None:
     from streamiq.pipeline.session import spark_session
 
     spark = spark_session(settings.master, app_name=f"streamiq-{app.name}",
-                          shuffle_partitions=settings.partitions)
+                          shuffle_partitions=settings.partitions, **settings.spark_config)
     pipeline = Pipeline(spark, settings, app, stopping=stop)
     if settings.metrics and settings.metrics_port:
         pipeline.stats.serve(settings.metrics_host, settings.metrics_port)

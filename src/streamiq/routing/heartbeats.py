@@ -32,13 +32,14 @@ import hmac
 import json
 import logging
 import math
-from typing import Any, NamedTuple, TypedDict, cast
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple, TypedDict
 
 from streamiq.kafka.skips import Skip, load_object
 
 __all__ = ["MAX_HEARTBEAT_BYTES", "SEND_LIMIT", "SIGNATURE_HEADER", "BadHeartbeat",
-           "Freshness", "Heartbeat", "PartitionReport", "Report", "Sent", "encode", "parse",
-           "parse_heartbeat", "sign", "signed"]
+           "Freshness", "Headers", "Heartbeat", "PartitionReport", "Report", "Sent", "encode",
+           "parse", "parse_heartbeat", "sign", "signed"]
 
 log = logging.getLogger("streamiq.membership")
 
@@ -48,6 +49,9 @@ MAX_HEARTBEAT_BYTES = 1 << 20
 #: for the record's key, headers and batch framing)
 SEND_LIMIT = MAX_HEARTBEAT_BYTES - (8 << 10)
 SIGNATURE_HEADER = "streamiq-sig"
+#: a record's headers as confluent_kafka gives them (``Message.headers()``)
+Headers = (Sequence[tuple[str, str | bytes | None]] | Mapping[str, str | bytes | None]
+           | None)
 _STATE_FIELDS = ("offset", "lag", "restored")
 _trimmed = 0  # heartbeats sent with views left out
 
@@ -86,12 +90,13 @@ def sign(secret: bytes, value: bytes) -> bytes:
     return hmac.new(secret, value, hashlib.sha256).hexdigest().encode()
 
 
-def signed(secret: bytes | None, value: bytes, headers: Any) -> bool:
+def signed(secret: bytes | None, value: bytes, headers: Headers) -> bool:
     """True when there is no secret, or ``headers`` (a record's, as the Kafka client
-    gives them: a list of name/value pairs or None) carry ``value``'s signature."""
+    gives them: name/value pairs, a mapping or None) carry ``value``'s signature."""
     if secret is None:
         return True
-    got = next((v for k, v in headers or () if k == SIGNATURE_HEADER), None)
+    pairs = headers.items() if isinstance(headers, Mapping) else headers or ()
+    got = next((v for k, v in pairs if k == SIGNATURE_HEADER), None)
     return isinstance(got, bytes) and hmac.compare_digest(got, sign(secret, value))
 
 
@@ -106,13 +111,13 @@ def _time(v: Any, what: str) -> float:
     return float(v)
 
 
-def _endpoint(endpoint: Any) -> str:
+def _endpoint(endpoint: object) -> str:
     host, _, port = endpoint.rpartition(":") if isinstance(endpoint, str) else ("", "", "")
-    if (not host or not port.isascii() or not port.isdigit() or len(port) > 5
-            or not 1 <= int(port) <= 65535
+    if (not isinstance(endpoint, str) or not host or not port.isascii()
+            or not port.isdigit() or len(port) > 5 or not 1 <= int(port) <= 65535
             or any(c.isspace() or c in "/?#@" for c in host)):
         raise BadHeartbeat(f"endpoint {str(endpoint)[:80]!r} is not host:port")
-    return cast(str, endpoint)
+    return endpoint
 
 
 def _partitions(raw_parts: Any) -> Report:

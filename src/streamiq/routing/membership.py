@@ -48,6 +48,7 @@ from streamiq.routing.heartbeats import (
     SIGNATURE_HEADER,
     BadHeartbeat,
     Freshness,
+    Headers,
     Heartbeat,
     PartitionReport,
     Report,
@@ -277,7 +278,7 @@ class KafkaMembership:
             if self._suspects.get(e, 0) < m.seen:  # a suspect stays one
                 m.seen += gap
 
-    def receive(self, raw: bytes, headers: Any = None) -> bool:
+    def receive(self, raw: bytes, headers: Headers = None) -> bool:
         """Apply one record of the members topic; False (counted) if it was skipped."""
         try:
             if not signed(self._secret, raw, headers):

@@ -1,0 +1,10 @@
+"""The serving tier: a node that materialises changelogs and answers queries on them.
+
+Sub-packages by role, imports pointing down this list (docs/design.md, "The serving
+tier at a glance"; tests/unit/test_import_graph.py checks it): ``main.py`` runs a node;
+``http/`` is its HTTP edge (routes, the lean path, the uvicorn protocol, metrics, the
+dashboard); ``cluster/`` carries requests between nodes (gate, placement, peers, the
+lookup wire); ``engines/`` answers queries over one node's stores; ``node.py`` holds
+the node's parts; ``changelog/`` follows the changelog topics into the stores;
+``routes.py`` is the route table the HTTP edge and the gate share.
+"""

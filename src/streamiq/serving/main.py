@@ -1,8 +1,8 @@
 """The composition root of a serving node: builds its parts and runs the process.
 
 ``run_node`` wires the node's state (``serving/node.py``), its HTTP app
-(``serving/app.py``) and the uvicorn protocol that speaks HTTP, the lean path and the
-lookup wire (``serving/protocol.py``), then serves until SIGINT/SIGTERM or a fatal
+(``serving/http/app.py``) and the uvicorn protocol that speaks HTTP, the lean path and the
+lookup wire (``serving/http/protocol.py``), then serves until SIGINT/SIGTERM or a fatal
 failure. Nothing imports this module but the command line.
 """
 
@@ -19,11 +19,11 @@ import uvicorn
 
 from streamiq import tls
 from streamiq.config import Settings
-from streamiq.serving.app import create_asgi
-from streamiq.serving.http_limits import HttpEdge
-from streamiq.serving.logs import configure_logging
+from streamiq.logs import configure_logging
+from streamiq.serving.http.app import create_asgi
+from streamiq.serving.http.http_limits import HttpEdge
+from streamiq.serving.http.protocol import node_protocol
 from streamiq.serving.node import Node
-from streamiq.serving.protocol import node_protocol
 
 __all__ = ["FATAL_EXIT_GRACE_S", "run_node"]
 

@@ -31,9 +31,9 @@ from streamiq.kafka.skips import Skips
 from streamiq.routing.base import Membership
 from streamiq.routing.membership import KafkaMembership, Report, members_topic
 from streamiq.routing.router import Router
-from streamiq.serving.consistency import Token, reflects
-from streamiq.serving.discovery import Discovery
-from streamiq.serving.materializer import Materializer
+from streamiq.serving.changelog.consistency import Token, reflects
+from streamiq.serving.changelog.discovery import Discovery
+from streamiq.serving.changelog.materializer import Materializer
 from streamiq.state import Store, open_store
 from streamiq.supervise import Supervisor
 from streamiq.views.base import CHANGELOG_TOPIC_CONFIG, App, View, load_app
@@ -202,7 +202,7 @@ class Node:
             self.wanted = wanted
             await asyncio.sleep(0.1)
 
-    # -- views found on the catalog (serving/discovery.py) --
+    # -- views found on the catalog (serving/changelog/discovery.py) --
     def serve_spec(self, spec: ViewSpec) -> None:
         """Serve a view described on the catalog (the discovery thread; blocking). A
         view this node already serves from its own app keeps that description, if the

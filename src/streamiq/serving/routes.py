@@ -5,12 +5,12 @@ metrics label (``query``: the query type its latency is recorded under; None for
 is not a query: health, metrics, metadata, the dashboard). Everything that needs to
 know a route takes it from here:
 
-* the FastAPI routes are declared with ``Route.path`` (``serving/app.py``,
-  ``serving/queries.py``);
-* the lean path (``serving/fastpath.py``) finds a key lookup with ``lookup_target``;
-* the latency metric labels a request with ``query_of`` (``serving/metrics.py``);
+* the FastAPI routes are declared with ``Route.path`` (``serving/http/app.py``,
+  ``serving/http/queries.py``);
+* the lean path (``serving/http/fastpath.py``) finds a key lookup with ``lookup_target``;
+* the latency metric labels a request with ``query_of`` (``serving/http/metrics.py``);
 * the authentication gate finds the view a path reads with ``view_of``
-  (``serving/coordinator.py``).
+  (``serving/cluster/coordinator.py``).
 
 The seed's ``/account/{id}`` shortcut is an alias, declared once below (``ACCOUNT``):
 a key lookup of the ``balances`` view whose key is the ``account`` path parameter.

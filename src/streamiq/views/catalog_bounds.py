@@ -7,7 +7,7 @@ user's own pipeline publishes through ``streamiq.sink`` without the cluster secr
 docs/design.md, "What the catalog may claim"), so a node refuses what cannot be
 instead. :func:`bounds` checks a decoded record's fields; the partition count and the
 number of views are bounded by settings where the node applies them
-(``serving/discovery.py``: ``max_view_partitions``, ``max_views``). A record out of
+(``serving/changelog/discovery.py``: ``max_view_partitions``, ``max_views``). A record out of
 bounds raises :class:`~streamiq.kafka.skips.Skip` with the reason.
 """
 

@@ -9,6 +9,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from pipeline_harness import (
     read_topic,
     wait_caught_up,
 )
+from topicjunk import until
 
 from streamiq.kafka.admin import ensure_topics
 from streamiq.kafka.partitioner import partition_for
@@ -124,14 +126,26 @@ def test_exactly_once_across_kills(bootstrap: str, tmp_path: Path) -> None:
             time.sleep(0.05)
         assert p.flush(30) == 0
 
+    commits = tmp_path / "ck" / f"balances-{suffix}" / "commits"
+
+    def committed() -> int:  # micro-batches committed so far (the checkpoint's log)
+        return sum(f.name.isdigit() for f in commits.iterdir()) if commits.is_dir() else 0
+
+    def committed_beyond(n: int) -> bool:
+        return committed() > n
+
     producer = threading.Thread(target=stream, daemon=True)
     pipe = PipelineProcess(bootstrap, tmp_path / "ck", suffix, tmp_path / "pipeline.log")
     producer.start()
     kills = 0
     try:
         for _ in range(2):
+            before = committed()
             pipe.start()
-            time.sleep(rnd.uniform(2.0, 8.0))  # mid-stream, at a random point of a batch
+            # this run streams (a batch of its own committed), then it dies at a random
+            # point of a later batch
+            until(partial(committed_beyond, before), "a batch of this run", 180)
+            time.sleep(rnd.uniform(0.0, 2.0))
             pipe.kill()
             kills += 1
         pipe.start()

@@ -341,3 +341,22 @@ def test_run_ticks_with_the_parts_after_every_step() -> None:
 
     assert w.sup.run(stopping, tick=tick) == 0
     assert seen == [[True, False], [True, True]]
+
+
+@pytest.mark.parametrize("given", [
+    Settings(), Settings(spark_config={"spark.driver.memory": "1g"}, warmup=False,
+                         kafka_config={"client.id": "x"}, restart_max_s=8)])
+def test_every_part_up_starts_takes_the_flags_up_gives_it(
+        given: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each part's argv parses as that command's flags, to the settings up has (a part
+    refusing its own flags crash-loops the demo)."""
+    from streamiq.cli.main import COMMANDS, build_parser, settings_from_args
+
+    monkeypatch.setenv("STREAMIQ_JWT_SECRET", "x" * 32)  # up's secrets travel in the env
+    monkeypatch.setenv("STREAMIQ_CLUSTER_SECRET", "y" * 32)
+    for part in _parts(given, 2, 9101):
+        args = build_parser().parse_args(part.argv[3:])  # after python -m streamiq
+        got = settings_from_args(args, COMMANDS[args.command][1])
+        assert got.kafka_config == given.kafka_config, part.name
+        if part.name == "pipeline":
+            assert (got.spark_config, got.warmup) == (given.spark_config, given.warmup)

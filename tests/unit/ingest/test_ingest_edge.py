@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from streamiq.config import Settings
 from streamiq.ingest import app as ingest
-from streamiq.serving.http_limits import MAX_BODY_BYTES, MAX_HEAD_BYTES, LimitedHttpProtocol
+from streamiq.serving.http.http_limits import MAX_BODY_BYTES, MAX_HEAD_BYTES, LimitedHttpProtocol
 
 KEYS = {"w": "ingest", "r": "views:*"}  # a writer's and a reader's API key
 ORDER = b'{"order_id": "o-1", "store": "s-1", "type": "GENERAL", "amount": 12.5}'

@@ -46,3 +46,23 @@ def test_three_brokers_replicate_three_times_and_need_two_in_sync(tmp_path: Path
 def test_cluster_ids_are_kraft_uuids() -> None:
     cid = new_cluster_id()
     assert len(cid) == 22 and cid != new_cluster_id()
+
+
+def test_no_cluster_id_starts_with_a_dash(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One id in 64 began with '-', which Kafka's storage tool took for an option: the
+    broker's first start failed ('--cluster-id: expected one argument')."""
+    import uuid
+
+    dashed = uuid.UUID(bytes=b"\xf8" + bytes(15))  # base64url: '-A...'
+    fresh = iter([dashed, uuid.UUID(int=1)])
+    monkeypatch.setattr(uuid, "uuid4", lambda: next(fresh))
+    assert new_cluster_id() == "AAAAAAAAAAAAAAAAAAAAAQ"
+
+
+def test_a_given_cluster_id_starting_with_a_dash_formats(tmp_path: Path) -> None:
+    """A user's id of that shape still formats the log (it is passed as --cluster-id=ID).
+    Runs Kafka's storage tool (a JVM), not the broker."""
+    broker = EmbeddedBroker("127.0.0.1", 1, tmp_path, cluster_id="-" + "A" * 21)
+    broker._prepare()
+    meta = (tmp_path / "log" / "meta.properties").read_text()
+    assert "cluster.id=-" + "A" * 21 in meta

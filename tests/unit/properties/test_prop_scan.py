@@ -1,4 +1,4 @@
-"""Scan cursors and key ranges (serving/scan.py).
+"""Scan cursors and key ranges (serving/engines/scan.py).
 
 A cursor decodes to the store key it was made from; anything else a client can send as
 ``cursor=`` decodes or raises ValueError (the route's 400), never another exception (a
@@ -13,7 +13,7 @@ from garbage import deep_json, json_docs
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streamiq.serving.scan import KeyRange, decode_cursor, encode_cursor
+from streamiq.serving.engines.scan import KeyRange, decode_cursor, encode_cursor
 
 names = st.text(max_size=20)
 

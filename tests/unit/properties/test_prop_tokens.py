@@ -1,11 +1,12 @@
-"""Position tokens (serving/consistency.py): round trip, and ValueError for anything else."""
+"""Position tokens (serving/changelog/consistency.py): round trip, and ValueError for
+anything else."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streamiq.serving.consistency import parse_tokens, reflects, token_for
+from streamiq.serving.changelog.consistency import parse_tokens, reflects, token_for
 
 # a topic as tokens carry it: no "," (the separator), no surrounding blanks, non-empty
 topics = st.text(min_size=1, max_size=30).filter(lambda t: "," not in t and t == t.strip())

@@ -1,4 +1,4 @@
-"""Wire frames (serving/wire.py): a request frame reaches the lookup unchanged; any bytes
+"""Wire frames (serving/cluster/wire.py): a request frame reaches the lookup unchanged; any bytes
 a peer sends get well-formed reply frames (400 for a malformed line), never an
 exception out of ``feed`` (which would kill the connection without an answer)."""
 
@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from streamiq.errors import NotFound
-from streamiq.serving.wire import MAX_LINE, WireServer, reply_frame, request_frame
+from streamiq.serving.cluster.wire import MAX_LINE, WireServer, reply_frame, request_frame
 
 
 class _Transport(asyncio.Transport):

@@ -41,6 +41,16 @@ def test_only_heartbeats_signed_with_the_cluster_secret_make_members() -> None:
     assert sorted(m.live()) == [A, B] and m.skipped == 6
 
 
+def test_headers_given_as_a_mapping_are_read_like_pairs() -> None:
+    # confluent_kafka types a record's headers as pairs or a mapping: both carry the
+    # signature (a mapping was unpacked as pairs of characters, skipped as undecodable)
+    m = _members(SECRET)
+    good, forged = _hb(B), _hb(EVIL)
+    assert m.receive(good, {SIGNATURE_HEADER: sign(SECRET, good)})
+    assert not m.receive(forged, {SIGNATURE_HEADER: sign(b"guess", forged)})
+    assert sorted(m.live()) == [A, B] and dict(m.skips.reasons) == {"unsigned": 1}
+
+
 def test_a_tampered_heartbeat_is_not_a_member() -> None:
     m = _members(SECRET)
     signed_value = _hb(B)

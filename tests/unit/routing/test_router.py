@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+import pytest
 
 from streamiq.routing.heartbeats import PartitionReport, Report
 from streamiq.routing.memory import StaticMembership
@@ -101,7 +101,7 @@ def test_a_view_found_while_running_is_routed() -> None:
 
 
 def test_membership_changes_are_counted_and_logged_once_each(
-        caplog: Any) -> None:
+        caplog: pytest.LogCaptureFixture) -> None:
     import logging
 
     membership = StaticMembership(A)

@@ -1,76 +1,19 @@
-"""Shared fixtures for the serving unit tests: a node app over in-memory stores."""
+"""Shared fixtures for the serving unit tests: node apps over in-memory stores
+(``tests/nodeapp.py``), a failing hop, a node served by uvicorn."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import pytest_asyncio
 from httpserve import serving
+from nodeapp import make_app
 
-from streamiq.config import Settings
-from streamiq.routing.memory import StaticMembership
-from streamiq.routing.router import Endpoint
-from streamiq.serving.app import create_asgi
-from streamiq.serving.protocol import NodeHttpProtocol
-from streamiq.state import Checkpoint, StoreKind, open_store
-from streamiq.views.bank import BALANCES
-from streamiq.views.orders import ORDER_COUNTS, ORDER_COUNTS_1M
-
-ME = "127.0.0.1:1"
-
-
-class FakeRouter:
-    """Routing as a test sets it: ``active`` is every partition's active owner (this
-    node unless a test says otherwise), ``fresh`` the replicas the full route finds
-    within any lag bound (default: the active one); ``asked`` counts owner choices."""
-
-    def __init__(self) -> None:
-        self.active = ME
-        self.fresh: list[str] | None = None
-        self.asked = 0
-        self.global_views: frozenset[str] = frozenset()
-
-    def assigned(self, view: str, p: int, members: Any = None) -> list[str]:
-        return [self.active]
-
-    def replicas(self, view: str, p: int, max_lag: int) -> list[Endpoint]:
-        return [Endpoint(a, "active", 0) for a in (self.fresh or [self.active])]
-
-    def owner(self, view: str, p: int, max_lag: int) -> Endpoint:
-        self.asked += 1
-        return Endpoint(self.active, "active", 0)
-
-    def route_elsewhere(self, owner: str) -> None:
-        """``owner`` is the active one, while the full route finds this node (it holds
-        every partition): what an entry node whose view is out of date sees."""
-        self.active, self.fresh = owner, [ME]
-
-
-def make_app(root: Path, settings: Settings | None = None, store: StoreKind = "memory"
-             ) -> Any:
-    """A node app (the lean path around the FastAPI app) holding a1 in its balances;
-    client authentication off unless ``settings`` say otherwise. Its stores are of kind
-    ``store``, under ``root`` if they keep files."""
-    settings = settings or Settings(auth=False)
-    stores = {name: open_store(store, root / name)
-              for name in ("balances", "order_counts", "order_counts_1m")}
-    row = {"account": "a1", "balance": 5, "count": 1, "last_update": 9}
-    p = BALANCES.partition_of("a1", 3)
-    stores["balances"].apply(p, [(b"a1", json.dumps(row).encode())], Checkpoint(offset=1))
-    node = SimpleNamespace(
-        settings=settings, views={"balances": BALANCES, "order_counts": ORDER_COUNTS,
-                                  "order_counts_1m": ORDER_COUNTS_1M},
-        partitions={"balances": 3, "order_counts": 3, "order_counts_1m": 3}, stores=stores,
-        router=FakeRouter(),
-        endpoint=ME, membership=StaticMembership(ME), holds=lambda v, q: v != "order_counts",
-        lag=lambda v, q: 0)
-    return create_asgi(settings, node=node)  # type: ignore[arg-type]
+from streamiq.serving.http.protocol import NodeHttpProtocol
 
 
 @pytest.fixture
@@ -92,7 +35,7 @@ def hop_fails(app: Any) -> list[str]:
     deps = app.deps
     deps.node.router.route_elsewhere("127.0.0.1:2")
     calls: list[str] = []
-    for obj, name in ((deps.coordinator, "http_hop"), (deps.coordinator.hop, "fetch")):
+    for obj, name in ((deps.coordinator.peers, "http_hop"), (deps.coordinator.peers.hop, "fetch")):
         real = getattr(obj, name)
 
         def spy(address: str, *a: Any, real: Any = real, **k: Any) -> Any:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fakes import offline_parts
 
 from streamiq.config import Settings
-from streamiq.serving.materializer import PartitionState
+from streamiq.serving.changelog.materializer import PartitionState
 from streamiq.serving.node import Node
 from streamiq.supervise import Supervisor
 from streamiq.views.base import load_app

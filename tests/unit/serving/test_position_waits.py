@@ -11,7 +11,7 @@ from waits import until
 
 from streamiq.config import Settings
 from streamiq.errors import Overloaded
-from streamiq.serving.materializer import PartitionState
+from streamiq.serving.changelog.materializer import PartitionState
 from streamiq.serving.node import Node
 from streamiq.supervise import Supervisor
 from streamiq.views.base import load_app

@@ -23,7 +23,8 @@ def fastapi_app(app: Any) -> FastAPI:
 
 
 def app_routes(app: FastAPI) -> list[tuple[str, str]]:
-    return [(m, r.path) for r in app.routes if isinstance(r, APIRoute) for m in r.methods]
+    return [(m, r.path) for r in app.routes if isinstance(r, APIRoute)
+            for m in r.methods or ()]
 
 
 def example(route: routes.Route) -> str:

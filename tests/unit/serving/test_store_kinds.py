@@ -7,7 +7,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import make_app
+from nodeapp import make_app
 
 from streamiq.state import KINDS, StoreKind
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from streamiq.errors import BadRequest, NotFound
-from streamiq.serving.consistency import parse_tokens
+from streamiq.serving.changelog.consistency import parse_tokens
 from streamiq.serving.sql.engine import Freshness
 from streamiq.serving.sql.pgshims import SERVER_VERSION
 

@@ -162,8 +162,8 @@ def test_views_are_read_only(sql: str) -> None:
 def test_a_prepared_plan_serves_every_parameter_value() -> None:
     p = plan("SELECT balance FROM balances WHERE account = $1 AND balance > $2", VIEWS)
     many = plan("SELECT * FROM balances WHERE account IN ($1,$2) AND '$3' = '$3'", VIEWS)
-    assert isinstance(many, Fetch) and bind(many, ["a", "b"]).source == Lookup(
-        "balances", ("a", "b"))
+    bound = bind(many, ["a", "b"])
+    assert isinstance(bound, Fetch) and bound.source == Lookup("balances", ("a", "b"))
     one = bind(p, ["7", 3])
     two = bind(p, ["it's", None])
     assert isinstance(one, Fetch) and isinstance(two, Fetch)

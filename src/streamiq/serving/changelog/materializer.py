@@ -1,0 +1,307 @@
+"""Materialise changelog partitions into the local stores.
+
+One thread, one consumer with manual assignment (no group: ownership is decided by
+streamiq's own assignment, not the broker). Each poll's records for a partition are
+written with the partition's checkpoint in one RocksDB batch, so a restarted node
+resumes from its store instead of replaying the changelog.
+
+Fails closed: the thread is supervised (``supervise.py``). When the loop raises,
+``states`` is emptied at once, so the node holds nothing, reports nothing restored in its
+heartbeats and answers no lookup from rows that stopped moving; the restarted loop is a
+fresh consumer resuming from the stores' checkpoints (exactly the rows already applied)
+and each partition answers again once it has restored.
+
+No changelog record stops it: one that is not a row of its view (``views/rows.py``:
+size, JSON, nesting, key, partition, column types, window) or a marker claiming what
+cannot be (``serving/changelog/markers.py``) is skipped and counted per view and reason
+(``skips``); its offset still advances, so a restart does not meet it again.
+
+Test seam: ``before_apply`` (this module) is None in production (one check per poll,
+none per record). Tests install a callable there that raises on some records, standing
+for a bug or an I/O error; in a node process, through the launcher ``tests/faultnode.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from streamiq.kafka.skips import Skip, Skips
+from streamiq.serving.changelog.markers import EndsQuery, InputEnds, kafka_ends, parse_marker
+from streamiq.state.base import Checkpoint, Store
+from streamiq.supervise import Supervisor
+from streamiq.views.base import MARKER_HEADER, View
+from streamiq.views.rows import RowCheck
+
+__all__ = ["Materializer", "PartitionState"]
+
+log = logging.getLogger("streamiq.materializer")
+
+#: Test seam, None in production: called (loop thread) with each poll's fetched records
+#: before any of them is applied; what it raises crashes the loop, as a bug would.
+before_apply: Callable[[list[Any]], None] | None = None
+
+
+@dataclass
+class PartitionState:
+    """In-memory view of one materialised partition (mirrors its checkpoint)."""
+
+    offset: int = 0
+    high_watermark: int = -1
+    position: dict[str, dict[int, int]] = field(default_factory=dict)
+    started: float = field(default_factory=time.monotonic)
+    #: The changelog end seen when restoring began; the restore is complete once the
+    #: partition's offset reaches it. A replica still restoring never answers, so a
+    #: missing key is never reported "not found".
+    target: int = -1
+    restored: bool = False
+
+    @property
+    def lag(self) -> int:
+        """Changelog records not yet applied; -1 while the end is not yet known."""
+        return -1 if self.high_watermark < 0 else max(0, self.high_watermark - self.offset)
+
+
+class Materializer:
+    def __init__(self, kafka_conf: dict[str, Any], views: Mapping[str, View],
+                 stores: Mapping[str, Store], topics: Mapping[str, str],
+                 supervisor: Supervisor | None = None,
+                 on_apply: Callable[[], None] | None = None,
+                 partitions: Mapping[str, int] | None = None,
+                 input_ends: EndsQuery | None = None) -> None:
+        self._conf = kafka_conf
+        self.views = dict(views)
+        self.stores = dict(stores)
+        self.topics = dict(topics)  # view -> changelog topic
+        self._topic_view = {t: name for name, t in self.topics.items()}
+        self.states: dict[tuple[str, int], PartitionState] = {}
+        self._wanted: set[tuple[str, int]] = set()
+        #: view -> changelog partitions: a row in another partition than its key's is
+        #: skipped (a view missing here is not checked)
+        self.partitions = dict(partitions or {})
+        self._skips: dict[str, Skips] = {}  # per view (a log line at the 1st, 2nd, 4th...)
+        self._checks: dict[str, RowCheck] = {}  # per view, made when its first row comes
+        self.ends = InputEnds(input_ends or kafka_ends(kafka_conf))
+        #: changelog records fetched since this node started, per view (a restore from
+        #: a checkpoint reads only what came after it; from empty, after compaction,
+        #: about one record per key)
+        self.read: Counter[str] = Counter()
+        self.on_apply = on_apply  # called (loop thread) after records were applied
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self.supervisor = supervisor or Supervisor()
+        self._thread = self.supervisor.thread("materializer", self._run, self._stop)
+
+    # -- control (any thread) --
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(10)
+
+    def halt(self) -> None:
+        """Stop and hold nothing from now on (the node failed): no answers from here."""
+        with self._lock:
+            self._stop.set()
+            self.states = {}
+
+    @property
+    def stopped(self) -> bool:
+        """Stopped or halted: the loop runs no more."""
+        return self._stop.is_set()
+
+    def forget(self) -> None:
+        """After a crash: nothing is held until the restarted loop has restored it."""
+        with self._lock:
+            self.states = {}
+
+    def add_view(self, view: View, store: Store, topic: str,
+                 partitions: int | None = None) -> None:
+        """Materialise one more view (found while running); its partitions are wanted
+        through ``want`` as usual. The maps are replaced, not changed, for the loop."""
+        with self._lock:
+            self.views = {**self.views, view.name: view}
+            self.stores = {**self.stores, view.name: store}
+            self.topics = {**self.topics, view.name: topic}
+            self._topic_view = {**self._topic_view, topic: view.name}
+            if partitions is not None:
+                self.partitions = {**self.partitions, view.name: partitions}
+            self._checks.pop(view.name, None)
+
+    def want(self, wanted: set[tuple[str, int]]) -> None:
+        """Set the (view, partition) pairs to materialise; applied at the next poll."""
+        with self._lock:
+            self._wanted = set(wanted)
+
+    def holding(self) -> dict[tuple[str, int], PartitionState]:
+        return dict(self.states)
+
+    # -- the loop --
+    def _run(self) -> None:
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+        # fetch.wait.max.ms: a newly held partition's first fetch waits behind the one
+        # in flight, and until it answers librdkafka's cached end of a partition held
+        # before is stale (its restore target): kept short (issue 24's note)
+        conf = {"group.id": "streamiq-materializer", "enable.auto.commit": False,
+                "enable.auto.offset.store": False, "auto.offset.reset": "earliest",
+                "fetch.wait.max.ms": 20, **self._conf}
+        consumer = Consumer(conf)
+        assigned: set[tuple[str, int]] = set()
+        try:
+            while not self._stop.is_set():
+                with self._lock:
+                    wanted = set(self._wanted)
+                if wanted != assigned:
+                    gone = assigned - wanted
+                    new = wanted - assigned
+                    if gone:
+                        consumer.incremental_unassign(
+                            [TopicPartition(self.topics[v], p) for v, p in gone])
+                        for vp in gone:
+                            self.states.pop(vp, None)
+                    if new:
+                        tps = []
+                        for v, p in sorted(new):
+                            cp = self.stores[v].checkpoint(p) or Checkpoint(offset=OFFSET_BEGINNING)
+                            st = PartitionState(offset=max(cp.offset, 0), position=cp.position)
+                            log.info("%s partition %d: resuming from changelog offset %d",
+                                     v, p, st.offset)
+                            with self._lock:  # halt() empties states under the same lock
+                                if self._stop.is_set():
+                                    return
+                                self.states[(v, p)] = st
+                            tps.append(TopicPartition(self.topics[v], p, cp.offset))
+                        consumer.incremental_assign(tps)
+                    assigned = wanted
+                if not assigned:
+                    time.sleep(0.05)
+                    continue
+                msgs = consumer.consume(2000, 0.05)
+                self.apply(msgs)
+                self._refresh_watermarks(consumer, assigned)
+        except Exception:
+            self.forget()  # before anything else (closing the consumer may take a while)
+            raise
+        finally:
+            try:
+                consumer.close()
+            except Exception as exc:  # the loop's own exception, if any, is the one told
+                log.warning("materializer: closing the consumer failed: %r", exc)
+
+    def apply(self, msgs: list[Any]) -> None:
+        """Apply fetched changelog records to the stores of the partitions held (the
+        loop's thread; a record that cannot be read is skipped and counted)."""
+        if before_apply is not None:
+            before_apply(msgs)
+        batches: dict[tuple[str, int], list[Any]] = defaultdict(list)
+        for m in msgs:
+            if m.error():
+                if m.error().code() != -191:  # _PARTITION_EOF
+                    log.warning("changelog fetch error: %s", m.error())
+                continue
+            view = self._topic_view.get(m.topic())
+            if view is not None:
+                batches[(view, m.partition())].append(m)
+        for (view, p), records in batches.items():
+            st = self.states.get((view, p))
+            if st is None:
+                continue
+            self.read[view] += len(records)
+            if records[0].offset() < st.offset:
+                # The consumer was reset below our checkpoint (topic re-created or
+                # truncated): our rows describe a log that is gone.
+                self._rebuild(view, p, st, records[0].offset())
+            puts: list[tuple[bytes, bytes | None]] = []
+            position = {t: dict(po) for t, po in st.position.items()}
+            for m in records:
+                try:
+                    self._decode(m, view, puts, position)
+                except Skip as exc:
+                    self._skip(view, p, m.offset(), exc.reason, exc)
+                except Exception as exc:  # a record no check foresaw: still never fatal
+                    self._skip(view, p, m.offset(), "undecodable", exc)
+            next_offset = records[-1].offset() + 1
+            self.stores[view].apply(p, puts, Checkpoint(offset=next_offset, position=position))
+            st.offset = next_offset
+            st.position = position
+        if batches and self.on_apply is not None:
+            self.on_apply()
+
+    def _skip(self, view: str, p: int, offset: int, reason: str, exc: Exception) -> None:
+        skips = self._skips.get(view)
+        if skips is None:
+            skips = self._skips[view] = Skips(log, f"{view} changelog record")
+        skips.skip(reason, f"partition {p} offset {offset}: {str(exc)[:200]}")
+
+    @property
+    def skipped(self) -> int:
+        """Changelog records skipped, in all."""
+        return sum(s.total for s in list(self._skips.values()))
+
+    @property
+    def skips(self) -> Counter[tuple[str, str]]:
+        """Changelog records skipped, by (view, reason)."""
+        return Counter({(view, reason): n for view, s in list(self._skips.items())
+                        for reason, n in s.reasons.items()})
+
+    def _decode(self, m: Any, view: str, puts: list[tuple[bytes, bytes | None]],
+                position: dict[str, dict[int, int]]) -> None:
+        """Add one record to the batch (a row) or to the position (a marker)."""
+        headers = m.headers()
+        if headers and any(k == MARKER_HEADER for k, _ in headers):
+            offsets = parse_marker(m.value())
+            self.ends.check(offsets)
+            for t, po in offsets.items():
+                cur = position.setdefault(t, {})
+                for part, off in po.items():
+                    cur[part] = max(cur.get(part, 0), off)
+            return
+        key = m.key()
+        check = self._checks.get(view)
+        if check is None:
+            check = self._checks[view] = RowCheck(self.views[view], self.partitions.get(view))
+        puts.append(check(key, m.value(), m.partition()))
+
+    def _rebuild(self, view: str, p: int, st: PartitionState, seen: int) -> None:
+        log.warning("%s partition %d: changelog restarted (offset %d is below checkpoint %d); "
+                    "rebuilding the partition from the log", view, p, seen, st.offset)
+        self.stores[view].drop(p)
+        st.offset, st.position, st.restored, st.target = 0, {}, False, -1
+
+    def _refresh_watermarks(self, consumer: Any, assigned: set[tuple[str, int]]) -> None:
+        from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+        for v, p in assigned:
+            st = self.states.get((v, p))
+            if st is None:
+                continue
+            try:
+                _, high = consumer.get_watermark_offsets(
+                    TopicPartition(self.topics[v], p), cached=True)
+            except Exception:
+                continue
+            if high is None or high < 0:
+                continue
+            if high < st.offset:  # the log is now shorter than our checkpoint
+                self._rebuild(v, p, st, high)
+                try:
+                    consumer.seek(TopicPartition(self.topics[v], p, OFFSET_BEGINNING))
+                except Exception:  # not fetching yet: re-assign from the beginning
+                    consumer.incremental_unassign([TopicPartition(self.topics[v], p)])
+                    consumer.incremental_assign(
+                        [TopicPartition(self.topics[v], p, OFFSET_BEGINNING)])
+            st.high_watermark = high
+            if st.target < 0:
+                st.target = high
+            if not st.restored and st.offset >= st.target:
+                st.restored = True
+                log.info("%s partition %d restored (%.2fs)", v, p,
+                         time.monotonic() - st.started)

@@ -1,0 +1,163 @@
+"""Where a one-partition request is answered: the one decision every entry point uses.
+
+``Placement.place`` says, for a partition, whether this node answers (``Here``, with
+its role and lag: computed once, for the answer's stamp too), which replica the
+request goes to (``Forward``; ``Redirect`` in redirect mode) or why nobody can answer
+(``Refuse``: 421 for a forwarded request this node does not hold, 503 when no replica
+is fresh enough). The lean path and the lookup wire (``serving/http/fastpath.py``) and the
+full routes (``Coordinator.route``) all ask it; ``Answers.decide`` adds the store read
+of a key lookup, once. Transports only carry what it decided.
+
+Roles are derived from membership at most every ``_ROLE_TTL`` seconds and the preferred
+replica at most every ``_ROUTE_TTL`` seconds, so the hot path is a few dict lookups.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, NamedTuple
+
+from streamiq.errors import NotActive, StreamiqError, Unavailable
+from streamiq.serving.cluster.traffic import Traffic
+
+if TYPE_CHECKING:
+    from streamiq.serving.node import Node
+
+__all__ = ["Decision", "Forward", "Here", "Placement", "Redirect", "Refuse", "not_held"]
+
+_ROLE_TTL = 0.05
+# how long a forwarding decision is reused: routing asked membership on every lookup; a
+# stale one costs a 421 or a refused connection, after which the full route answers
+_ROUTE_TTL = 0.1
+
+
+class Here(NamedTuple):
+    """This node answers, as ``role`` ("active", "standby", "previous") ``lag`` behind."""
+
+    role: str
+    lag: int
+
+
+class Forward(NamedTuple):
+    """Ask this replica (one hop)."""
+
+    address: str
+
+
+class Redirect(NamedTuple):
+    """Send the client to this replica (redirect mode: 307)."""
+
+    address: str
+
+
+class Refuse(NamedTuple):
+    """Nobody can answer: this error is the answer."""
+
+    error: StreamiqError
+
+
+Decision = Here | Forward | Redirect | Refuse
+
+
+def not_held(endpoint: str, view: str, p: int) -> NotActive:
+    """The 421 of a request for a partition this node does not hold (ask another)."""
+    return NotActive(f"{endpoint} does not hold {view} partition {p}", partition=p)
+
+
+class Placement:
+    """This node's roles and the replicas it forwards to, and ``place``."""
+
+    def __init__(self, node: Node, traffic: Traffic, redirect: bool = False) -> None:
+        self.node = node
+        self.traffic = traffic
+        self.redirect = redirect
+        self._roles: dict[tuple[str, int], str] = {}  # assigned here: "active" or "standby"
+        self._roles_at = -1e9
+        self._preferred: dict[tuple[str, int, int], tuple[float, str | None]] = {}
+
+    def place(self, view: str, p: int, max_lag: int, forwarded: bool,
+              tried: list[str] | None = None) -> Decision:
+        """Where partition ``p`` of ``view`` is answered.
+
+        ``forwarded``: a peer's request, answered here or refused (421), never forwarded.
+        ``tried`` None: the first choice of the lean path (the cached preferred replica);
+        a list: the full route's walk over the replicas, skipping (and then naming in a
+        503) those it holds; each replica chosen is appended.
+        """
+        node = self.node
+        if forwarded:
+            if not node.holds(view, p):
+                return Refuse(not_held(node.endpoint, view, p))
+            self.traffic.for_peers += 1
+            return Here(self.role(view, p), node.lag(view, p))
+        role = self.role(view, p)
+        lag = node.lag(view, p)
+        if role == "active" and 0 <= lag <= max_lag and node.holds(view, p) and (
+                tried is None or node.endpoint not in tried):  # restoring: never answers
+            self.traffic.local += 1
+            return Here(role, lag)
+        if tried is None:
+            owner = self.preferred(view, p, max_lag)
+            if owner is not None:
+                return Redirect(owner) if self.redirect else Forward(owner)
+            tried = []
+        return self._walk(view, p, max_lag, tried, role, lag)
+
+    def _walk(self, view: str, p: int, max_lag: int, tried: list[str], role: str,
+              lag: int) -> Decision:
+        node = self.node
+        for ep in node.router.replicas(view, p, max_lag):
+            if ep.address in tried:
+                continue
+            tried.append(ep.address)
+            if ep.address != node.endpoint:
+                return Redirect(ep.address) if self.redirect else Forward(ep.address)
+            if node.holds(view, p):
+                self.traffic.local += 1
+                return Here(role, lag)
+        self.traffic.unavailable += 1
+        return Refuse(Unavailable(f"no replica of {view} partition {p} can answer within "
+                                  f"max_lag={max_lag}", view=view, partition=p,
+                                  tried=list(tried)))
+
+    def active_here(self, view: str, partition: int, max_lag: int) -> bool:
+        """This node is assigned active for the partition, holds it, and is fresh enough."""
+        return (self.role(view, partition) == "active"
+                and 0 <= self.node.lag(view, partition) <= max_lag)
+
+    def forget_roles(self) -> None:
+        """Derive this node's roles again at the next question (membership moved)."""
+        self._roles_at = -1e9
+
+    def role(self, view: str, partition: int) -> str:
+        """This node's role for a partition: "active", "standby" or "previous" (held, or
+        asked about, without being assigned); re-derived at most every ``_ROLE_TTL``
+        seconds (deriving it per lookup rebuilt the live-member set every time)."""
+        now = time.monotonic()
+        if now - self._roles_at > _ROLE_TTL:
+            me, router = self.node.endpoint, self.node.router
+            roles = {}
+            for v, n in self.node.partitions.items():
+                for p in range(n):
+                    assigned = router.assigned(v, p)
+                    if me in assigned:  # every holder of a global view answers as active
+                        first = assigned[0] == me or v in router.global_views
+                        roles[(v, p)] = "active" if first else "standby"
+            self._roles, self._roles_at = roles, now
+        return self._roles.get((view, partition), "previous")
+
+    def preferred(self, view: str, p: int, max_lag: int) -> str | None:
+        """The peer a key lookup is forwarded to first (None: no other replica),
+        re-derived at most every ``_ROUTE_TTL`` seconds."""
+        now = time.monotonic()
+        hit = self._preferred.get((view, p, max_lag))
+        if hit is not None and now - hit[0] < _ROUTE_TTL:
+            return hit[1]
+        ep = self.node.router.owner(view, p, max_lag)
+        owner = None if ep is None or ep.address == self.node.endpoint else ep.address
+        self._preferred[(view, p, max_lag)] = (now, owner)
+        return owner
+
+    def forget(self, view: str, p: int, max_lag: int) -> None:
+        """The preferred peer failed: choose again on the next lookup."""
+        self._preferred.pop((view, p, max_lag), None)

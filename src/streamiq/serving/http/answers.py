@@ -1,0 +1,102 @@
+"""How a node answers over HTTP: a request parsed into a typed query, the query layer's
+answer rendered as JSON.
+
+``Answers`` is the query layer (``serving/query/``: ``Queries``) plus what only HTTP
+needs: the caller of a request (its Authorization, the forwarded mark, a peer's
+``partitions``), and the responses of a one-partition answer (here, a replica's reply
+relayed, a 307, a refusal) and of a scatter-gather. The HTTP routes
+(``serving/http/app.py``, ``serving/http/queries.py``), the lean path and the lookup
+wire (``serving/http/fastpath.py``) all answer through it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+from fastapi import Request, Response
+from fastapi.responses import JSONResponse, RedirectResponse
+
+from streamiq._http import error_response
+from streamiq.auth import Principal
+from streamiq.errors import PROBLEM_JSON
+from streamiq.serving.cluster.coordinator import HOPS, SERVED_BY, Relayed, relayed_headers
+from streamiq.serving.cluster.placement import Redirect, Refuse
+from streamiq.serving.engines.partials import GatherReply, P
+from streamiq.serving.query.model import Caller, Gathered, Lookup, PeerPart, Read
+from streamiq.serving.query.run import One, Queries
+
+__all__ = ["Answers", "raw_path"]
+
+R = TypeVar("R")
+T = TypeVar("T")
+
+
+def raw_path(request: Request) -> str:
+    """The path as the client wrote it, percent-encoding and all (a key may hold
+    ``%2F``: ``serving/http/paths.py``), for a redirect to a replica."""
+    raw = request.scope.get("raw_path")
+    return raw.decode("latin-1") if raw else quote(request.url.path)
+
+
+class Answers(Queries):
+    """The query layer, answering HTTP requests."""
+
+    def who(self, request: Request) -> Principal:
+        """The caller (its token was checked before the route ran; cached)."""
+        return self.coordinator.gate.auth.principal(request.headers.get("authorization"))
+
+    def caller(self, request: Request, partitions: str | None = None) -> Caller:
+        """Who asks: the client's Authorization; a peer (forwarded mark, checked) asks
+        for explicit ``partitions``."""
+        return Caller(request.headers.get("authorization"),
+                      self.coordinator.gate.is_forwarded(request), partitions)
+
+    async def lookup_response(self, request: Request, q: Lookup) -> Response:
+        """A key lookup's full route: 200 and the row, or 404 and its problem document."""
+        caller = self.caller(request)
+
+        def here(read: Read) -> Response:
+            return Response(read.body, read.status, headers={SERVED_BY: self.node.endpoint},
+                            media_type="application/json" if read.status == 200
+                            else PROBLEM_JSON)
+
+        return self.one(request, caller, await self.lookup(q, caller), here)
+
+    def one(self, request: Request, caller: Caller, answer: T | One,
+            here: Callable[[T], Response]) -> Response:
+        """The response of a one-partition answer: ``here``'s rendering of this node's
+        answer, a replica's reply relayed (hops 1), a 307 or the refusal."""
+        if isinstance(answer, Relayed):
+            r = answer.reply
+            headers = dict(relayed_headers(r.headers, "x-streamiq-", HOPS))
+            headers[HOPS] = "1"
+            return Response(r.content, r.status_code, headers=headers,
+                            media_type=r.headers.get("content-type"))
+        if isinstance(answer, Redirect):
+            target = f"{self.coordinator.peers.scheme}://{answer.address}{raw_path(request)}"
+            if request.url.query:
+                target += "?" + request.url.query
+            return RedirectResponse(target, status_code=307)
+        if isinstance(answer, Refuse):
+            refused = error_response(answer.error)
+            if caller.forwarded:
+                refused.headers[HOPS] = "0"
+            return refused
+        resp = here(answer)
+        resp.headers[HOPS] = "0"
+        return resp
+
+    @staticmethod
+    def gathered(answer: Gathered[R] | PeerPart[P], body: Callable[[R], dict[str, Any]]
+                 ) -> Response:
+        """A scatter-gather's response: to a client, its status, ``body`` (the result
+        as JSON) and the partitions asked and missing; to a peer, its part."""
+        if isinstance(answer, PeerPart):
+            reply: GatherReply[P] = {"partial": answer.partial, "not_active": answer.not_active}
+            return JSONResponse(reply, headers={HOPS: "0", SERVED_BY: answer.served_by})
+        doc = {"status": answer.status, "view": answer.view, **body(answer.result),
+               "partitions": answer.partitions, "missing_partitions": answer.missing,
+               "served_by": answer.served_by}
+        return JSONResponse(doc, headers={HOPS: str(answer.hops), SERVED_BY: answer.served_by})

@@ -1,0 +1,186 @@
+"""Typed queries and their results, for any front end (HTTP today, SQL next).
+
+A query names its view, its own parameters (a key, a range, aggregates...) and its
+``Freshness``; the ``Caller`` says who asks (the client's Authorization, which peers
+check again) and whether the query is a peer's part of a scatter-gather (``forwarded``,
+with the ``partitions`` it must answer). Results are typed rows plus the partitions no
+replica could answer (``missing``): never a silently wrong total.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Generic, NamedTuple, TypeVar
+
+import orjson
+
+from streamiq.serving.engines.partials import P, ScannedRow
+
+__all__ = ["FAR", "Aggregate", "AggregateRows", "Caller", "Freshness", "Gathered",
+           "KeyResult", "KeyWindows", "Lookup", "MultiGet", "MultiGetRows", "PeerPart",
+           "Query", "Read", "Scan", "ScanRows", "WindowScan", "Windows"]
+
+#: the end of time for window bounds (no upper bound given)
+FAR = 1 << 62
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class Freshness:
+    """How fresh an answer must be: a lag bound (None: the node's ``--max-lag``), a
+    position to wait for (``topic:partition:offset[,...]``) and the wait's bound."""
+
+    max_lag: int | None = None
+    position: str | None = None
+    wait_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who asks: the client's Authorization (sent on to peers), and for a peer's part of
+    a scatter-gather (``forwarded``) the partitions it must answer (``"0,2"``)."""
+
+    authorization: str | None = None
+    forwarded: bool = False
+    partitions: str | None = None
+
+
+@dataclass(frozen=True)
+class Query:
+    view: str
+    fresh: Freshness = field(default_factory=Freshness, kw_only=True)
+
+
+@dataclass(frozen=True)
+class Lookup(Query):
+    """One key's row."""
+
+    key: str
+
+
+@dataclass(frozen=True)
+class MultiGet(Query):
+    """Many keys' rows (one call per owner)."""
+
+    keys: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Scan(Query):
+    """Rows in key order from ``start`` (inclusive) to ``to`` (exclusive) or with a
+    ``prefix``, a page of ``limit`` resuming after ``cursor``."""
+
+    start: str | None = None
+    to: str | None = None
+    prefix: str | None = None
+    limit: int = 100
+    cursor: str | None = None
+
+
+@dataclass(frozen=True)
+class WindowScan(Query):
+    """Windows of all keys (or a ``prefix``) starting in [start, end), paged."""
+
+    start: int = 0
+    end: int = FAR
+    prefix: str | None = None
+    limit: int = 100
+    cursor: str | None = None
+
+
+@dataclass(frozen=True)
+class KeyWindows(Query):
+    """One key's windows starting in [start, end)."""
+
+    key: str
+    start: int = 0
+    end: int = FAR
+
+
+@dataclass(frozen=True)
+class Aggregate(Query):
+    """``aggs`` (``FUNC(COLUMN)``; none: ``count(*)``) per group of ``group_by`` columns
+    (each may be comma-separated; none: one group), over keys with ``prefix``."""
+
+    group_by: tuple[str, ...] = ()
+    aggs: tuple[str, ...] = ()
+    prefix: str | None = None
+
+
+class Read(NamedTuple):
+    """A key lookup answered here: 200 and the row's document, or 404 and its problem
+    document (the bytes every path answers)."""
+
+    status: int
+    body: bytes
+
+    @property
+    def row(self) -> Any:
+        """The row found (None: no row for the key)."""
+        return orjson.loads(self.body)["value"] if self.status == 200 else None
+
+
+@dataclass(frozen=True)
+class KeyResult:
+    key: str
+    partition: int
+    found: bool
+    value: Any
+
+
+@dataclass(frozen=True)
+class MultiGetRows:
+    results: list[KeyResult]
+    missing_keys: list[str]  # keys whose partition no replica answered
+
+
+@dataclass(frozen=True)
+class ScanRows:
+    rows: list[ScannedRow]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True)
+class AggregateRows:
+    group_by: list[str]
+    aggregates: list[str]
+    groups: list[dict[str, Any]]
+    rows: int  # rows folded
+
+
+@dataclass(frozen=True)
+class Windows:
+    """A key's windows, answered here (``stamp``: who answered, its role and lag)."""
+
+    key: str
+    partition: int
+    windows: list[Any]
+    stamp: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Gathered(Generic[R]):
+    """A scatter-gather's answer: the ``result`` over the partitions answered,
+    ``partitions`` asked, the ``missing`` ones (no replica could answer them: PARTIAL),
+    the hops it took (0: all here) and the node that gathered it."""
+
+    view: str
+    result: R
+    partitions: int
+    missing: list[int]
+    hops: int
+    served_by: str
+
+    @property
+    def status(self) -> str:
+        return "PARTIAL" if self.missing else "OK"
+
+
+@dataclass(frozen=True)
+class PeerPart(Generic[P]):
+    """A peer's part of a scatter-gather answered here: the partial over what this node
+    holds, and the partitions asked that it does not (``not_active``)."""
+
+    partial: P | None
+    not_active: list[int]
+    served_by: str

@@ -1,0 +1,111 @@
+"""What every query needs of this node: its views, freshness, stamps, position waits,
+and a key lookup's one decision and store read.
+
+``Reads`` is the base of ``Queries`` (``run.py``); the HTTP front end's ``Answers``
+(``serving/http/answers.py``), the lean path and the lookup wire use the same.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from streamiq.errors import BadRequest, NotActive, NotFound, NotUpToBound, UnknownView
+from streamiq.serving.changelog.consistency import Token, parse_tokens
+from streamiq.serving.cluster.coordinator import Coordinator
+from streamiq.serving.cluster.placement import Forward, Here, Redirect, Refuse, not_held
+from streamiq.serving.node import Node
+from streamiq.serving.query.model import Read
+from streamiq.views.base import View
+
+__all__ = ["Reads", "check_key", "not_found_body"]
+
+
+def check_key(view: View, key: str, field: str = "key") -> None:
+    """A key ``view`` can hold, or a 400 naming ``field`` and what is wrong (empty, the
+    wrong columns, too long, not valid Unicode)."""
+    if not key:
+        raise BadRequest(f"{field}: the key is empty (a {view.name!r} key has the form "
+                         f"{'|'.join(view.key_columns)!r})", field=field)
+    try:
+        view.parse_key(key)
+    except ValueError as exc:
+        raise BadRequest(f"{field}: {exc}", field=field) from None
+
+
+def not_found_body(view: View, key: str, p: int, stamp: dict[str, Any]) -> bytes:
+    """The body of a lookup's 404 (the regular route and the wire give the same)."""
+    return NotFound(f"no {view.name} row for key {key!r}", key=key, partition=p,
+                    **stamp).render()
+
+
+class Reads:
+    """This node's views, freshness settings, stamps and position waits, and a key
+    lookup's decision and read."""
+
+    def __init__(self, node: Node, coordinator: Coordinator) -> None:
+        self.node = node
+        self.coordinator = coordinator
+
+    def view(self, name: str) -> View:
+        v = self.node.views.get(name)
+        if v is None:
+            raise UnknownView(f"no view named {name!r}", views=sorted(self.node.views))
+        return v
+
+    def max_lag(self, value: int | None) -> int:
+        return self.node.settings.max_lag if value is None else value
+
+    @staticmethod
+    def tokens(raw: str | None) -> list[Token]:
+        if not raw:
+            return []
+        try:
+            return parse_tokens(raw)
+        except ValueError as exc:
+            raise BadRequest(f"position: {exc}") from None
+
+    def wait_s(self, wait_ms: int | None) -> float:
+        return (self.node.settings.wait_timeout_ms if wait_ms is None else wait_ms) / 1000
+
+    def stamp(self, view: str, partition: int, here: Here | None = None) -> dict[str, Any]:
+        """Who answers: this node, its role for the partition and its lag (as placed)."""
+        if here is None:
+            role = self.coordinator.placement.role(view, partition)
+            here = Here(role, self.node.lag(view, partition))
+        return {"served_by": self.node.endpoint, "role": here.role, "lag": here.lag}
+
+    def not_held(self, view: str, partition: int) -> NotActive:
+        return not_held(self.node.endpoint, view, partition)
+
+    async def check_position(self, view: str, partition: int, tokens: list[Token],
+                             wait_s: float) -> None:
+        if tokens and not await self.node.wait_position(view, partition, tokens, wait_s):
+            raise NotUpToBound(f"{self.node.endpoint} has not reflected the position within "
+                               f"{wait_s:.3f}s", partition=partition,
+                               served_by=self.node.endpoint)
+
+    def decide(self, view: View, key: str, p: int, forwarded: bool, max_lag: int
+               ) -> Read | Forward | Redirect | Refuse:
+        """The one decision of a key lookup (``Placement.place``), with the store read
+        once when this node answers: ``Read`` (200 and the row, or 404 and its problem
+        document), else where it goes or why it is refused. The lean path and the
+        lookup wire answer with it; the full route walks the same placement."""
+        d = self.coordinator.placement.place(view.name, p, max_lag, forwarded)
+        if isinstance(d, Here):
+            return self.read(view, key, p, d)
+        return d
+
+    def read(self, view: View, key: str, p: int, here: Here) -> Read:
+        """A key lookup this node answers from partition ``p``, as ``here`` says (its
+        role and lag, for the stamp): the same bytes on every path. The stored row is
+        written as it is (an ``orjson.Fragment``: not decoded and encoded again)."""
+        node = self.node
+        raw = node.stores[view.name].get(p, key.encode())  # store_key of a keyed view
+        if raw is None:
+            return Read(404, not_found_body(view, key, p, self.stamp(view.name, p, here)))
+        # the stored row goes in as it is (checked JSON when it was materialized)
+        doc = {"view": view.name, "key": key, "partition": p, "value": orjson.Fragment(raw),
+               "served_by": node.endpoint, "role": here.role, "lag": here.lag}
+        return Read(200, orjson.dumps(doc))  # a key is valid Unicode (check_key)

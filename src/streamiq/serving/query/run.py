@@ -1,0 +1,200 @@
+"""``Queries``: every query type run through the coordinator, typed in, typed out.
+
+One method per query type of ``model.py``. One-partition queries (a key's row, a key's
+windows) are answered where placement decides: here (the typed answer), by a replica
+(``Relayed``: its reply as it came), or the ``Redirect`` or ``Refuse`` decided.
+Scatter-gathers (multi-get, scans, aggregates) return ``Gathered`` (typed rows plus
+the partitions no replica could answer) to a client's query, ``PeerPart`` to a peer's.
+A front end renders these; it never routes, waits or merges itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from streamiq.errors import BadRequest
+from streamiq.serving.cluster.coordinator import Relayed
+from streamiq.serving.cluster.peers import Ask
+from streamiq.serving.cluster.placement import Here, Redirect, Refuse
+from streamiq.serving.engines._json import loads_row
+from streamiq.serving.engines.aggregate import (
+    aggregate_partitions,
+    finish,
+    merge_partials,
+    parse_aggs,
+    parse_group_by,
+)
+from streamiq.serving.engines.partials import AggregatePartial, MultiGetPartial, ScanPartial
+from streamiq.serving.engines.scan import KeyRange, decode_cursor, merge_rows, scan_partitions
+from streamiq.serving.query.asks import ask
+from streamiq.serving.query.gather import Gather
+from streamiq.serving.query.model import (
+    Aggregate,
+    AggregateRows,
+    Caller,
+    Gathered,
+    KeyResult,
+    KeyWindows,
+    Lookup,
+    MultiGet,
+    MultiGetRows,
+    PeerPart,
+    Read,
+    Scan,
+    ScanRows,
+    Windows,
+    WindowScan,
+)
+from streamiq.serving.query.reads import Reads, check_key
+from streamiq.views.base import View, window_bounds
+
+__all__ = ["One", "Queries"]
+
+#: a one-partition query's answer: here (``T``), a replica's, or the decision
+One = Relayed | Redirect | Refuse
+_ME = Caller()
+
+
+class Queries(Reads):
+    """The query types over this node and its peers (``caller``: who asks; by default
+    a client of this node without credentials)."""
+
+    async def lookup(self, q: Lookup, caller: Caller = _ME) -> Read | One:
+        view = self.view(q.view)
+        if view.windowed:  # before any position wait or forwarding: the answer is known
+            raise BadRequest(f"view {view.name!r} is windowed: use "
+                             f"/v1/views/{view.name}/keys/{{key}}/windows")
+        check_key(view, q.key)
+        tokens = self.tokens(q.fresh.position)
+        p = view.partition_of(q.key, self.node.partitions[view.name])
+
+        async def local(here: Here) -> Read:
+            await self.check_position(view.name, p, tokens, self.wait_s(q.fresh.wait_ms))
+            return self.read(view, q.key, p, here)
+
+        return await self.coordinator.route(self._ask(q, caller), caller.forwarded, view.name,
+                                            p, self.max_lag(q.fresh.max_lag), local)
+
+    async def key_windows(self, q: KeyWindows, caller: Caller = _ME) -> Windows | One:
+        v = self._windowed(q.view)
+        check_key(v, q.key)
+        if q.start > q.end:
+            raise BadRequest(f"from {q.start} is after to {q.end}", field="from")
+        p = v.partition_of(q.key, self.node.partitions[v.name])
+        lo, hi = window_bounds(q.key, q.start, q.end)
+        tokens = self.tokens(q.fresh.position)
+
+        async def local(here: Here) -> Windows:  # placed here: held (placement.py)
+            await self.check_position(v.name, p, tokens, self.wait_s(q.fresh.wait_ms))
+            windows = [loads_row(raw) for _, raw in self.node.stores[v.name].scan(p, lo, hi)]
+            return Windows(q.key, p, windows, self.stamp(v.name, p, here))
+
+        return await self.coordinator.route(self._ask(q, caller), caller.forwarded, v.name, p,
+                                            self.max_lag(q.fresh.max_lag), local)
+
+    async def multi_get(self, q: MultiGet, caller: Caller = _ME
+                        ) -> Gathered[MultiGetRows] | PeerPart[MultiGetPartial]:
+        v = self.view(q.view)
+        if v.windowed:
+            raise BadRequest(f"view {v.name!r} is windowed: use /v1/views/{v.name}/windows",
+                             field="view")
+        keys = list(dict.fromkeys(q.keys))
+        for i, k in enumerate(keys):
+            check_key(v, k, f"keys[{i}]")
+        n = self.node.partitions[v.name]
+        part_of = {k: v.partition_of(k, n) for k in keys}
+        g: Gather[MultiGetPartial] = Gather(self, q, v, caller)
+        store = self.node.stores[v.name]
+
+        async def local(held: list[int]) -> MultiGetPartial:
+            mine = [k for k in keys if part_of[k] in set(held)]
+            by_p: dict[int, list[str]] = {}
+            for k in mine:
+                by_p.setdefault(part_of[k], []).append(k)
+            found: dict[str, Any] = {}
+            for p, ks in by_p.items():
+                for k, raw in zip(ks, store.multi_get(p, [k.encode() for k in ks]), strict=True):
+                    if raw is not None:
+                        found[k] = loads_row(raw)
+            return {"found": found, "keys": mine}
+
+        def rows(partials: list[MultiGetPartial]) -> MultiGetRows:
+            found = {k: r for part in partials for k, r in part["found"].items()}
+            answered = {k for part in partials for k in part["keys"]}
+            return MultiGetRows([KeyResult(k, part_of[k], k in found, found.get(k))
+                                 for k in keys if k in answered],
+                                [k for k in keys if k not in answered])
+
+        wanted = sorted(p for p in set(part_of.values()) if p in set(g.all))
+        return await g.run(local, rows, partitions=wanted,
+                           body=lambda ps: {"keys": [k for k in keys if part_of[k] in ps]})
+
+    async def scan(self, q: Scan | WindowScan, caller: Caller = _ME
+                   ) -> Gathered[ScanRows] | PeerPart[ScanPartial]:
+        """A range or prefix scan (``Scan``), or a scan of windows (``WindowScan``)."""
+        if isinstance(q, Scan):
+            v = self.view(q.view)
+            if q.start is not None and q.to is not None and q.start > q.to:
+                raise BadRequest(f"from {q.start!r} is after to {q.to!r}", field="from")
+            rng = KeyRange.build(q.start, q.to, q.prefix, self._after(v, q.cursor))
+        else:
+            v = self._windowed(q.view)
+            if q.start > q.end:
+                raise BadRequest(f"from {q.start} is after to {q.end}", field="from")
+            rng = KeyRange.build(prefix=q.prefix, after=self._after(v, q.cursor),
+                                 wfrom=q.start, wto=q.end)
+        g: Gather[ScanPartial] = Gather(self, q, v, caller)
+        store = self.node.stores[v.name]
+
+        async def local(held: list[int]) -> ScanPartial:
+            return await asyncio.to_thread(scan_partitions, v, store, held, rng, q.limit)
+
+        def rows(partials: list[ScanPartial]) -> ScanRows:
+            return ScanRows(*merge_rows(v, partials, q.limit))
+
+        return await g.run(local, rows)
+
+    async def aggregate(self, q: Aggregate, caller: Caller = _ME
+                        ) -> Gathered[AggregateRows] | PeerPart[AggregatePartial]:
+        v = self.view(q.view)
+        try:
+            cols = parse_group_by(v, list(q.group_by) or None)
+            aggs = parse_aggs(v, list(q.aggs) or None)
+        except ValueError as exc:
+            raise BadRequest(str(exc), field=str(exc).split(":", 1)[0]) from None
+        rng = KeyRange.build(prefix=q.prefix)
+        g: Gather[AggregatePartial] = Gather(self, q, v, caller)
+        store = self.node.stores[v.name]
+
+        async def local(held: list[int]) -> AggregatePartial:
+            return await asyncio.to_thread(aggregate_partitions, v, store, held, cols, aggs, rng)
+
+        def rows(partials: list[AggregatePartial]) -> AggregateRows:
+            merged, n = merge_partials(aggs, partials)
+            return AggregateRows(cols, [a.name for a in aggs], finish(cols, aggs, merged), n)
+
+        try:
+            return await g.run(local, rows)
+        except ValueError as exc:  # data that does not fit the aggregate (e.g. text sum)
+            raise BadRequest(str(exc), field="agg") from None
+
+    def _ask(self, q: Lookup | KeyWindows, caller: Caller) -> Ask:
+        return ask(q, caller, self.node.settings.wait_timeout_ms)
+
+    def _windowed(self, name: str) -> View:
+        v = self.view(name)
+        if not v.windowed:
+            raise BadRequest(f"view {v.name!r} is not windowed: use /v1/views/{v.name}/scan "
+                             f"or /v1/views/{v.name}/keys/{{key}}", field="view")
+        return v
+
+    @staticmethod
+    def _after(v: View, cursor: str | None) -> bytes | None:
+        """The store key a page resumes after (None: from the start)."""
+        if cursor is None:
+            return None
+        try:
+            return decode_cursor(v.name, cursor)
+        except ValueError as exc:
+            raise BadRequest(str(exc), field="cursor") from None

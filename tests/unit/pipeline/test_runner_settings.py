@@ -1,0 +1,71 @@
+"""The pipeline's --warmup and --spark-config settings reach what they tune (no Spark)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from procs import FAST_PIPELINE_ENV
+
+from streamiq.cli.up import _parts
+from streamiq.config import Settings
+from streamiq.pipeline import runner
+from streamiq.pipeline.runner import Pipeline
+from streamiq.views.base import App
+
+
+@pytest.fixture(autouse=True)
+def _no_test_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Settings() here read no STREAMIQ_WARMUP / STREAMIQ_SPARK_CONFIG of the tests' own
+    (tests/conftest.py sets them for the pipelines the integration tests start)."""
+    for name in FAST_PIPELINE_ENV:
+        monkeypatch.delenv(name, raising=False)
+
+
+def _started(monkeypatch: pytest.MonkeyPatch, settings: Settings) -> list[str]:
+    """Pipeline.start of an app without views; returns the steps it took."""
+    steps: list[str] = []
+    monkeypatch.setattr(Pipeline, "ensure_topics", lambda self: {})
+    monkeypatch.setattr(Pipeline, "warm_up", lambda self: steps.append("warm_up"))
+    monkeypatch.setattr(Pipeline, "_register_listener", lambda self: steps.append("listener"))
+    p = Pipeline.__new__(Pipeline)
+    p.settings, p.app, p.runs = settings, App(name="none", topics=(), views=()), {}
+    p.start()
+    return steps
+
+
+def test_the_warm_up_runs_unless_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert _started(monkeypatch, Settings(warmup=True)) == ["warm_up", "listener"]
+    assert _started(monkeypatch, Settings(warmup=False)) == ["listener"]
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_spark_config_reaches_the_session_over_streamiqs_own(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: dict[str, Any] = {}
+
+    def spark_session(master: str, **kw: Any) -> None:
+        seen.update(kw, master=master)
+        raise _Stop
+
+    monkeypatch.setattr("streamiq.pipeline.session.spark_session", spark_session)
+    monkeypatch.setattr(runner, "stop_on_signals", lambda: None)
+    conf = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"}
+    with pytest.raises(_Stop):
+        runner.run_pipeline(Settings(master="local[1]", app="bank", spark_config=conf))
+    assert seen["master"] == "local[1]"
+    assert seen["spark.driver.extraJavaOptions"] == "-XX:TieredStopAtLevel=1"
+
+
+@pytest.mark.parametrize("warmup", [True, False])
+def test_ups_pipeline_takes_both(warmup: bool) -> None:
+    conf = {"spark.driver.memory": "2g"}
+    pipeline, = (p for p in _parts(Settings(warmup=warmup, spark_config=conf), 1, 9101)
+                 if p.name == "pipeline")
+    argv = pipeline.argv
+    assert json.loads(argv[argv.index("--spark-config") + 1]) == conf
+    assert ("--warmup" if warmup else "--no-warmup") in argv

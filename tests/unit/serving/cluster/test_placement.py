@@ -1,0 +1,68 @@
+"""Placement.place: the one decision of where a one-partition request is answered."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from streamiq.routing.router import Endpoint
+from streamiq.serving.cluster.placement import Forward, Here, Placement, Redirect, Refuse
+from streamiq.serving.cluster.traffic import Traffic
+
+ME, B, C = "127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"
+
+
+class Router:
+    global_views: frozenset[str] = frozenset()
+
+    def __init__(self, assigned: list[str], fresh: list[str]) -> None:
+        self._assigned, self.fresh = assigned, fresh
+
+    def assigned(self, view: str, p: int) -> list[str]:
+        return self._assigned
+
+    def replicas(self, view: str, p: int, max_lag: int) -> list[Endpoint]:
+        return [Endpoint(a, "active", 0) for a in self.fresh]
+
+    def owner(self, view: str, p: int, max_lag: int) -> Endpoint | None:
+        return Endpoint(self.fresh[0], "active", 0) if self.fresh else None
+
+
+def placement(assigned: list[str], fresh: list[str], held: bool = True, lag: int = 0,
+              redirect: bool = False) -> Placement:
+    node: Any = SimpleNamespace(endpoint=ME, partitions={"v": 1}, router=Router(assigned, fresh),
+                                holds=lambda v, p: held, lag=lambda v, p: lag if held else -1)
+    return Placement(node, Traffic(), redirect=redirect)
+
+
+def test_a_peers_request_is_answered_here_or_refused() -> None:
+    assert placement([B], [B]).place("v", 0, 10, forwarded=True) == Here("previous", 0)
+    d = placement([B], [B], held=False).place("v", 0, 10, forwarded=True)
+    assert isinstance(d, Refuse) and d.error.http_status == 421
+
+
+def test_the_active_owner_answers_within_its_lag_else_the_preferred_replica() -> None:
+    pl = placement([ME], [ME])
+    assert pl.place("v", 0, 10, forwarded=False) == Here("active", 0)
+    assert pl.traffic.local == 1
+    assert placement([ME], [B], lag=11).place("v", 0, 10, forwarded=False) == Forward(B)
+    assert placement([B], [B]).place("v", 0, 10, forwarded=False) == Forward(B)
+    assert placement([B], [B], redirect=True).place("v", 0, 10, False) == Redirect(B)
+
+
+def test_the_full_route_walks_the_replicas_then_refuses_with_what_it_tried() -> None:
+    pl = placement([B, ME], [B, C, ME])  # this node a fresh standby, after two others
+    tried: list[str] = []
+    assert pl.place("v", 0, 10, False, tried) == Forward(B)
+    assert pl.place("v", 0, 10, False, tried) == Forward(C)
+    assert pl.place("v", 0, 10, False, tried) == Here("standby", 0)
+    d = pl.place("v", 0, 10, False, tried)
+    assert isinstance(d, Refuse) and d.error.http_status == 503
+    assert d.error.extra["tried"] == [B, C, ME] and pl.traffic.unavailable == 1
+
+
+def test_a_restoring_active_owner_never_answers() -> None:
+    pl = placement([ME], [B], held=False, lag=0)
+    node: Any = pl.node
+    node.lag = lambda v, p: 0  # its lag is known, its restore not finished
+    assert pl.place("v", 0, 10, forwarded=False) == Forward(B)

@@ -1,0 +1,149 @@
+"""Input that once made a node answer 500: now a 400 naming the problem."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import unquote
+
+import httpx
+import pytest
+from nodeapp import call
+
+from streamiq.serving.cluster.wire import answer
+from streamiq.state.base import Checkpoint
+from streamiq.views.bank import BALANCES
+from streamiq.views.base import MAX_KEY_BYTES
+
+
+async def _ask(app: Any, method: str, url: str, **kw: Any) -> httpx.Response:
+    transport = httpx.ASGITransport(app=app.app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://node") as c:
+        return await c.request(method, url, **kw)
+
+
+@pytest.mark.parametrize("url", [
+    "/v1/views/order_counts_1m/windows?to=9223372036854775808",
+    "/v1/views/order_counts_1m/keys/s%7Ct/windows?to=9223372036854775808",
+    "/v1/views/order_counts_1m/keys/s%7Ct/windows?from=99999999999999999999",
+])
+async def test_a_window_bound_past_64_bits_is_a_bad_request(app: Any, url: str) -> None:
+    r = await _ask(app, "GET", url)
+    assert r.status_code == 400 and r.json()["code"] == "BAD_REQUEST", r.text
+    assert r.json()["detail"].split(":")[0] in ("to", "from")
+
+
+async def test_a_lone_surrogate_key_in_a_multi_get_is_a_bad_request(app: Any) -> None:
+    r = await _ask(app, "POST", "/v1/views/balances/keys", content='{"keys": ["a1", "\\ud800"]}',
+                   headers={"content-type": "application/json"})
+    assert r.status_code == 400 and r.json()["field"] == "keys[1]", r.text
+    assert "Unicode" in r.json()["detail"]
+
+
+@pytest.mark.parametrize("path", ["/v1/views/balances/keys/{k}", "/v1/metadata/balances/{k}"])
+async def test_a_key_longer_than_the_limit_is_a_bad_request(app: Any, path: str) -> None:
+    ok = await _ask(app, "GET", path.format(k="a" * MAX_KEY_BYTES))
+    assert ok.status_code in (200, 404), ok.text  # at the limit: a key like any other
+    r = await _ask(app, "GET", path.format(k="a" * (MAX_KEY_BYTES + 1)))
+    assert r.status_code == 400 and f"more than {MAX_KEY_BYTES}" in r.json()["detail"], r.text
+
+
+# -- keys in the path: not UTF-8, empty, holding "/" --
+
+NOT_UTF8 = ["%FF", "a%C3", "%ED%A0%80"]  # a stray byte, a cut sequence, a lone surrogate
+
+
+def _row(app: Any, key: str, balance: int) -> None:
+    """A balances row for ``key`` in the node's store."""
+    p = BALANCES.partition_of(key, 3)
+    row = {"account": key, "balance": balance, "count": 1, "last_update": 9}
+    app.deps.node.stores["balances"].apply(p, [(key.encode(), json.dumps(row).encode())],
+                                           Checkpoint(offset=2))
+
+
+@pytest.mark.parametrize("bad", NOT_UTF8)
+@pytest.mark.parametrize("forwarded", [False, True])
+async def test_a_key_not_utf8_is_a_bad_request_on_the_lean_path(app: Any, bad: str,
+                                                                  forwarded: bool) -> None:
+    """Once looked up as U+FFFD (``%FF`` and ``%FE`` the same key): now a 400 naming the
+    segment, from an entry node and from the owner of a forwarded lookup alike."""
+    _row(app, "\ufffd", 1)  # what the decoded path would have found
+    for path in (f"/v1/views/balances/keys/{bad}", f"/account/{bad}",
+                 f"/v1/metadata/balances/{bad}", f"/v1/views/order_counts_1m/keys/{bad}/windows"):
+        status, body, _ = await call(app, unquote(path), forwarded=forwarded,
+                                     raw_path=path.encode())
+        assert status == 400 and body["code"] == "BAD_REQUEST", (path, body)
+        assert "not valid UTF-8" in body["detail"] and body["segment"] == bad, body
+
+
+@pytest.mark.parametrize("bad", NOT_UTF8)
+def test_a_key_not_utf8_on_the_lookup_wire_is_a_bad_request(app: Any, bad: str) -> None:
+    _row(app, "\ufffd", 1)
+    status, body = answer(app.wire_lookup, BALANCES.partition_of("\ufffd", 3), 3,
+                          f"/v1/views/balances/keys/{bad}".encode(), b"-")
+    assert status == 400 and b"not valid UTF-8" in body, body
+
+
+async def test_a_key_not_utf8_through_the_node_protocol(app: Any, serve_node: Any) -> None:
+    """Over a real socket, through the protocol's lean path and uvicorn's decoding."""
+    _row(app, "\ufffd", 1)
+    port = await serve_node(app)
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as c:
+        for bad in NOT_UTF8:
+            r = await c.get(f"/v1/views/balances/keys/{bad}")
+            assert r.status_code == 400 and "not valid UTF-8" in r.json()["detail"], r.text
+        assert (await c.get("/v1/views/balances/keys/%EF%BF%BD")).status_code == 200  # U+FFFD
+
+
+@pytest.mark.parametrize("path", ["/v1/views/balances/keys/", "/v1/metadata/balances/",
+                                  "/v1/views/order_counts_1m/keys//windows", "/account/"])
+async def test_an_empty_key_is_a_bad_request_naming_it(app: Any, path: str) -> None:
+    for forwarded in (False, True):
+        status, body, _ = await call(app, path, forwarded=forwarded)
+        assert status == 400 and body["code"] == "BAD_REQUEST", (path, body)
+        assert "empty" in body["detail"] or body["detail"].startswith("account:"), body
+
+
+async def test_a_key_holding_a_slash_is_looked_up_as_it_is(app: Any) -> None:
+    """``%2F`` inside a key is the key's own "/": answered on the lean path, the full
+    route and the wire (it was a 404 for an unknown path)."""
+    _row(app, "dir/a1", 7)
+    _row(app, "dir", 1)  # what a path cut at the "/" might have found instead
+    raw = b"/v1/views/balances/keys/dir%2Fa1"
+    for query in (b"", b"wait_ms=1"):  # the lean path, then the full route
+        status, body, headers = await call(app, "/v1/views/balances/keys/dir/a1",
+                                           forwarded=False, raw_path=raw, query=query)
+        assert status == 200 and body["key"] == "dir/a1" and body["value"]["balance"] == 7
+        assert headers["x-streamiq-hops"] == "0"
+    status, body = answer(app.wire_lookup, BALANCES.partition_of("dir/a1", 3), 3, raw, b"-")
+    assert status == 200 and json.loads(body)["value"]["balance"] == 7
+    status, body, _ = await call(app, "/v1/metadata/balances/dir/a1", forwarded=False,
+                                 raw_path=b"/v1/metadata/balances/dir%2Fa1")
+    assert status == 200 and body["key"] == "dir/a1"
+    assert body["partition"] == BALANCES.partition_of("dir/a1", 3)
+    # a "%" of the key's own ("%25") stays a "%" beside a "/"
+    _row(app, "50%/x", 3)
+    status, body, _ = await call(app, "/v1/views/balances/keys/50%/x", forwarded=False,
+                                 raw_path=b"/v1/views/balances/keys/50%25%2Fx", query=b"wait_ms=1")
+    assert status == 200 and body["key"] == "50%/x", body
+
+
+async def test_a_forwarded_request_keeps_the_path_as_the_client_wrote_it(app: Any) -> None:
+    """The full route forwards a lookup to the owner with ``%2F`` intact (a decoded path
+    would name another key, or no route at all)."""
+    from streamiq.serving.cluster.coordinator import Reply
+
+    sent: list[str] = []
+
+    async def send(method: str, address: str, path: str, *_: Any) -> Reply:
+        sent.append(path)
+        return Reply(200, {"content-type": "application/json"}, b'{"key": "dir/a1"}')
+
+    co = app.deps.coordinator
+    co.peers._send = send
+    app.deps.node.router.route_elsewhere("127.0.0.1:2")
+    app.deps.node.router.fresh = ["127.0.0.1:2"]
+    co.placement.forget_roles()
+    status, body, _ = await call(app, "/v1/views/balances/keys/dir/a1", forwarded=False,
+                                 raw_path=b"/v1/views/balances/keys/dir%2Fa1", query=b"wait_ms=1")
+    assert status == 200 and sent == ["/v1/views/balances/keys/dir%2Fa1"], (status, body, sent)

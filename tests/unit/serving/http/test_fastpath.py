@@ -1,0 +1,243 @@
+"""The lean lookup path answers exactly like the regular route, or defers to it."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import pytest
+from nodeapp import call
+
+from streamiq.serving.cluster.placement import Forward, Redirect
+from streamiq.serving.cluster.wire import answer
+from streamiq.state.base import Checkpoint
+from streamiq.views.bank import BALANCES
+
+
+@pytest.mark.parametrize("path", ["/v1/views/balances/keys/a1", "/account/a1"])
+@pytest.mark.parametrize("forwarded", [True, False])
+async def test_same_answer_as_the_route(app: Any, forwarded: bool, path: str) -> None:
+    fast = await call(app, path, forwarded=forwarded)
+    slow = await call(app, path, forwarded=forwarded, query=b"wait_ms=1")
+    assert fast[0] == slow[0] == 200 and fast[1] == slow[1]
+    assert fast[1]["value"]["balance"] == 5 and fast[1]["role"] == "active"
+    assert fast[2]["x-streamiq-hops"] == slow[2]["x-streamiq-hops"] == "0"
+    assert fast[2]["x-streamiq-served-by"] == slow[2]["x-streamiq-served-by"]
+    assert int(fast[2]["content-length"]) > 0
+
+
+@pytest.mark.parametrize(("path", "status"), [
+    ("/v1/views/balances/keys/nobody", 404), ("/v1/views/nope/keys/a1", 404),
+    ("/v1/views/order_counts/keys/s1", 400), ("/v1/views/order_counts/keys/s1|GENERAL", 421),
+    ("/account/nobody", 404), ("/account/a b", 400), ("/account/a1\n", 400),
+])
+async def test_everything_else_goes_to_the_route(app: Any, path: str, status: int) -> None:
+    got = await call(app, path, forwarded=True)
+    assert got[0] == status and "status" in got[1]
+
+
+async def test_lean_forward_carries_the_token_and_says_one_hop(app: Any) -> None:
+    from streamiq.serving.cluster.hop import HopReply
+
+    other = "127.0.0.1:2"
+    deps = app.deps
+    deps.node.router.active = other
+    deps.coordinator.placement.forget_roles()
+    frames: list[bytes] = []
+
+    async def fetch(address: str, frame: bytes) -> HopReply:
+        frames.append(frame)
+        return HopReply(200, {}, b'{"k":1}')
+
+    deps.coordinator.peers.hop.fetch = fetch  # over the wire: the token rides in the frame
+    status, body, headers = await call(app, "/v1/views/balances/keys/zz", forwarded=False,
+                                       auth="Bearer t")
+    assert (status, body) == (200, {"k": 1}) and headers["x-streamiq-hops"] == "1"
+    p = BALANCES.partition_of("zz", 3)
+    assert frames == [b"%d 3 /v1/views/balances/keys/zz t\n" % p]
+    deps.coordinator.peers.hop.http_only(other, 3600)  # an owner without the wire:
+    sent: list[tuple[str, str, dict[str, str]]] = []
+
+    async def get(address: str, path: str, headers: dict[str, str]) -> HopReply:
+        sent.append((address, path, headers))
+        return HopReply(200, {b"x-streamiq-served-by": other.encode(),
+                              b"x-streamiq-hops": b"0"}, b'{"k":1}')
+
+    deps.coordinator.peers.http_hop = get  # an HTTP hop: the token as Authorization
+    status, body, headers = await call(app, "/v1/views/balances/keys/zz", forwarded=False,
+                                       auth="Bearer t")
+    assert (status, body) == (200, {"k": 1})
+    assert headers["x-streamiq-hops"] == "1" and headers["x-streamiq-served-by"] == other
+    assert sent == [(other, "/v1/views/balances/keys/zz",
+                     {"x-streamiq-forwarded": "1", "authorization": "Bearer t"})]
+
+
+async def test_lean_forward_goes_over_the_wire_with_the_raw_path(app: Any) -> None:
+    from streamiq.serving.cluster.hop import HopReply
+
+    deps = app.deps
+    deps.node.router.active = "127.0.0.1:2"
+    sent: list[tuple[str, bytes]] = []
+
+    async def fetch(address: str, frame: bytes) -> HopReply:
+        sent.append((address, frame))
+        return HopReply(404, {}, b'{"code":"NOT_FOUND"}')  # a wire reply: no headers
+
+    deps.coordinator.peers.hop.fetch = fetch
+    await call(app, "/v1/views/balances/keys/a b/ü", forwarded=False)
+    # a key with "/" is not a single path segment: the route answers, not the lean path
+    assert sent == []
+    status, body, headers = await call(app, "/v1/views/balances/keys/a bü", forwarded=False)
+    p = BALANCES.partition_of("a bü", 3)
+    assert sent == [("127.0.0.1:2", b"%d 3 /v1/views/balances/keys/a%%20b%%C3%%BC -\n" % p)]
+    assert (status, body) == (404, {"code": "NOT_FOUND"})
+    assert headers["content-type"] == "application/problem+json"
+    assert headers["x-streamiq-hops"] == "1" and headers["x-streamiq-served-by"] == "127.0.0.1:2"
+    raw = "/v1/views/balances/keys/%61bc"  # as the client sent it: relayed unchanged
+    await call(app, "/v1/views/balances/keys/abc", forwarded=False, raw_path=raw.encode())
+    assert sent[-1][1].split()[2] == raw.encode()
+
+
+def wire_lookup(app: Any, key: str, p: int | None = None, n: int = 3) -> tuple[int, Any]:
+    p = BALANCES.partition_of(key, 3) if p is None else p
+    status, body = answer(app.wire_lookup, p, n, f"/v1/views/balances/keys/{quote(key)}".encode(),
+                          b"-")
+    return status, json.loads(body)
+
+
+async def test_wire_lookup_answers_like_the_route(app: Any) -> None:
+    for key in ("a1", "nobody"):
+        route = await call(app, f"/v1/views/balances/keys/{key}", forwarded=True,
+                           query=b"wait_ms=1")
+        assert wire_lookup(app, key) == route[:2]  # 200 with the row; 404, same body
+        status, body = answer(app.wire_lookup, BALANCES.partition_of(key, 3), 3,
+                              f"/account/{key}".encode(), b"-")
+        assert (status, json.loads(body)) == route[:2]  # the seed's shortcut, the same
+    # never "not found" for a key it does not hold: a partition counted differently...
+    status, body = wire_lookup(app, "a1", BALANCES.partition_of("a1", 4), n=4)
+    assert status == 421 and body["code"] == "NOT_ACTIVE"
+    app.deps.node.holds = lambda v, q: False  # ...or one this node does not hold
+    assert wire_lookup(app, "a1")[0] == 421
+    status, body = answer(app.wire_lookup, 0, 3, b"/v1/views/order_counts_1m/keys/s1%7CGENERAL",
+                          b"-")
+    assert status == 400 and json.loads(body)["code"] == "BAD_REQUEST"  # windowed
+
+
+@pytest.mark.parametrize("decision", [Forward("127.0.0.1:2"), Redirect("127.0.0.1:2")])
+def test_wire_lookup_placed_elsewhere_is_an_internal_error(app: Any, decision: Any) -> None:
+    """A peer's lookup is answered here or refused; were placement to forward it, the
+    owner answers an explicit 500 naming the broken rule (not a silent pass under -O)."""
+    app.deps.coordinator.placement.place = lambda *a, **k: decision
+    status, body = wire_lookup(app, "a1")
+    assert status == 500 and body["code"] == "INTERNAL"
+    assert "forwarded lookup" in body["detail"] and type(decision).__name__ in body["detail"]
+
+
+async def test_a_failing_lean_path_falls_back_to_the_full_app(app: Any) -> None:
+    def broken(path: str, headers: Any) -> None:
+        raise RuntimeError("boom")
+
+    app._begin = broken
+    status, body, headers = await call(app, "/v1/views/balances/keys/a1", forwarded=True)
+    assert status == 200 and body["value"]["balance"] == 5 and headers["x-streamiq-hops"] == "0"
+
+
+async def test_a_failing_forward_falls_back_to_the_full_app(app: Any,
+                                                            hop_fails: list[str]) -> None:
+    status, body, headers = await call(app, "/v1/views/balances/keys/a1", forwarded=False)
+    assert hop_fails == ["127.0.0.1:2"]  # the lean hop was tried once, then the full route
+    assert status == 200 and body["value"]["balance"] == 5 and headers["x-streamiq-hops"] == "0"
+
+
+async def test_windowed_view_lookup_is_refused_before_any_position_wait(app: Any) -> None:
+    async def never(*_: Any) -> bool:
+        raise AssertionError("waited on a position for a lookup that cannot succeed")
+
+    app.deps.node.wait_position = never
+    status, body, _ = await call(app, "/v1/views/order_counts_1m/keys/s1|GENERAL",
+                                 forwarded=False,
+                                 query=b"position=orders:0:999999&wait_ms=60000")
+    assert status == 400 and body["code"] == "BAD_REQUEST"
+    assert "/v1/views/order_counts_1m/keys/{key}/windows" in body["detail"]
+
+
+@pytest.mark.parametrize(("status", "asks"), [(200, 1), (421, 2), (503, 2)])
+async def test_forwarding_choice_is_reused_until_a_hop_says_it_is_stale(
+        app: Any, status: int, asks: int) -> None:
+    from streamiq.serving.cluster.hop import HopReply
+
+    deps = app.deps
+    deps.node.router.route_elsewhere("127.0.0.1:2")
+    async def hop(*_: Any) -> HopReply:
+        return HopReply(status, {}, b'{"status":"NOT_ACTIVE"}' if status != 200 else b"{}")
+
+    deps.coordinator.peers.hop.fetch = hop  # the lookup wire: the owner's answer
+    for _ in range(2):
+        got, _, _ = await call(app, "/v1/views/balances/keys/a1", forwarded=False)
+        assert got == 200  # relayed, or answered by the full route after a 421 / 503
+    assert deps.node.router.asked == asks  # a stale choice is made again, a good one reused
+
+
+class CountingStore:
+    """A store that counts its point reads (``get``), everything else passed through."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.gets = 0
+
+    def get(self, p: int, key: bytes) -> bytes | None:
+        self.gets += 1
+        row: bytes | None = self.store.get(p, key)
+        return row
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+
+def count_reads(app: Any) -> CountingStore:
+    stores = app.deps.node.stores
+    stores["balances"] = counting = CountingStore(stores["balances"])
+    return counting
+
+
+@pytest.mark.parametrize("path", ["/v1/views/balances/keys/nobody", "/account/nobody"])
+@pytest.mark.parametrize("forwarded", [True, False])
+async def test_a_missing_key_is_read_once_with_the_routes_404(app: Any, path: str,
+                                                              forwarded: bool) -> None:
+    store = count_reads(app)
+    lean = await call(app, path, forwarded=forwarded)
+    assert store.gets == 1  # the lean path answers the 404 itself (it read the store)
+    full = await call(app, path, forwarded=forwarded, query=b"wait_ms=1")  # the full route
+    assert store.gets == 2
+    assert lean[0] == full[0] == 404 and lean[1] == full[1]
+    assert lean[1]["code"] == "NOT_FOUND" and lean[1]["role"] == "active"
+    assert lean[2] == full[2]  # the same headers (content-type problem+json, hops 0...)
+    assert lean[2]["content-type"] == "application/problem+json"
+    assert wire_lookup(app, "nobody") == (404, lean[1]) and store.gets == 3  # the wire: once
+
+
+async def test_a_missing_key_is_read_once_over_http(app: Any, serve_node: Any) -> None:
+    store = count_reads(app)
+    port = await serve_node(app)  # the node's HTTP protocol: the lean path from the parser
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as c:
+        r = await c.get("/v1/views/balances/keys/nobody")
+        assert r.status_code == 404 and r.json()["code"] == "NOT_FOUND"
+        assert store.gets == 1
+        assert (await c.get("/account/a1")).status_code == 200 and store.gets == 2
+
+
+async def test_the_stored_row_is_answered_byte_for_byte(app: Any) -> None:
+    """The row goes into the answer as stored (an orjson.Fragment), not decoded and
+    encoded again: spacing and number spelling survive."""
+    stored = b'{"account": "a2", "balance": 1.50, "count": 1}'
+    p = BALANCES.partition_of("a2", 3)
+    app.deps.node.stores["balances"].apply(p, [(b"a2", stored)], Checkpoint(offset=2))
+    status, body, _ = await call(app, "/v1/views/balances/keys/a2", forwarded=True)
+    assert status == 200 and body["value"] == {"account": "a2", "balance": 1.5, "count": 1}
+    raw = app.deps.read(BALANCES, "a2", p, app.deps.coordinator.placement.place(
+        "balances", p, 0, True)).body
+    assert b',"value":' + stored + b',"served_by":' in raw
+    assert raw.startswith(b'{"view":"balances","key":"a2","partition":%d,' % p)
+

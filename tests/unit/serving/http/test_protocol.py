@@ -1,0 +1,240 @@
+"""The node's HTTP protocol over real sockets: lean answers, fallbacks, keep-alive, order."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+import pytest_asyncio
+import uvicorn
+from fakes import RecordingTransport
+from httpserve import read_response
+
+from streamiq.serving.cluster.hop import HopReply
+from streamiq.serving.cluster.wire import PREFACE, request_frame
+from streamiq.serving.http.http_limits import HttpEdge, LimitedHttpProtocol
+from streamiq.serving.http.protocol import (
+    MISSING_HOOKS,
+    NodeHttpProtocol,
+    _CoalescingTransport,
+    missing_hooks,
+    node_protocol,
+)
+from streamiq.views.bank import BALANCES
+
+A1 = "/v1/views/balances/keys/a1"
+P1 = BALANCES.partition_of("a1", 3)
+
+
+@pytest_asyncio.fixture(loop_scope="function")  # the tests' loop serves
+async def server(app: Any, serve_node: Callable[..., Awaitable[int]]) -> int:
+    return await serve_node(app)
+
+
+def get(path: str, *extra: str) -> bytes:
+    return "\r\n".join([f"GET {path} HTTP/1.1", "host: x", *extra, "", ""]).encode()
+
+
+async def test_lean_answers_keep_the_connection_and_carry_uvicorns_headers(server: int) -> None:
+    r, w = await asyncio.open_connection("127.0.0.1", server)
+    for _ in range(3):  # one connection, several requests
+        w.write(get(A1))
+        status, headers, body = await read_response(r)
+        assert status == 200 and json.loads(body)["value"]["balance"] == 5
+        assert headers["x-streamiq-hops"] == "0" and headers["content-type"] == "application/json"
+        assert "date" in headers and "server" in headers and "connection" not in headers
+    w.close()
+
+
+async def test_pipelined_requests_are_answered_in_order(server: int) -> None:
+    r, w = await asyncio.open_connection("127.0.0.1", server)
+    # lean, full app (a missing key: 404 from the route), lean again, full app (a query)
+    w.write(get(A1) + get("/v1/views/balances/keys/nobody") + get(A1, "x-streamiq-forwarded: 1")
+            + get(A1 + "?wait_ms=1"))
+    got = [await read_response(r) for _ in range(4)]
+    assert [s for s, _, _ in got] == [200, 404, 200, 200]
+    assert json.loads(got[1][2])["code"] == "NOT_FOUND"
+    assert all(json.loads(b)["value"]["balance"] == 5 for s, _, b in got if s == 200)
+    w.close()
+
+
+async def test_connection_close_is_honoured(server: int) -> None:
+    r, w = await asyncio.open_connection("127.0.0.1", server)
+    w.write(get(A1, "connection: close"))
+    status, headers, _ = await read_response(r)
+    assert status == 200 and headers["connection"] == "close"
+    assert await r.read() == b""  # the server closed the connection
+    w.close()
+
+
+async def test_forwarded_lookup_relays_the_owner_reply(app: Any, server: int) -> None:
+    deps = app.deps
+    deps.node.router.active = "127.0.0.1:2"
+
+    async def hop(address: str, frame: bytes) -> HopReply:
+        return HopReply(200, {}, b'{"k":1}')  # over the lookup wire: no headers
+
+    deps.coordinator.peers.hop.fetch = hop
+    r, w = await asyncio.open_connection("127.0.0.1", server)
+    w.write(get(A1) + get(A1))  # pipelined: the second waits for the first's hop
+    for _ in range(2):
+        status, headers, body = await read_response(r)
+        assert (status, body) == (200, b'{"k":1}')
+        assert headers["x-streamiq-hops"] == "1"
+        assert headers["x-streamiq-served-by"] == "127.0.0.1:2"
+    w.close()
+
+
+async def test_failed_hop_is_answered_by_the_full_route_once(server: int,
+                                                             hop_fails: list[str]) -> None:
+    r, w = await asyncio.open_connection("127.0.0.1", server)
+    w.write(get(A1))
+    status, _, body = await read_response(r)
+    assert status == 200 and json.loads(body)["value"]["balance"] == 5
+    assert hop_fails == ["127.0.0.1:2"]  # not retried by the lean path inside the full app
+    w.close()
+
+
+async def test_forwarded_lookups_reuse_a_pooled_hop_and_survive_a_dropped_one(
+        app: Any, server: int) -> None:
+    seen: list[bytes] = []
+    connections = 0
+    dropped = asyncio.Event()
+
+    async def owner(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        while True:
+            try:
+                seen.append(await r.readuntil(b"\r\n\r\n"))
+            except asyncio.IncompleteReadError:
+                return
+            body = b'{"n":%d}' % len(seen)
+            w.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n"
+                    b"x-streamiq-served-by: o\r\n\r\n%s" % (len(body), body))
+            if len(seen) == 3:  # drop the pooled connection without saying so
+                w.close()
+                await w.wait_closed()
+                dropped.set()
+                return
+
+    srv = await asyncio.start_server(owner, "127.0.0.1", 0)
+    address = f"127.0.0.1:{srv.sockets[0].getsockname()[1]}"
+    deps = app.deps
+    deps.node.router.route_elsewhere(address)
+    hops: list[str] = []
+    http_hop = deps.coordinator.peers.http_hop
+
+    def spy(address: str, *a: Any, **k: Any) -> Any:
+        hops.append(address)
+        return http_hop(address, *a, **k)
+
+    deps.coordinator.peers.http_hop = spy  # HTTP hops: the pooled aiohttp session
+    deps.coordinator.peers.hop.http_only(address, 3600)  # an owner without the lookup wire
+    r, w = await asyncio.open_connection("127.0.0.1", server)
+    for n in (1, 2, 3):  # the first connects; the next ones go out on the pooled connection
+        w.write(get(A1, "authorization: Bearer t"))
+        status, headers, body = await read_response(r)
+        assert (status, body) == (200, b'{"n":%d}' % n)
+        assert headers["x-streamiq-hops"] == "1" and headers["x-streamiq-served-by"] == "o"
+    assert connections == 1 and all(b"authorization: Bearer t" in req for req in seen)
+    assert hops == [address] * 3  # each through the lean path's HTTP hop, one connection
+    await asyncio.wait_for(dropped.wait(), 10)  # the pooled connection is gone
+    w.write(get(A1, "authorization: Bearer t"))  # no pooled connection left: connect again
+    status, headers, body = await read_response(r)
+    assert (status, body) == (200, b'{"n":4}') and connections == 2
+    w.close()
+    srv.close()
+
+
+async def test_coalescing_transport_sends_one_buffer_per_step() -> None:
+    rec = RecordingTransport()
+    t = _CoalescingTransport(rec, asyncio.get_running_loop())  # type: ignore[arg-type]
+    t.write(b"head ")
+    t.write(b"")
+    t.write(b"body")
+    assert rec.writes == [] and t.get_write_buffer_size() == 9
+    await asyncio.sleep(0)  # the end of this step flushes (a streamed body is not held)
+    assert rec.writes == [b"head body"]
+    t.write(b"last")
+    t.close()  # close flushes first: nothing written before it is lost
+    assert rec.writes == [b"head body", b"last"] and rec.closed and t.is_closing()
+    t2 = _CoalescingTransport(RecordingTransport(), asyncio.get_running_loop())  # type: ignore[arg-type]
+    t2.write(b"x")
+    t2.abort()  # abort drops what is pending, like a transport's abort
+    await asyncio.sleep(0)
+    assert t2._transport.writes == []  # type: ignore[attr-defined]
+
+
+class _Peer(RecordingTransport):
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"peername": ("127.0.0.1", 5), "sockname": ("127.0.0.1", 6)}.get(name, default)
+
+    def pause_reading(self) -> None: ...
+
+    def resume_reading(self) -> None: ...
+
+
+@pytest.mark.parametrize("path", [A1, "/account/a1"])
+async def test_a_local_lookup_is_answered_in_the_parser_callback_with_one_write(
+        app: Any, path: str) -> None:
+    """No task, no ASGI round: the whole response is written before data_received returns."""
+    from uvicorn.server import ServerState
+
+    proto = NodeHttpProtocol(config=uvicorn.Config(app, lifespan="off", proxy_headers=False),
+                             server_state=ServerState(), app_state={},
+                             _loop=asyncio.get_running_loop())
+    peer = _Peer()
+    proto.connection_made(peer)  # type: ignore[arg-type]
+    proto.data_received(get(path) + get(path))
+    assert len(peer.writes) == 2 and not proto.tasks
+    for raw in peer.writes:
+        head, _, body = raw.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 OK\r\n") and json.loads(body)["key"] == "a1"
+        assert f"content-length: {len(body)}".encode() in head
+    proto.connection_lost(None)
+
+
+def test_the_installed_uvicorn_has_every_hook_the_lean_path_overrides() -> None:
+    assert MISSING_HOOKS == []
+    assert node_protocol() is NodeHttpProtocol
+
+
+def test_a_uvicorn_without_the_hook_falls_back_loudly(caplog: pytest.LogCaptureFixture
+                                                       ) -> None:
+    class OldProtocol:  # no _start_asgi_task, as in a uvicorn that renamed it
+        def data_received(self, data: bytes) -> None: ...
+
+    class OldCycle:
+        def __init__(self, scope: Any, keep_alive: bool) -> None: ...
+
+    missing = missing_hooks(OldProtocol, OldCycle, module=object())
+    assert "HttpToolsProtocol._start_asgi_task" in missing
+    assert "RequestResponseCycle.on_response" in missing
+    assert "httptools_impl.STATUS_LINE" in missing
+    with caplog.at_level(logging.WARNING, logger="streamiq.node"):
+        # uvicorn's stock protocol, still with the request size limits
+        assert node_protocol(missing) is LimitedHttpProtocol
+    assert "without the lean lookup path" in caplog.text
+    assert "HttpToolsProtocol._start_asgi_task" in caplog.text
+
+
+async def test_the_read_timeout_spares_wire_peers_and_closes_wire_strangers(
+        app: Any, serve_node: Callable[..., Awaitable[int]]) -> None:
+    port = await serve_node(app, NodeHttpProtocol.with_edge(HttpEdge(0.3)))
+    r, w = await asyncio.open_connection("127.0.0.1", port)
+    w.write(PREFACE + b"1\n")  # a peer: the credential (no secret: "1"), then idle
+    await asyncio.wait_for(w.drain(), 30)
+    stranger_r, stranger_w = await asyncio.open_connection("127.0.0.1", port)
+    stranger_w.write(PREFACE + b"12")  # a credential line that never ends
+    # the stranger is closed after the read timeout, with no HTTP answer on the wire
+    assert await asyncio.wait_for(stranger_r.read(), 30) == b""
+    w.write(request_frame(P1, 3, A1.encode(), b"-"))  # the peer, idle longer, is served
+    status, length = (await asyncio.wait_for(r.readuntil(b"\n"), 30)).split()
+    assert status == b"200" and json.loads(await r.readexactly(int(length)))["value"]
+    w.close()
+    stranger_w.close()

@@ -1,0 +1,152 @@
+"""The query layer called with no HTTP at all: typed queries in, typed answers out.
+
+The node is the serving unit tests' app over in-memory stores (``../conftest.py``);
+the tests call its ``Queries`` directly (no Request, no response), as a SQL front end
+would, and see what peers are asked: rendered from the typed query.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from nodeapp import ME, make_app
+
+from streamiq.errors import BadRequest
+from streamiq.serving.cluster.coordinator import Relayed
+from streamiq.serving.cluster.peers import Params, Reply
+from streamiq.serving.query.model import (
+    Aggregate,
+    Caller,
+    Freshness,
+    Gathered,
+    Lookup,
+    MultiGet,
+    PeerPart,
+    Read,
+    Scan,
+    WindowScan,
+)
+from streamiq.serving.query.run import Queries
+
+PEER = "127.0.0.1:2"
+Sent = tuple[str, str, str, Params, Any, dict[str, str]]
+
+
+def queries(root: Path) -> Queries:
+    deps: Queries = make_app(root).deps
+    return deps
+
+
+def peer_answers(qs: Queries, reply: Reply) -> list[Sent]:
+    """Every partition's replica is PEER, which answers ``reply``; what it was asked."""
+    qs.node.router.fresh = [PEER]  # type: ignore[attr-defined]
+    qs.node.router.active = PEER  # type: ignore[attr-defined]
+    sent: list[Sent] = []
+
+    async def send(method: str, address: str, path: str, params: Params, body: Any,
+                   headers: dict[str, str], timeout: float) -> Reply:
+        sent.append((method, address, path, params, body, headers))
+        return reply
+
+    qs.coordinator.peers._send = send  # a test's transport
+    return sent
+
+
+def partition_of(qs: Queries, view: str, key: str) -> int:
+    return qs.node.views[view].partition_of(key, qs.node.partitions[view])
+
+
+async def test_a_lookup_answered_here_is_typed(tmp_path: Path) -> None:
+    qs = queries(tmp_path)
+    got = await qs.lookup(Lookup("balances", "a1"))
+    assert isinstance(got, Read) and got.status == 200
+    assert got.row == {"account": "a1", "balance": 5, "count": 1, "last_update": 9}
+    missing = await qs.lookup(Lookup("balances", "a2"))
+    assert isinstance(missing, Read) and missing.status == 404 and missing.row is None
+
+
+async def test_a_lookup_elsewhere_asks_the_owner_a_path_rendered_from_the_query(
+        tmp_path: Path) -> None:
+    qs = queries(tmp_path)
+    sent = peer_answers(qs, Reply(200, {"x-streamiq-served-by": PEER}, b'{"value": 1}'))
+    got = await qs.lookup(Lookup("balances", "a1", fresh=Freshness(max_lag=3)),
+                          Caller(authorization="Bearer t"))
+    assert isinstance(got, Relayed) and got.address == PEER and got.reply.json() == {"value": 1}
+    method, address, path, params, _, headers = sent[0]
+    assert (method, address, path, params) == ("GET", PEER, "/v1/views/balances/keys/a1",
+                                               [("max_lag", "3")])
+    assert headers["authorization"] == "Bearer t" and "x-streamiq-forwarded" in headers
+
+
+async def test_multi_get_gives_typed_rows_and_the_unanswered_partitions(
+        tmp_path: Path) -> None:
+    qs = queries(tmp_path)
+    got = await qs.multi_get(MultiGet("balances", ("a1", "a2", "a1")))
+    assert isinstance(got, Gathered) and got.status == "OK" and got.missing == []
+    assert [(r.key, r.found) for r in got.result.results] == [("a1", True), ("a2", False)]
+    assert got.result.results[0].value["balance"] == 5 and got.hops == 0
+    # order_counts is held nowhere (conftest: holds is False): PARTIAL, never a wrong row
+    part = await qs.multi_get(MultiGet("order_counts", ("c1|x",)))
+    assert isinstance(part, Gathered) and part.status == "PARTIAL"
+    assert part.result.results == [] and part.result.missing_keys == ["c1|x"]
+    assert part.missing == [partition_of(qs, "order_counts", "c1|x")]
+
+
+
+async def test_scan_and_aggregate_are_typed(tmp_path: Path) -> None:
+    qs = queries(tmp_path)
+    scan = await qs.scan(Scan("balances", prefix="a"))
+    assert isinstance(scan, Gathered) and scan.partitions == 3
+    assert [r["key"] for r in scan.result.rows] == ["a1"] and scan.result.next_cursor is None
+    agg = await qs.aggregate(Aggregate("balances", aggs=("sum(balance)", "count(*)")))
+    assert isinstance(agg, Gathered) and agg.result.aggregates == ["sum(balance)", "count(*)"]
+    assert agg.result.groups == [{"sum(balance)": 5, "count(*)": 1}] and agg.result.rows == 1
+
+
+async def test_a_peers_part_is_answered_here_for_its_partitions(tmp_path: Path) -> None:
+    qs = queries(tmp_path)
+    p = partition_of(qs, "balances", "a1")
+    got = await qs.scan(Scan("balances"), Caller(forwarded=True, partitions=str(p)))
+    assert isinstance(got, PeerPart) and got.not_active == [] and got.served_by == ME
+    assert got.partial is not None and [r["key"] for r in got.partial["rows"]] == ["a1"]
+    with pytest.raises(BadRequest, match="partitions: out of range"):
+        await qs.scan(Scan("balances"), Caller(forwarded=True, partitions="7"))
+
+
+async def test_a_gather_asks_each_owner_from_the_typed_query(tmp_path: Path) -> None:
+    qs = queries(tmp_path)
+    part = {"partial": {"rows": [], "more": False}, "not_active": []}
+    sent = peer_answers(qs, Reply(200, {}, json.dumps(part).encode()))
+    got = await qs.scan(WindowScan("order_counts_1m", start=5, end=9, prefix="c1", limit=2,
+                                   fresh=Freshness(max_lag=4)), Caller(authorization="Bearer t"))
+    assert isinstance(got, Gathered) and got.status == "OK" and got.hops == 1
+    method, address, path, params, body, headers = sent[0]
+    assert (method, address, path, body) == ("GET", PEER, "/v1/views/order_counts_1m/windows",
+                                             None)
+    assert params == [("from", "5"), ("to", "9"), ("prefix", "c1"), ("limit", "2"),
+                      ("max_lag", "4"), ("partitions", "0,1,2")]
+    assert headers["authorization"] == "Bearer t"
+
+
+async def test_a_multi_get_sends_each_owner_its_keys(tmp_path: Path) -> None:
+    qs = queries(tmp_path)
+    sent = peer_answers(qs, Reply(200, {}, json.dumps(
+        {"partial": {"found": {}, "keys": ["a1"]}, "not_active": []}).encode()))
+    got = await qs.multi_get(MultiGet("balances", ("a1",)))
+    assert isinstance(got, Gathered) and [r.found for r in got.result.results] == [False]
+    p = partition_of(qs, "balances", "a1")
+    assert [(s[0], s[2], s[3], s[4]) for s in sent] == [
+        ("POST", "/v1/views/balances/keys", [("partitions", str(p))], {"keys": ["a1"]})]
+
+
+async def test_bad_queries_are_400s_naming_the_problem(tmp_path: Path) -> None:
+    qs = queries(tmp_path)
+    with pytest.raises(BadRequest, match="is windowed"):
+        await qs.lookup(Lookup("order_counts_1m", "c1"))
+    with pytest.raises(BadRequest, match="nope"):
+        await qs.aggregate(Aggregate("balances", group_by=("nope",)))
+    with pytest.raises(BadRequest, match="is after"):
+        await qs.scan(Scan("balances", start="b", to="a"))
