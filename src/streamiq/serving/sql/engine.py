@@ -49,11 +49,13 @@ class ViewInfo:
 
 @dataclass(frozen=True)
 class Freshness:
-    """The session's consistency settings, as the HTTP API's query parameters."""
+    """The session's consistency settings, as the HTTP API's query parameters, and its
+    credential (``authorization``: ``Bearer <password>``), which owners check again."""
 
     position: str | None = None  # topic:partition:offset[,...]
     max_lag: int | None = None
     wait_ms: int | None = None
+    authorization: str | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)

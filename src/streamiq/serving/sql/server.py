@@ -121,10 +121,10 @@ class PgServer:
                              max_connections=self.max_connections)
         self._connections += 1
         wire.counted = True
-        principal = await self._password(wire, msg.params.get("user", ""))
-        return await self._open(wire, principal, msg.params)
+        principal, password = await self._password(wire, msg.params.get("user", ""))
+        return await self._open(wire, principal, msg.params, password)
 
-    async def _password(self, wire: Wire, user: str) -> Principal:
+    async def _password(self, wire: Wire, user: str) -> tuple[Principal, str]:
         wire.send(m.AuthenticationCleartextPassword())
         await wire.writer.drain()
         reply = await wire.next()
@@ -133,18 +133,20 @@ class PgServer:
         raw = reply.password
         password = (raw.decode() if isinstance(raw, bytes) else raw).rstrip("\x00")
         try:
-            return await self.authenticate(user, password)
+            return await self.authenticate(user, password), password
         except Unauthenticated as exc:
             raise Unauthenticated(f'password authentication failed for user "{user}": '
                                   f"{exc.message}") from None
 
-    async def _open(self, wire: Wire, principal: Principal, params: dict[str, str]) -> Session:
+    async def _open(self, wire: Wire, principal: Principal, params: dict[str, str],
+                    password: str) -> Session:
         views = list(await self.engine.views(principal))
         pid = secrets.randbelow(2**31 - 1) + 1
         while pid in self.sessions:
             pid = secrets.randbelow(2**31 - 1) + 1
         session = Session(principal, views, self.catalogs.of(views), self.executor, pid,
-                          secrets.token_bytes(4), self.statement_timeout_s)
+                          secrets.token_bytes(4), self.statement_timeout_s,
+                          f"Bearer {password}" if password else None)
         self.sessions[pid] = session
         wire.send(m.AuthenticationOk())
         for name, value in {**SERVER_PARAMETERS,

@@ -12,7 +12,7 @@ import asyncio
 import re
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from streamiq.auth import Principal
@@ -45,8 +45,9 @@ class Prepared:
 class Session:
     def __init__(self, principal: Principal, views: Sequence[ViewInfo], catalog: Catalog,
                  executor: Executor, process_id: int, secret: bytes,
-                 statement_timeout_s: float = 300.0) -> None:
+                 statement_timeout_s: float = 300.0, authorization: str | None = None) -> None:
         self.principal = principal
+        self.authorization = authorization  # sent on with every read (owners check it)
         self.views = {v.name: v for v in views}
         self.catalog = catalog
         self.executor = executor
@@ -99,7 +100,8 @@ class Session:
             raise BadRequest(f"the statement takes {prepared.params} parameter(s), "
                              f"{len(values)} given") from None
         direct = getattr(prepared.plan, "direct", None) is not None
-        ctx = Context(self.catalog, self.settings.fresh, self.settings.partial,
+        fresh = replace(self.settings.fresh, authorization=self.authorization)
+        ctx = Context(self.catalog, fresh, self.settings.partial,
                       await self.describe(prepared) if direct else None)
         self._cancel = False
         self._running = asyncio.create_task(self._run(bound, ctx))

@@ -1,0 +1,157 @@
+"""The SQL front end's ``Engine`` over a node: its views, its token check and the query
+layer (``serving/query/``), so a statement is routed, forwarded and gathered exactly as
+the HTTP API's requests are.
+
+A lookup is one ``Queries.lookup`` (the one placement decision: answered here, relayed
+from one replica, or refused); a windowed view's key is its ``KeyWindows``. Multi-gets,
+scans and aggregates are the query layer's scatter-gathers: typed rows plus the
+partitions no replica answered. The session's credential goes to the owners with every
+query (``Caller.authorization``), which check it as they check an HTTP client's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from streamiq.auth import Authenticator, Principal
+from streamiq.errors import BadRequest, StreamiqError, Unavailable
+from streamiq.serving.cluster.coordinator import Relayed
+from streamiq.serving.cluster.placement import Redirect, Refuse
+from streamiq.serving.query import model as q
+from streamiq.serving.query.run import Queries
+from streamiq.serving.sql.engine import Bounds, Column, Freshness, Groups, Row, Rows, ViewInfo
+from streamiq.views.base import View
+
+__all__ = ["NodeEngine", "view_info"]
+
+_WINDOW = ("window_start", "window_end")
+
+
+def view_info(view: View) -> ViewInfo:
+    """``view`` as a table: keys are text, window bounds epoch ms, values their Spark
+    types where the view declares them (else text)."""
+    def type_of(c: str) -> str:
+        if c in _WINDOW:
+            return "bigint"
+        return view.types.get(c, "string" if c in view.key_columns else "text")
+    return ViewInfo(view.name, view.key_columns,
+                    tuple(Column(c, type_of(c)) for c in view.columns))
+
+
+def _error_classes(base: type[StreamiqError] = StreamiqError) -> dict[str, type[StreamiqError]]:
+    out = {base.code: base}
+    for sub in base.__subclasses__():
+        out.update({k: v for k, v in _error_classes(sub).items() if k not in out})
+    return out
+
+
+def relayed_error(status: int, body: bytes) -> StreamiqError:
+    """A replica's error reply as the error it names (its ``code``; unknown: by status)."""
+    try:
+        doc = orjson.loads(body)
+        code, detail = str(doc.get("code")), str(doc.get("detail") or doc.get("title"))
+    except (orjson.JSONDecodeError, AttributeError):
+        code, detail = "", body[:200].decode("utf-8", "replace")
+    cls = _error_classes().get(code) or (BadRequest if 400 <= status < 500 else StreamiqError)
+    err = cls.__new__(cls)  # StreamiqError's own __init__: a subclass's may take others
+    StreamiqError.__init__(err, detail)
+    err.http_status = status
+    return err
+
+
+class NodeEngine:
+    """``engine.Engine`` over this node's ``Queries`` (and ``authenticate``: its
+    clients' token check on the password)."""
+
+    def __init__(self, queries: Queries, auth: Authenticator) -> None:
+        self.queries = queries
+        self.auth = auth
+
+    async def authenticate(self, user: str, password: str) -> Principal:
+        """The password is a streamiq token (a JWT or an API key), as over HTTP."""
+        return self.auth.principal(f"Bearer {password}" if password else None)
+
+    async def views(self, principal: Principal) -> Sequence[ViewInfo]:
+        views = self.queries.node.views
+        return [view_info(v) for name, v in sorted(views.items()) if principal.may_read(name)]
+
+    async def lookup(self, view: str, key: str, fresh: Freshness) -> Rows:
+        caller, f = _caller(fresh), _fresh(fresh)
+        if self.queries.view(view).windowed:
+            got = await self.queries.key_windows(q.KeyWindows(view, key, fresh=f), caller)
+            if isinstance(got, q.Windows):
+                return Rows(got.windows)
+            return Rows(_one(got, "windows"), hops=1)
+        found = await self.queries.lookup(q.Lookup(view, key, fresh=f), caller)
+        if isinstance(found, q.Read):
+            return Rows([] if found.row is None else [found.row])
+        return Rows(_one(found, "value"), hops=1)
+
+    async def multi_get(self, view: str, keys: Sequence[str], fresh: Freshness) -> Rows:
+        if self.queries.view(view).windowed:  # each key's windows, from its owner
+            each = await asyncio.gather(*(self.lookup(view, k, fresh) for k in keys))
+            return Rows([r for got in each for r in got.rows], hops=sum(g.hops for g in each))
+        got = await self.queries.multi_get(
+            q.MultiGet(view, tuple(keys), fresh=_fresh(fresh)), _caller(fresh))
+        g = _gathered(got)
+        return Rows([r.value for r in g.result.results if r.found], tuple(g.missing), g.hops)
+
+    async def scan(self, view: str, bounds: Bounds, fresh: Freshness, limit: int) -> Rows:
+        f, caller = _fresh(fresh), _caller(fresh)
+        if self.queries.view(view).windowed:  # windows of the keys with the prefix
+            got = _gathered(await self.queries.scan(
+                q.WindowScan(view, prefix=bounds.prefix, limit=limit, fresh=f), caller))
+            rows = [r for r in got.result.rows if _inside(r["key"], bounds)]
+        else:
+            got = _gathered(await self.queries.scan(q.Scan(
+                view, bounds.start, bounds.end, bounds.prefix, limit, fresh=f), caller))
+            rows = got.result.rows
+        return Rows([r["value"] for r in rows], tuple(got.missing), got.hops)
+
+    async def aggregate(self, view: str, group_by: Sequence[str], aggs: Sequence[str],
+                        prefix: str | None, fresh: Freshness) -> Groups:
+        got = _gathered(await self.queries.aggregate(
+            q.Aggregate(view, tuple(group_by), tuple(aggs), prefix, fresh=_fresh(fresh)),
+            _caller(fresh)))
+        return Groups(got.result.groups, tuple(got.missing))
+
+
+def _fresh(fresh: Freshness) -> q.Freshness:
+    return q.Freshness(fresh.max_lag, fresh.position, fresh.wait_ms)
+
+
+def _caller(fresh: Freshness) -> q.Caller:
+    return q.Caller(authorization=fresh.authorization)
+
+
+def _inside(key: str, b: Bounds) -> bool:
+    raw = key.encode()
+    return ((b.start is None or raw >= b.start.encode())
+            and (b.end is None or raw < b.end.encode()))
+
+
+def _gathered(got: q.Gathered[Any] | q.PeerPart[Any]) -> q.Gathered[Any]:
+    if isinstance(got, q.PeerPart):  # only a peer's part (Caller.forwarded) is one
+        raise TypeError("a client's query answered as a peer's part")
+    return got
+
+
+def _one(answer: Relayed | Redirect | Refuse, field: str) -> list[Row]:
+    """The rows of a one-partition answer from elsewhere: a replica's reply (``field``
+    of its 200; a 404: none), else the error it or the decision names."""
+    if isinstance(answer, Refuse):
+        raise answer.error
+    if isinstance(answer, Redirect):  # redirect mode: SQL cannot send a client on
+        raise Unavailable(f"the partition is answered by {answer.address} (redirect mode): "
+                          "connect there", address=answer.address)
+    r = answer.reply
+    if r.status_code == 404 and field == "value":
+        return []
+    if r.status_code != 200:
+        raise relayed_error(r.status_code, r.content)
+    got: Any = orjson.loads(r.content)[field]
+    return list(got) if field == "windows" else [got]
