@@ -15,6 +15,7 @@ from typing import Any
 import psycopg
 import pytest
 from nodeapp import make_app
+from procs import free_port
 
 from streamiq._sqlstate import sqlstate_of
 from streamiq.auth import Principal
@@ -24,6 +25,7 @@ from streamiq.serving.cluster.peers import Params, Reply
 from streamiq.serving.query.run import Queries
 from streamiq.serving.sql.adapter import NodeEngine, relayed_error
 from streamiq.serving.sql.engine import Bounds, Column, Freshness
+from streamiq.serving.sql.listen import start_sql
 from streamiq.serving.sql.server import PgServer
 from streamiq.state import Checkpoint
 from streamiq.views.base import store_key
@@ -157,5 +159,24 @@ async def test_psycopg_reads_the_node_through_the_adapter(tmp_path: Path) -> Non
             assert await cur.fetchall() == [("a1",), ("a2",)]
             cur = await conn.execute("SELECT count(*), sum(balance) FROM balances")
             assert await cur.fetchall() == [(3, 23)]
+    finally:
+        await server.close()
+
+
+async def test_the_sql_port_is_opened_only_when_set(tmp_path: Path) -> None:
+    e = engine(tmp_path)
+    assert await start_sql(Settings(auth=False), e.queries) is None  # --sql-port 0: none
+    port = free_port()
+    server = await start_sql(Settings(auth=False, sql_port=port, sql_max_rows=1),
+                             e.queries)
+    assert server is not None
+    try:
+        async with await psycopg.AsyncConnection.connect(
+                f"host=127.0.0.1 port={port} password=any sslmode=disable",
+                autocommit=True) as conn:
+            cur = await conn.execute("SELECT count FROM balances WHERE account = 'a1'")
+            assert await cur.fetchall() == [(1,)]
+            with pytest.raises(psycopg.errors.ProgramLimitExceeded):  # --sql-max-rows 1
+                await conn.execute("SELECT account FROM balances WHERE account LIKE 'a%'")
     finally:
         await server.close()
