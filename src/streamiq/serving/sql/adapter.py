@@ -21,6 +21,8 @@ from streamiq.auth import Authenticator, Principal
 from streamiq.errors import BadRequest, StreamiqError, Unavailable
 from streamiq.serving.cluster.coordinator import Relayed
 from streamiq.serving.cluster.placement import Redirect, Refuse
+from streamiq.serving.engines.scan import MAX_LIMIT
+from streamiq.serving.http.queries import MAX_KEYS
 from streamiq.serving.query import model as q
 from streamiq.serving.query.run import Queries
 from streamiq.serving.sql.engine import Bounds, Column, Freshness, Groups, Row, Rows, ViewInfo
@@ -95,22 +97,30 @@ class NodeEngine:
         if self.queries.view(view).windowed:  # each key's windows, from its owner
             each = await asyncio.gather(*(self.lookup(view, k, fresh) for k in keys))
             return Rows([r for got in each for r in got.rows], hops=sum(g.hops for g in each))
-        got = await self.queries.multi_get(
-            q.MultiGet(view, tuple(keys), fresh=_fresh(fresh)), _caller(fresh))
-        g = _gathered(got)
-        return Rows([r.value for r in g.result.results if r.found], tuple(g.missing), g.hops)
+        out = Rows([])
+        for i in range(0, len(keys), MAX_KEYS):  # what one request to a peer may ask
+            g = _gathered(await self.queries.multi_get(q.MultiGet(
+                view, tuple(keys[i:i + MAX_KEYS]), fresh=_fresh(fresh)), _caller(fresh)))
+            _add(out, [r.value for r in g.result.results if r.found], g)
+        return out
 
     async def scan(self, view: str, bounds: Bounds, fresh: Freshness, limit: int) -> Rows:
+        """Up to ``limit`` rows, a page of at most ``MAX_LIMIT`` (a peer's) at a time."""
         f, caller = _fresh(fresh), _caller(fresh)
-        if self.queries.view(view).windowed:  # windows of the keys with the prefix
-            got = _gathered(await self.queries.scan(
-                q.WindowScan(view, prefix=bounds.prefix, limit=limit, fresh=f), caller))
-            rows = [r for r in got.result.rows if _inside(r["key"], bounds)]
-        else:
-            got = _gathered(await self.queries.scan(q.Scan(
-                view, bounds.start, bounds.end, bounds.prefix, limit, fresh=f), caller))
-            rows = got.result.rows
-        return Rows([r["value"] for r in rows], tuple(got.missing), got.hops)
+        windowed = self.queries.view(view).windowed
+        out, cursor = Rows([]), None
+        while len(out.rows) < limit:
+            page = min(MAX_LIMIT, limit - len(out.rows))
+            query: q.Scan | q.WindowScan = (  # a windowed view: the windows of the prefix
+                q.WindowScan(view, prefix=bounds.prefix, limit=page, cursor=cursor, fresh=f)
+                if windowed else q.Scan(view, bounds.start, bounds.end, bounds.prefix, page,
+                                        cursor, fresh=f))
+            got = _gathered(await self.queries.scan(query, caller))
+            _add(out, [r["value"] for r in got.result.rows if _inside(r["key"], bounds)], got)
+            cursor = got.result.next_cursor
+            if cursor is None:
+                break
+        return out
 
     async def aggregate(self, view: str, group_by: Sequence[str], aggs: Sequence[str],
                         prefix: str | None, fresh: Freshness) -> Groups:
@@ -118,6 +128,13 @@ class NodeEngine:
             q.Aggregate(view, tuple(group_by), tuple(aggs), prefix, fresh=_fresh(fresh)),
             _caller(fresh)))
         return Groups(got.result.groups, tuple(got.missing))
+
+
+def _add(out: Rows, rows: list[Row], got: q.Gathered[Any]) -> None:
+    """One page's rows, missing partitions and hops into ``out``."""
+    out.rows = [*out.rows, *rows]
+    out.missing = tuple(sorted({*out.missing, *got.missing}))
+    out.hops = max(out.hops, got.hops)
 
 
 def _fresh(fresh: Freshness) -> q.Freshness:

@@ -23,6 +23,7 @@ from streamiq.config import Settings
 from streamiq.errors import Unauthenticated, Unavailable
 from streamiq.serving.cluster.peers import Params, Reply
 from streamiq.serving.query.run import Queries
+from streamiq.serving.sql import adapter
 from streamiq.serving.sql.adapter import NodeEngine, relayed_error
 from streamiq.serving.sql.engine import Bounds, Column, Freshness
 from streamiq.serving.sql.listen import start_sql
@@ -180,3 +181,35 @@ async def test_the_sql_port_is_opened_only_when_set(tmp_path: Path) -> None:
                 await conn.execute("SELECT account FROM balances WHERE account LIKE 'a%'")
     finally:
         await server.close()
+
+
+async def test_reads_ask_at_most_what_a_peer_takes_per_request(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A peer's scan page is at most MAX_LIMIT rows and its multi-get MAX_KEYS keys (the
+    HTTP API's bounds: asked for more, it answers 400): larger reads go in pages."""
+    e = engine(tmp_path)
+    monkeypatch.setattr(adapter, "MAX_LIMIT", 2)
+    monkeypatch.setattr(adapter, "MAX_KEYS", 2)
+    asked: list[Any] = []
+    scan, multi_get = e.queries.scan, e.queries.multi_get
+
+    async def spy_scan(query: Any, caller: Any) -> Any:
+        asked.append(query)
+        return await scan(query, caller)
+
+    async def spy_multi_get(query: Any, caller: Any) -> Any:
+        asked.append(query)
+        return await multi_get(query, caller)
+
+    monkeypatch.setattr(e.queries, "scan", spy_scan)
+    monkeypatch.setattr(e.queries, "multi_get", spy_multi_get)
+    got = await e.scan("balances", Bounds(), Freshness(), 100_001)
+    assert [r["account"] for r in got.rows] == ["a1", "a2", "b1"]
+    assert [a.limit for a in asked] == [2, 2] and asked[1].cursor is not None
+    asked.clear()
+    assert len((await e.scan("balances", Bounds(), Freshness(), 1)).rows) == 1
+    assert [a.limit for a in asked] == [1]
+    asked.clear()
+    got = await e.multi_get("balances", ["a1", "a2", "b1", "zz"], Freshness())
+    assert sorted(r["account"] for r in got.rows) == ["a1", "a2", "b1"]
+    assert [a.keys for a in asked] == [("a1", "a2"), ("b1", "zz")]
