@@ -81,17 +81,22 @@ def _connect(sql_port: int, password: str) -> psycopg.Connection[Any]:
                            connect_timeout=10)
 
 
-def _forwarded(cluster: Any, port: int) -> float:
+def _metric(cluster: Any, port: int, name: str) -> float:
+    """A node's metric, summed over the series whose line starts with ``name``."""
     text = httpx.get(f"http://127.0.0.1:{port}/metrics", headers=cluster.headers,
                      timeout=10).text
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith("streamiq_forwarded_answers_total"))
+               if line.startswith(name))
+
+
+def _forwarded(cluster: Any, port: int) -> float:
+    return _metric(cluster, port, "streamiq_forwarded_answers_total")
 
 
 def test_sql_on_three_nodes(cluster: Any, nodes: list[tuple[int, int]]) -> None:
     """One cluster start (3 nodes) for the three checks."""
     _equals_the_http_api(cluster, nodes)
-    _a_bad_password_is_refused(nodes)
+    _a_bad_password_is_refused(cluster, nodes)
     _a_lookup_takes_at_most_one_hop(cluster, nodes)
 
 
@@ -132,10 +137,13 @@ def _equals_the_http_api(cluster: Any, nodes: list[tuple[int, int]]) -> None:
                               for t in ("GENERAL", "RESTAURANT")]
 
 
-def _a_bad_password_is_refused(nodes: list[tuple[int, int]]) -> None:
-    for _, sql in nodes:
+def _a_bad_password_is_refused(cluster: Any, nodes: list[tuple[int, int]]) -> None:
+    """Refused, and counted on the node's /metrics."""
+    for port, sql in nodes:
         with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
             _connect(sql, "not-a-token")
+        assert _metric(cluster, port, 'streamiq_sql_errors_total{scope="connection",'
+                                      'sqlstate="28P01"}') == 1
 
 
 def _a_lookup_takes_at_most_one_hop(cluster: Any, nodes: list[tuple[int, int]]) -> None:

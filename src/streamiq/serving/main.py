@@ -112,6 +112,7 @@ async def _serve(settings: Settings) -> int:
         sql = await start_sql(settings, asgi.deps)  # on this loop, before uvicorn serves
         if sql is not None:
             node.closing.append(sql.close)
+            node.collectors.append(sql.metrics)
             print(f"streamiq node {settings.endpoint} answers SQL (PostgreSQL wire) on "
                   f"{settings.host}:{settings.sql_port}", flush=True)
         print(f"streamiq node {settings.endpoint} listening on "

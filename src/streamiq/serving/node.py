@@ -19,10 +19,12 @@ import contextlib
 import logging
 import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from prometheus_client.core import Metric
 
 from streamiq.config import Settings
 from streamiq.errors import Overloaded
@@ -133,6 +135,8 @@ class Node:
         self.on_fatal: Callable[[], None] | None = None
         #: closed first when the node stops (serving/main.py: the SQL front end)
         self.closing: list[Callable[[], Awaitable[None]]] = []
+        #: more of this node's /metrics (serving/main.py: the SQL front end's)
+        self.collectors: list[Callable[[], Iterator[Metric]]] = []
 
     @classmethod
     async def open(cls, settings: Settings, app: App | None = None) -> Node:

@@ -21,6 +21,7 @@ from streamiq.errors import BadRequest, StreamiqError
 from streamiq.serving.sql.catalog import Schema
 from streamiq.serving.sql.duck import Answer
 from streamiq.serving.sql.session import Prepared, Session
+from streamiq.serving.sql.stats import SqlStats
 from streamiq.serving.sql.types import binary_encoder, decode_param, encode_text, oid_of
 
 __all__ = ["Wire", "serve_queries", "split_statements"]
@@ -70,8 +71,9 @@ class Wire:
     ``BadRequest`` (the server answers FATAL and closes)."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 max_message_bytes: int = 16 << 20) -> None:
+                 max_message_bytes: int = 16 << 20, stats: SqlStats | None = None) -> None:
         self.conn = BackendConnection()
+        self.stats = stats
         self.reader = reader
         self.writer = writer
         self.max_message_bytes = max_message_bytes
@@ -97,6 +99,8 @@ class Wire:
         self.writer.write(self.conn.send(msg))
 
     def error(self, exc: StreamiqError, *, fatal: bool = False) -> None:
+        if self.stats is not None:
+            self.stats.error(exc, fatal=fatal)
         self.send(m.ErrorResponse(fields=error_fields(exc, fatal=fatal)))
 
     def ready(self, in_transaction: bool) -> None:

@@ -14,7 +14,9 @@ import contextlib
 import logging
 import secrets
 import ssl
+from collections.abc import Iterator
 
+from prometheus_client.core import GaugeMetricFamily, Metric
 from pygwire import PygwireError
 from pygwire import messages as m
 
@@ -27,6 +29,7 @@ from streamiq.serving.sql.execute import Executor, Limits
 from streamiq.serving.sql.protocol import Wire, serve_queries
 from streamiq.serving.sql.session import Session
 from streamiq.serving.sql.settings import SERVER_PARAMETERS
+from streamiq.serving.sql.stats import SqlStats
 
 __all__ = ["PgServer"]
 
@@ -50,6 +53,7 @@ class PgServer:
         self.executor = Executor(engine, self.duck, limits)
         self.catalogs = Catalogs()
         self.sessions: dict[int, Session] = {}
+        self.stats = SqlStats()
         self._connections = 0  # past the connection bound's check (startup or session)
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -59,6 +63,12 @@ class PgServer:
         self._server = await asyncio.start_server(self._accept, host, port)
         bound: int = self._server.sockets[0].getsockname()[1]
         return bound
+
+    def metrics(self) -> Iterator[Metric]:
+        """For the node's /metrics: errors by SQLSTATE, and the sessions open."""
+        yield from self.stats.metrics()
+        yield GaugeMetricFamily("streamiq_sql_sessions", "SQL sessions open",
+                                value=len(self.sessions))
 
     async def close(self) -> None:
         if self._server is not None:
@@ -75,7 +85,7 @@ class PgServer:
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)
-        wire = Wire(reader, writer, self.max_message_bytes)
+        wire = Wire(reader, writer, self.max_message_bytes, self.stats)
         session: Session | None = None
         try:
             async with asyncio.timeout(self.startup_timeout_s):
