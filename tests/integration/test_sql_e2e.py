@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import httpx
 import psycopg
 import pytest
+from certs import tls_files
 from changelog import produce_rows
 from procs import free_port
 from updemo import until
@@ -65,6 +67,10 @@ def nodes(cluster: Any) -> Iterator[list[tuple[int, int]]]:
 def _loaded(cluster: Any, port: int, view: str, n: int) -> bool:
     groups: list[dict[str, int]] = _http(cluster, port, f"/v1/views/{view}/aggregate")["groups"]
     return groups == [{"count(*)": n}]
+
+
+def _counted(conn: psycopg.Connection[Any], n: int) -> bool:
+    return conn.execute("SELECT count(*) FROM balances").fetchall() == [(n,)]
 
 
 def _http(cluster: Any, port: int, path: str, **kw: Any) -> Any:
@@ -161,3 +167,30 @@ def _a_lookup_takes_at_most_one_hop(cluster: Any, nodes: list[tuple[int, int]]) 
     relayed = after[0] - before[0]
     assert 1 <= relayed <= len(asked), (before, after)  # some keys are owned elsewhere
     assert after[1:] == before[1:], (before, after)
+
+
+def test_sql_over_tls_between_two_nodes(cluster: Any, tmp_path: Path) -> None:
+    """Nodes with a certificate take TLS SQL connections only (verify-full against the
+    CA), and answer lookups owned by the other node (hops over TLS)."""
+    files = tls_files(tmp_path)
+    _produce(cluster, BALANCES, BAL)
+    tls = ["--tls-cert-file", str(files["cert"]), "--tls-key-file", str(files["key"]),
+           "--tls-ca-file", str(files["ca"]), "--standby-replicas", "0"]
+    started = [(*cluster.node("bank", extra=[*tls, "--sql-port", str(sql)], wait=False), sql)
+               for sql in (free_port(), free_port())]
+    for port, p, _ in started:
+        p.wait_ready(f"https://127.0.0.1:{port}/health", 60, verify=str(files["ca"]))
+    cluster.settle([port for port, _, _ in started], "balances", ca=str(files["ca"]))
+    for _, _, sql in started:
+        with psycopg.connect(host="127.0.0.1", port=sql, dbname="streamiq", password="any",
+                             sslmode="verify-full", sslrootcert=str(files["ca"]),
+                             autocommit=True, connect_timeout=10) as conn:
+            until(partial(_counted, conn, len(BAL)), 60, "balances loaded")
+            got: dict[str, int] = {}
+            for r in BAL:
+                got.update(conn.execute("SELECT account, balance FROM balances "
+                                        "WHERE account = %s", (r["account"],)).fetchall())
+            assert got == {r["account"]: r["balance"] for r in BAL}
+        with pytest.raises(psycopg.OperationalError, match="requires TLS"):
+            psycopg.connect(host="127.0.0.1", port=sql, dbname="streamiq", password="any",
+                            sslmode="disable", connect_timeout=10)
