@@ -8,6 +8,8 @@ when a node forwards a statement's read.
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
@@ -103,6 +105,7 @@ def test_sql_on_three_nodes(cluster: Any, nodes: list[tuple[int, int]]) -> None:
     """One cluster start (3 nodes) for the three checks."""
     _equals_the_http_api(cluster, nodes)
     _a_bad_password_is_refused(cluster, nodes)
+    _psql_lists_and_queries(cluster, nodes[-1][1])
     _a_lookup_takes_at_most_one_hop(cluster, nodes)
 
 
@@ -141,6 +144,20 @@ def _equals_the_http_api(cluster: Any, nodes: list[tuple[int, int]]) -> None:
                               for g in agg["groups"]]
             assert groups == [(t, 20, sum(r["count"] for r in ORDERS if r["type"] == t))
                               for t in ("GENERAL", "RESTAURANT")]
+
+
+def _psql_lists_and_queries(cluster: Any, sql_port: int) -> None:
+    """psql (Debian's postgresql-client) against a real node: its tables and a query."""
+    psql = shutil.which("psql")
+    assert psql is not None, "psql is needed: apt-get install postgresql-client"
+    dsn = f"host=127.0.0.1 port={sql_port} dbname=streamiq password={cluster.token}"
+    out = subprocess.run([psql, dsn, "-X", "-A", "-t", "-c", r"\dt", "-c",
+                          "SELECT type, count(*) FROM order_counts GROUP BY type ORDER BY 1"],
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 0, out.stderr
+    tables = {line.split("|")[1] for line in out.stdout.splitlines() if "|table|" in line}
+    assert tables == {"balances", "order_counts", "order_counts_1m"}, out.stdout
+    assert out.stdout.splitlines()[-2:] == ["GENERAL|20", "RESTAURANT|20"], out.stdout
 
 
 def _a_bad_password_is_refused(cluster: Any, nodes: list[tuple[int, int]]) -> None:
