@@ -27,6 +27,7 @@ from streamiq.serving.sql.plans import (
     Plan,
     Source,
 )
+from streamiq.serving.sql.stats import SqlStats
 from streamiq.serving.sql.types import coerce, duck_of_spark
 
 __all__ = ["Context", "Executor", "Limits"]
@@ -58,12 +59,16 @@ def _direct_rows(direct: Direct, schema: Schema, rows: Sequence[Row]) -> list[tu
 
 
 class Executor:
-    def __init__(self, engine: Engine, duck: Duck, limits: Limits | None = None) -> None:
+    def __init__(self, engine: Engine, duck: Duck, limits: Limits | None = None,
+                 stats: SqlStats | None = None) -> None:
         self.engine = engine
         self.duck = duck
         self.limits = limits or Limits()
+        self.stats = stats
 
     async def run(self, plan: Plan, ctx: Context) -> Answer:
+        if self.stats is not None:
+            self.stats.ran(plan)
         if isinstance(plan, CatalogQuery):
             return await ctx.catalog.query(plan.sql, self.limits.max_rows)
         if isinstance(plan, Aggregate):

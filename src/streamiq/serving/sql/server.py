@@ -50,10 +50,10 @@ class PgServer:
         self.statement_timeout_s = statement_timeout_s
         self.max_message_bytes = max_message_bytes
         self.duck = Duck()
-        self.executor = Executor(engine, self.duck, limits)
+        self.stats = SqlStats()
+        self.executor = Executor(engine, self.duck, limits, self.stats)
         self.catalogs = Catalogs()
         self.sessions: dict[int, Session] = {}
-        self.stats = SqlStats()
         self._connections = 0  # past the connection bound's check (startup or session)
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()

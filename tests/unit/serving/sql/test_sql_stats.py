@@ -46,3 +46,19 @@ def test_errors_are_counted_by_sqlstate_and_refusals_logged_once_per_interval(
         psycopg.connect(server.dsn("not-a-token"))
     refused = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
     assert len(refused) == 2 and "2 more since the last" in refused[1], refused
+
+
+def test_statements_are_counted_by_how_they_read(server: ServerThread) -> None:
+    with psycopg.connect(server.dsn(), autocommit=True) as conn:
+        for sql in ("SELECT * FROM balances WHERE account = '1'",
+                    "SELECT * FROM balances WHERE account IN ('1', '2')",
+                    "SELECT * FROM balances WHERE account LIKE '1%'",
+                    "SELECT count(*) FROM balances GROUP BY count",
+                    "SELECT count(*) FROM balances a JOIN balances b USING (account)",
+                    "SELECT relname FROM pg_class",
+                    "SELECT * FROM balances WHERE account = '2'"):
+            conn.execute(sql).fetchall()
+    text = _exposed(server)
+    for kind, n in (("lookup", 2), ("multiget", 1), ("scan", 1), ("aggregate", 1),
+                    ("gather", 1), ("catalog", 1)):
+        assert f'streamiq_sql_statements_total{{kind="{kind}"}} {n}.0' in text, (kind, text)
