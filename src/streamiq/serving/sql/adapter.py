@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from streamiq.auth import Authenticator, Principal
-from streamiq.errors import BadRequest, StreamiqError, Unavailable
+from streamiq.errors import BadRequest, StreamiqError
 from streamiq.serving.cluster.coordinator import Relayed
 from streamiq.serving.cluster.placement import Redirect, Refuse
 from streamiq.serving.engines.scan import MAX_LIMIT
@@ -82,15 +82,22 @@ class NodeEngine:
         return [view_info(v) for name, v in sorted(views.items()) if principal.may_read(name)]
 
     async def lookup(self, view: str, key: str, fresh: Freshness) -> Rows:
+        """The key's row (or windows): here, relayed from one replica, or refused. In
+        redirect mode (a client is sent to the owner: SQL cannot be) the owner is asked
+        as a gather's part instead, still one hop."""
         caller, f = _caller(fresh), _fresh(fresh)
         if self.queries.view(view).windowed:
             got = await self.queries.key_windows(q.KeyWindows(view, key, fresh=f), caller)
             if isinstance(got, q.Windows):
                 return Rows(got.windows)
+            if isinstance(got, Redirect):
+                return await self.scan(view, Bounds(key, key, key + "\x00"), fresh, q.FAR)
             return Rows(_one(got, "windows"), hops=1)
         found = await self.queries.lookup(q.Lookup(view, key, fresh=f), caller)
         if isinstance(found, q.Read):
             return Rows([] if found.row is None else [found.row])
+        if isinstance(found, Redirect):
+            return await self.multi_get(view, [key], fresh)
         return Rows(_one(found, "value"), hops=1)
 
     async def multi_get(self, view: str, keys: Sequence[str], fresh: Freshness) -> Rows:
@@ -157,14 +164,11 @@ def _gathered(got: q.Gathered[Any] | q.PeerPart[Any]) -> q.Gathered[Any]:
     return got
 
 
-def _one(answer: Relayed | Redirect | Refuse, field: str) -> list[Row]:
+def _one(answer: Relayed | Refuse, field: str) -> list[Row]:
     """The rows of a one-partition answer from elsewhere: a replica's reply (``field``
     of its 200; a 404: none), else the error it or the decision names."""
     if isinstance(answer, Refuse):
         raise answer.error
-    if isinstance(answer, Redirect):  # redirect mode: SQL cannot send a client on
-        raise Unavailable(f"the partition is answered by {answer.address} (redirect mode): "
-                          "connect there", address=answer.address)
     r = answer.reply
     if r.status_code == 404 and field == "value":
         return []

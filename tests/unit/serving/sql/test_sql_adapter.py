@@ -213,3 +213,22 @@ async def test_reads_ask_at_most_what_a_peer_takes_per_request(
     got = await e.multi_get("balances", ["a1", "a2", "b1", "zz"], Freshness())
     assert sorted(r["account"] for r in got.rows) == ["a1", "a2", "b1"]
     assert [a.keys for a in asked] == [("a1", "a2"), ("b1", "zz")]
+
+
+async def test_in_redirect_mode_a_lookup_asks_the_owner_as_a_gathers_part(
+        tmp_path: Path) -> None:
+    """A SQL client cannot follow a 307: the owner is asked once, as for a multi-get."""
+    e = engine(tmp_path, Settings(auth=False, redirect=True))
+    row = {"account": "a1", "balance": 6}
+    part = {"partial": {"found": {"a1": row}, "keys": ["a1"]}, "not_active": []}
+    sent = peer_answers(e, Reply(200, {}, json.dumps(part).encode()))
+    got = await e.lookup("balances", "a1", Freshness(authorization=CREDENTIAL))
+    assert got.rows == [row] and got.hops == 1
+    assert [h["authorization"] for h in sent] == [CREDENTIAL]
+    window = {"store": "c1", "type": "GENERAL", "window_start": 0, "count": 2}
+    scanned = [{"key": k, "partition": 0, "value": {**window, "store": k[:2]}}
+               for k in ("c1|GENERAL", "c1|GENERALX")]  # the prefix's other key: not it
+    peer_answers(e, Reply(200, {}, json.dumps(
+        {"partial": {"rows": scanned, "more": False}, "not_active": []}).encode()))
+    windows = await e.lookup("order_counts_1m", "c1|GENERAL", Freshness())
+    assert windows.rows == [window] and windows.hops == 1
