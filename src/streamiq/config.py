@@ -125,6 +125,20 @@ class Settings(BaseSettings):
         64, ge=1, le=10_000, description="Concurrent internal (forwarded) requests per node."
     )
     redirect: bool = Field(False, description="Answer 307 to the owner instead of proxying.")
+    sql_port: int = Field(
+        0, ge=0, le=65535, description="A node's SQL (PostgreSQL wire) port, on --host; the "
+        "password is a client token (0: no SQL). 'streamiq up' gives its nodes 5433 and up.")
+    sql_max_connections: int = Field(
+        64, ge=1, le=10_000, description="SQL connections a node holds at once; more are "
+        "refused (SQLSTATE 53300).")
+    sql_max_rows: int = Field(
+        10_000, ge=1, description="Rows a SQL statement may return (more: SQLSTATE 54000).")
+    sql_max_gather: int = Field(
+        100_000, ge=1, description="Rows a SQL statement may gather from the owners for its "
+        "final step (joins, ORDER BY...; more: SQLSTATE 54000).")
+    sql_statement_timeout_s: float = Field(
+        300.0, gt=0, le=86_400, description="A SQL statement running longer is cancelled "
+        "(SQLSTATE 57014); a session's SET statement_timeout may lower it.")
     cluster_secret: SecretStr | None = Field(
         None, description="Secret shared by a cluster's nodes: heartbeats are signed with "
         "it (HMAC-SHA256) and unsigned or forged ones ignored. Unset: membership is not "

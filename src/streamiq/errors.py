@@ -15,11 +15,14 @@ it. Successful answers keep their own ``{"status": "OK" | "PARTIAL", ...}`` shap
 
     StreamiqError                 500 INTERNAL
     ├── BadRequest                400 BAD_REQUEST
+    │   ├── BadSql                400 BAD_SQL      (SQL that does not parse or plan)
+    │   └── TooManyRows           400 TOO_MANY_ROWS (a SQL result or gather past its bound)
     ├── Unauthenticated           401 UNAUTHENTICATED (no valid token or cluster credential)
     ├── Forbidden                 403 FORBIDDEN    (the token may not read that view)
     ├── NotFound                  404 NOT_FOUND
     │   └── UnknownView           404 UNKNOWN_VIEW
     ├── NotActive                 421 NOT_ACTIVE   (this node does not hold the partition)
+    ├── Canceled                  499 CANCELED     (the client canceled its query: SQL)
     ├── Unavailable               503 UNAVAILABLE  (no replica can answer)
     │   └── NotUpToBound          503 NOT_UP_TO_BOUND (position not reflected in time)
     └── PeerError                 502 PEER_ERROR   (another node, at the transport level)
@@ -36,10 +39,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["PROBLEM_JSON", "BadRequest", "Forbidden", "NotActive", "NotFound", "NotUpToBound",
-           "Overloaded", "PayloadTooLarge", "PeerError", "PeerTimeout", "PeerUnreachable",
-           "RequestHeaderTooLarge", "RequestTimeout", "StreamiqError", "Unauthenticated",
-           "Unavailable", "UnknownView"]
+__all__ = ["PROBLEM_JSON", "BadRequest", "BadSql", "Canceled", "Forbidden", "NotActive",
+           "NotFound", "NotUpToBound", "Overloaded", "PayloadTooLarge", "PeerError",
+           "PeerTimeout", "PeerUnreachable", "RequestHeaderTooLarge", "RequestTimeout",
+           "StreamiqError", "TooManyRows", "Unauthenticated", "Unavailable", "UnknownView"]
 
 _JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # as JSONResponse renders
 PROBLEM_JSON = "application/problem+json"  # RFC 9457's media type
@@ -70,6 +73,25 @@ class StreamiqError(Exception):
 class BadRequest(StreamiqError):
     http_status = 400
     code = "BAD_REQUEST"
+
+
+class BadSql(BadRequest):
+    """SQL that does not parse, or that names a column or function the view lacks."""
+
+    code = "BAD_SQL"
+
+
+class TooManyRows(BadRequest):
+    """A SQL query would gather or return more rows than the node's bound."""
+
+    code = "TOO_MANY_ROWS"
+
+
+class Canceled(StreamiqError):
+    """The client canceled its running query (a PostgreSQL cancel request)."""
+
+    http_status = 499
+    code = "CANCELED"
 
 
 class Unauthenticated(StreamiqError):

@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 import pytest
-import trustme
+from certs import tls_files
 from changelog import produce_rows
 
 from streamiq.client import Client
@@ -20,14 +20,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_nodes_serve_and_hop_over_tls(cluster: Any, tmp_path: Path) -> None:
-    ca = trustme.CA()
-    cert = ca.issue_cert("127.0.0.1", "localhost")
-    files = {"ca": tmp_path / "ca.pem", "cert": tmp_path / "node.pem", "key": tmp_path / "key.pem"}
-    ca.cert_pem.write_to_path(str(files["ca"]))
-    cert.private_key_pem.write_to_path(str(files["key"]))
-    cert.cert_chain_pems[0].write_to_path(str(files["cert"]))
-    for blob in cert.cert_chain_pems[1:]:
-        blob.write_to_path(str(files["cert"]), append=True)
+    files = tls_files(tmp_path)
     rows = [{"account": f"a{i}", "balance": i, "count": 1, "last_update": 0} for i in range(30)]
     ensure_topics({"bootstrap.servers": cluster.bootstrap},
                   {cluster.topic(BALANCES.changelog_topic): 3})

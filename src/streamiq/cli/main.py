@@ -37,11 +37,13 @@ _AUTH = ("auth", "jwt_secret", "api_keys")
 _TLS = ("tls_cert_file", "tls_key_file", "tls_ca_file")  # parts run on their own only
 _INGEST = ("ingest_host", "ingest_port", *_AUTH)
 _HTTP = ("request_read_timeout_s",)  # parts run on their own only, as _TLS
+_SQL = ("sql_port", "sql_max_connections", "sql_max_rows", "sql_max_gather",
+        "sql_statement_timeout_s")
 _NODE = ("host", "port", "advertised", "state_dir", "store", "standby_replicas", "heartbeat_ms",
          "member_timeout_ms", "membership_period_s", "max_view_partitions", "max_views",
          "max_lag", "wait_timeout_ms",
          "max_waiters", "internal_concurrency", "redirect", "cluster_secret", *_AUTH,
-         *_TLS, *_HTTP)
+         *_TLS, *_HTTP, *_SQL)
 _PIPELINE = ("master", "checkpoint_dir", "trigger_ms", "source", "max_offsets_per_trigger",
              "metrics_host", "metrics_port", "spark_config", "warmup")
 
@@ -117,6 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
                             help="serving nodes, on ports --node-port and up [default 3]")
             sp.add_argument("--node-port", type=int, default=9001, metavar="PORT",
                             help="first node's port [default 9001]")
+            sp.add_argument("--sql-port", type=int, default=5433, metavar="PORT",
+                            help="first node's SQL (PostgreSQL wire) port; 0: no SQL "
+                                 "[default 5433]")
             sp.add_argument("--fresh", action="store_true",
                             help="start from a clean slate: remove the embedded broker's log, "
                                  "the node stores and the Spark checkpoints first")
@@ -261,7 +266,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     run = _runner(args.command)
     try:
         if args.command == "up":
-            run(settings, nodes=args.nodes, node_port=args.node_port, fresh=args.fresh)
+            run(settings, nodes=args.nodes, node_port=args.node_port, sql_port=args.sql_port,
+                fresh=args.fresh)
         elif args.command == "broker":
             run(settings, install=args.install)
         else:

@@ -79,7 +79,9 @@ def _log_format(s: Settings) -> str:
     return "text" if sys.stdout.isatty() else "json"
 
 
-def _parts(s: Settings, nodes: int, node_port: int) -> list[Part]:
+def _parts(s: Settings, nodes: int, node_port: int, sql_port: int = 0) -> list[Part]:
+    """The parts up runs; node i listens on ``node_port + i`` (and SQL on ``sql_port + i``,
+    unless 0)."""
     py = [sys.executable, "-m", "streamiq"]
     ingest = f"http://{s.ingest_host}:{s.ingest_port}"
     out = [Part("ingest", [*py, "ingest", *_common(s), "--ingest-host", s.ingest_host,
@@ -102,7 +104,8 @@ def _parts(s: Settings, nodes: int, node_port: int) -> list[Part]:
                 "--advertised", f"{reach}:{port}",
                 "--state-dir", str(s.state_dir), "--standby-replicas", str(s.standby_replicas),
                 "--max-lag", str(s.max_lag), "--store", s.store] + (
-                    ["--redirect"] if s.redirect else [])
+                    ["--redirect"] if s.redirect else []) + (
+                    ["--sql-port", str(sql_port + i)] if sql_port else [])
         out.append(Part(f"node:{port}", argv, url, http_ok(f"{url}/health")))
     for part in out:
         part.policy = RestartPolicy(max_delay=s.restart_max_s)
@@ -122,7 +125,8 @@ def _all_ready_line(s: Settings, topics: tuple[str, ...], nodes: int, node_port:
             f"queries at http://{s.host}:{node_port}/docs")
 
 
-def _check(s: Settings, nodes: int, node_port: int, embedded: bool) -> tuple[str, ...]:
+def _check(s: Settings, nodes: int, node_port: int, embedded: bool, sql_port: int = 0
+           ) -> tuple[str, ...]:
     """Fail with one line unless Java, the app and every port are there; the app's topics."""
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         _fail("Java was not found (PySpark needs Java 17): install it or set JAVA_HOME")
@@ -134,6 +138,7 @@ def _check(s: Settings, nodes: int, node_port: int, embedded: bool) -> tuple[str
         _fail(f"--app/--views-module: {exc}")
     ports = [(s.ingest_host, s.ingest_port, "--ingest-port")]
     ports += [(s.host, node_port + i, "--node-port") for i in range(nodes)]
+    ports += [(s.host, sql_port + i, "--sql-port") for i in range(nodes) if sql_port]
     if embedded:
         ports.append((s.broker_host, s.broker_port, "--broker-port"))
     for host, port, flag in ports:
@@ -143,9 +148,9 @@ def _check(s: Settings, nodes: int, node_port: int, embedded: bool) -> tuple[str
 
 
 def run_up(settings: Settings, nodes: int = 3, node_port: int = 9001,
-           fresh: bool = False) -> None:
+           sql_port: int = 5433, fresh: bool = False) -> None:
     embedded = "bootstrap_servers" not in settings.model_fields_set
-    topics = _check(settings, nodes, node_port, embedded)
+    topics = _check(settings, nodes, node_port, embedded, sql_port)
     if fresh:
         _clean_slate(settings, embedded)
     # Before any child exists: Ctrl-C from here on stops cleanly, never a traceback.
@@ -171,8 +176,9 @@ def run_up(settings: Settings, nodes: int = 3, node_port: int = 9001,
     # where the nodes' dashboards read the parts' state (serving/http/dashboard/upstate.py ENV;
     # named here, not imported: the CLI does not load the web stack)
     os.environ["STREAMIQ_UP_STATE"] = str(state)
-    sup = Supervisor(_parts(settings, nodes, node_port), broker,
-                     announce=lambda: [f"streamiq: {ready_line}", *_token_lines(demo)],
+    sup = Supervisor(_parts(settings, nodes, node_port, sql_port), broker,
+                     announce=lambda: [f"streamiq: {ready_line}", *_token_lines(demo),
+                                       *_psql_lines(settings, demo, nodes, sql_port)],
                      changed=lambda parts, now: write_state(state, parts, now))
     code = 0
     try:
@@ -247,6 +253,18 @@ def _token_lines(demo: DemoToken | None, renewed: float | None = None) -> list[s
             f"renewed by up; saved in {demo.path}, where streamiq status/query/load find it; "
             f"'streamiq token --scope views:NAME --ttl 1h' mints others):")
     return [head, f"  export STREAMIQ_TOKEN={demo.token}"]
+
+
+def _psql_lines(s: Settings, demo: DemoToken | None, nodes: int, sql_port: int) -> list[str]:
+    """How to reach the nodes with psql (the demo token as the password)."""
+    if not sql_port:
+        return []
+    reach = "127.0.0.1" if s.host in WILDCARD_HOSTS else s.host
+    last = f"-{sql_port + nodes - 1}" if nodes > 1 else ""
+    password = demo.token if demo is not None else "any"  # --no-auth: any password
+    return [f"streamiq: SQL on every node (ports {sql_port}{last}, PostgreSQL wire):",
+            f'  psql "host={reach} port={sql_port} dbname=streamiq user=demo '
+            f'password={password}"']
 
 
 def _embedded_broker(s: Settings) -> EmbeddedBroker:

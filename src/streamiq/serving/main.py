@@ -24,6 +24,7 @@ from streamiq.serving.http.app import create_asgi
 from streamiq.serving.http.http_limits import HttpEdge
 from streamiq.serving.http.protocol import node_protocol
 from streamiq.serving.node import Node
+from streamiq.serving.sql.listen import start_sql
 
 __all__ = ["FATAL_EXIT_GRACE_S", "run_node"]
 
@@ -93,8 +94,9 @@ async def _serve(settings: Settings) -> int:
         return 0
     try:
         # proxy_headers=False: NodeHttpProtocol's lean path needs LeanLookups as the app
+        asgi = create_asgi(settings, node)
         server = uvicorn.Server(uvicorn.Config(
-            create_asgi(settings, node), host=settings.host, port=settings.port,
+            asgi, host=settings.host, port=settings.port,
             log_level="warning", access_log=False, lifespan="on",
             http=node_protocol().with_edge(HttpEdge(settings.request_read_timeout_s)),
             proxy_headers=False, timeout_graceful_shutdown=5,
@@ -107,6 +109,12 @@ async def _serve(settings: Settings) -> int:
             watchdog.start()
 
         node.on_fatal = fatal
+        sql = await start_sql(settings, asgi.deps)  # on this loop, before uvicorn serves
+        if sql is not None:
+            node.closing.append(sql.close)
+            node.collectors.append(sql.metrics)
+            print(f"streamiq node {settings.endpoint} answers SQL (PostgreSQL wire) on "
+                  f"{settings.host}:{settings.sql_port}", flush=True)
         print(f"streamiq node {settings.endpoint} listening on "
               f"{tls.scheme(settings)}://{settings.host}:{settings.port}", flush=True)
         # the app's lifespan closes the node: uvicorn re-raises a captured SIGTERM as

@@ -19,10 +19,12 @@ import contextlib
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from prometheus_client.core import Metric
 
 from streamiq.config import Settings
 from streamiq.errors import Overloaded
@@ -131,6 +133,10 @@ class Node:
         self._loop: asyncio.AbstractEventLoop | None = None
         #: called once when a part cannot recover (serving/main.py: stop serving, exit non-zero)
         self.on_fatal: Callable[[], None] | None = None
+        #: closed first when the node stops (serving/main.py: the SQL front end)
+        self.closing: list[Callable[[], Awaitable[None]]] = []
+        #: more of this node's /metrics (serving/main.py: the SQL front end's)
+        self.collectors: list[Callable[[], Iterator[Metric]]] = []
 
     @classmethod
     async def open(cls, settings: Settings, app: App | None = None) -> Node:
@@ -178,6 +184,8 @@ class Node:
             return
         self.stopping = True
         self.supervisor.stopping = True
+        for close in self.closing:
+            await close()
         if self._sync_task is not None:
             self._sync_task.cancel()
         await asyncio.to_thread(self.membership.stop)

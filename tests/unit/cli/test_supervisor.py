@@ -360,3 +360,36 @@ def test_every_part_up_starts_takes_the_flags_up_gives_it(
         assert got.kafka_config == given.kafka_config, part.name
         if part.name == "pipeline":
             assert (got.spark_config, got.warmup) == (given.spark_config, given.warmup)
+
+
+def test_ups_nodes_take_sql_ports_they_parse(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nodes 9001-9003 answer SQL on 5433-5435 (none with --sql-port 0): the flag each
+    node is given parses to its setting."""
+    from streamiq.cli.main import COMMANDS, build_parser, settings_from_args
+
+    monkeypatch.setenv("STREAMIQ_JWT_SECRET", "x" * 32)
+    monkeypatch.setenv("STREAMIQ_CLUSTER_SECRET", "y" * 32)
+    nodes = [p for p in _parts(Settings(), 3, 9001, 5433) if p.name.startswith("node")]
+    got = []
+    for part in nodes:
+        args = build_parser().parse_args(part.argv[3:])
+        s = settings_from_args(args, COMMANDS[args.command][1])
+        got.append((s.port, s.sql_port))
+    assert got == [(9001, 5433), (9002, 5434), (9003, 5435)]
+    assert all("--sql-port" not in p.argv for p in _parts(Settings(), 3, 9001, 0))
+    up = build_parser().parse_args(["up"])
+    assert (up.node_port, up.sql_port) == (9001, 5433)
+
+
+def test_ups_banner_has_a_psql_line_with_the_demo_token() -> None:
+    from streamiq.cli.tokens import DemoToken
+    from streamiq.cli.up import _psql_lines
+
+    demo = DemoToken("s" * 32, Path("/nonexistent/token"))
+    demo.token = "the-demo-token"
+    head, psql = _psql_lines(Settings(host="0.0.0.0"), demo, 3, 5433)
+    assert "ports 5433-5435" in head
+    assert psql == ('  psql "host=127.0.0.1 port=5433 dbname=streamiq user=demo '
+                    'password=the-demo-token"')
+    assert _psql_lines(Settings(), demo, 3, 0) == []
+    assert "password=any" in _psql_lines(Settings(), None, 1, 5433)[1]

@@ -46,3 +46,28 @@ def test_a_node_with_no_partitions_to_hold_is_ready() -> None:
     node = _node()
     node.wanted = set()  # e.g. more nodes than partitions
     assert node.ready()
+
+
+class _Stoppable(FakeMaterializer):
+    def __init__(self, order: list[str]) -> None:
+        super().__init__()
+        self.order = order
+
+    def stop(self) -> None:
+        self.order.append("materializer")
+
+
+async def test_stop_closes_the_front_ends_first_once() -> None:
+    """``Node.closing`` (the SQL port) is closed before the node leaves the cluster and
+    closes its stores, and only once however often stop is called."""
+    order: list[str] = []
+    node = Node(Settings(app="bank"), load_app("bank"),
+                offline_parts({"balances": 2}, _Stoppable(order)), Supervisor())
+
+    async def close_sql() -> None:
+        order.append("sql")
+
+    node.closing.append(close_sql)
+    await node.stop()
+    await node.stop()
+    assert order == ["sql", "materializer"]

@@ -96,6 +96,8 @@ def node_metrics(node: Node, coordinator: Coordinator) -> Callable[[], bytes]:
         yield from _stores(node)
         yield from _partitions(node)
         yield from _health(node)
+        for more in getattr(node, "collectors", ()):  # the SQL port's (a test's fake: none)
+            yield from more()
 
     return exposition(collect)
 

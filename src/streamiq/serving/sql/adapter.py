@@ -1,0 +1,178 @@
+"""The SQL front end's ``Engine`` over a node: its views, its token check and the query
+layer (``serving/query/``), so a statement is routed, forwarded and gathered exactly as
+the HTTP API's requests are.
+
+A lookup is one ``Queries.lookup`` (the one placement decision: answered here, relayed
+from one replica, or refused); a windowed view's key is its ``KeyWindows``. Multi-gets,
+scans and aggregates are the query layer's scatter-gathers: typed rows plus the
+partitions no replica answered. The session's credential goes to the owners with every
+query (``Caller.authorization``), which check it as they check an HTTP client's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from streamiq.auth import Authenticator, Principal
+from streamiq.errors import BadRequest, StreamiqError
+from streamiq.serving.cluster.coordinator import Relayed
+from streamiq.serving.cluster.placement import Redirect, Refuse
+from streamiq.serving.engines.scan import MAX_LIMIT
+from streamiq.serving.http.queries import MAX_KEYS
+from streamiq.serving.query import model as q
+from streamiq.serving.query.run import Queries
+from streamiq.serving.sql.engine import Bounds, Column, Freshness, Groups, Row, Rows, ViewInfo
+from streamiq.views.base import View
+
+__all__ = ["NodeEngine", "view_info"]
+
+_WINDOW = ("window_start", "window_end")
+
+
+def view_info(view: View) -> ViewInfo:
+    """``view`` as a table: keys are text, window bounds epoch ms, values their Spark
+    types where the view declares them (else text)."""
+    def type_of(c: str) -> str:
+        if c in _WINDOW:
+            return "bigint"
+        return view.types.get(c, "string" if c in view.key_columns else "text")
+    return ViewInfo(view.name, view.key_columns,
+                    tuple(Column(c, type_of(c)) for c in view.columns))
+
+
+def _error_classes(base: type[StreamiqError] = StreamiqError) -> dict[str, type[StreamiqError]]:
+    out = {base.code: base}
+    for sub in base.__subclasses__():
+        out.update({k: v for k, v in _error_classes(sub).items() if k not in out})
+    return out
+
+
+def relayed_error(status: int, body: bytes) -> StreamiqError:
+    """A replica's error reply as the error it names (its ``code``; unknown: by status)."""
+    try:
+        doc = orjson.loads(body)
+        code, detail = str(doc.get("code")), str(doc.get("detail") or doc.get("title"))
+    except (orjson.JSONDecodeError, AttributeError):
+        code, detail = "", body[:200].decode("utf-8", "replace")
+    cls = _error_classes().get(code) or (BadRequest if 400 <= status < 500 else StreamiqError)
+    err = cls.__new__(cls)  # StreamiqError's own __init__: a subclass's may take others
+    StreamiqError.__init__(err, detail)
+    err.http_status = status
+    return err
+
+
+class NodeEngine:
+    """``engine.Engine`` over this node's ``Queries`` (and ``authenticate``: its
+    clients' token check on the password)."""
+
+    def __init__(self, queries: Queries, auth: Authenticator) -> None:
+        self.queries = queries
+        self.auth = auth
+
+    async def authenticate(self, user: str, password: str) -> Principal:
+        """The password is a streamiq token (a JWT or an API key), as over HTTP."""
+        return self.auth.principal(f"Bearer {password}" if password else None)
+
+    async def views(self, principal: Principal) -> Sequence[ViewInfo]:
+        views = self.queries.node.views
+        return [view_info(v) for name, v in sorted(views.items()) if principal.may_read(name)]
+
+    async def lookup(self, view: str, key: str, fresh: Freshness) -> Rows:
+        """The key's row (or windows): here, relayed from one replica, or refused. In
+        redirect mode (a client is sent to the owner: SQL cannot be) the owner is asked
+        as a gather's part instead, still one hop."""
+        caller, f = _caller(fresh), _fresh(fresh)
+        if self.queries.view(view).windowed:
+            got = await self.queries.key_windows(q.KeyWindows(view, key, fresh=f), caller)
+            if isinstance(got, q.Windows):
+                return Rows(got.windows)
+            if isinstance(got, Redirect):
+                return await self.scan(view, Bounds(key, key, key + "\x00"), fresh, q.FAR)
+            return Rows(_one(got, "windows"), hops=1)
+        found = await self.queries.lookup(q.Lookup(view, key, fresh=f), caller)
+        if isinstance(found, q.Read):
+            return Rows([] if found.row is None else [found.row])
+        if isinstance(found, Redirect):
+            return await self.multi_get(view, [key], fresh)
+        return Rows(_one(found, "value"), hops=1)
+
+    async def multi_get(self, view: str, keys: Sequence[str], fresh: Freshness) -> Rows:
+        if self.queries.view(view).windowed:  # each key's windows, from its owner
+            each = await asyncio.gather(*(self.lookup(view, k, fresh) for k in keys))
+            return Rows([r for got in each for r in got.rows], hops=sum(g.hops for g in each))
+        out = Rows([])
+        for i in range(0, len(keys), MAX_KEYS):  # what one request to a peer may ask
+            g = _gathered(await self.queries.multi_get(q.MultiGet(
+                view, tuple(keys[i:i + MAX_KEYS]), fresh=_fresh(fresh)), _caller(fresh)))
+            _add(out, [r.value for r in g.result.results if r.found], g)
+        return out
+
+    async def scan(self, view: str, bounds: Bounds, fresh: Freshness, limit: int) -> Rows:
+        """Up to ``limit`` rows, a page of at most ``MAX_LIMIT`` (a peer's) at a time."""
+        f, caller = _fresh(fresh), _caller(fresh)
+        windowed = self.queries.view(view).windowed
+        out, cursor = Rows([]), None
+        while len(out.rows) < limit:
+            page = min(MAX_LIMIT, limit - len(out.rows))
+            query: q.Scan | q.WindowScan = (  # a windowed view: the windows of the prefix
+                q.WindowScan(view, prefix=bounds.prefix, limit=page, cursor=cursor, fresh=f)
+                if windowed else q.Scan(view, bounds.start, bounds.end, bounds.prefix, page,
+                                        cursor, fresh=f))
+            got = _gathered(await self.queries.scan(query, caller))
+            _add(out, [r["value"] for r in got.result.rows if _inside(r["key"], bounds)], got)
+            cursor = got.result.next_cursor
+            if cursor is None:
+                break
+        return out
+
+    async def aggregate(self, view: str, group_by: Sequence[str], aggs: Sequence[str],
+                        prefix: str | None, fresh: Freshness) -> Groups:
+        got = _gathered(await self.queries.aggregate(
+            q.Aggregate(view, tuple(group_by), tuple(aggs), prefix, fresh=_fresh(fresh)),
+            _caller(fresh)))
+        return Groups(got.result.groups, tuple(got.missing))
+
+
+def _add(out: Rows, rows: list[Row], got: q.Gathered[Any]) -> None:
+    """One page's rows, missing partitions and hops into ``out``."""
+    out.rows = [*out.rows, *rows]
+    out.missing = tuple(sorted({*out.missing, *got.missing}))
+    out.hops = max(out.hops, got.hops)
+
+
+def _fresh(fresh: Freshness) -> q.Freshness:
+    return q.Freshness(fresh.max_lag, fresh.position, fresh.wait_ms)
+
+
+def _caller(fresh: Freshness) -> q.Caller:
+    return q.Caller(authorization=fresh.authorization)
+
+
+def _inside(key: str, b: Bounds) -> bool:
+    raw = key.encode()
+    return ((b.start is None or raw >= b.start.encode())
+            and (b.end is None or raw < b.end.encode()))
+
+
+def _gathered(got: q.Gathered[Any] | q.PeerPart[Any]) -> q.Gathered[Any]:
+    if isinstance(got, q.PeerPart):  # only a peer's part (Caller.forwarded) is one
+        raise TypeError("a client's query answered as a peer's part")
+    return got
+
+
+def _one(answer: Relayed | Refuse, field: str) -> list[Row]:
+    """The rows of a one-partition answer from elsewhere: a replica's reply (``field``
+    of its 200; a 404: none), else the error it or the decision names."""
+    if isinstance(answer, Refuse):
+        raise answer.error
+    r = answer.reply
+    if r.status_code == 404 and field == "value":
+        return []
+    if r.status_code != 200:
+        raise relayed_error(r.status_code, r.content)
+    got: Any = orjson.loads(r.content)[field]
+    return list(got) if field == "windows" else [got]

@@ -1,0 +1,146 @@
+"""A plan run: the pushed-down reads through the engine, then DuckDB for what is left.
+
+Rows answered without DuckDB (``direct``) are typed from the statement's description
+over the catalog's empty tables, so they look exactly as DuckDB would hand them back.
+Every read is bounded: a gather past ``max_gather`` rows and an answer past
+``max_rows`` are ``TooManyRows`` (54000). Partitions a read could not reach fail the
+statement (57P03) or, with ``streamiq.partial = on``, become a NOTICE.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from streamiq.errors import TooManyRows, Unavailable
+from streamiq.serving.sql.catalog import Catalog, Schema
+from streamiq.serving.sql.duck import Answer, Duck, arrow_table
+from streamiq.serving.sql.engine import Engine, Freshness, Groups, Row, Rows, ViewInfo
+from streamiq.serving.sql.plans import (
+    AGG_TABLE,
+    Aggregate,
+    CatalogQuery,
+    Direct,
+    Fetch,
+    Lookup,
+    Plan,
+    Source,
+)
+from streamiq.serving.sql.stats import SqlStats
+from streamiq.serving.sql.types import coerce, duck_of_spark
+
+__all__ = ["Context", "Executor", "Limits"]
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_rows: int = 10_000  # rows an answer may return
+    max_gather: int = 100_000  # rows a statement may gather from the owners
+
+
+@dataclass
+class Context:
+    """What one statement runs with: the session's catalog and settings."""
+
+    catalog: Catalog
+    fresh: Freshness
+    partial: bool = False
+    #: the statement's result columns, described once before its parameters were bound
+    #: (rows answered without DuckDB are typed by it; None: described here)
+    schema: Schema | None = None
+    notices: list[str] = field(default_factory=list)
+
+
+def _direct_rows(direct: Direct, schema: Schema, rows: Sequence[Row]) -> list[tuple[Any, ...]]:
+    convs = [(col, coerce(duck)) for (_, col), (_, duck) in zip(direct, schema, strict=True)]
+    return [tuple(None if (v := r.get(col)) is None else conv(v) for col, conv in convs)
+            for r in rows]
+
+
+class Executor:
+    def __init__(self, engine: Engine, duck: Duck, limits: Limits | None = None,
+                 stats: SqlStats | None = None) -> None:
+        self.engine = engine
+        self.duck = duck
+        self.limits = limits or Limits()
+        self.stats = stats
+
+    async def run(self, plan: Plan, ctx: Context) -> Answer:
+        if self.stats is not None:
+            self.stats.ran(plan)
+        if isinstance(plan, CatalogQuery):
+            return await ctx.catalog.query(plan.sql, self.limits.max_rows)
+        if isinstance(plan, Aggregate):
+            return await self._aggregate(plan, ctx)
+        if isinstance(plan, Fetch):
+            rows = await self._read(plan.source, ctx)
+            if plan.direct is not None:
+                return self._answer(plan.direct, ctx.schema or await ctx.catalog.schema(
+                    plan.sql), rows)
+            return await self._duck(plan.sql, {plan.source.view: rows}, ctx)
+        gathered = {s.view: await self._read(s, ctx) for s in plan.sources}
+        return await self._duck(plan.sql, gathered, ctx)
+
+    def _answer(self, direct: Direct, schema: Schema, rows: Sequence[Row]) -> Answer:
+        self._bound_answer(len(rows))
+        return Answer(tuple(n for n, _ in schema), tuple(t for _, t in schema),
+                      _direct_rows(direct, schema, rows))
+
+    def _bound_answer(self, n: int) -> None:
+        if n > self.limits.max_rows:
+            raise TooManyRows(f"the result has more than {self.limits.max_rows} rows (the "
+                              "row limit); add a LIMIT or narrow the WHERE",
+                              limit=self.limits.max_rows)
+
+    async def _duck(self, sql: str, gathered: dict[str, Sequence[Row]], ctx: Context) -> Answer:
+        views = ctx.catalog.views
+        tables = {name: arrow_table(self._columns(views[name]), rows)
+                  for name, rows in gathered.items()}
+        return await self.duck.run(sql, tables, self.limits.max_rows)
+
+    @staticmethod
+    def _columns(view: ViewInfo) -> list[tuple[str, str]]:
+        return [(c.name, duck_of_spark(c.type)) for c in view.columns]
+
+    async def _read(self, source: Source, ctx: Context) -> Sequence[Row]:
+        cap = self.limits.max_gather
+        if isinstance(source, Lookup):
+            if len(source.keys) > cap:
+                raise TooManyRows(f"{len(source.keys)} keys asked of {source.view}, more "
+                                  f"than {cap} (the gather limit)", limit=cap)
+            if len(source.keys) == 1:
+                got = await self.engine.lookup(source.view, source.keys[0], ctx.fresh)
+            else:
+                got = await self.engine.multi_get(source.view, source.keys, ctx.fresh)
+        else:
+            got = await self.engine.scan(source.view, source.bounds, ctx.fresh, cap + 1)
+            if len(got.rows) > cap:
+                raise TooManyRows(f"the statement would gather more than {cap} rows of "
+                                  f"{source.view} (the gather limit): narrow the WHERE on "
+                                  "its key, or GROUP BY to aggregate on the owners",
+                                  limit=cap, view=source.view)
+        self._missing(source.view, got, ctx)
+        return got.rows
+
+    @staticmethod
+    def _missing(view: str, got: Rows | Groups, ctx: Context) -> None:
+        if not got.missing:
+            return
+        parts = ", ".join(map(str, sorted(got.missing)))
+        if not ctx.partial:
+            raise Unavailable(f"partitions {parts} of {view} could not be reached (SET "
+                              "streamiq.partial = on to answer with the others)",
+                              view=view, partitions=sorted(got.missing))
+        ctx.notices.append(f"partial answer: partitions {parts} of {view} are missing")
+
+    async def _aggregate(self, plan: Aggregate, ctx: Context) -> Answer:
+        got = await self.engine.aggregate(plan.view, plan.group_by, plan.aggs, plan.prefix,
+                                          ctx.fresh)
+        self._missing(plan.view, got, ctx)
+        if plan.direct is not None:
+            return self._answer(plan.direct, ctx.schema or await ctx.catalog.schema(plan.sql),
+                                got.groups)
+        columns = await ctx.catalog.schema(plan.agg_sql)
+        table = arrow_table(columns, got.groups)
+        return await self.duck.run(plan.post_sql, {AGG_TABLE: table}, self.limits.max_rows)

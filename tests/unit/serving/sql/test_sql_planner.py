@@ -1,0 +1,175 @@
+"""Every query shape of issue 26 planned: what is pushed to the owners, what DuckDB runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from sqlviews import VIEWS
+
+from streamiq.errors import BadSql, UnknownView
+from streamiq.serving.sql.engine import Bounds
+from streamiq.serving.sql.planner import plan
+from streamiq.serving.sql.plans import (
+    Aggregate,
+    CatalogQuery,
+    Fetch,
+    Gather,
+    Lookup,
+    Plan,
+    Scan,
+    bind,
+    unbound_sql,
+)
+
+EVERY = Scan("order_counts")
+
+SHAPES: list[tuple[str, Plan | dict[str, Any]]] = [
+    # point lookups and multi-gets, answered without DuckDB (direct)
+    ("SELECT account, balance FROM balances WHERE account = '1'",
+     {"source": Lookup("balances", ("1",)), "direct": (("account", "account"),
+                                                     ("balance", "balance"))}),
+    ("SELECT * FROM balances WHERE account IN ('1', '2', '3')",
+     {"source": Lookup("balances", ("1", "2", "3")), "direct": (
+         ("account", "account"), ("balance", "balance"), ("count", "count"))}),
+    ("SELECT count AS n FROM order_counts WHERE store = 's9' AND type IN ('GENERAL', 'X')",
+     {"source": Lookup("order_counts", ("s9|GENERAL", "s9|X")), "direct": (("n", "count"),)}),
+    # a key lookup with another condition: pushed, then filtered by DuckDB
+    ("SELECT * FROM balances WHERE account = '1' AND balance > 3",
+     {"source": Lookup("balances", ("1",)), "direct": None}),
+    # prefix and range scans
+    ("SELECT account FROM balances WHERE account LIKE '10%'",
+     {"source": Scan("balances", Bounds(prefix="10")), "direct": (("account", "account"),)}),
+    ("SELECT * FROM order_counts WHERE store LIKE 's1%'",
+     {"source": Scan("order_counts", Bounds(prefix="s1")), "direct": (
+         ("store", "store"), ("type", "type"), ("count", "count"), ("revenue", "revenue"))}),
+    ("SELECT * FROM balances WHERE account LIKE '1_%'",  # not a plain prefix: every row
+     {"source": Scan("balances"), "direct": None}),
+    ("SELECT * FROM balances WHERE account BETWEEN 'a' AND 'b'",
+     {"source": Scan("balances", Bounds(start="a", end="b}")), "direct": None}),
+    ("SELECT * FROM order_counts WHERE store >= 's2' AND count > 1",
+     {"source": Scan("order_counts", Bounds(start="s2")), "direct": None}),
+    ("SELECT * FROM balances WHERE account < 'b'",
+     {"source": Scan("balances", Bounds(end="b}")), "direct": None}),
+    # DuckDB over every row: ORDER BY, LIMIT, expressions, window functions, DISTINCT aggs
+    ("SELECT account, balance FROM balances ORDER BY balance DESC LIMIT 3",
+     {"source": Scan("balances"), "direct": None}),
+    ("SELECT account, balance * 2 AS dbl, rank() OVER (ORDER BY balance) FROM balances",
+     {"source": Scan("balances"), "direct": None}),
+    ("SELECT type, count(DISTINCT store) FROM order_counts GROUP BY type",
+     {"source": EVERY, "direct": None}),
+    ("SELECT type, sum(count * 2) FROM order_counts GROUP BY type",
+     {"source": EVERY, "direct": None}),
+    ("SELECT type, count(*) FROM order_counts WHERE count > 1 GROUP BY type",
+     {"source": EVERY, "direct": None}),
+]
+
+AGGREGATES: list[tuple[str, dict[str, Any]]] = [
+    ("SELECT type, count(*), sum(count), avg(revenue) FROM order_counts GROUP BY type",
+     {"group_by": ("type",), "aggs": ("avg(revenue)", "count(*)", "sum(count)"),
+      "prefix": None, "direct": (("type", "type"), ("count", "count(*)"),
+                                 ("sum", "sum(count)"), ("avg", "avg(revenue)"))}),
+    ("SELECT type, sum(count) AS n FROM order_counts GROUP BY type HAVING sum(count) > 1 "
+     "ORDER BY n DESC LIMIT 1",
+     {"group_by": ("type",), "aggs": ("sum(count)",), "prefix": None, "direct": None,
+      "post_sql": 'SELECT type, "sum(count)" AS n FROM __agg WHERE "sum(count)" > 1 '
+                  "ORDER BY n DESC NULLS FIRST LIMIT 1"}),
+    ("SELECT store, max(revenue) FROM order_counts WHERE store LIKE 's9%' GROUP BY store",
+     {"group_by": ("store",), "aggs": ("max(revenue)",), "prefix": "s9",
+      "direct": (("store", "store"), ("max", "max(revenue)"))}),
+    ("SELECT count(*) FROM public.balances",
+     {"group_by": (), "aggs": ("count(*)",), "prefix": None,
+      "direct": (("count", "count(*)"),)}),
+]
+
+
+@pytest.mark.parametrize(("sql", "want"), SHAPES, ids=[s for s, _ in SHAPES])
+def test_single_view_shapes(sql: str, want: dict[str, Any]) -> None:
+    p = plan(sql, VIEWS)
+    assert isinstance(p, Fetch)
+    assert (p.source, p.direct) == (want["source"], want["direct"])
+
+
+@pytest.mark.parametrize(("sql", "want"), AGGREGATES, ids=[s for s, _ in AGGREGATES])
+def test_group_by_is_pushed_down(sql: str, want: dict[str, Any]) -> None:
+    p = plan(sql, VIEWS)
+    assert isinstance(p, Aggregate)
+    assert {k: getattr(p, k) for k in want} == want
+
+
+def test_a_join_pushes_each_views_own_key_filter() -> None:
+    p = plan("SELECT b.account, o.count FROM balances b JOIN order_counts o "
+             "ON o.store = b.account WHERE b.account = 's9'", VIEWS)
+    assert isinstance(p, Gather)
+    assert p.sources == (Lookup("balances", ("s9",)), EVERY)
+    assert "JOIN order_counts AS o" in p.sql
+
+
+def test_a_subquery_gathers_with_its_own_filter() -> None:
+    p = plan("SELECT * FROM (SELECT account FROM balances WHERE account LIKE 'a%') x", VIEWS)
+    assert isinstance(p, Gather) and p.sources == (Scan("balances", Bounds(prefix="a")),)
+
+
+def test_a_cte_is_not_the_view_it_reads() -> None:
+    p = plan("WITH big AS (SELECT * FROM balances WHERE balance > 2) SELECT count(*) FROM big",
+             VIEWS)
+    assert isinstance(p, Gather) and p.sources == (Scan("balances"),)
+
+
+def test_postgres_semantics_survive_the_transpile() -> None:
+    p = plan("SELECT account FROM balances ORDER BY balance DESC", VIEWS)
+    assert isinstance(p, Fetch) and p.sql.endswith("ORDER BY balance DESC NULLS FIRST")
+
+
+def test_unnamed_items_are_named_as_postgresql_names_them() -> None:
+    p = plan("SELECT version(), 1, current_setting('x')", VIEWS)
+    assert p == CatalogQuery('SELECT VERSION() AS "version", 1 AS "?column?", '
+                             "CURRENT_SETTING('x') AS \"current_setting\"")
+
+
+def test_catalog_queries_read_no_view() -> None:
+    p = plan("SELECT relname FROM pg_catalog.pg_class", VIEWS)
+    assert isinstance(p, CatalogQuery)
+    assert isinstance(plan("VALUES (1, 'a')", VIEWS), CatalogQuery)
+    with pytest.raises(BadSql, match="either views or the catalog"):
+        plan("SELECT * FROM balances, pg_catalog.pg_class", VIEWS)
+
+
+@pytest.mark.parametrize("sql", ["SELECT * FROM nope", "SELECT * FROM balances JOIN nope ON 1",
+                                 "WITH x AS (SELECT 1) SELECT * FROM y"])
+def test_an_unknown_view_is_42p01(sql: str) -> None:
+    with pytest.raises(UnknownView, match=r'relation "(nope|y)" does not exist'):
+        plan(sql, VIEWS)
+
+
+def test_an_invisible_view_does_not_exist() -> None:
+    with pytest.raises(UnknownView):
+        plan("SELECT * FROM order_counts", {"balances": VIEWS["balances"]})
+
+
+@pytest.mark.parametrize("sql", ["selec 1", "SELECT * FROM balances WHERE", "SELECT ((1"])
+def test_syntax_errors_are_bad_sql(sql: str) -> None:
+    with pytest.raises(BadSql, match="syntax error"):
+        plan(sql, VIEWS)
+
+
+@pytest.mark.parametrize("sql", ["DELETE FROM balances", "CREATE TABLE t (a int)"])
+def test_views_are_read_only(sql: str) -> None:
+    with pytest.raises(BadSql, match="read-only"):
+        plan(sql, VIEWS)
+
+
+def test_a_prepared_plan_serves_every_parameter_value() -> None:
+    p = plan("SELECT balance FROM balances WHERE account = $1 AND balance > $2", VIEWS)
+    many = plan("SELECT * FROM balances WHERE account IN ($1,$2) AND '$3' = '$3'", VIEWS)
+    bound = bind(many, ["a", "b"])
+    assert isinstance(bound, Fetch) and bound.source == Lookup("balances", ("a", "b"))
+    one = bind(p, ["7", 3])
+    two = bind(p, ["it's", None])
+    assert isinstance(one, Fetch) and isinstance(two, Fetch)
+    assert one.source == Lookup("balances", ("7",))
+    assert one.sql.endswith("account = '7' AND balance > 3")
+    assert two.sql.endswith("account = 'it''s' AND balance > NULL")
+    assert unbound_sql(p.sql).endswith("account = NULL AND balance > NULL")
+    with pytest.raises(IndexError):
+        bind(p, ["7"])
