@@ -26,7 +26,8 @@ in a 3-partition topic; Spark ``local[2]`` with :func:`streamiq.pipeline.session
    transaction's ``ts``, for rows whose last update arrived in that batch).
 
 Usage: .venv/bin/python bench/bench_pipeline.py [--events 1000000] [--cap 200000]
-       [--warm-events 300000] [--trickle-s 30] [--only all|sink]
+       [--warm-events 300000] [--trickle-s 30] [--only all|sink|sources]
+       [--sources kafka,streamiq-kafka] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -232,26 +233,36 @@ def trickle(spark: Any, bs: str, seconds: float, fmt: str = "kafka") -> dict[str
 
 
 def by_source(spark: Any, bs: str, topic: str, warm: str, args: argparse.Namespace) -> None:
-    """The bank pipeline through each input format, side by side: trickle latency, then
-    throughput (warmed on ``warm`` first), a plain consumer before and after."""
-    plain = [plain_consumer(bs, topic, args.events)]
-    out: dict[str, tuple[dict[str, list[float]], dict[str, float]]] = {}
-    for fmt in args.sources.split(","):
-        tr = trickle(spark, bs, args.trickle_s, fmt)
+    """The bank pipeline through each input format, side by side. Every format is warmed
+    first (``--warm-events`` records through the same plan: the cold JVM, JIT and Python
+    workers paid before anything is measured), then ``--rounds`` rounds of throughput
+    alternate the order (a, b, b, a, ...) and each round's ratio to the first format is
+    kept; the median of those is printed. Trickle latency per format last, a plain
+    consumer before and after."""
+    fmts = args.sources.split(",")
+    for fmt in fmts:
         pipeline_throughput(spark, bs, warm, args.warm_events, None, fmt)
-        out[fmt] = tr, pipeline_throughput(spark, bs, topic, args.events, args.cap, fmt)
-        print(f"{fmt}: {out[fmt][1]}", flush=True)
+    plain = [plain_consumer(bs, topic, args.events)]
+    runs: dict[str, list[dict[str, float]]] = {f: [] for f in fmts}
+    for r in range(args.rounds):
+        for fmt in fmts if r % 2 == 0 else fmts[::-1]:
+            runs[fmt].append(pipeline_throughput(spark, bs, topic, args.events, args.cap, fmt))
+            print(f"round {r + 1} {fmt}: {runs[fmt][-1]}", flush=True)
     plain.append(plain_consumer(bs, topic, args.events))
+    trick = {fmt: trickle(spark, bs, args.trickle_s, fmt) for fmt in fmts}
     base = statistics.mean(plain)
     print(f"\nplain confluent-kafka consumer (mean of 2): {base:,.0f} events/s "
           f"({plain[0]:,.0f} / {plain[1]:,.0f})")
-    for fmt, (tr, pipe) in out.items():
-        b, lat = tr["batch_ms"], tr["ingest_to_changelog_ms"]
-        print(f"{fmt}: wall {pipe['wall']:,.0f} events/s, steady {pipe['steady']:,.0f} "
-              f"events/s ({pipe['steady'] / base:.2f}x plain), {pipe['batches']:.0f} batches, "
-              f"1st {pipe['first_batch_s']:.1f} s; trickle batch p50/p99 "
-              f"{pct(b, 50):.0f}/{pct(b, 99):.0f} ms, ingest->changelog p50/p99 "
-              f"{pct(lat, 50):.0f}/{pct(lat, 99):.0f} ms (n={len(lat)})")
+    for fmt in fmts:
+        steady = [p["steady"] for p in runs[fmt]]
+        per_round = [s / f["steady"] for s, f in zip(steady, runs[fmts[0]], strict=True)]
+        b, lat = trick[fmt]["batch_ms"], trick[fmt]["ingest_to_changelog_ms"]
+        print(f"{fmt}: steady {statistics.median(steady):,.0f} events/s median of "
+              f"{[round(x) for x in steady]} ({statistics.median(steady) / base:.2f}x plain; "
+              f"per-round ratio to {fmts[0]} median {statistics.median(per_round):.2f}); "
+              f"trickle batch p50/p99 {pct(b, 50):.0f}/{pct(b, 99):.0f} ms, "
+              f"ingest->changelog p50/p99 {pct(lat, 50):.0f}/{pct(lat, 99):.0f} ms "
+              f"(n={len(lat)})")
 
 
 def _ts(iso: str) -> float:
@@ -273,6 +284,8 @@ def main(argv: list[str] | None = None) -> None:
                          "only the bank pipeline through each --sources format")
     ap.add_argument("--sources", default="kafka,streamiq-kafka",
                     help="--only sources: the input formats, measured in turn")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="--only sources: alternating rounds of throughput per format")
     args = ap.parse_args(argv)
     from streamiq.pipeline.session import spark_session
 
