@@ -26,8 +26,7 @@ in a 3-partition topic; Spark ``local[2]`` with :func:`streamiq.pipeline.session
    transaction's ``ts``, for rows whose last update arrived in that batch).
 
 Usage: .venv/bin/python bench/bench_pipeline.py [--events 1000000] [--cap 200000]
-       [--warm-events 300000] [--trickle-s 30] [--only all|sink|sources]
-       [--sources kafka,streamiq-kafka] [--rounds 3]
+       [--warm-events 300000] [--trickle-s 30] [--only all|sink]
 """
 
 from __future__ import annotations
@@ -103,13 +102,13 @@ def view_for(topic: str) -> Any:
     return dataclasses.replace(bank.BALANCES, name=f"balances-{topic}", source_topics=(topic,))
 
 
-def run_query(spark: Any, bs: str, topic: str, ckpt: str, max_per_trigger: int | None,
-              fmt: str = "kafka") -> tuple[Any, str]:
+def run_query(spark: Any, bs: str, topic: str, ckpt: str,
+              max_per_trigger: int | None) -> tuple[Any, str]:
     import streamiq
 
     view = view_for(topic)
     kafka = {"bootstrap.servers": bs}
-    q = (streamiq.sink(build_view_stream(spark, view, kafka, max_per_trigger, fmt=fmt))
+    q = (streamiq.sink(build_view_stream(spark, view, kafka, max_per_trigger))
          .option("view", view.name).option("key", "account")
          .option("kafka.bootstrap.servers", bs).option("cluster", "bench")
          .option("checkpointLocation", ckpt).trigger(processingTime="0 seconds").start())
@@ -155,9 +154,9 @@ def sink_vs_noop(spark: Any, bs: str, n: int, cap: int, warm: int) -> dict[str, 
     return out
 
 
-def pipeline_throughput(spark: Any, bs: str, topic: str, n: int, cap: int | None,
-                        fmt: str = "kafka") -> dict[str, float]:
-    q, _ = run_query(spark, bs, topic, tempfile.mkdtemp(prefix="bench-ck-"), cap, fmt)
+def pipeline_throughput(spark: Any, bs: str, topic: str, n: int,
+                        cap: int | None) -> dict[str, float]:
+    q, _ = run_query(spark, bs, topic, tempfile.mkdtemp(prefix="bench-ck-"), cap)
     return throughput(q, n)
 
 
@@ -185,10 +184,10 @@ def throughput(q: Any, n: int) -> dict[str, float]:
             "batches": len(prog), "first_batch_s": first["durationMs"]["triggerExecution"] / 1000}
 
 
-def trickle(spark: Any, bs: str, seconds: float, fmt: str = "kafka") -> dict[str, list[float]]:
+def trickle(spark: Any, bs: str, seconds: float) -> dict[str, list[float]]:
     topic = f"bench-trickle-{uuid.uuid4().hex[:8]}"
     ensure_topics({"bootstrap.servers": bs}, {topic: 3})
-    q, changelog = run_query(spark, bs, topic, tempfile.mkdtemp(prefix="bench-ck-"), None, fmt)
+    q, changelog = run_query(spark, bs, topic, tempfile.mkdtemp(prefix="bench-ck-"), None)
     p = Producer({"bootstrap.servers": bs, "linger.ms": 0, "partitioner": "murmur2_random"})
     rnd = random.Random(2)
     # warm up (JIT, Python workers), then measure
@@ -232,39 +231,6 @@ def trickle(spark: Any, bs: str, seconds: float, fmt: str = "kafka") -> dict[str
     return {"batch_ms": durations, "ingest_to_changelog_ms": lat}
 
 
-def by_source(spark: Any, bs: str, topic: str, warm: str, args: argparse.Namespace) -> None:
-    """The bank pipeline through each input format, side by side. Every format is warmed
-    first (``--warm-events`` records through the same plan: the cold JVM, JIT and Python
-    workers paid before anything is measured), then ``--rounds`` rounds of throughput
-    alternate the order (a, b, b, a, ...) and each round's ratio to the first format is
-    kept; the median of those is printed. Trickle latency per format last, a plain
-    consumer before and after."""
-    fmts = args.sources.split(",")
-    for fmt in fmts:
-        pipeline_throughput(spark, bs, warm, args.warm_events, None, fmt)
-    plain = [plain_consumer(bs, topic, args.events)]
-    runs: dict[str, list[dict[str, float]]] = {f: [] for f in fmts}
-    for r in range(args.rounds):
-        for fmt in fmts if r % 2 == 0 else fmts[::-1]:
-            runs[fmt].append(pipeline_throughput(spark, bs, topic, args.events, args.cap, fmt))
-            print(f"round {r + 1} {fmt}: {runs[fmt][-1]}", flush=True)
-    plain.append(plain_consumer(bs, topic, args.events))
-    trick = {fmt: trickle(spark, bs, args.trickle_s, fmt) for fmt in fmts}
-    base = statistics.mean(plain)
-    print(f"\nplain confluent-kafka consumer (mean of 2): {base:,.0f} events/s "
-          f"({plain[0]:,.0f} / {plain[1]:,.0f})")
-    for fmt in fmts:
-        steady = [p["steady"] for p in runs[fmt]]
-        per_round = [s / f["steady"] for s, f in zip(steady, runs[fmts[0]], strict=True)]
-        b, lat = trick[fmt]["batch_ms"], trick[fmt]["ingest_to_changelog_ms"]
-        print(f"{fmt}: steady {statistics.median(steady):,.0f} events/s median of "
-              f"{[round(x) for x in steady]} ({statistics.median(steady) / base:.2f}x plain; "
-              f"per-round ratio to {fmts[0]} median {statistics.median(per_round):.2f}); "
-              f"trickle batch p50/p99 {pct(b, 50):.0f}/{pct(b, 99):.0f} ms, "
-              f"ingest->changelog p50/p99 {pct(lat, 50):.0f}/{pct(lat, 99):.0f} ms "
-              f"(n={len(lat)})")
-
-
 def _ts(iso: str) -> float:
     from datetime import datetime
 
@@ -279,13 +245,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--warm-events", type=int, default=300_000,
                     help="records pushed through the pipeline before measuring (JIT warm-up)")
     ap.add_argument("--trickle-s", type=float, default=30.0)
-    ap.add_argument("--only", choices=("all", "sink", "sources"), default="all",
-                    help="sink: only the user query through the sink vs noop; sources: "
-                         "only the bank pipeline through each --sources format")
-    ap.add_argument("--sources", default="kafka,streamiq-kafka",
-                    help="--only sources: the input formats, measured in turn")
-    ap.add_argument("--rounds", type=int, default=3,
-                    help="--only sources: alternating rounds of throughput per format")
+    ap.add_argument("--only", choices=("all", "sink"), default="all",
+                    help="sink: only the user query through the sink vs noop")
     args = ap.parse_args(argv)
     from streamiq.pipeline.session import spark_session
 
@@ -301,8 +262,6 @@ def main(argv: list[str] | None = None) -> None:
         produce(bs, warm, args.warm_events)
         spark = spark_session("local[2]", app_name="streamiq-bench")
         try:
-            if args.only == "sources":
-                return by_source(spark, bs, topic, warm, args)
             sink = sink_vs_noop(spark, bs, args.events, args.cap, args.warm_events)
             print(f"user query through the sink / noop: {sink['ratio']:.2f}x "
                   "(target >= 0.8)", flush=True)

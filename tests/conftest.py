@@ -38,11 +38,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
     """One Apache Kafka broker (KRaft, its log in the session's temporary folder)."""
-    from streamiq.pipeline.kafka_io import close_readers
-
     b = EmbeddedBroker("127.0.0.1", free_port(), tmp_path_factory.mktemp("kafka")).start()
     yield b
-    close_readers()  # Kafka reads made in this process (tests of the source)
     b.stop()
 
 

@@ -9,7 +9,7 @@ so SASL/SSL and tuning knobs reach librdkafka untouched; secrets are ``SecretStr
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -169,9 +169,6 @@ class Settings(BaseSettings):
         Path(".streamiq/checkpoints"), description="Spark streaming checkpoint root."
     )
     trigger_ms: int = Field(0, ge=0, description="Micro-batch trigger interval (0 = asap).")
-    source: Literal["kafka", "streamiq-kafka"] = Field(
-        "kafka", description="The pipeline's input format: Spark's own Kafka connector, or "
-        "the hand-written Python source (kept for measurement, issue 25).")
     max_offsets_per_trigger: int | None = Field(
         None, ge=1, description="Cap on input records per micro-batch."
     )

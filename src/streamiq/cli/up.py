@@ -89,7 +89,7 @@ def _parts(s: Settings, nodes: int, node_port: int, sql_port: int = 0) -> list[P
                 ingest, http_ok(f"{ingest}/health")),
            Part("pipeline", [*py, "pipeline", *_common(s), "--master", s.master,
                              "--checkpoint-dir", str(s.checkpoint_dir),
-                             "--trigger-ms", str(s.trigger_ms), "--source", s.source,
+                             "--trigger-ms", str(s.trigger_ms),
                              "--spark-config", json.dumps(s.spark_config),
                              "--warmup" if s.warmup else "--no-warmup",
                              "--metrics-host", s.metrics_host,

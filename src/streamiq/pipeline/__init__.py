@@ -1,5 +1,5 @@
-"""The Spark side of streamiq: the ``streamiq-kafka`` source, the ``streamiq`` sink and
-``streamiq pipeline``. Importing this package does not import PySpark."""
+"""The Spark side of streamiq: the ``streamiq`` sink and ``streamiq pipeline`` (which
+reads with Spark's own ``kafka`` source). Importing this package does not import PySpark."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ __all__ = ["register"]
 
 
 def register(spark: SparkSession) -> SparkSession:
-    """Register the ``streamiq-kafka`` source and the ``streamiq`` sink with ``spark``."""
+    """Register the ``streamiq`` sink with ``spark`` (``streamiq.sink`` does it itself)."""
     from streamiq.pipeline.session import register_formats
 
     return register_formats(spark)

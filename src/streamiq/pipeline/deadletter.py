@@ -45,7 +45,6 @@ from typing import TYPE_CHECKING, Any
 from streamiq.pipeline.deadletter_record import build, reason_class
 from streamiq.pipeline.deadletter_writer import DeadLetterWriter, RateLimitedLog
 from streamiq.pipeline.java_kafka import source_options
-from streamiq.pipeline.source import FORMAT
 from streamiq.views.base import View
 
 if TYPE_CHECKING:
@@ -177,9 +176,8 @@ class DeadLetters:
 
     def __init__(self, spark: SparkSession, view: View, kafka: Mapping[str, Any],
                  checkpoint: str, source_topics: tuple[str, ...] | None = None,
-                 topic: str = DEAD_LETTER_TOPIC, fmt: str = FORMAT) -> None:
+                 topic: str = DEAD_LETTER_TOPIC) -> None:
         self.spark = spark
-        self.fmt = fmt  # the input's format: ``kafka`` (Spark's) or ``streamiq-kafka``
         self.view = view
         self.source_topics = source_topics or view.source_topics  # real (prefixed) names
         self.topic = topic
@@ -212,7 +210,7 @@ class DeadLetters:
         start_json = json.dumps(start) if start else "earliest"
         # an end still at "earliest" (-2) means nothing was read from that partition
         end = {t: {p: max(int(o), 0) for p, o in po.items()} for t, po in end.items()}
-        raw = (self.spark.read.format(self.fmt).options(**source_options(self.fmt, self.kafka))
+        raw = (self.spark.read.format("kafka").options(**source_options(self.kafka))
                .option("subscribe", ",".join(self.source_topics))
                .option("startingOffsets", start_json)
                .option("endingOffsets", json.dumps(end))

@@ -156,8 +156,7 @@ def java_kafka_config(kafka: Mapping[str, Any]) -> dict[str, str]:
     return {**out, **_sasl(conf), **_ssl(conf)}
 
 
-def source_options(fmt: str, kafka: Mapping[str, Any]) -> dict[str, str]:
-    """The ``kafka.*`` options of a ``fmt`` reader: mapped to the Java client for Spark's
-    ``kafka`` format, librdkafka's spelling for ``streamiq-kafka`` (the Python source)."""
-    conf = java_kafka_config(kafka) if fmt == "kafka" else {k: str(v) for k, v in kafka.items()}
-    return {f"kafka.{k}": v for k, v in conf.items()}
+def source_options(kafka: Mapping[str, Any]) -> dict[str, str]:
+    """The ``kafka.*`` options of a reader of Spark's ``kafka`` format: librdkafka's
+    settings mapped to the Java client's."""
+    return {f"kafka.{k}": v for k, v in java_kafka_config(kafka).items()}

@@ -1,7 +1,6 @@
 """``streamiq pipeline``: one streaming query per view, changelogs out, dead letters aside.
 
-Per view: Spark's ``kafka`` source (or ``--source streamiq-kafka``, the hand-written
-Python one, kept for measurement; earliest, exact ranges) -> ``from_json`` + validation
+Per view: Spark's ``kafka`` source (earliest) -> ``from_json`` + validation
 (invalid records counted by an observed metric, kept out of the view) -> the view's
 ``transform`` -> ``update`` output -> the ``streamiq`` sink
 (:func:`streamiq.pipeline.sinkwriter.sink`, the one changelog writer users' own queries
@@ -15,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import queue
-import tempfile
 import threading
 import time
 import uuid
@@ -62,29 +60,18 @@ _RESTART_WINDOW_S = 300.0
 
 def build_view_stream(spark: SparkSession, view: View, kafka: dict[str, Any],
                       max_offsets_per_trigger: int | None = None,
-                      topics: tuple[str, ...] | None = None,
-                      pause_file: str | None = None,
-                      first_batch_now: bool = False, fmt: str = "kafka") -> DataFrame:
+                      topics: tuple[str, ...] | None = None) -> DataFrame:
     """The view's streaming frame: its key, window and value columns, metric attached.
 
     ``topics``: the real input topic names (default ``view.source_topics``, unprefixed).
-    ``fmt``: ``kafka`` (Spark's connector) or ``streamiq-kafka`` (the Python source,
-    which alone knows the next two options; Spark's source runs a new query's first
-    micro-batch at once anyway, and ``Pipeline.stop`` waits for the batch in flight).
-    ``pause_file``: while it exists the source offers no new data (see Pipeline.stop).
-    ``first_batch_now``: a new query runs its first micro-batch at once, even empty.
     """
     from pyspark.sql import functions as F
 
-    reader = (spark.readStream.format(fmt).options(**source_options(fmt, kafka))
+    reader = (spark.readStream.format("kafka").options(**source_options(kafka))
               .option("subscribe", ",".join(topics or view.source_topics))
               .option("startingOffsets", "earliest"))
     if max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
-    if pause_file and fmt != "kafka":
-        reader = reader.option("pauseWhenExists", pause_file)
-    if first_batch_now and fmt != "kafka":
-        reader = reader.option("emptyFirstBatch", "true")
     valid = valid_column(view)
     parsed = parse_input(reader.load(), view).observe(
         METRIC, F.count_if(~valid).alias("bad"), F.count(F.lit(1)).alias("records"))
@@ -129,10 +116,6 @@ class Pipeline:
         self._recover: list[_ViewRun] = []  # crash-window dead-letter scans, first poll
         self._listener: Any = None
         self._closing = False
-        # while this file exists the sources offer no new data: stop() lets the
-        # micro-batch in flight finish instead of interrupting it (local to the driver,
-        # where the sources' offsets are computed)
-        self.pause_file = Path(tempfile.gettempdir()) / f"streamiq-pause-{uuid.uuid4().hex}"
 
     @property
     def dead_letters(self) -> int:
@@ -167,7 +150,7 @@ class Pipeline:
             ckpt = str(root / view.name)
             dead = None if sig in seen else DeadLetters(
                 self.spark, view, self.kafka, ckpt, self.topics_of(view),
-                self.settings.topic(DEAD_LETTER_TOPIC), fmt=self.settings.source)
+                self.settings.topic(DEAD_LETTER_TOPIC))
             seen.add(sig)
             changelog = self.settings.topic(view.changelog_topic)
             self.runs[view.name] = _ViewRun(view, ckpt, changelog,
@@ -200,8 +183,7 @@ class Pipeline:
         s = self.settings
 
         def build(view: View, topics: tuple[str, ...]) -> DataFrame:
-            return build_view_stream(self.spark, view, self.kafka, None, topics,
-                                     fmt=s.source)
+            return build_view_stream(self.spark, view, self.kafka, None, topics)
 
         topic = s.topic(f"_streamiq-warmup-{uuid.uuid4().hex[:8]}")
         took = warm_up(self.spark, list(self.app.views), self.kafka, build, topic, s.partitions,
@@ -209,8 +191,8 @@ class Pipeline:
         log.info("warmed up in %.1f s (every view's plan ran once on an example record)", took)
 
     def _first_batches(self, runs: list[_ViewRun], timeout: float = 180.0) -> None:
-        """Wait until each new query has run its first micro-batch (at once, even if
-        empty: the source's ``emptyFirstBatch``). A new query's first batch costs
+        """Wait until each new query has run its first micro-batch (Spark's source runs
+        a new query's first batch at once, even empty). A new query's first batch costs
         seconds more than the next ones (state stores, plan, sink), measured 5-7 s with
         three views on 2 cores after the warm-up: paid here, before the pipeline says
         ready, not by the first user's write. Best effort: a query that fails is
@@ -225,16 +207,15 @@ class Pipeline:
     def _start_query(self, run: _ViewRun) -> None:
         s = self.settings
         df = build_view_stream(self.spark, run.view, self.kafka, s.max_offsets_per_trigger,
-                               self.topics_of(run.view), str(self.pause_file),
-                               first_batch_now=True, fmt=s.source)
+                               self.topics_of(run.view))
         self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", run.view.name)
         run.query = (sink(df).queryName(run.view.name).outputMode("update")
                      .options(**run.options).option("checkpointLocation", run.checkpoint)
                      .trigger(processingTime=f"{s.trigger_ms} milliseconds").start())
         # None clears the property (pyspark's stub says str)
         self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)  # type: ignore[arg-type]
-        log.info("view %s: query started (source %s, checkpoint %s, changelog %s)",
-                 run.view.name, s.source, run.checkpoint, run.changelog)
+        log.info("view %s: query started (checkpoint %s, changelog %s)",
+                 run.view.name, run.checkpoint, run.changelog)
 
     def _register_listener(self) -> None:
         from pyspark.sql.streaming import StreamingQueryListener
@@ -336,8 +317,8 @@ class Pipeline:
         self._start_query(run)
 
     def _drain(self, timeout: float = 30.0) -> None:
-        """Pause the sources and wait for the micro-batches in flight to finish."""
-        self.pause_file.touch()
+        """Wait for the micro-batches in flight to finish (each query's; a batch that
+        starts after this is interrupted by ``stop`` and redone from the checkpoint)."""
         deadline = time.monotonic() + timeout
         for run in self.runs.values():
             q = run.query
@@ -392,7 +373,6 @@ class Pipeline:
             self.spark.streams.removeListener(self._listener)
             self._listener = None
         self.progress.close()
-        self.pause_file.unlink(missing_ok=True)
 
 
 def run_pipeline(settings: Settings) -> None:
@@ -400,13 +380,12 @@ def run_pipeline(settings: Settings) -> None:
     configure_logging(settings.log_level, settings.log_format)
     app = load_app(settings.app, settings.views_module)
     stop = stop_on_signals()
-    if settings.source == "kafka":
-        try:
-            java_kafka_config(settings.kafka())
-            require_connector()
-        # names the kafka_config key, or the missing jar and the install command
-        except (JarsError, JavaKafkaConfigError) as exc:
-            raise SystemExit(f"streamiq pipeline: {exc}") from None
+    try:
+        java_kafka_config(settings.kafka())
+        require_connector()
+    # names the kafka_config key, or the missing jar and the install command
+    except (JarsError, JavaKafkaConfigError) as exc:
+        raise SystemExit(f"streamiq pipeline: {exc}") from None
     from streamiq.pipeline.session import spark_session
 
     spark = spark_session(settings.master, app_name=f"streamiq-{app.name}",

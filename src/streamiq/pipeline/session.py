@@ -97,10 +97,8 @@ def spark_session(master: str = "local[2]", app_name: str = "streamiq",
 
 
 def register_formats(spark: SparkSession) -> SparkSession:
-    """Register streamiq's formats: ``streamiq-kafka`` (source) and ``streamiq`` (sink)."""
+    """Register streamiq's format: the ``streamiq`` sink."""
     from streamiq.pipeline.datasource import StreamiqDataSource
-    from streamiq.pipeline.source import KafkaDataSource
 
-    spark.dataSource.register(KafkaDataSource)
     spark.dataSource.register(StreamiqDataSource)
     return spark

@@ -119,13 +119,13 @@ def test_security_keys_without_a_mapping_are_refused(key: str) -> None:
     assert "has no mapping" in _refused({"bootstrap.servers": "b:1", key: "x"}, key)
 
 
-def test_source_options_per_format() -> None:
+def test_source_options_are_the_java_clients_prefixed() -> None:
     conf = {"bootstrap.servers": "b:1", "sasl.mechanism": "PLAIN", "sasl.username": "u",
             "sasl.password": "p", "group.id": "g"}
-    java = source_options("kafka", conf)
+    java = source_options(conf)
     assert java["kafka.sasl.jaas.config"] == f'{PLAIN} required username="u" password="p";'
+    assert java["kafka.bootstrap.servers"] == "b:1"
     assert "kafka.sasl.username" not in java and "kafka.group.id" not in java
-    assert source_options("streamiq-kafka", conf) == {f"kafka.{k}": v for k, v in conf.items()}
 
 
 def test_pipeline_refuses_an_unmappable_setting_before_spark(
