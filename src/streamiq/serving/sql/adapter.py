@@ -112,7 +112,12 @@ class NodeEngine:
         return out
 
     async def scan(self, view: str, bounds: Bounds, fresh: Freshness, limit: int) -> Rows:
-        """Up to ``limit`` rows, a page of at most ``MAX_LIMIT`` (a peer's) at a time."""
+        """Up to ``limit`` rows, a page of at most ``MAX_LIMIT`` (a peer's) at a time;
+        none for a range ending where it starts or before (``BETWEEN 'b' AND 'a'``: the
+        query layer refuses such a scan)."""
+        if bounds.start is not None and bounds.end is not None and (
+                bounds.end.encode() <= bounds.start.encode()):
+            return Rows([])
         f, caller = _fresh(fresh), _caller(fresh)
         windowed = self.queries.view(view).windowed
         out, cursor = Rows([]), None

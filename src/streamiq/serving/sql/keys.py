@@ -3,19 +3,21 @@
 Keys are the key columns' values joined by ``|`` (``views/base.py``), stored in byte
 order, so: equality on every key column is a set of keys (a lookup or a multi-get); a
 ``LIKE 'x%'`` on the first key column is a key prefix; a range on the first key column
-is a key range. A range is widened to cover every key whose first column is in it
-(``b|...`` for ``<= 'b'``), so it is never exact: DuckDB applies the condition.
+is a key range, its conditions intersected (``>= 'a' AND < 'b'`` reads the keys from
+``a`` to ``b``, not every key from ``a`` on). A range is widened to cover every key
+whose first column is in it (``b|...`` for ``<= 'b'``), so it is never exact: DuckDB
+applies the condition.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from sqlglot import exp
 
 from streamiq.serving.sql.engine import Bounds, ViewInfo
-from streamiq.serving.sql.plans import Lookup, Scan, Source
+from streamiq.serving.sql.plans import Lookup, Scan, Source, has_marker
 
 __all__ = ["key_source"]
 
@@ -90,14 +92,32 @@ def key_source(view: ViewInfo, conds: Sequence[exp.Expr]) -> tuple[Source | None
         keys = tuple(KEY_SEP.join(p) for p in itertools.product(
             *(eq[k] for k in view.key_columns)))
         return Lookup(view.name, keys), used == len(conds)
-    first = view.key_columns[0]
-    for c in conds:
-        if _column(c, view) != first:
-            continue
+    on_first = [c for c in conds if _column(c, view) == view.key_columns[0]]
+    for c in on_first:
         prefix = _prefix(c)
         if prefix is not None:
             return Scan(view.name, Bounds(prefix=prefix)), len(conds) == 1
-        bounds = _range(c)
-        if bounds is not None:
-            return Scan(view.name, bounds), False
-    return None, False
+    ranges = [b for c in on_first if (b := _range(c)) is not None]
+    if not ranges:
+        return None, False
+    return Scan(view.name, _intersect(ranges)), False
+
+
+def _intersect(ranges: Sequence[Bounds]) -> Bounds:
+    """A range covering the keys every one of ``ranges`` covers: the highest start and
+    the lowest end among those known when planning (keys compare as UTF-8 bytes); a
+    parameter's (``$n``, known at Bind) is used only when no value is given."""
+    starts = [b.start for b in ranges if b.start is not None]
+    ends = [b.end for b in ranges if b.end is not None]
+    return Bounds(start=_tightest(starts, max), end=_tightest(ends, min))
+
+
+def _tightest(bounds: list[str], pick: Callable[..., str]) -> str | None:
+    known = [b for b in bounds if not has_marker(b)]
+    if known:
+        return pick(known, key=_utf8)
+    return bounds[0] if bounds else None
+
+
+def _utf8(key: str) -> bytes:
+    return key.encode()

@@ -18,7 +18,7 @@ from streamiq.serving.sql.engine import Bounds
 from streamiq.serving.sql.types import sql_literal
 
 __all__ = ["AGG_TABLE", "Aggregate", "CatalogQuery", "Fetch", "Gather", "Lookup", "Plan", "Scan",
-           "Source", "bind", "marker", "unbound_sql"]
+           "Source", "bind", "has_marker", "marker", "unbound_sql"]
 
 #: the table the aggregate's groups are registered as for its post SQL
 AGG_TABLE = "__agg"
@@ -30,6 +30,11 @@ _RAW = re.compile(f"{_MARK}(\\d+){_MARK}")
 def marker(n: int) -> str:
     """The stand-in for parameter ``$n`` while planning (a string no client sends)."""
     return f"{_MARK}{n}{_MARK}"
+
+
+def has_marker(text: str) -> bool:
+    """``text`` holds a parameter's marker (its value is known at Bind only)."""
+    return _MARK in text
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,15 @@ SHAPES: list[tuple[str, Plan | dict[str, Any]]] = [
      {"source": Scan("order_counts", Bounds(start="s2")), "direct": None}),
     ("SELECT * FROM balances WHERE account < 'b'",
      {"source": Scan("balances", Bounds(end="b}")), "direct": None}),
+    # both bounds of a range pushed, whatever their order
+    ("SELECT * FROM balances WHERE account >= 'a' AND account < 'b'",
+     {"source": Scan("balances", Bounds(start="a", end="b}")), "direct": None}),
+    ("SELECT * FROM order_counts WHERE store <= 's5' AND count > 1 AND store > 's2'",
+     {"source": Scan("order_counts", Bounds(start="s2", end="s5}")), "direct": None}),
+    ("SELECT * FROM balances WHERE account BETWEEN 'a' AND 'c' AND account > 'b'",
+     {"source": Scan("balances", Bounds(start="b", end="c}")), "direct": None}),
+    ("SELECT * FROM balances WHERE account BETWEEN 'b' AND 'a'",
+     {"source": Scan("balances", Bounds(start="b", end="a}")), "direct": None}),
     # DuckDB over every row: ORDER BY, LIMIT, expressions, window functions, DISTINCT aggs
     ("SELECT account, balance FROM balances ORDER BY balance DESC LIMIT 3",
      {"source": Scan("balances"), "direct": None}),
@@ -173,3 +182,13 @@ def test_a_prepared_plan_serves_every_parameter_value() -> None:
     assert unbound_sql(p.sql).endswith("account = NULL AND balance > NULL")
     with pytest.raises(IndexError):
         bind(p, ["7"])
+
+
+def test_a_range_of_parameters_and_values_pushes_the_values_it_can_compare() -> None:
+    """Bounds known only at Bind are never compared while planning: a value's bound is
+    chosen over a parameter's, and a parameter's is kept when it is the only one."""
+    p = plan("SELECT * FROM balances WHERE account < $1 AND account >= $2 "
+             "AND account >= 'a'", VIEWS)
+    bound = bind(p, ["c", "b"])
+    assert isinstance(bound, Fetch)
+    assert bound.source == Scan("balances", Bounds(start="a", end="c}"))

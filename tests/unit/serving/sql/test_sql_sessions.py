@@ -78,6 +78,11 @@ def test_row_limits_are_54000_and_the_connection_lives(server: ServerThread) -> 
         with pytest.raises(errors.ProgramLimitExceeded, match="more than 20 rows"):
             c.execute(f"SELECT * FROM balances WHERE account IN ({keys})")
         assert len(c.execute("SELECT * FROM order_counts").fetchall()) == 18
+        # a range gathers its own rows only (both bounds pushed), not all from its start
+        for sql, params in (("account >= '1' AND account < '11'", ()),
+                            ("account < %s AND account >= %s", ("11", "1"))):
+            assert c.execute(f"SELECT account FROM balances WHERE {sql} ORDER BY 1",
+                             params).fetchall() == [("1",), ("10",)]
 
 
 @pytest.mark.parametrize(("setup", "sql"), [
