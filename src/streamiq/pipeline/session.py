@@ -65,8 +65,8 @@ def _launch_jvm(master: str, app_name: str, settings: dict[str, str]) -> None:
 
 def spark_session(master: str = "local[2]", app_name: str = "streamiq",
                   shuffle_partitions: int | None = None, **conf: Any) -> SparkSession:
-    """Build (or get) the SparkSession and register streamiq's formats (source and sink);
-    Spark's ``kafka`` format too when its connector is installed.
+    """Build (or get) the SparkSession and register streamiq's ``streamiq`` sink; Spark's
+    ``kafka`` format is there when its connector is installed (``make install``).
 
     ``conf`` entries (real Spark keys: ``spark_session(**{"spark.x": v})``) override
     :data:`SESSION_CONF`.
@@ -93,7 +93,24 @@ def spark_session(master: str = "local[2]", app_name: str = "streamiq",
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    _quiet(spark)
     return register_formats(spark)
+
+
+#: loggers whose warnings are expected on every start, not news: the FAIR scheduler's
+#: pool per view is made on first use ("pool ... has not been configured"), and the
+#: ``streamiq`` sink registers its format for each query ("replaced a previously
+#: registered data source")
+QUIET_LOGGERS = ("org.apache.spark.scheduler.FairSchedulableBuilder",
+                 "org.apache.spark.sql.execution.datasources.DataSourceManager")
+
+
+def _quiet(spark: SparkSession) -> None:
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None  # the context is running
+    error = jvm.org.apache.logging.log4j.Level.ERROR
+    for name in QUIET_LOGGERS:
+        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, error)
 
 
 def register_formats(spark: SparkSession) -> SparkSession:
