@@ -8,11 +8,10 @@ KAFKA := $(VENV)/.kafka-jars
 # Spark's Kafka connector at PySpark's version, resolved by Maven once (pipeline/connector.py)
 CONNECTOR := $(VENV)/.spark-kafka-jars
 # make test's pytest-xdist workers: most integration tests wait on real parts (Spark
-# micro-batches, restarts, heartbeats): with two on two cores the CPU was half idle (a
-# fresh clone's .ci/run: 27 min of pytest, 0.95 cores busy on average). Three starved the
-# Python source's simple workers (a fixed 10 s connect-back), gone with it. WORKERS=0 runs
-# one process
-WORKERS ?= 3
+# micro-batches, restarts, heartbeats), so two share two cores well (fresh clones'
+# .ci/run: 27 min of pytest with 2 workers, load 7-8, 0.95 cores busy on average; 31 min
+# with 3, load 14-19: the Spark JVMs then fight for the cores). WORKERS=0 runs one process
+WORKERS ?= 2
 
 .PHONY: install chromium demo test test-unit test-integration lint unasync bench clean
 
