@@ -80,7 +80,11 @@ def test_forged_heartbeats_claim_nothing_and_draw_no_connection(cluster: Any) ->
     forger = threading.Thread(target=forge, daemon=True)
     forger.start()
     try:
-        time.sleep(2.0)  # more than a member timeout of forged heartbeats
+        # every node has read whole rounds of the forgeries (each is refused as unsigned:
+        # no valid signature) before the checks: a refused record changes nothing later
+        until(lambda: all(reasons(p, "membership").get("unsigned", 0) >= 6 for p in ports),
+              "every node to refuse two rounds of forged heartbeats", 60,
+              show=lambda: {p: reasons(p, "membership") for p in ports})
         with httpx.Client(timeout=10) as c:
             for port in ports:
                 for row in rows:

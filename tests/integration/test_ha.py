@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 from changelog import produce_rows
+from waits import until
 
 from streamiq.kafka.admin import ensure_topics
 from streamiq.views.bank import BALANCES
@@ -41,6 +42,7 @@ async def _load(entry: list[int], stop: asyncio.Event, stats: dict[str, Any], se
         while not stop.is_set():
             i = rng.randrange(N_ACCOUNTS)
             port = rng.choice(entry)
+            stats["in_flight"][port] += 1
             try:
                 r = await client.get(f"http://127.0.0.1:{port}/account/a{i}")
             except httpx.TransportError as exc:
@@ -50,6 +52,8 @@ async def _load(entry: list[int], stop: asyncio.Event, stats: dict[str, Any], se
             except httpx.HTTPError as exc:
                 stats["failed"].append((port, f"a{i}", type(exc).__name__))
                 continue
+            finally:
+                stats["in_flight"][port] -= 1
             if r.status_code == 200 and r.json()["value"]["balance"] == i:
                 stats["ok"] += 1
                 stats["roles"][r.json()["role"]] += 1
@@ -65,7 +69,7 @@ async def _chaos(cluster: Any, nodes: list[tuple[int, Any]], stats: dict[str, An
     stop = asyncio.Event()
     workers = [asyncio.create_task(_load(entry, stop, stats, seed)) for seed in range(WORKERS)]
     (p1, n1), (p2, n2), _ = nodes
-    step = asyncio.sleep
+    step = asyncio.sleep  # the schedule's phases, the load running through each (pacing)
     await step(2)
     entry.remove(p1)  # crash: requests already in flight to it die with it
     stats["killed"].add(p1)
@@ -81,7 +85,7 @@ async def _chaos(cluster: Any, nodes: list[tuple[int, Any]], stats: dict[str, An
     entry.append(p4)
     await step(3)
     entry.remove(p2)  # planned removal: drain it like a load balancer, then stop it
-    await step(0.5)
+    await until(lambda: stats["in_flight"][p2] == 0, f"the queries in flight to {p2}", 30)
     await asyncio.to_thread(n2.stop)
     await step(4)
     stop.set()
@@ -95,7 +99,7 @@ def test_queries_survive_kill_restart_add_remove(cluster: Any) -> None:
     produce_rows(cluster.bootstrap, topic, BALANCES, _rows())
     nodes = cluster.nodes(3, "bank", ["--standby-replicas", "1"])
     stats: dict[str, Any] = {"ok": 0, "wrong": [], "failed": [], "entry_died": [],
-                             "killed": set(), "roles": Counter()}
+                             "killed": set(), "roles": Counter(), "in_flight": Counter()}
     asyncio.run(_chaos(cluster, nodes, stats))
     total = stats["ok"] + len(stats["wrong"]) + len(stats["failed"]) + len(stats["entry_died"])
     print(f"\nchaos: {total} queries, {stats['ok']} ok, {len(stats['wrong'])} wrong, "

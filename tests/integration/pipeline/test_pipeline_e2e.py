@@ -123,7 +123,7 @@ def test_exactly_once_across_kills(bootstrap: str, tmp_path: Path) -> None:
                           value=json.dumps({"account": acct, "amount": amt, "ts": i}))
                 i += 1
             p.poll(0)
-            time.sleep(0.05)
+            time.sleep(0.05)  # the stream's pace
         assert p.flush(30) == 0
 
     commits = tmp_path / "ck" / f"balances-{suffix}" / "commits"
@@ -145,11 +145,13 @@ def test_exactly_once_across_kills(bootstrap: str, tmp_path: Path) -> None:
             # this run streams (a batch of its own committed), then it dies at a random
             # point of a later batch
             until(partial(committed_beyond, before), "a batch of this run", 180)
-            time.sleep(rnd.uniform(0.0, 2.0))
+            time.sleep(rnd.uniform(0.0, 2.0))  # a random point of a later batch (pacing)
             pipe.kill()
             kills += 1
+        before = committed()
         pipe.start()
-        time.sleep(3)
+        # the last run streams too: a batch of its own committed while records arrive
+        until(partial(committed_beyond, before), "a batch of the last run", 180)
         stop.set()
         producer.join(60)
         ends = input_ends(bootstrap, topic)

@@ -58,7 +58,7 @@ def test_user_query_changelog_exact_across_sigkill(bootstrap: str, tmp_path: Pat
                 events.append(e)
                 p.produce(topic, key=e["user"], value=json.dumps(e))
             p.poll(0)
-            time.sleep(0.05)
+            time.sleep(0.05)  # the stream's pace
         assert p.flush(30) == 0
 
     cmd = [sys.executable, str(HERE / "user_query.py"), bootstrap, topic, view, cluster,
@@ -69,10 +69,12 @@ def test_user_query_changelog_exact_across_sigkill(bootstrap: str, tmp_path: Pat
     try:
         proc.start()
         _wait_for_marker(bootstrap, changelog)  # a batch committed: the kill is mid-stream
-        time.sleep(rnd.uniform(0.5, 3.0))
+        time.sleep(rnd.uniform(0.5, 3.0))  # a random point of a later batch (pacing)
         proc.kill()
+        killed_at = _last_batch(bootstrap, changelog)
         proc.start()
-        time.sleep(2)
+        # the restarted query streams too: a batch of its own marked while records arrive
+        _wait_for_marker(bootstrap, changelog, after=killed_at)
         stop.set()
         producer.join(60)
         ends = input_ends(bootstrap, topic)
@@ -94,14 +96,23 @@ def test_user_query_changelog_exact_across_sigkill(bootstrap: str, tmp_path: Pat
         changelog, 3, False, False)
 
 
-def _wait_for_marker(bootstrap: str, changelog: str, timeout: float = 120.0) -> None:
+def _last_batch(bootstrap: str, changelog: str) -> int:
+    """The highest batch id of the markers on ``changelog`` (-1: none yet)."""
+    markers = changelog_state(read_topic(bootstrap, changelog))[1]
+    return max((int(mk["batch_id"]) for ms in markers.values() for mk in ms), default=-1)
+
+
+def _wait_for_marker(bootstrap: str, changelog: str, timeout: float = 120.0,
+                     after: int = -1) -> None:
+    """Until ``changelog`` holds a marker of a batch later than ``after``."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         ensure_topics({"bootstrap.servers": bootstrap}, {changelog: 3})
-        if changelog_state(read_topic(bootstrap, changelog))[1]:
+        if _last_batch(bootstrap, changelog) > after:
             return
         time.sleep(0.5)
-    raise AssertionError(f"no marker on {changelog} within {timeout:.0f} s")
+    raise AssertionError(f"no marker of a batch after {after} on {changelog} within "
+                         f"{timeout:.0f} s")
 
 
 def _sink(df: Any, bootstrap: str, tmp_path: Path, **options: str | None) -> Any:

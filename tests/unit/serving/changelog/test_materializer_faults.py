@@ -108,7 +108,7 @@ def fake_kafka(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Log, list[Any]
                 self.pos[tp] = at + len(got)
                 out += got
             if not out:
-                time.sleep(0.002)
+                time.sleep(0.002)  # as a real consumer's poll timeout would (pacing)
             return out
 
         def get_watermark_offsets(self, tp: Any, cached: bool = False) -> tuple[int, int]:
