@@ -17,7 +17,8 @@ import httpx
 
 from streamiq.auth import mint
 
-__all__ = ["FAST_JVM", "FAST_PIPELINE_ENV", "Deployment", "Proc", "free_port", "wait_http"]
+__all__ = ["FAST_JVM", "FAST_PIPELINE_ENV", "Deployment", "Proc", "free_port", "free_ports",
+           "port_free", "wait_http"]
 
 #: the tests' Spark driver JVMs: C1 only and a serial GC, for short lives (a pipeline's
 #: JVM up in ~2.5 s instead of ~6.5 s, its first job ~4 s sooner, measured on 2 cores)
@@ -31,11 +32,51 @@ FAST_PIPELINE_ENV = {
 }
 
 
-def free_port() -> int:
-    """A free loopback TCP port (tests never use the fixed default ports)."""
+#: where tests take their ports: below the kernel's ephemeral range (32768-60999 here),
+#: so no port the kernel hands out by itself (a Spark driver's, a client's outgoing
+#: connection, a TCP self-connect) can take one between its pick and its bind; and above
+#: the defaults users run on (8080, 9001-9003, 9092, 9400, 5433-5435)
+PORTS = range(20000, 32768)
+
+
+def _worker_slice() -> range:
+    """This pytest-xdist worker's share of PORTS: workers never pick the same port."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(worker[2:]) if worker[2:].isdigit() else 0
+    count = max(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1), index + 1)
+    size = len(PORTS) // count
+    return range(PORTS.start + index * size, PORTS.start + (index + 1) * size)
+
+
+_SLICE = _worker_slice()
+_next = _SLICE.start + (os.getpid() * 7919) % len(_SLICE)  # runs apart: distinct starts
+
+
+def port_free(port: int) -> bool:
+    """Nothing on 127.0.0.1 holds ``port`` (bound, listening or connected)."""
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_ports(n: int = 1) -> int:
+    """The first of ``n`` consecutive free loopback ports from this worker's slice, each
+    handed out once per run (until the slice wraps). Tests never use the default ports."""
+    global _next
+    for _ in range(len(_SLICE)):
+        first = _next
+        _next = first + n if first + n < _SLICE.stop else _SLICE.start
+        if first + n <= _SLICE.stop and all(port_free(p) for p in range(first, first + n)):
+            return first
+    raise RuntimeError(f"no {n} consecutive free ports in {_SLICE}")
+
+
+def free_port() -> int:
+    """A free loopback TCP port (see free_ports)."""
+    return free_ports(1)
 
 
 def wait_http(url: str, timeout: float, proc: subprocess.Popen[bytes] | None = None,

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from procs import free_port
+from procs import free_port, free_ports
 
 from streamiq.auth import mint
 
@@ -28,27 +28,6 @@ JWT_SECRET = uuid.uuid4().hex  # up's --jwt-secret (in its environment), so the 
 HEADERS = {"authorization": f"Bearer {mint(JWT_SECRET, subject='tests')}"}  # have a token
 START_S = 300  # bounded waits, generous: Spark on a shared 2-core machine
 CONVERGE_S = 240
-
-
-def port_free(port: int) -> bool:
-    import socket
-
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def free_run(n: int, avoid: set[int]) -> int:
-    """First port of ``n`` consecutive free ports (nodes take --node-port and up)."""
-    for _ in range(200):
-        p = free_port()
-        run = range(p, p + n)
-        if p + n < 65536 and not avoid & set(run) and all(port_free(q) for q in run):
-            return p
-    raise RuntimeError(f"no {n} consecutive free ports")
 
 
 def proc_info(pid: int) -> tuple[int, list[str]] | None:
@@ -99,8 +78,9 @@ class Up:
         self.broker_port = free_port()
         self.metrics_port = free_port()  # the pipeline's (never the default 9400)
         self.ingest_port = free_port()
-        self.node_port = free_run(nodes, {self.broker_port, self.ingest_port})
+        self.node_port = free_ports(nodes)  # nodes take --node-port and up
         self.node_ports = [self.node_port + i for i in range(nodes)]
+        self.sql_port = free_ports(nodes)  # never the defaults 5433-5435
         self.proc: subprocess.Popen[bytes] | None = None
         self.seen: dict[int, list[str]] = {}  # every process of the tree ever seen, by pid
 
@@ -113,7 +93,8 @@ class Up:
         argv = [sys.executable, "-m", "streamiq", "up",
                 "--broker-port", str(self.broker_port), "--ingest-port", str(self.ingest_port),
                 "--node-port", str(self.node_port), "--nodes", str(len(self.node_ports)),
-                "--metrics-port", str(self.metrics_port), "--state-dir", str(self.root / "state"),
+                "--metrics-port", str(self.metrics_port), "--sql-port", str(self.sql_port),
+                "--state-dir", str(self.root / "state"),
                 "--checkpoint-dir", str(self.root / "checkpoints"),
                 "--broker-dir", str(self.root / "kafka"), *self.flags]
         after = len(self.log()) if self.log_path.exists() else 0  # a second start: same log

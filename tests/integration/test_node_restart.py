@@ -4,6 +4,9 @@ node with ``--store memory`` serves and restores everything again after a restar
 from __future__ import annotations
 
 import re
+import socket
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -92,3 +95,23 @@ def test_checkpoint_beyond_a_new_log_is_rebuilt(tmp_path: Path, procs: Any) -> N
         assert _balance(port, "r3") == 10
         assert _balance(port, "r150") is None  # the old log's rows are gone, not served
         n.stop()
+
+
+def test_a_taken_port_fails_at_once_naming_the_flag_and_never_joins(
+        bootstrap: str, tmp_path: Path) -> None:
+    """The HTTP port is bound before the node opens: a port another process holds ends the
+    node at once with status 3 and a message naming --port, before it joins the members
+    (a node that announced itself without its port would draw forwards it cannot take)."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "streamiq", "node",
+             *_node_args(bootstrap, port, tmp_path / "state")],
+            capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3, done.stderr[-2000:]
+    assert f"cannot listen on 127.0.0.1:{port} (--host/--port)" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert "members" not in done.stdout + done.stderr  # never opened, never joined
+    assert not (tmp_path / "state").exists() or not any((tmp_path / "state").iterdir())

@@ -12,6 +12,7 @@ import asyncio
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 
@@ -86,9 +87,33 @@ async def _open(settings: Settings) -> Node | None:
             loop.remove_signal_handler(sig)
 
 
+def _bind(settings: Settings) -> socket.socket | None:
+    """The node's HTTP socket, bound before the node opens: a taken port fails at once,
+    naming the flag, and the node never joins the members without its port."""
+    family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((settings.host, settings.port))
+    except OSError as e:
+        sock.close()
+        print(f"streamiq node: cannot listen on {settings.host}:{settings.port} "
+              f"(--host/--port): {e.strerror or e}", file=sys.stderr, flush=True)
+        return None
+    return sock
+
+
 async def _serve(settings: Settings) -> int:
     """Open the node, serve it until asked to stop, close it. The exit status: 0, 1 (a
     part could not recover) or 3 (the server did not start, as ``uvicorn.run``)."""
+    sock = _bind(settings)
+    if sock is None:
+        return 3
+    with sock:
+        return await _serve_on(settings, sock)
+
+
+async def _serve_on(settings: Settings, sock: socket.socket) -> int:
     node = await _open(settings)
     if node is None:
         return 0
@@ -109,7 +134,13 @@ async def _serve(settings: Settings) -> int:
             watchdog.start()
 
         node.on_fatal = fatal
-        sql = await start_sql(settings, asgi.deps)  # on this loop, before uvicorn serves
+        try:
+            sql = await start_sql(settings, asgi.deps)  # on this loop, before uvicorn serves
+        except OSError as e:
+            print(f"streamiq node: cannot listen for SQL on {settings.host}:"
+                  f"{settings.sql_port} (--sql-port): {e.strerror or e}",
+                  file=sys.stderr, flush=True)
+            return 3
         if sql is not None:
             node.closing.append(sql.close)
             node.collectors.append(sql.metrics)
@@ -119,7 +150,7 @@ async def _serve(settings: Settings) -> int:
               f"{tls.scheme(settings)}://{settings.host}:{settings.port}", flush=True)
         # the app's lifespan closes the node: uvicorn re-raises a captured SIGTERM as
         # soon as serve() returns, so nothing after it is sure to run
-        await server.serve()
+        await server.serve(sockets=[sock])
         return 1 if node.failed is not None else 0 if server.started else 3
     finally:
         await node.stop()  # when serve() raised before the lifespan's shutdown (a no-op after)

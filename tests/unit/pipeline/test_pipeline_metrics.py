@@ -5,15 +5,10 @@ from __future__ import annotations
 import socket
 
 import httpx
+from procs import free_port
 from prometheus_client.parser import text_string_to_metric_families
 
 from streamiq.pipeline.metrics import PipelineStats
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_batches_feed_counters_rates_and_durations_served_over_http() -> None:
@@ -23,7 +18,7 @@ def test_batches_feed_counters_rates_and_durations_served_over_http() -> None:
     stats.batch("balances", {"records": 5, "bad": 0, "duration_ms": 300,
                              "input_rate": 3.0, "process_rate": 20.0})
     stats.restarted("balances")
-    port = _free_port()
+    port = free_port()
     server = stats.serve("127.0.0.1", port)
     assert server is not None
     try:
