@@ -14,9 +14,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["KAFKA_VERSION", "JarsError", "install_jars", "kafka_libs"]
+__all__ = ["KAFKA_VERSION", "JarsError", "install_jars", "installed", "kafka_libs",
+           "maven_copy"]
 
 #: the Apache Kafka release the embedded broker runs (kept equal to broker-pom.xml's)
 KAFKA_VERSION = "4.4.0"
@@ -37,33 +39,47 @@ def kafka_libs() -> Path:
 
 
 def installed(libs: Path | None = None) -> bool:
+    """``libs`` (default: the broker's) holds a finished install (its marker)."""
     return ((libs or kafka_libs()) / _MARK).is_file()
 
 
-def install_jars(libs: Path | None = None, quiet: bool = True) -> Path:
-    """Resolve the jars with Maven into ``libs`` (idempotent); the folder."""
-    libs = libs or kafka_libs()
+def maven_copy(pom: Path, libs: Path, *, what: str, expect: str, props: dict[str, str]
+               | None = None, drop: Callable[[Path], bool] | None = None,
+               quiet: bool = True) -> Path:
+    """Maven's ``dependency:copy-dependencies`` of ``pom`` (runtime scope) into ``libs``,
+    atomically and once: a temporary sibling folder, renamed into place with a marker
+    written last, so an interrupted install is redone. ``expect`` is a glob that must
+    match a copied jar; jars ``drop`` selects are left out. JarsError naming ``what``."""
     if installed(libs):
         return libs
     mvn = shutil.which("mvn")
     if mvn is None:
-        raise JarsError("the embedded broker's jars are resolved by Maven, which was not "
-                        "found: install it (apt-get install maven) and run "
-                        "'streamiq broker --install'")
+        raise JarsError(f"{what} is resolved by Maven, which was not found: install it "
+                        "(apt-get install maven) and run 'make install'")
     libs.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=".kafka-", dir=libs.parent))
-    argv = [mvn, "-B", *(["-q"] if quiet else []), "-f", str(_POM),
+    work = Path(tempfile.mkdtemp(prefix=f".{libs.name}-", dir=libs.parent))
+    argv = [mvn, "-B", *(["-q"] if quiet else []), "-f", str(pom),
+            *(f"-D{k}={v}" for k, v in (props or {}).items()),
             "dependency:copy-dependencies", "-DincludeScope=runtime",
             f"-DoutputDirectory={work}"]
     done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if done.returncode != 0 or not any(work.glob("kafka_2.13-*.jar")):
+    if done.returncode != 0 or not any(work.glob(expect)):
         shutil.rmtree(work, ignore_errors=True)
         tail = "\n".join(done.stdout.strip().splitlines()[-15:])
-        raise JarsError(f"Maven could not resolve Apache Kafka {KAFKA_VERSION}:\n{tail}")
-    (work / _MARK).write_text(KAFKA_VERSION + "\n")
+        raise JarsError(f"Maven could not resolve {what}:\n{tail}")
+    for jar in work.glob("*.jar"):
+        if drop is not None and drop(jar):
+            jar.unlink()
+    (work / _MARK).write_text(what + "\n")
     shutil.rmtree(libs, ignore_errors=True)
     work.rename(libs)
     return libs
+
+
+def install_jars(libs: Path | None = None, quiet: bool = True) -> Path:
+    """Resolve the jars with Maven into ``libs`` (idempotent); the folder."""
+    return maven_copy(_POM, libs or kafka_libs(), what=f"Apache Kafka {KAFKA_VERSION}",
+                      expect="kafka_2.13-*.jar", quiet=quiet)
 
 
 def classpath(libs: Path | None = None) -> str:

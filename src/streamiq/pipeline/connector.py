@@ -14,20 +14,16 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-from streamiq.kafka.jars import JarsError
+from streamiq.kafka.jars import JarsError, installed, maven_copy
 
 __all__ = ["CONNECTOR", "connector_jars", "connector_libs", "install_connector",
            "require_connector", "spark_version"]
 
 CONNECTOR = "spark-sql-kafka-0-10_2.13"
 _POM = Path(__file__).with_name("connector-pom.xml")
-_MARK = ".complete"  # written last: a folder without it is an interrupted install
 _INSTALL = "python -m streamiq.pipeline.connector --install (make install runs it)"
 _VERSIONED = re.compile(r"^(?P<name>.+?)-\d[\w.+-]*\.jar$")
 
@@ -61,38 +57,17 @@ def _pyspark_artifacts() -> set[str]:
 
 def install_connector(libs: Path | None = None, quiet: bool = True) -> Path:
     """Resolve the connector with Maven into ``libs`` (idempotent); the folder."""
-    libs, version = libs or connector_libs(), spark_version()
-    if (libs / _MARK).is_file():
-        return libs
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        raise JarsError("Spark's Kafka connector is resolved by Maven, which was not found: "
-                        f"install it (apt-get install maven) and run {_INSTALL}")
-    libs.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=".spark-kafka-", dir=libs.parent))
-    argv = [mvn, "-B", *(["-q"] if quiet else []), "-f", str(_POM),
-            f"-Dspark.version={version}", "dependency:copy-dependencies",
-            "-DincludeScope=runtime", f"-DoutputDirectory={work}"]
-    done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if done.returncode != 0 or not (work / f"{CONNECTOR}-{version}.jar").is_file():
-        shutil.rmtree(work, ignore_errors=True)
-        tail = "\n".join(done.stdout.strip().splitlines()[-15:])
-        raise JarsError(f"Maven could not resolve org.apache.spark:{CONNECTOR}:{version} "
-                        f"(PySpark's version):\n{tail}")
-    shipped = _pyspark_artifacts()
-    for jar in work.glob("*.jar"):
-        if _artifact(jar.name) in shipped:
-            jar.unlink()
-    (work / _MARK).write_text(version + "\n")
-    shutil.rmtree(libs, ignore_errors=True)
-    work.rename(libs)
-    return libs
+    version, shipped = spark_version(), _pyspark_artifacts()
+    return maven_copy(_POM, libs or connector_libs(), quiet=quiet,
+                      what=f"org.apache.spark:{CONNECTOR}:{version} (PySpark's version)",
+                      expect=f"{CONNECTOR}-{version}.jar", props={"spark.version": version},
+                      drop=lambda jar: _artifact(jar.name) in shipped)
 
 
 def connector_jars(libs: Path | None = None) -> list[str]:
     """The jars to pass as ``spark.jars`` (empty when not installed)."""
     libs = libs or connector_libs()
-    if not (libs / _MARK).is_file():
+    if not installed(libs):
         return []
     return sorted(str(p) for p in libs.glob("*.jar"))
 

@@ -115,9 +115,6 @@ def _intersect(ranges: Sequence[Bounds]) -> Bounds:
 def _tightest(bounds: list[str], pick: Callable[..., str]) -> str | None:
     known = [b for b in bounds if not has_marker(b)]
     if known:
-        return pick(known, key=_utf8)
+        return pick(known, key=str.encode)
     return bounds[0] if bounds else None
 
-
-def _utf8(key: str) -> bytes:
-    return key.encode()
