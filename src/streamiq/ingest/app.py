@@ -40,6 +40,7 @@ from streamiq.auth import Authenticator
 from streamiq.config import Settings
 from streamiq.ingest.metrics import IngestCounters, Timed
 from streamiq.kafka.admin import ensure_topics
+from streamiq.kafka.clientlog import logged
 from streamiq.metrics import CONTENT_TYPE
 from streamiq.serving.changelog.consistency import token_for
 from streamiq.serving.http.http_limits import Gate, HttpEdge, LimitedHttpProtocol
@@ -117,7 +118,7 @@ def create_ingest_app(settings: Settings, app_def: App | None = None) -> FastAPI
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await asyncio.to_thread(ensure_topics, settings.kafka(),
                                 {settings.topic(t): settings.partitions for t in app_def.topics})
-        state["producer"] = Producer(settings.kafka())
+        state["producer"] = Producer(logged(settings.kafka()))
         try:
             yield
         finally:

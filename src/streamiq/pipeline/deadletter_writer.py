@@ -16,6 +16,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from streamiq.kafka.clientlog import logged
 from streamiq.pipeline.deadletter_record import DeadLetter
 
 __all__ = ["DEFAULT_MAX_BYTES", "DeadLetterWriter", "RateLimitedLog"]
@@ -73,7 +74,7 @@ class DeadLetterWriter:
 
         self.topic = topic
         self.max_bytes = min(topic_max_bytes(kafka, topic), DEFAULT_MAX_BYTES)
-        self._producer = Producer({**kafka, "enable.idempotence": True, "linger.ms": 5,
+        self._producer = Producer({**logged(kafka), "enable.idempotence": True, "linger.ms": 5,
                                    "message.max.bytes": self.max_bytes,
                                    "batch.size": self.max_bytes,
                                    "client.id": "streamiq-dead-letters"})

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from streamiq.kafka.admin import ensure_topics
+from streamiq.kafka.clientlog import logged
 from streamiq.views.catalog import PROGRESS_TOPIC_CONFIG
 
 __all__ = ["PERIOD_S", "ProgressPublisher"]
@@ -73,7 +74,7 @@ class ProgressPublisher:
                 from confluent_kafka import Producer
 
                 ensure_topics(self.kafka, {self.topic: 1}, config=PROGRESS_TOPIC_CONFIG)
-                self._producer = Producer({**self.kafka, "linger.ms": 5})
+                self._producer = Producer({**logged(self.kafka), "linger.ms": 5})
             self._producer.produce(self.topic, key=view.encode(), value=json.dumps(
                 {"view": view, "at": time.time(), **doc}).encode())
             self._producer.poll(0)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from streamiq.config import Settings
 from streamiq.kafka.admin import ensure_topics
+from streamiq.kafka.clientlog import logged
 from streamiq.pipeline.sink_options import SinkOptions
 from streamiq.views.base import CHANGELOG_TOPIC_CONFIG
 from streamiq.views.catalog import CATALOG_TOPIC_CONFIG, ViewSpec, incompatibility
@@ -41,7 +42,7 @@ def read_catalog(kafka: Mapping[str, Any], topic: str, timeout: float = 30.0
     skipped)."""
     from confluent_kafka import Consumer, TopicPartition
 
-    c = Consumer({**kafka, "group.id": f"streamiq-sink-{uuid.uuid4().hex[:8]}",
+    c = Consumer({**logged(kafka), "group.id": f"streamiq-sink-{uuid.uuid4().hex[:8]}",
                   "enable.auto.commit": False})
     specs: dict[str, ViewSpec] = {}
     try:
@@ -93,7 +94,7 @@ def _publish(kafka: Mapping[str, Any], topic: str, spec: ViewSpec) -> None:
                              "delete the view's changelog and catalog record first")
         if old == spec:
             return
-    p = Producer({**kafka, "enable.idempotence": True, "acks": "all"})
+    p = Producer({**logged(kafka), "enable.idempotence": True, "acks": "all"})
     p.produce(topic, key=spec.name.encode(), value=spec.to_json())
     if p.flush(30):
         raise RuntimeError(f"view {spec.name!r}: could not publish to the catalog {topic}")

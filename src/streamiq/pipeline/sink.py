@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
+from streamiq.kafka.clientlog import logged
 from streamiq.views.base import KEY_SEP, MARKER_HEADER, MARKER_KEY, View, marker_value
 
 if TYPE_CHECKING:
@@ -188,7 +189,7 @@ def _producer(kafka: Mapping[str, Any]) -> Any:
     with _PRODUCERS_LOCK:
         p = _PRODUCERS.get(key)
         if p is None:
-            p = _PRODUCERS[key] = Producer(conf)
+            p = _PRODUCERS[key] = Producer(logged(conf))
         return p
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from streamiq.kafka.admin import delete_topics, ensure_topics
+from streamiq.kafka.clientlog import logged
 from streamiq.views.base import View
 
 if TYPE_CHECKING:
@@ -58,7 +59,7 @@ def example_record(view: View) -> dict[str, Any]:
 def _produce(kafka: Mapping[str, Any], topic: str, records: list[dict[str, Any]]) -> None:
     from confluent_kafka import Producer
 
-    producer = Producer(dict(kafka))
+    producer = Producer(logged(kafka))
     for rec in records:
         producer.produce(topic, key=b"warmup", value=json.dumps(rec).encode())
     if producer.flush(30):

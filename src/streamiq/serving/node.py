@@ -29,6 +29,7 @@ from prometheus_client.core import Metric
 from streamiq.config import Settings
 from streamiq.errors import Overloaded
 from streamiq.kafka.admin import ensure_topics
+from streamiq.kafka.clientlog import logged
 from streamiq.kafka.skips import Skips
 from streamiq.routing.base import Membership
 from streamiq.routing.membership import KafkaMembership, Report, members_topic
@@ -69,7 +70,7 @@ def _build(settings: Settings, views: dict[str, View], supervisor: Supervisor,
     (not started)."""
     s = settings
     topics = {name: s.topic(v.changelog_topic) for name, v in views.items()}
-    kafka = s.kafka()
+    kafka = logged(s.kafka())  # librdkafka's lines: rate-limited, in the log format
     counts = ensure_topics(kafka, dict.fromkeys(topics.values(), s.partitions),
                            config=CHANGELOG_TOPIC_CONFIG)
     partitions = {name: counts[t] for name, t in topics.items()}

@@ -22,6 +22,7 @@ from fastapi.responses import JSONResponse
 
 from streamiq._http import install_error_handlers
 from streamiq.config import Settings
+from streamiq.kafka.clientlog import logged
 from streamiq.metrics import CONTENT_TYPE, Latency
 from streamiq.serving.changelog.progress import Progress
 from streamiq.serving.cluster.coordinator import Coordinator
@@ -146,7 +147,7 @@ def create_asgi(settings: Settings, node: Node) -> LeanLookups:
 def _progress(settings: Settings) -> Progress:
     """The follower of the pipeline's progress, started with the app (dashboard only: a
     supervisor of its own, so its failures never make the node unready)."""
-    return Progress(settings.kafka(), settings.topic(progress_topic(settings.cluster)),
+    return Progress(logged(settings.kafka()), settings.topic(progress_topic(settings.cluster)),
                     Supervisor())
 
 
