@@ -8,6 +8,8 @@ ready line once the query started, then runs until killed. Shared with bench_pip
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 from typing import Any
 
@@ -74,7 +76,10 @@ def main(argv: list[str]) -> None:
     from streamiq.pipeline.session import spark_session
 
     bootstrap, topic, view, cluster, checkpoint = argv
-    spark = spark_session("local[2]", app_name="user-query")
+    # the Spark settings the tests give every pipeline (tests/procs.py FAST_PIPELINE_ENV:
+    # the short-lived JVM's flags), as a user passes their own
+    conf = json.loads(os.environ.get("STREAMIQ_SPARK_CONFIG") or "{}")
+    spark = spark_session("local[2]", app_name="user-query", **conf)
     q = start(spark, page_views(spark, bootstrap, topic), bootstrap, view, cluster, checkpoint)
     print(f"{READY_LINE}: user query {q.id}", flush=True)
     q.awaitTermination()

@@ -1,15 +1,42 @@
-"""streamiq: queryable state for PySpark Structured Streaming, from any node."""
+"""streamiq: queryable state for PySpark Structured Streaming, from any node.
+
+The names below are imported on first use (PEP 562): ``import streamiq`` alone loads
+neither the HTTP client (httpx) nor the settings (pydantic). Spark's Python workers
+import this package for the ``streamiq`` sink's writers (executors, and the driver's
+planner and commit workers, each a fresh interpreter): they no longer pay about a
+second each for modules they never use.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from streamiq.client import AsyncClient, Client, QueryError
-from streamiq.config import Settings
-from streamiq.views.base import App, View
+if TYPE_CHECKING:
+    from streamiq.client import AsyncClient, Client, QueryError
+    from streamiq.config import Settings
+    from streamiq.views.base import App, View
 
 __all__ = ["App", "AsyncClient", "Client", "QueryError", "Settings", "View", "sink"]
 __version__ = "0.1.0"
+
+#: each public name's module, imported when the name is first read
+_LAZY = {"AsyncClient": "streamiq.client", "Client": "streamiq.client",
+         "QueryError": "streamiq.client", "Settings": "streamiq.config",
+         "App": "streamiq.views.base", "View": "streamiq.views.base"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'streamiq' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later reads skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])
 
 
 def sink(df: Any) -> Any:

@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from streamiq.defaults import DEFAULT_CLUSTER, DEFAULT_PARTITIONS
 from streamiq.state.base import StoreKind
 
 __all__ = ["WILDCARD_HOSTS", "Settings", "token_file"]
@@ -40,7 +41,7 @@ class Settings(BaseSettings):
     kafka_password: SecretStr | None = Field(
         None, description="SASL password; sent as sasl.password when set."
     )
-    cluster: str = Field("streamiq", pattern=r"^[A-Za-z0-9._-]{1,100}$",
+    cluster: str = Field(DEFAULT_CLUSTER, pattern=r"^[A-Za-z0-9._-]{1,100}$",
                          description="Cluster name: scopes membership (node discovery).")
     topic_prefix: str = Field("", pattern=r"^[A-Za-z0-9._-]{0,100}$",
                               description="Prefix of every topic streamiq reads or writes.")
@@ -51,7 +52,8 @@ class Settings(BaseSettings):
     views_module: str | None = Field(
         None, description="Python module defining APP, a streamiq.App (overrides --app)."
     )
-    partitions: int = Field(3, ge=1, le=1024, description="Partitions of created topics.")
+    partitions: int = Field(DEFAULT_PARTITIONS, ge=1, le=1024,
+                            description="Partitions of created topics.")
 
     log_level: str = Field("info", pattern="^(debug|info|warning|error)$",
                            description="Log level of every part (debug, info, warning, error).")

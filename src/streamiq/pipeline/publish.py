@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from streamiq.config import Settings
+from streamiq.defaults import DEFAULT_PARTITIONS
 from streamiq.kafka.admin import ensure_topics
 from streamiq.kafka.clientlog import logged
 from streamiq.pipeline.sink_options import SinkOptions
@@ -29,7 +29,6 @@ if TYPE_CHECKING:
 
 __all__ = ["changelog_partitions", "prepare", "read_catalog"]
 
-_DEFAULT_PARTITIONS: int = Settings.model_fields["partitions"].default
 
 _PREPARED: dict[tuple[str, str, bytes], ViewSpec] = {}  # per process: done already
 _PARTITIONS: dict[tuple[str, str], int] = {}
@@ -74,7 +73,7 @@ def changelog_partitions(opts: SinkOptions) -> int:
         if key in _PARTITIONS:
             return _PARTITIONS[key]
     n = ensure_topics(dict(opts.kafka),
-                      {opts.changelog_topic: opts.partitions or _DEFAULT_PARTITIONS},
+                      {opts.changelog_topic: opts.partitions or DEFAULT_PARTITIONS},
                       config=CHANGELOG_TOPIC_CONFIG)
     with _LOCK:
         _PARTITIONS[key] = n[opts.changelog_topic]

@@ -53,7 +53,6 @@ __all__ = ["READY_LINE", "Pipeline", "build_view_stream", "run_pipeline"]
 log = logging.getLogger("streamiq.pipeline")
 
 READY_LINE = "pipeline ready"
-_RECORD_EVERY_S = 2.0
 _RESTARTS = 5  # restarts of one query within _RESTART_WINDOW_S before the process gives up
 _RESTART_WINDOW_S = 300.0
 
@@ -92,9 +91,13 @@ class _ViewRun:
     query: StreamingQuery | None = None
     bad: int = 0
     records: int = 0
-    recorded_at: float = field(default_factory=time.monotonic)
-    pending_batch: int = -1
     restarts: list[float] = field(default_factory=list)  # when the query was restarted
+
+
+def _no_records(start: dict[str, Any] | None, end: dict[str, Any]) -> bool:
+    """The offset range [start, end) (start None: earliest, i.e. 0) holds no record."""
+    return all(int(o) <= int((start or {}).get(t, {}).get(p, 0))
+               for t, po in end.items() for p, o in po.items())
 
 
 class Pipeline:
@@ -265,6 +268,9 @@ class Pipeline:
         end = batch_offsets(run.checkpoint, committed)
         if end is None:
             return
+        if _no_records(start, end):  # e.g. only empty batches since: no Spark job
+            run.dead.record(committed)
+            return
         n = self._scan(run, start, end)
         log.info("view %s: re-scanned batches %d..%d for dead letters: %d", run.view.name,
                  last + 1, committed, n)
@@ -291,12 +297,7 @@ class Pipeline:
                 ev = self.events.get_nowait()
             except queue.Empty:
                 ev = None
-        now = time.monotonic()
         for run in self.runs.values():
-            if run.dead is not None and run.pending_batch >= 0 \
-                    and now - run.recorded_at > _RECORD_EVERY_S:
-                run.dead.record(run.pending_batch)
-                run.pending_batch, run.recorded_at = -1, now
             if run.query is not None and not run.query.isActive and not self._closing:
                 self._restart_query(run, run.query.exception())
 
@@ -350,10 +351,12 @@ class Pipeline:
             log.warning("view %s batch %d: %d invalid record(s) -> %s (%d written; total %d)",
                         run.view.name, ev["batch_id"], ev["bad"], run.dead.topic, n,
                         self.dead_letters)
-            run.dead.record(ev["batch_id"])
-            run.pending_batch, run.recorded_at = -1, time.monotonic()
-        else:
-            run.pending_batch = ev["batch_id"]
+        # recorded at once, every batch (a small file, beside Spark's several per batch):
+        # a crash then leaves at most the batches in flight to re-scan on restart, often
+        # none, where a record every 2 s left the last ones: their scan, a Spark job,
+        # ran beside the restarted query's first micro-batch (about 30 s of it on 2
+        # loaded cores)
+        run.dead.record(ev["batch_id"])
 
     def stop(self) -> None:
         self._closing = True
@@ -366,9 +369,6 @@ class Pipeline:
                     log.warning("view %s: stop: %s", run.view.name, exc)
         with contextlib.suppress(RuntimeError):
             self.poll(timeout=0)
-        for run in self.runs.values():
-            if run.dead is not None and run.pending_batch >= 0:
-                run.dead.record(run.pending_batch)
         if self._listener is not None:
             self.spark.streams.removeListener(self._listener)
             self._listener = None

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from streamiq.config import Settings
+from streamiq.defaults import DEFAULT_CLUSTER
 from streamiq.views.catalog import VIEW_NAME, catalog_topic
 
 if TYPE_CHECKING:
@@ -36,7 +36,6 @@ if TYPE_CHECKING:
 __all__ = ["KEY_TYPES", "OUTPUT_MODES", "SinkOptions", "check_output_mode",
            "parse_sink_options"]
 
-_DEFAULT_CLUSTER: str = Settings.model_fields["cluster"].default
 _CLUSTER = re.compile(r"^[A-Za-z0-9._-]{1,100}$")  # as Settings.cluster
 _PREFIX = re.compile(r"^[A-Za-z0-9._-]{0,100}$")  # as Settings.topic_prefix
 _KNOWN = {"view", "key", "partitions", "cluster", "topicprefix", "global", "description",
@@ -57,7 +56,7 @@ class SinkOptions:
     kafka: dict[str, str]
     checkpoint: str | None = None
     partitions: int | None = None
-    cluster: str = _DEFAULT_CLUSTER
+    cluster: str = DEFAULT_CLUSTER
     topic_prefix: str = ""
     is_global: bool = False
     description: str = ""
@@ -169,7 +168,7 @@ def parse_sink_options(options: Mapping[str, Any], schema: StructType | None = N
     return SinkOptions(
         view=view, key=key, kafka=kafka, checkpoint=_get(opts, "checkpointLocation"),
         partitions=_int(opts, "partitions", 1),
-        cluster=_matching(opts, "cluster", _CLUSTER, _DEFAULT_CLUSTER),
+        cluster=_matching(opts, "cluster", _CLUSTER, DEFAULT_CLUSTER),
         topic_prefix=_matching(opts, "topicPrefix", _PREFIX, ""),
         is_global=_bool(opts, "global"), description=_get(opts, "description") or "",
         window=_get(opts, "window"), batch_id=_int(opts, "batchId", 0))
