@@ -15,12 +15,13 @@ from streamiq.pipeline.runner import READY_LINE
 
 def main(argv: list[str]) -> None:
     from pyspark.sql import functions as F
+    from user_query import spark_config
 
     import streamiq
     from streamiq.pipeline.session import spark_session
 
     bootstrap, topic, view, cluster, checkpoint = argv
-    spark = spark_session("local[2]", app_name="user-windows")
+    spark = spark_session("local[2]", app_name="user-windows", **spark_config())
     events = (spark.readStream.format("kafka")
               .option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
               .option("startingOffsets", "earliest").load()
