@@ -31,9 +31,21 @@ def test_every_query_type_waits_for_the_position(cluster: Any) -> None:
     with httpx.Client(timeout=150) as c:
         w = c.post(f"http://127.0.0.1:{ingest}/account/pq-warm", params={"amount": 1}).json()
         balances["pq-warm"] = 1
-        # the first micro-batch warms the JVM and Python workers: wait once, long
+        # and an order (a store outside the "pq" prefixes below), so that the three
+        # views' first micro-batches with data, the slow ones (they warm the JVM and
+        # Python workers), run at once: wait for them once, long
+        o = c.post(f"http://127.0.0.1:{ingest}/orders",
+                   json={"order_id": "warm", "store": "warm", "type": "GENERAL",
+                         "amount": 5}).json()
         r = _get(c, ports[0], "/account/pq-warm", position=w["position"], wait_ms=120_000)
         assert r.status_code == 200, r.text
+        r = _get(c, ports[0], "/v1/views/order_counts/keys/warm|GENERAL",
+                 position=o["position"], wait_ms=120_000)
+        assert r.status_code == 200 and r.json()["value"]["count"] == 1, r.text
+        r = _get(c, ports[0], "/v1/views/order_counts_1m/keys/warm|GENERAL/windows",
+                 position=o["position"], wait_ms=120_000)
+        assert r.status_code == 200, r.text
+        assert [x["count"] for x in r.json()["windows"]] == [1], r.text
         for i in range(6):
             port = ports[i % 3]
             account, amount = f"pq-{rng.randrange(4)}", rng.randint(1, 100)
