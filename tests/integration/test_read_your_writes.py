@@ -22,13 +22,14 @@ def test_query_with_position_sees_the_write(cluster: Any) -> None:
     pipe = cluster.pipeline("bank", wait=False)  # ready while the others start
     ingest, _ = cluster.ingest("bank")
     nodes = cluster.nodes(3, "bank")
-    cluster.pipeline_ready(pipe)
     rng = random.Random(3)
     totals: dict[str, int] = {"ryw-warm": 1}
     with httpx.Client(timeout=150) as c:
         # The pipeline's first micro-batch warms up the JVM and Python workers (10-20 s
-        # on 2 busy cores): wait for it once, with the longest wait the API allows.
+        # on 2 busy cores): written before the query starts, this write is in that batch
+        # (not in the next); wait for it once, with the longest wait the API allows.
         w = c.post(f"http://127.0.0.1:{ingest}/account/ryw-warm", params={"amount": 1})
+        cluster.pipeline_ready(pipe)
         r = c.get(f"http://127.0.0.1:{nodes[0][0]}/account/ryw-warm",
                   params={"position": w.json()["position"], "wait_ms": 120_000})
         assert r.status_code == 200 and r.json()["value"]["balance"] == 1, r.text
