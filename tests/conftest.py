@@ -27,7 +27,8 @@ for _name, _value in FAST_PIPELINE_ENV.items():  # pipelines the tests start (pr
 SLOW_FIRST = ("test_up.py", "test_kafka_cluster.py", "test_pipeline_e2e.py",
               "test_multihost.py", "test_view_discovery.py", "test_bad_input.py",
               "test_poison_fuzz.py", "test_cli_e2e.py", "test_sink.py", "test_positions.py",
-              "test_read_your_writes.py", "test_queries.py", "test_poison_records.py")
+              "test_queries.py", "test_metrics_e2e.py", "test_read_your_writes.py",
+              "test_poison_records.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

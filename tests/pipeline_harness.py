@@ -48,7 +48,9 @@ class PipelineProcess:
         self.proc: subprocess.Popen[str] | None = None
         self.ready = threading.Event()
 
-    def start(self, timeout: float = 180.0) -> PipelineProcess:
+    def start(self, timeout: float = 180.0, wait: bool = True) -> PipelineProcess:
+        """``wait=False``: started, not waited for (start other things meanwhile, then
+        :meth:`wait_ready`): two Spark starts overlap."""
         err = self.log.open("a")
         self.proc = subprocess.Popen(self.cmd, env=self.env, stdout=subprocess.PIPE,
                                      stderr=err, text=True, start_new_session=True)
@@ -62,12 +64,19 @@ class PipelineProcess:
                     self.ready.set()
 
         threading.Thread(target=watch, daemon=True).start()
+        if wait:
+            self.wait_ready(timeout)
+        return self
+
+    def wait_ready(self, timeout: float = 180.0) -> None:
+        """Until the ready line; a process that exits or stays silent is killed."""
+        proc = self.proc
+        assert proc is not None
         deadline = time.monotonic() + timeout
         while not self.ready.wait(0.2):
             if proc.poll() is not None or time.monotonic() > deadline:
                 self.kill()
                 raise AssertionError(f"pipeline not ready; log:\n{self.tail()}")
-        return self
 
     def tail(self, n: int = 40) -> str:
         return "\n".join(self.log.read_text().splitlines()[-n:])

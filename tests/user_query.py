@@ -15,7 +15,7 @@ from typing import Any
 
 from streamiq.pipeline.runner import READY_LINE
 
-__all__ = ["COUNTRIES", "USERS", "country_of", "page_views", "start", "truth"]
+__all__ = ["COUNTRIES", "USERS", "country_of", "page_views", "spark_config", "start", "truth"]
 
 USERS = 30  # u0..u29; the static table knows u0..u24 only: the join drops the rest
 COUNTRIES = ("FR", "DE", "JP", "BR")
@@ -72,14 +72,19 @@ def start(spark: Any, df: Any, bootstrap: str, view: str, cluster: str, checkpoi
             .outputMode("update").option("checkpointLocation", checkpoint).start())
 
 
+def spark_config() -> dict[str, Any]:
+    """Spark settings from ``STREAMIQ_SPARK_CONFIG`` (JSON), as ``streamiq pipeline``
+    takes them: the tests' fast driver JVM (tests/procs.py's FAST_PIPELINE_ENV) reaches
+    these user programs too (their JVM up and first batch seconds sooner)."""
+    raw = os.environ.get("STREAMIQ_SPARK_CONFIG")
+    return {str(k): str(v) for k, v in json.loads(raw).items()} if raw else {}
+
+
 def main(argv: list[str]) -> None:
     from streamiq.pipeline.session import spark_session
 
     bootstrap, topic, view, cluster, checkpoint = argv
-    # the Spark settings the tests give every pipeline (tests/procs.py FAST_PIPELINE_ENV:
-    # the short-lived JVM's flags), as a user passes their own
-    conf = json.loads(os.environ.get("STREAMIQ_SPARK_CONFIG") or "{}")
-    spark = spark_session("local[2]", app_name="user-query", **conf)
+    spark = spark_session("local[2]", app_name="user-query", **spark_config())
     q = start(spark, page_views(spark, bootstrap, topic), bootstrap, view, cluster, checkpoint)
     print(f"{READY_LINE}: user query {q.id}", flush=True)
     q.awaitTermination()

@@ -24,16 +24,29 @@ def test_every_query_type_waits_for_the_position(cluster: Any) -> None:
     pipe = cluster.pipeline("bank,orders", wait=False)  # ready while the others start
     ingest, _ = cluster.ingest("bank,orders")
     ports = [p for p, _ in cluster.nodes(3, "bank,orders")]
-    cluster.pipeline_ready(pipe)
     rng = random.Random(5)
     balances: dict[str, int] = {}
     general: dict[str, int] = {}  # store -> GENERAL orders
     with httpx.Client(timeout=150) as c:
         w = c.post(f"http://127.0.0.1:{ingest}/account/pq-warm", params={"amount": 1}).json()
         balances["pq-warm"] = 1
-        # the first micro-batch warms the JVM and Python workers: wait once, long
+        # and an order (a store outside the "pq" prefixes below), before the pipeline's
+        # queries start: each view's first micro-batch (the slow one: it warms the JVM
+        # and Python workers, and runs before the pipeline says ready) reads them, the
+        # three at once; wait for them once, long
+        o = c.post(f"http://127.0.0.1:{ingest}/orders",
+                   json={"order_id": "warm", "store": "warm", "type": "GENERAL",
+                         "amount": 5}).json()
+        cluster.pipeline_ready(pipe)
         r = _get(c, ports[0], "/account/pq-warm", position=w["position"], wait_ms=120_000)
         assert r.status_code == 200, r.text
+        r = _get(c, ports[0], "/v1/views/order_counts/keys/warm|GENERAL",
+                 position=o["position"], wait_ms=120_000)
+        assert r.status_code == 200 and r.json()["value"]["count"] == 1, r.text
+        r = _get(c, ports[0], "/v1/views/order_counts_1m/keys/warm|GENERAL/windows",
+                 position=o["position"], wait_ms=120_000)
+        assert r.status_code == 200, r.text
+        assert [x["count"] for x in r.json()["windows"]] == [1], r.text
         for i in range(6):
             port = ports[i % 3]
             account, amount = f"pq-{rng.randrange(4)}", rng.randint(1, 100)

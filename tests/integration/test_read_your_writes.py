@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -21,28 +22,42 @@ def test_query_with_position_sees_the_write(cluster: Any) -> None:
     pipe = cluster.pipeline("bank", wait=False)  # ready while the others start
     ingest, _ = cluster.ingest("bank")
     nodes = cluster.nodes(3, "bank")
-    cluster.pipeline_ready(pipe)
     rng = random.Random(3)
     totals: dict[str, int] = {"ryw-warm": 1}
     with httpx.Client(timeout=150) as c:
         # The pipeline's first micro-batch warms up the JVM and Python workers (10-20 s
-        # on 2 busy cores): wait for it once, with the longest wait the API allows.
+        # on 2 busy cores): written before the query starts, this write is in that batch
+        # (not in the next); wait for it once, with the longest wait the API allows.
         w = c.post(f"http://127.0.0.1:{ingest}/account/ryw-warm", params={"amount": 1})
+        cluster.pipeline_ready(pipe)
         r = c.get(f"http://127.0.0.1:{nodes[0][0]}/account/ryw-warm",
                   params={"position": w.json()["position"], "wait_ms": 120_000})
         assert r.status_code == 200 and r.json()["value"]["balance"] == 1, r.text
+        # 30 writes to 6 accounts, each read back at once on a non-owner with its
+        # position. One client per account, the six at once: an account's writes and
+        # reads stay in order (its balance after each write is known), while the
+        # micro-batches carry several clients' writes (8 rounds of a batch, not 30)
+        writes: dict[str, list[tuple[int, int]]] = {}
         for i in range(30):
             account = f"ryw{rng.randrange(6)}"
-            amount = rng.randint(1, 100)
-            w = c.post(f"http://127.0.0.1:{ingest}/account/{account}", params={"amount": amount})
-            assert w.status_code == 200, w.text
-            totals[account] = totals.get(account, 0) + amount
-            port = _non_owner(nodes, account)
-            r = c.get(f"http://127.0.0.1:{port}/account/{account}",
-                      params={"position": w.json()["position"], "wait_ms": 20_000})
-            assert r.status_code == 200, (i, r.text)
-            assert r.json()["value"]["balance"] == totals[account], (i, account, r.json())
-            assert r.headers["x-streamiq-hops"] == "1"
+            writes.setdefault(account, []).append((i, rng.randint(1, 100)))
+
+        def client(account: str) -> None:
+            for i, amount in writes[account]:
+                w = c.post(f"http://127.0.0.1:{ingest}/account/{account}",
+                           params={"amount": amount})
+                assert w.status_code == 200, w.text
+                totals[account] = totals.get(account, 0) + amount
+                port = _non_owner(nodes, account)
+                r = c.get(f"http://127.0.0.1:{port}/account/{account}",
+                          params={"position": w.json()["position"], "wait_ms": 20_000})
+                assert r.status_code == 200, (i, r.text)
+                assert r.json()["value"]["balance"] == totals[account], (i, account, r.json())
+                assert r.headers["x-streamiq-hops"] == "1"
+
+        with ThreadPoolExecutor(len(writes)) as pool:
+            for done in [pool.submit(client, a) for a in writes]:
+                done.result()  # a client's failed assertion fails the test
 
 
 def test_unreachable_position_is_not_up_to_bound(cluster: Any) -> None:

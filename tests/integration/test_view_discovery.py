@@ -4,7 +4,8 @@ A user-written streaming query (a join and an aggregate, not a streamiq App) wri
 through ``streamiq.sink``; three nodes started with Kafka settings only (no ``--app``,
 no ``--views-module``) find its view on the catalog and answer every query type, on
 every node, equal to a ground truth, across a SIGKILL and restart of the query. A
-second, windowed view started while the nodes run is served without restarting them.
+second, windowed view started while the nodes run (and serve the first) is served
+without restarting them.
 """
 
 from __future__ import annotations
@@ -104,6 +105,11 @@ def test_nodes_without_user_code_serve_a_user_query_and_views_added_later(
             want_first = user_query.truth(events[:200])
             _until(lambda: all(_served(c, p, view) and _rows(c, p, view) == want_first
                                for p in ports), "the first half on every node")
+            # the second view's query starts now, while the nodes serve the first: its
+            # Spark start overlaps the first query's kill and restart
+            windows = _query(["user_windows.py", bootstrap, topic, wview, cluster.name,
+                              str(tmp_path / "win-ck")], tmp_path, "windows")
+            windows.start(wait=False)
             _produce(bootstrap, topic, events[200:])
             time.sleep(random.uniform(0.5, 2.0))
             user.kill()  # SIGKILL mid-stream (driver, JVM and Python workers)
@@ -113,9 +119,7 @@ def test_nodes_without_user_code_serve_a_user_query_and_views_added_later(
             for port in ports:
                 _every_query_type(c, port, view, want)
 
-            windows = _query(["user_windows.py", bootstrap, topic, wview, cluster.name,
-                                 str(tmp_path / "win-ck")], tmp_path, "windows")
-            windows.start()
+            windows.wait_ready()
             want_w = _windows(events)
             _until(lambda: all(_window_counts(c, p, wview) == want_w for p in ports),
                    "the windowed view, added while the nodes run, on every node")

@@ -8,8 +8,6 @@ view events as ``tests/user_query.py`` (Spark's ``kafka`` format), counts them p
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 
 from streamiq.pipeline.runner import READY_LINE
@@ -17,14 +15,13 @@ from streamiq.pipeline.runner import READY_LINE
 
 def main(argv: list[str]) -> None:
     from pyspark.sql import functions as F
+    from user_query import spark_config
 
     import streamiq
     from streamiq.pipeline.session import spark_session
 
     bootstrap, topic, view, cluster, checkpoint = argv
-    # the tests' Spark settings for every pipeline (tests/procs.py FAST_PIPELINE_ENV)
-    conf = json.loads(os.environ.get("STREAMIQ_SPARK_CONFIG") or "{}")
-    spark = spark_session("local[2]", app_name="user-windows", **conf)
+    spark = spark_session("local[2]", app_name="user-windows", **spark_config())
     events = (spark.readStream.format("kafka")
               .option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
               .option("startingOffsets", "earliest").load()
