@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from procs import FAST_JVM, FAST_PIPELINE_ENV, free_port
+from procs import FAST_JVM, FAST_PIPELINE_ENV, free_port, free_ports
 
 from streamiq.kafka.admin import ensure_topics
 from streamiq.kafka.broker import EmbeddedBroker
@@ -39,7 +39,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
     """One Apache Kafka broker (KRaft, its log in the session's temporary folder)."""
-    b = EmbeddedBroker("127.0.0.1", free_port(), tmp_path_factory.mktemp("kafka")).start()
+    b = EmbeddedBroker("127.0.0.1", free_ports(2),  # and its controller's port, the next
+                       tmp_path_factory.mktemp("kafka")).start()
     yield b
     b.stop()
 

@@ -53,10 +53,11 @@ _next = _SLICE.start + (os.getpid() * 7919) % len(_SLICE)  # runs apart: distinc
 
 
 def port_free(port: int) -> bool:
-    """Nothing on 127.0.0.1 holds ``port`` (bound, listening or connected)."""
+    """Nothing holds ``port`` on any local IPv4 address (bound, listening or connected:
+    the wildcard bind fails on a port bound on any one address, such as a test host's)."""
     with socket.socket() as s:
         try:
-            s.bind(("127.0.0.1", port))
+            s.bind(("0.0.0.0", port))
         except OSError:
             return False
     return True

@@ -75,7 +75,7 @@ class Up:
         self.flags = list(flags)  # more flags of up
         self.warmup = warmup  # the pipeline's (off in tests: procs.FAST_PIPELINE_ENV)
         self.log_path = root / "up.log"
-        self.broker_port = free_port()
+        self.broker_port = free_ports(2)  # and the next, its controller's (kafka/broker.py)
         self.metrics_port = free_port()  # the pipeline's (never the default 9400)
         self.ingest_port = free_port()
         self.node_port = free_ports(nodes)  # nodes take --node-port and up

@@ -47,9 +47,9 @@ def hosts() -> Iterator[Hosts]:
 
 def test_three_hosts_answer_every_key_across_hosts(hosts: Hosts, procs: Any,
                                                    tmp_path: Path) -> None:
-    from procs import free_port
+    from procs import free_ports
 
-    broker = EmbeddedBroker(hosts.gateway, free_port(), tmp_path / "kafka").start()
+    broker = EmbeddedBroker(hosts.gateway, free_ports(2), tmp_path / "kafka").start()
     try:
         _three_hosts(hosts, procs, tmp_path, broker.bootstrap_servers)
     finally:
@@ -150,10 +150,10 @@ def test_bank_through_a_standalone_spark_cluster_losing_a_worker(
     """The pipeline unchanged on a Spark standalone cluster (a master and two workers of
     one core each, from pip's PySpark; executors run the same virtualenv), serving nodes
     on three hosts; a worker killed mid-stream: the query goes on, balances stay exact."""
-    from procs import free_port
+    from procs import free_ports
     from spark_cluster import SparkStandalone
 
-    broker = EmbeddedBroker(hosts.gateway, free_port(), tmp_path / "kafka").start()
+    broker = EmbeddedBroker(hosts.gateway, free_ports(2), tmp_path / "kafka").start()
     spark = SparkStandalone(tmp_path / "spark", hosts.gateway, workers=2).start()
     try:
         common = _common(broker.bootstrap_servers, "sc")

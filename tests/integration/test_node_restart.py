@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 from changelog import produce_rows
-from procs import free_port
+from procs import free_port, free_ports
 
 from streamiq.kafka.admin import ensure_topics
 from streamiq.kafka.broker import EmbeddedBroker
@@ -80,14 +80,14 @@ def test_a_memory_node_serves_and_restores_from_the_changelog_after_a_restart(
 
 def test_checkpoint_beyond_a_new_log_is_rebuilt(tmp_path: Path, procs: Any) -> None:
     port, state = free_port(), tmp_path / "state"
-    with EmbeddedBroker("127.0.0.1", free_port(), tmp_path / "old-kafka") as old:
+    with EmbeddedBroker("127.0.0.1", free_ports(2), tmp_path / "old-kafka") as old:
         ensure_topics({"bootstrap.servers": old.bootstrap_servers}, {BALANCES.changelog_topic: 3})
         produce_rows(old.bootstrap_servers, BALANCES.changelog_topic, BALANCES, _rows(200))
         n = procs("node", _node_args(old.bootstrap_servers, port, state), name="old")
         n.wait_ready(f"http://127.0.0.1:{port}/health")
         assert _balance(port, "r150") == 150
         n.stop()
-    with EmbeddedBroker("127.0.0.1", free_port(), tmp_path / "new-kafka") as new:  # another log
+    with EmbeddedBroker("127.0.0.1", free_ports(2), tmp_path / "new-kafka") as new:  # another log
         ensure_topics({"bootstrap.servers": new.bootstrap_servers}, {BALANCES.changelog_topic: 3})
         produce_rows(new.bootstrap_servers, BALANCES.changelog_topic, BALANCES, _rows(5, 7))
         n = procs("node", _node_args(new.bootstrap_servers, port, state), name="new")

@@ -133,13 +133,17 @@ class EmbeddedBroker:
         return self.data_dir / "broker.log"
 
     def voters(self) -> dict[int, tuple[str, int]]:
-        """Controller quorum: the one given, else this node alone on a port kept on disk."""
+        """Controller quorum: the one given, else this node alone on a port kept on disk:
+        the broker's port + 1 when free (9093 beside 9092, as Kafka's quickstart), else
+        one the system picks (in its ephemeral range: taken sooner by chance)."""
         if self._voters is not None:
             return self._voters
         saved = self.data_dir / "controller.port"
         port = int(saved.read_text()) if saved.is_file() else 0
         if not port or port_in_use(self.host, port):
-            port = free_port(self.host)
+            nxt = self.port + 1
+            port = nxt if nxt < 65536 and not port_in_use(self.host, nxt) \
+                else free_port(self.host)
             saved.write_text(f"{port}\n")
         self._voters = {self.node_id: (self.host, port)}
         return self._voters

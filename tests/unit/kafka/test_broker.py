@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
+from procs import free_ports
 
 from streamiq.kafka.broker import BrokerError, EmbeddedBroker, new_cluster_id
 
@@ -30,6 +32,21 @@ def test_one_broker_is_its_own_quorum_on_a_port_kept_on_disk(tmp_path: Path) -> 
     # a restart keeps the controller's port (the quorum's address)
     assert EmbeddedBroker("127.0.0.1", 9092, tmp_path).properties()[
         "controller.quorum.voters"] == voter
+
+
+def test_the_controller_takes_the_next_port_when_free_else_another(tmp_path: Path) -> None:
+    """9093 beside 9092, as Kafka's quickstart: outside the kernel's ephemeral range, so no
+    client's outgoing connection takes it between the pick and the broker's bind."""
+    port = free_ports(2)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first = EmbeddedBroker("127.0.0.1", port, tmp_path / "a").voters()[1]
+    assert first == ("127.0.0.1", port + 1)
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", port + 1))
+        held.listen()
+        other = EmbeddedBroker("127.0.0.1", port, tmp_path / "b").voters()[1][1]
+    assert other != port + 1
 
 
 def test_three_brokers_replicate_three_times_and_need_two_in_sync(tmp_path: Path) -> None:
