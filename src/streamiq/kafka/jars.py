@@ -43,19 +43,20 @@ def installed(libs: Path | None = None) -> bool:
     return ((libs or kafka_libs()) / _MARK).is_file()
 
 
-def maven_copy(pom: Path, libs: Path, *, what: str, expect: str, props: dict[str, str]
-               | None = None, drop: Callable[[Path], bool] | None = None,
-               quiet: bool = True) -> Path:
+def maven_copy(pom: Path, libs: Path, *, what: str, install: str, expect: str,
+               props: dict[str, str] | None = None,
+               drop: Callable[[Path], bool] | None = None, quiet: bool = True) -> Path:
     """Maven's ``dependency:copy-dependencies`` of ``pom`` (runtime scope) into ``libs``,
     atomically and once: a temporary sibling folder, renamed into place with a marker
     written last, so an interrupted install is redone. ``expect`` is a glob that must
-    match a copied jar; jars ``drop`` selects are left out. JarsError naming ``what``."""
+    match a copied jar; jars ``drop`` selects are left out. JarsError naming ``what`` (and
+    ``install``, the command to run once Maven is there)."""
     if installed(libs):
         return libs
     mvn = shutil.which("mvn")
     if mvn is None:
         raise JarsError(f"{what} is resolved by Maven, which was not found: install it "
-                        "(apt-get install maven) and run 'make install'")
+                        f"(apt-get install maven) and run {install}")
     libs.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{libs.name}-", dir=libs.parent))
     argv = [mvn, "-B", *(["-q"] if quiet else []), "-f", str(pom),
@@ -79,7 +80,8 @@ def maven_copy(pom: Path, libs: Path, *, what: str, expect: str, props: dict[str
 def install_jars(libs: Path | None = None, quiet: bool = True) -> Path:
     """Resolve the jars with Maven into ``libs`` (idempotent); the folder."""
     return maven_copy(_POM, libs or kafka_libs(), what=f"Apache Kafka {KAFKA_VERSION}",
-                      expect="kafka_2.13-*.jar", quiet=quiet)
+                      install="'streamiq broker --install'", expect="kafka_2.13-*.jar",
+                      quiet=quiet)
 
 
 def classpath(libs: Path | None = None) -> str:

@@ -58,7 +58,7 @@ def _pyspark_artifacts() -> set[str]:
 def install_connector(libs: Path | None = None, quiet: bool = True) -> Path:
     """Resolve the connector with Maven into ``libs`` (idempotent); the folder."""
     version, shipped = spark_version(), _pyspark_artifacts()
-    return maven_copy(_POM, libs or connector_libs(), quiet=quiet,
+    return maven_copy(_POM, libs or connector_libs(), quiet=quiet, install=_INSTALL,
                       what=f"org.apache.spark:{CONNECTOR}:{version} (PySpark's version)",
                       expect=f"{CONNECTOR}-{version}.jar", props={"spark.version": version},
                       drop=lambda jar: _artifact(jar.name) in shipped)

@@ -97,10 +97,14 @@ def _bind(settings: Settings) -> socket.socket | None:
         sock.bind((settings.host, settings.port))
     except OSError as e:
         sock.close()
-        print(f"streamiq node: cannot listen on {settings.host}:{settings.port} "
-              f"(--host/--port): {e.strerror or e}", file=sys.stderr, flush=True)
+        _cannot_listen(settings.host, settings.port, "--host/--port", e)
         return None
     return sock
+
+
+def _cannot_listen(host: str, port: int, flags: str, e: OSError) -> None:
+    print(f"streamiq node: cannot listen on {host}:{port} ({flags}): {e.strerror or e}",
+          file=sys.stderr, flush=True)
 
 
 async def _serve(settings: Settings) -> int:
@@ -137,9 +141,7 @@ async def _serve_on(settings: Settings, sock: socket.socket) -> int:
         try:
             sql = await start_sql(settings, asgi.deps)  # on this loop, before uvicorn serves
         except OSError as e:
-            print(f"streamiq node: cannot listen for SQL on {settings.host}:"
-                  f"{settings.sql_port} (--sql-port): {e.strerror or e}",
-                  file=sys.stderr, flush=True)
+            _cannot_listen(settings.host, settings.sql_port, "--sql-port", e)
             return 3
         if sql is not None:
             node.closing.append(sql.close)

@@ -83,3 +83,17 @@ def test_a_given_cluster_id_starting_with_a_dash_formats(tmp_path: Path) -> None
     broker._prepare()
     meta = (tmp_path / "log" / "meta.properties").read_text()
     assert "cluster.id=-" + "A" * 21 in meta
+
+
+def test_without_maven_each_install_names_its_own_command(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from streamiq.kafka import jars
+    from streamiq.pipeline import connector
+
+    monkeypatch.setattr("shutil.which", lambda _: None)
+    with pytest.raises(jars.JarsError, match=r"run 'streamiq broker --install'"):
+        jars.install_jars(tmp_path / "kafka")
+    with pytest.raises(jars.JarsError,
+                       match=r"run python -m streamiq\.pipeline\.connector --install"):
+        connector.install_connector(tmp_path / "connector")
+    assert not any(tmp_path.iterdir())  # nothing half-made
