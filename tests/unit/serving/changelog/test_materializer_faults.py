@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError
 from faultnode import KeyFault
 
 from streamiq.config import Settings
@@ -63,11 +64,40 @@ class Msg:
         return None
 
 
+class Eof:
+    """librdkafka's end-of-partition event (enable.partition.eof)."""
+
+    def __init__(self, topic: str, partition: int, offset: int) -> None:
+        self._t, self._p, self._o = topic, partition, offset
+
+    def topic(self) -> str:
+        return self._t
+
+    def partition(self) -> int:
+        return self._p
+
+    def offset(self) -> int:
+        return self._o
+
+    def key(self) -> None:
+        return None
+
+    def value(self) -> None:
+        return None
+
+    def headers(self) -> None:
+        return None
+
+    def error(self) -> Any:
+        return KafkaError(KafkaError._PARTITION_EOF)
+
+
 class Log:
     """An in-memory changelog: topic -> partition -> records."""
 
     def __init__(self) -> None:
         self.records: dict[tuple[str, int], list[Msg]] = {}
+        self.first_fetch_polls = 0  # polls before a newly assigned partition's first answer
 
     def append(self, topic: str, p: int, key: bytes | None, value: bytes | None,
                marker: bool = False) -> None:
@@ -91,27 +121,45 @@ def fake_kafka(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Log, list[Any]
     class FakeConsumer:
         def __init__(self, conf: dict[str, Any]) -> None:
             self.pos: dict[tuple[str, int], int] = {}
+            self.eof: dict[tuple[str, int], int] = {}  # where the end was last told
+            #: as librdkafka: the end each partition's last fetch answered (kept across
+            #: an unassign), and polls left before a newly assigned one's first answer
+            self.cached: dict[tuple[str, int], int] = {}
+            self.in_flight: dict[tuple[str, int], int] = {}
+            self.conf = conf
             consumers.append(self)
 
         def incremental_assign(self, tps: list[Any]) -> None:
             for tp in tps:
                 self.pos[(tp.topic, tp.partition)] = max(tp.offset, 0)
+                self.eof.pop((tp.topic, tp.partition), None)
+                self.in_flight[(tp.topic, tp.partition)] = log.first_fetch_polls
 
         def incremental_unassign(self, tps: list[Any]) -> None:
             for tp in tps:
                 self.pos.pop((tp.topic, tp.partition), None)
 
-        def consume(self, n: int, timeout: float) -> list[Msg]:
-            out: list[Msg] = []
+        def consume(self, n: int, timeout: float) -> list[Msg | Eof]:
+            out: list[Msg | Eof] = []
             for tp, at in self.pos.items():
+                if self.in_flight.get(tp):
+                    self.in_flight[tp] -= 1
+                    continue
                 got = log.records.get(tp, [])[at:at + n - len(out)]
                 self.pos[tp] = at + len(got)
                 out += got
+                end = self.cached[tp] = len(log.records.get(tp, []))
+                if self.conf.get("enable.partition.eof") and self.pos[tp] == end \
+                        and self.eof.get(tp) != end:
+                    self.eof[tp] = end
+                    out.append(Eof(*tp, end))
             if not out:
                 time.sleep(0.002)  # as a real consumer's poll timeout would (pacing)
             return out
 
         def get_watermark_offsets(self, tp: Any, cached: bool = False) -> tuple[int, int]:
+            if cached:
+                return 0, self.cached.get((tp.topic, tp.partition), -1001)
             return 0, len(log.records.get((tp.topic, tp.partition), []))
 
         def seek(self, tp: Any) -> None:
@@ -266,6 +314,34 @@ def _poisoned(tmp_path: Path, log: Log, sup: Supervisor) -> Iterator[Materialize
         log.append(TOPIC["balances"], 0, b"poison", _row("poison", 9))
         log.append(TOPIC["balances"], 0, b"a1", _row("a1", 100))
         yield m
+    finally:
+        m.stop()
+
+
+def test_a_partition_held_again_restores_to_its_end_not_to_a_stale_cached_one(
+        tmp_path: Path, fake_kafka: Any) -> None:
+    """librdkafka keeps a partition's cached end across an unassign; until the first
+    fetch after it is assigned again answers, that end is stale. A restore target taken
+    from it would call the partition restored while records written since are unread."""
+    log, _ = fake_kafka
+    log.first_fetch_polls = 200  # a slow first fetch: a window the old target fell into
+    b, held = TOPIC["balances"], ("balances", 0)
+    for i in range(3):
+        log.append(b, 0, f"a{i}".encode(), _row(f"a{i}", i))
+    m = _materializer(tmp_path)
+    m.want({held})
+    m.start()
+    try:
+        _wait(lambda: m.states.get(held, PartitionState()).restored, "restored")
+        assert m.states[held].offset == 3
+        m.want(set())
+        _wait(lambda: held not in m.states, "released")
+        for i in range(5):  # written while another node held it
+            log.append(b, 0, f"a{i}".encode(), _row(f"a{i}", 10 + i))
+        m.want({held})
+        _wait(lambda: m.states.get(held, PartitionState()).restored, "restored again")
+        assert m.states[held].offset == 8  # not 3: restored means caught up to the end
+        assert m.stores["balances"].get(0, b"a4") == _row("a4", 14)
     finally:
         m.stop()
 
