@@ -82,16 +82,20 @@ def free_port() -> int:
 
 def wait_http(url: str, timeout: float, proc: subprocess.Popen[bytes] | None = None,
               verify: bool | str = True) -> bool:
+    """Poll ``url`` until it answers 200. One client for the whole wait: ``httpx.get``
+    makes a client per call, and its TLS context costs ~47 ms of CPU each time (about a
+    third of a core while a part starts, polled every 0.1 s; measured on 2 cores)."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            return False
-        try:
-            if httpx.get(url, timeout=1.0, verify=verify).status_code == 200:
-                return True
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
+    with httpx.Client(timeout=1.0, verify=verify) as client:
+        while time.monotonic() < deadline:
+            if proc is not None and proc.poll() is not None:
+                return False
+            try:
+                if client.get(url).status_code == 200:
+                    return True
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
     return False
 
 
