@@ -50,8 +50,10 @@ demo: $(STAMP) $(KAFKA) $(CONNECTOR)
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/streamiq up $(ARGS)
 
 test: $(STAMP) $(KAFKA) $(CONNECTOR) chromium
-	$(BIN)/ruff check src tests bench
-	$(BIN)/mypy src tests  # strict (pyproject.toml: [tool.mypy])
+	# the tests' Spark class-data archive (tests/spark_cds.py, once) beside the linters
+	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python tests/spark_cds.py & \
+	  $(BIN)/ruff check src tests bench && \
+	  $(BIN)/mypy src tests; rc=$$?; wait; exit $$rc  # mypy: strict (pyproject.toml)
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/pytest -q -ra --durations=25 \
 	  -n $(WORKERS) --dist loadfile tests
 
@@ -59,6 +61,7 @@ test-unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit
 
 test-integration: $(STAMP) $(KAFKA) $(CONNECTOR) chromium
+	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python tests/spark_cds.py
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/pytest -q -ra tests/integration
 
 lint: $(STAMP)

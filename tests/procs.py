@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+from spark_cds import ARCHIVE, BASE_JVM, USE_ARCHIVE
 
 from streamiq.auth import mint
 
@@ -21,8 +22,9 @@ __all__ = ["FAST_JVM", "FAST_PIPELINE_ENV", "Deployment", "Proc", "free_port", "
            "port_free", "wait_http"]
 
 #: the tests' Spark driver JVMs: C1 only and a serial GC, for short lives (a pipeline's
-#: JVM up in ~2.5 s instead of ~6.5 s, its first job ~4 s sooner, measured on 2 cores)
-FAST_JVM = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Xshare:auto"
+#: JVM up in ~2.5 s instead of ~6.5 s, its first job ~4 s sooner, measured on 2 cores);
+#: with the class-data archive ``make test`` makes (tests/spark_cds.py) when it is there
+FAST_JVM = BASE_JVM + (f" {USE_ARCHIVE}" if ARCHIVE.is_file() else "")
 #: what every pipeline a test starts reads from its environment (tests/conftest.py sets
 #: it): the fast JVM, and no warm-up (ready ~20-40 s sooner; the first batch pays a
 #: little more). test_up's ``streamiq up`` keeps the warm-up: the demo's path
