@@ -23,7 +23,9 @@ from typing import Any
 ARCHIVE = Path(sys.prefix) / "share" / "streamiq" / "spark-tests.jsa"
 #: the tests' driver flags without the archive (procs.FAST_JVM adds it)
 BASE_JVM = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Xshare:auto"
-USE_ARCHIVE = f"-XX:SharedArchiveFile={ARCHIVE} -Xlog:cds=off,cds+dynamic=off"
+#: no CDS lines in a part's log (an archive that does not match is skipped silently)
+_QUIET = "-Xlog:cds=off,cds+dynamic=off"
+USE_ARCHIVE = f"-XX:SharedArchiveFile={ARCHIVE} {_QUIET}"
 
 
 def _workload(jvm_options: str) -> None:
@@ -60,7 +62,7 @@ def main() -> int:
     ARCHIVE.parent.mkdir(parents=True, exist_ok=True)
     part = ARCHIVE.with_suffix(".part")
     part.unlink(missing_ok=True)
-    opts = f"{BASE_JVM} -XX:ArchiveClassesAtExit={part} -Xlog:cds=off,cds+dynamic=off"
+    opts = f"{BASE_JVM} -XX:ArchiveClassesAtExit={part} {_QUIET}"
     # the archive is written as the JVM exits, which it does when this child ends
     done = subprocess.run([sys.executable, __file__, "--workload", opts],
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -64,29 +64,12 @@ class Msg:
         return None
 
 
-class Eof:
-    """librdkafka's end-of-partition event (enable.partition.eof)."""
+class Eof(Msg):
+    """librdkafka's end-of-partition event (enable.partition.eof): a message without
+    key, value or headers whose error is _PARTITION_EOF."""
 
     def __init__(self, topic: str, partition: int, offset: int) -> None:
-        self._t, self._p, self._o = topic, partition, offset
-
-    def topic(self) -> str:
-        return self._t
-
-    def partition(self) -> int:
-        return self._p
-
-    def offset(self) -> int:
-        return self._o
-
-    def key(self) -> None:
-        return None
-
-    def value(self) -> None:
-        return None
-
-    def headers(self) -> None:
-        return None
+        super().__init__(topic, partition, offset, None, None)
 
     def error(self) -> Any:
         return KafkaError(KafkaError._PARTITION_EOF)
@@ -139,8 +122,8 @@ def fake_kafka(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Log, list[Any]
             for tp in tps:
                 self.pos.pop((tp.topic, tp.partition), None)
 
-        def consume(self, n: int, timeout: float) -> list[Msg | Eof]:
-            out: list[Msg | Eof] = []
+        def consume(self, n: int, timeout: float) -> list[Msg]:
+            out: list[Msg] = []
             for tp, at in self.pos.items():
                 if self.in_flight.get(tp):
                     self.in_flight[tp] -= 1
