@@ -1,8 +1,10 @@
 """Apache Kafka as the embedded broker: start time, memory, and restore compacted vs not.
 
 1. Broker start: seconds from ``EmbeddedBroker.start()`` to answering metadata, on an
-   empty folder (format + start) and on its own log again (restart), ``--starts`` each;
-   the broker's resident memory once started (its heap is bounded by ``-Xmx``).
+   empty folder (format + start) and on its own log again (restart), and the JVM's CPU
+   by then; with and without the class-data archive ``streamiq broker --install`` makes
+   (kafka/cds.py), interleaved, ``--starts`` each; the broker's resident memory once
+   started (its heap is bounded by ``-Xmx``).
 2. Restore from empty, compacted vs not, in one run: ``--keys`` accounts updated
    ``--rounds`` times each, produced straight to two 3-partition changelogs, one
    compacted (the cleaner let run) and one not (``cleanup.policy=delete``). A node with
@@ -15,6 +17,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import statistics
@@ -31,6 +34,7 @@ from confluent_kafka import Producer
 
 from streamiq.kafka.admin import ensure_topics
 from streamiq.kafka.broker import DEFAULT_HEAP_MB, EmbeddedBroker
+from streamiq.kafka.cds import archive
 from streamiq.views.bank import BALANCES
 from streamiq.views.base import MARKER_HEADER, MARKER_KEY, marker_value
 
@@ -41,22 +45,41 @@ COMPACTED = {"cleanup.policy": "compact", "segment.ms": "1000",
 PLAIN = {"cleanup.policy": "delete", "retention.ms": "-1"}
 
 
-def starts(n: int) -> tuple[list[float], list[float], float]:
-    fresh, again, rss = [], [], 0.0
-    for _ in range(n):
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def start_once(use_archive: bool) -> tuple[float, float, float, float]:
+    """A fresh start and a restart, with or without the class-data archive (kafka/cds.py):
+    seconds to answering metadata of each, the JVM's CPU by the restart's, its memory."""
+    from streamiq.kafka import broker as module
+
+    flags = module.archive_flags
+    if not use_archive:
+        module.archive_flags = lambda libs=None: []  # type: ignore[misc]
+    try:
         b = bench_broker()
         t0 = time.monotonic()
         b.start()
-        fresh.append(time.monotonic() - t0)
+        fresh = time.monotonic() - t0
         b.stop()
         t0 = time.monotonic()
         b.start()
-        again.append(time.monotonic() - t0)
-        time.sleep(2)
+        again = time.monotonic() - t0
         assert b.proc is not None
-        rss = max(rss, rss_mb(b.proc.pid))
+        cpu = _cpu_s(b.proc.pid)
+        time.sleep(2)
+        rss = rss_mb(b.proc.pid)
         b.stop()
-    return fresh, again, rss
+    finally:
+        module.archive_flags = flags  # type: ignore[misc]
+    return fresh, again, cpu, rss
+
+
+def _series(xs: list[float]) -> str:
+    return f"median {statistics.median(xs):.1f} s ({', '.join(f'{x:.1f}' for x in xs)})"
 
 
 def _count(bootstrap: str, topic: str) -> int:
@@ -120,14 +143,20 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--starts", type=int, default=3)
     a = ap.parse_args()
-    fresh, again, rss = starts(a.starts)
-    print(f"broker start (Apache Kafka, KRaft, one node; {a.starts} each):")
-    print(f"  on an empty folder (format + start): median {statistics.median(fresh):.1f} s "
-          f"({', '.join(f'{x:.1f}' for x in fresh)})")
-    print(f"  on its own log again: median {statistics.median(again):.1f} s "
-          f"({', '.join(f'{x:.1f}' for x in again)})")
-    print(f"  resident memory once started: {rss:.0f} MB (heap -Xmx"
-          f"{DEFAULT_HEAP_MB}m)")
+    print(f"broker start (Apache Kafka, KRaft, one node; {a.starts} each, interleaved):")
+    if not archive().is_file():
+        print(f"  (no class-data archive at {archive()}: streamiq broker --install makes it)")
+    runs: dict[bool, list[tuple[float, float, float, float]]] = {False: [], True: []}
+    for _ in range(a.starts):
+        for use in (False, True):
+            runs[use].append(start_once(use))
+    for use, got in runs.items():
+        fresh, again, cpu, rss = (list(x) for x in zip(*got, strict=True))
+        print(f"  {'with' if use else 'without'} the class-data archive:")
+        print(f"    on an empty folder (format + start): {_series(fresh)}")
+        print(f"    on its own log again: {_series(again)}; JVM CPU by then {_series(cpu)}")
+        print(f"    resident memory once started: {max(rss):.0f} MB (heap -Xmx"
+              f"{DEFAULT_HEAP_MB}m)")
     root = Path(tempfile.mkdtemp(prefix="bench-kafka-"))
     broker = bench_broker().start()
     try:

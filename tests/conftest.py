@@ -10,14 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from procs import FAST_JVM, FAST_PIPELINE_ENV, free_port, free_ports
+from procs import FAST_ENV, FAST_JVM, free_port, free_ports
 
 from streamiq.kafka.admin import ensure_topics
 from streamiq.kafka.broker import EmbeddedBroker
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-for _name, _value in FAST_PIPELINE_ENV.items():  # pipelines the tests start (procs.py)
+for _name, _value in FAST_ENV.items():  # pipelines and brokers the tests start (procs.py)
     os.environ.setdefault(_name, _value)
 
 

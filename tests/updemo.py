@@ -73,7 +73,7 @@ class Up:
                  warmup: bool = False) -> None:
         self.root = root
         self.flags = list(flags)  # more flags of up
-        self.warmup = warmup  # the pipeline's (off in tests: procs.FAST_PIPELINE_ENV)
+        self.warmup = warmup  # the pipeline's (off in tests: procs.FAST_ENV)
         self.log_path = root / "up.log"
         self.broker_port = free_ports(2)  # and the next, its controller's (kafka/broker.py)
         self.metrics_port = free_port()  # the pipeline's (never the default 9400)

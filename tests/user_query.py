@@ -74,7 +74,7 @@ def start(spark: Any, df: Any, bootstrap: str, view: str, cluster: str, checkpoi
 
 def spark_config() -> dict[str, Any]:
     """Spark settings from ``STREAMIQ_SPARK_CONFIG`` (JSON), as ``streamiq pipeline``
-    takes them: the tests' fast driver JVM (tests/procs.py's FAST_PIPELINE_ENV) reaches
+    takes them: the tests' fast driver JVM (tests/procs.py's FAST_ENV) reaches
     these user programs too (their JVM up and first batch seconds sooner)."""
     raw = os.environ.get("STREAMIQ_SPARK_CONFIG")
     return {str(k): str(v) for k, v in json.loads(raw).items()} if raw else {}

@@ -88,3 +88,14 @@ def test_a_node_restoring_from_empty_reads_about_one_record_per_key(
     # about one record per key (plus what the active segments still hold), where the
     # changelog received keys * rounds updates
     assert keys <= read <= keys * 1.2, (read, keys * rounds)
+
+
+def test_the_session_broker_maps_the_class_data_archive_install_made(broker: Any) -> None:
+    """``make install`` (``streamiq broker --install``) makes the broker's archive
+    (kafka/cds.py); a broker started after maps it (its classes are not loaded again)."""
+    from streamiq.kafka.cds import archive
+
+    jsa = archive()
+    assert jsa.is_file(), f"no class-data archive at {jsa}: streamiq broker --install"
+    maps = Path(f"/proc/{broker.proc.pid}/maps").read_text()
+    assert str(jsa) in maps

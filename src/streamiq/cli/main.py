@@ -127,8 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
                                  "the node stores and the Spark checkpoints first")
         if cmd == "broker":
             sp.add_argument("--install", action="store_true",
-                            help="resolve Apache Kafka's jars with Maven (once; make install "
-                                 "runs it), then exit")
+                            help="resolve Apache Kafka's jars with Maven and make the broker's "
+                                 "class-data archive (once; make install runs it), then exit")
     for name, module in CLIENTS.items():
         module.add_parser(sub)
         sub.choices[name].add_argument(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import os
+import shlex
 import shutil
 import socket
 import subprocess
@@ -19,6 +20,7 @@ import uuid
 from pathlib import Path
 from types import TracebackType
 
+from streamiq.kafka.cds import archive_flags
 from streamiq.kafka.jars import JarsError, classpath
 
 __all__ = ["BrokerError", "EmbeddedBroker", "port_in_use", "wait_for_port"]
@@ -112,7 +114,8 @@ class EmbeddedBroker:
     def __init__(self, host: str, port: int, data_dir: Path | str, *,
                  heap_mb: int = DEFAULT_HEAP_MB, node_id: int = 1,
                  voters: dict[int, tuple[str, int]] | None = None,
-                 cluster_id: str | None = None, config: dict[str, str] | None = None) -> None:
+                 cluster_id: str | None = None, config: dict[str, str] | None = None,
+                 archiving_to: Path | None = None) -> None:
         self.host = host
         self.port = port
         self.data_dir = Path(data_dir).resolve()
@@ -121,6 +124,7 @@ class EmbeddedBroker:
         self._voters = voters
         self.cluster_id = cluster_id
         self.config = dict(config or {})
+        self.archiving_to = archiving_to  # kafka/cds.py: this run writes the archive there
         self.proc: subprocess.Popen[bytes] | None = None
         self.formatted = False  # True once a start found no log and made a new one
 
@@ -186,9 +190,15 @@ class EmbeddedBroker:
         except JarsError as exc:
             raise BrokerError(str(exc)) from None
         heap = f"-Xmx{self.heap_mb}m"
+        if self.archiving_to is None:
+            share = archive_flags()  # kafka/cds.py: the class-data archive, when made
+        else:
+            share = [f"-XX:ArchiveClassesAtExit={self.archiving_to}"] if main == "kafka.Kafka" \
+                else []
         return [self._java(), "-server", heap, f"-Xms{min(self.heap_mb, 128)}m",
                 "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-XX:+ExitOnOutOfMemoryError",
                 *([] if main == "kafka.Kafka" else ["-XX:TieredStopAtLevel=1"]),  # a tool
+                *share, *shlex.split(os.environ.get("KAFKA_OPTS", "")),  # as Kafka's scripts
                 "-Djava.awt.headless=true",
                 f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.yaml'}",
                 "-cp", cp, main, *args]

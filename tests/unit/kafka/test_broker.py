@@ -97,3 +97,49 @@ def test_without_maven_each_install_names_its_own_command(
                        match=r"run python -m streamiq\.pipeline\.connector --install"):
         connector.install_connector(tmp_path / "connector")
     assert not any(tmp_path.iterdir())  # nothing half-made
+
+
+def _jars(tmp_path: Path) -> Path:
+    libs = tmp_path / "kafka-9.9.9"
+    libs.mkdir()
+    (libs / "kafka_2.13-9.9.9.jar").write_bytes(b"")
+    (libs / ".complete").write_text("test\n")
+    return libs
+
+
+def test_the_class_data_archive_is_used_only_when_newer_than_the_jars(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from streamiq.kafka.cds import archive, archive_flags
+
+    libs = _jars(tmp_path)
+    monkeypatch.setenv("STREAMIQ_KAFKA_LIBS", str(libs))
+    monkeypatch.delenv("KAFKA_OPTS", raising=False)
+    jsa = archive(libs)
+    assert jsa == tmp_path / "kafka-9.9.9.jsa"
+    assert archive_flags() == []  # none made: the broker starts as before
+    jsa.write_bytes(b"")
+    flags = archive_flags()
+    assert f"-XX:SharedArchiveFile={jsa}" in flags and "-Xshare:auto" in flags
+    command = EmbeddedBroker("127.0.0.1", 1, tmp_path / "log").command()
+    assert f"-XX:SharedArchiveFile={jsa}" in command
+    os.utime(jsa, (1, 1))  # older than the jars' install: made from other jars
+    assert archive_flags() == []
+    assert not any("SharedArchiveFile" in a for a in
+                   EmbeddedBroker("127.0.0.1", 1, tmp_path / "log").command())
+
+
+def test_kafka_opts_reach_the_jvm_and_an_archiving_run_writes_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STREAMIQ_KAFKA_LIBS", str(_jars(tmp_path)))
+    monkeypatch.setenv("KAFKA_OPTS", "-XX:TieredStopAtLevel=1 -Dx=y")
+    command = EmbeddedBroker("127.0.0.1", 1, tmp_path / "log").command()
+    main = command.index("kafka.Kafka")
+    assert command.index("-XX:TieredStopAtLevel=1") < command.index("-Dx=y") < main
+    part = tmp_path / "a.part"
+    archiving = EmbeddedBroker("127.0.0.1", 1, tmp_path / "log", archiving_to=part)
+    assert f"-XX:ArchiveClassesAtExit={part}" in archiving.command()
+    # Kafka's tools (the log's format) do not overwrite the broker's archive
+    assert not any("ArchiveClassesAtExit" in a
+                   for a in archiving.command("kafka.tools.StorageTool", "format"))

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 import pytest
-from procs import FAST_PIPELINE_ENV
+from procs import FAST_ENV
 
 from streamiq.cli.up import _parts
 from streamiq.config import Settings
@@ -19,7 +19,7 @@ from streamiq.views.base import App
 def _no_test_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """Settings() here read no STREAMIQ_WARMUP / STREAMIQ_SPARK_CONFIG of the tests' own
     (tests/conftest.py sets them for the pipelines the integration tests start)."""
-    for name in FAST_PIPELINE_ENV:
+    for name in FAST_ENV:
         monkeypatch.delenv(name, raising=False)
 
 
