@@ -45,15 +45,31 @@ def hosts() -> Iterator[Hosts]:
         assert h.leftovers() == [], h.leftovers()
 
 
-def test_three_hosts_answer_every_key_across_hosts(hosts: Hosts, procs: Any,
-                                                   tmp_path: Path) -> None:
+@pytest.fixture
+def gateway_broker(hosts: Hosts, tmp_path: Path) -> Iterator[EmbeddedBroker]:
+    """A broker on the gateway (the root namespace). Tests list it before ``procs``, so
+    the parts stop first, while it still answers (not retrying a stopped broker)."""
     from procs import free_ports
 
-    broker = EmbeddedBroker(hosts.gateway, free_ports(2), tmp_path / "kafka").start()
-    try:
-        _three_hosts(hosts, procs, tmp_path, broker.bootstrap_servers)
-    finally:
-        broker.stop()
+    b = EmbeddedBroker(hosts.gateway, free_ports(2), tmp_path / "kafka").start()
+    yield b
+    b.stop()
+
+
+@pytest.fixture
+def standalone(hosts: Hosts, tmp_path: Path) -> Iterator[Any]:
+    """A Spark standalone cluster (a master and two one-core workers) on the gateway,
+    stopped after the pipeline (listed before ``procs``)."""
+    from spark_cluster import SparkStandalone
+
+    s = SparkStandalone(tmp_path / "spark", hosts.gateway, workers=2).start()
+    yield s
+    s.stop()
+
+
+def test_three_hosts_answer_every_key_across_hosts(
+        hosts: Hosts, gateway_broker: EmbeddedBroker, procs: Any, tmp_path: Path) -> None:
+    _three_hosts(hosts, procs, tmp_path, gateway_broker.bootstrap_servers)
 
 
 def _start_nodes(hosts: Hosts, procs: Any, tmp_path: Path, common: list[str]
@@ -146,38 +162,31 @@ def _exact_everywhere(advertised: list[str], expected: Counter[str], timeout: fl
 
 
 def test_bank_through_a_standalone_spark_cluster_losing_a_worker(
-        hosts: Hosts, procs: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        hosts: Hosts, gateway_broker: EmbeddedBroker, standalone: Any, procs: Any,
+        tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """The pipeline unchanged on a Spark standalone cluster (a master and two workers of
     one core each, from pip's PySpark; executors run the same virtualenv), serving nodes
     on three hosts; a worker killed mid-stream: the query goes on, balances stay exact."""
-    from procs import free_ports
-    from spark_cluster import SparkStandalone
+    common = _common(gateway_broker.bootstrap_servers, "sc")
+    ingest = f"{hosts.addresses[3]}:8080"  # a host of its own
+    procs("ingest", [*common, "--no-auth", "--ingest-host", hosts.addresses[3],
+                     "--ingest-port", "8080"], name="ingest", prefix=hosts.command(3, [])
+          ).wait_ready(f"http://{ingest}/health", 60)
+    advertised, _ = _start_nodes(hosts, procs, tmp_path, common)
+    monkeypatch.setenv("SPARK_LOCAL_IP", hosts.gateway)  # the driver, for the executors
+    pipeline = procs("pipeline", [*common, "--master", standalone.url, "--checkpoint-dir",
+                                  str(tmp_path / "checkpoints"), "--metrics-port", "0"],
+                     name="pipeline")
+    pipeline.wait_line("pipeline ready", 300)
+    apps = standalone.state().get("activeapps")
+    assert isinstance(apps, list) and apps and apps[0]["cores"] == 2, standalone.state()
+    rng, expected = random.Random(5), Counter[str]()
+    _deposit(ingest, rng, 150, expected)
+    _exact_everywhere(advertised, expected, 180)
 
-    broker = EmbeddedBroker(hosts.gateway, free_ports(2), tmp_path / "kafka").start()
-    spark = SparkStandalone(tmp_path / "spark", hosts.gateway, workers=2).start()
-    try:
-        common = _common(broker.bootstrap_servers, "sc")
-        ingest = f"{hosts.addresses[3]}:8080"  # a host of its own
-        procs("ingest", [*common, "--no-auth", "--ingest-host", hosts.addresses[3],
-                         "--ingest-port", "8080"], name="ingest", prefix=hosts.command(3, [])
-              ).wait_ready(f"http://{ingest}/health", 60)
-        advertised, _ = _start_nodes(hosts, procs, tmp_path, common)
-        monkeypatch.setenv("SPARK_LOCAL_IP", hosts.gateway)  # the driver, for the executors
-        pipeline = procs("pipeline", [*common, "--master", spark.url, "--checkpoint-dir",
-                                      str(tmp_path / "checkpoints"), "--metrics-port", "0"],
-                         name="pipeline")
-        pipeline.wait_line("pipeline ready", 300)
-        apps = spark.state().get("activeapps")
-        assert isinstance(apps, list) and apps and apps[0]["cores"] == 2, spark.state()
-        rng, expected = random.Random(5), Counter[str]()
-        _deposit(ingest, rng, 150, expected)
-        _exact_everywhere(advertised, expected, 180)
-
-        spark.kill_worker(0)  # mid-stream: writes keep coming
-        _deposit(ingest, rng, 150, expected)
-        _exact_everywhere(advertised, expected, 300)
-        assert pipeline.alive(), pipeline.log()[-3000:]
-        assert spark.alive_workers() == 1
-    finally:
-        spark.stop()
-        broker.stop()
+    standalone.kill_worker(0)  # mid-stream: writes keep coming
+    _deposit(ingest, rng, 150, expected)
+    _exact_everywhere(advertised, expected, 300)
+    assert pipeline.alive(), pipeline.log()[-3000:]
+    assert standalone.alive_workers() == 1
