@@ -18,7 +18,7 @@ from spark_cds import ARCHIVE, BASE_JVM, USE_ARCHIVE
 
 from streamiq.auth import mint
 
-__all__ = ["FAST_ENV", "FAST_JVM", "Deployment", "Proc", "free_port", "free_ports",
+__all__ = ["FAST_ENV", "FAST_JVM", "HTTP", "Deployment", "Proc", "free_port", "free_ports",
            "port_free", "wait_http"]
 
 #: the tests' Spark driver JVMs: C1 only and a serial GC, for short lives (a pipeline's
@@ -35,6 +35,13 @@ FAST_ENV = {
     "STREAMIQ_WARMUP": "false",
     "KAFKA_OPTS": "-XX:TieredStopAtLevel=1",
 }
+
+
+#: one client for the tests' plain HTTP calls (``HTTP.get(url, ...)``): ``httpx.get``
+#: makes a client per call, and its TLS context costs ~47 ms of CPU each time (measured
+#: on 2 cores). No keep-alive: each request opens its own connection, as ``httpx.get``'s
+#: did, so a part killed or restarted between two calls is met afresh
+HTTP = httpx.Client(timeout=5.0, limits=httpx.Limits(max_keepalive_connections=0))
 
 
 #: where tests take their ports: below the kernel's ephemeral range (32768-60999 here),

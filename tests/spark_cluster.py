@@ -19,7 +19,7 @@ from pathlib import Path
 
 import httpx
 import pyspark
-from procs import free_port
+from procs import HTTP, free_port
 
 __all__ = ["SparkStandalone"]
 
@@ -63,8 +63,8 @@ class SparkStandalone:
 
     def state(self) -> dict[str, object]:
         try:
-            doc: dict[str, object] = httpx.get(f"http://{self.host}:{self.ui}/json/",
-                                               timeout=5).json()
+            doc: dict[str, object] = HTTP.get(f"http://{self.host}:{self.ui}/json/",
+                                              timeout=5).json()
             return doc
         except (httpx.HTTPError, ValueError):
             return {}

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import psycopg
 from changelog import produce_rows
-from procs import free_port
+from procs import HTTP, free_port
 from updemo import until
 
 from streamiq.kafka.admin import ensure_topics
@@ -102,8 +102,8 @@ def connect(sql_port: int, password: str) -> psycopg.Connection[Any]:
 
 def metrics(cluster: Any, port: int) -> str:
     """A node's /metrics document."""
-    return httpx.get(f"http://127.0.0.1:{port}/metrics", headers=cluster.headers,
-                     timeout=10).text
+    return HTTP.get(f"http://127.0.0.1:{port}/metrics", headers=cluster.headers,
+                    timeout=10).text
 
 
 def metric(cluster: Any, port: int, name: str) -> float:

@@ -8,8 +8,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import httpx
 from confluent_kafka import KafkaError, Message, Producer
+from procs import HTTP
 
 __all__ = ["JUNK", "health", "members", "produce", "reasons", "until"]
 
@@ -43,7 +43,7 @@ def produce(bootstrap: str, topic: str, values: Iterable[bytes], key: bytes = b"
 
 
 def health(port: int) -> dict[str, Any]:
-    doc: dict[str, Any] = httpx.get(f"http://127.0.0.1:{port}/health", timeout=10).json()
+    doc: dict[str, Any] = HTTP.get(f"http://127.0.0.1:{port}/health", timeout=10).json()
     return doc  # a 503 body carries the same fields
 
 
@@ -54,7 +54,7 @@ def reasons(port: int, topic: str) -> dict[str, int]:
 
 
 def members(port: int) -> list[str]:
-    nodes = httpx.get(f"http://127.0.0.1:{port}/v1/cluster", timeout=10).json()["nodes"]
+    nodes = HTTP.get(f"http://127.0.0.1:{port}/v1/cluster", timeout=10).json()["nodes"]
     return sorted(n["endpoint"] for n in nodes)
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from procs import free_port, free_ports
+from procs import HTTP, free_port, free_ports
 
 from streamiq.auth import mint
 
@@ -107,9 +107,9 @@ class Up:
         printed = self.wait_for(r"^  export STREAMIQ_TOKEN=(\S+)$", 1, after).group(1)
         assert (self.root / "token").read_text().strip() == printed
         url = f"http://127.0.0.1:{self.node_port}/v1/cluster"
-        assert httpx.get(url, timeout=10).status_code == 401
-        assert httpx.get(url, timeout=10, headers={"authorization": f"Bearer {printed}"}
-                         ).status_code == 200
+        assert HTTP.get(url, timeout=10).status_code == 401
+        assert HTTP.get(url, timeout=10, headers={"authorization": f"Bearer {printed}"}
+                        ).status_code == 200
 
     @property
     def pid(self) -> int:
@@ -209,7 +209,7 @@ def same(got: dict[str, Any], want: dict[str, Any]) -> bool | str:
 
 def metric(port: int, name: str) -> float:
     """Sum of a node's Prometheus metric over its labels."""
-    text = httpx.get(f"http://127.0.0.1:{port}/metrics", headers=HEADERS, timeout=10).text
+    text = HTTP.get(f"http://127.0.0.1:{port}/metrics", headers=HEADERS, timeout=10).text
     return sum(float(m.group(1)) for m in
                re.finditer(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.MULTILINE))
 

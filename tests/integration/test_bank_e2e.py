@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
+from procs import HTTP
 
 pytestmark = pytest.mark.integration
 
@@ -69,7 +70,7 @@ def test_every_node_answers_every_account(cluster: Any) -> None:
     hops: Counter[str] = Counter()
     for port, _ in nodes:
         for a in accounts[:30]:
-            r = httpx.get(f"http://127.0.0.1:{port}/account/{a}")
+            r = HTTP.get(f"http://127.0.0.1:{port}/account/{a}")
             hops[r.headers["x-streamiq-hops"]] += 1
             assert r.json()["value"]["count"] > 0
     assert set(hops) == {"0", "1"}, hops
@@ -79,17 +80,17 @@ def test_unknown_and_malformed_requests(cluster: Any) -> None:
     ingest, _ = cluster.ingest("bank")
     (port, _), = cluster.nodes(1, "bank")
     base = f"http://127.0.0.1:{port}"
-    r = httpx.get(f"{base}/account/999999999")
+    r = HTTP.get(f"{base}/account/999999999")
     assert r.status_code == 404 and r.json()["code"] == "NOT_FOUND"
-    r = httpx.get(f"{base}/account/a%7Cb")
+    r = HTTP.get(f"{base}/account/a%7Cb")
     assert r.status_code == 400 and "account" in r.json()["detail"]
-    r = httpx.get(f"{base}/v1/views/nope/keys/1")
+    r = HTTP.get(f"{base}/v1/views/nope/keys/1")
     assert r.status_code == 404 and r.json()["code"] == "UNKNOWN_VIEW"
     ing = f"http://127.0.0.1:{ingest}"
     for params, word in (({"amount": "ten"}, "amount"), ({}, "amount"),
                          ({"amount": str(10**13)}, "amount")):
-        r = httpx.post(f"{ing}/account/100001", params=params)
+        r = HTTP.post(f"{ing}/account/100001", params=params)
         assert r.status_code == 400, r.text
         assert word in r.json()["detail"]
-    r = httpx.post(f"{ing}/account/bad%20id", params={"amount": 1})
+    r = HTTP.post(f"{ing}/account/bad%20id", params={"amount": 1})
     assert r.status_code == 400 and "account" in r.json()["detail"]

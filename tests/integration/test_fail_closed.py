@@ -28,7 +28,7 @@ from confluent_kafka.admin import (
     ConfigResource,
 )
 from faultnode import launcher
-from procs import free_port
+from procs import HTTP, free_port
 
 from streamiq.kafka.admin import ensure_topics
 from streamiq.routing.assignment import assign
@@ -48,7 +48,7 @@ def _rows(n: int = N_ACCOUNTS, bump: int = 0) -> list[dict[str, Any]]:
 
 
 def _get(port: int, path: str) -> httpx.Response:
-    return httpx.get(f"http://127.0.0.1:{port}{path}", timeout=5)
+    return HTTP.get(f"http://127.0.0.1:{port}{path}", timeout=5)
 
 
 def _health(port: int) -> dict[str, Any]:

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
 import pytest
 import schemathesis
 from changelog import produce_rows
 from hypothesis import HealthCheck, given, settings
+from procs import HTTP
 
 from streamiq.kafka.admin import ensure_topics
 from streamiq.views.bank import BALANCES
@@ -21,7 +21,7 @@ EXAMPLES_PER_NODE = 150
 
 
 def _fuzz(base: str, headers: dict[str, str], answers: list[tuple[str, str, int]]) -> None:
-    doc = httpx.get(f"{base}/openapi.json", headers=headers, timeout=10).json()
+    doc = HTTP.get(f"{base}/openapi.json", headers=headers, timeout=10).json()
     schema = schemathesis.openapi.from_dict(doc)
 
     @settings(max_examples=EXAMPLES_PER_NODE, deadline=None, derandomize=True,

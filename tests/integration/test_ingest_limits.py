@@ -13,9 +13,9 @@ import socket
 import time
 from typing import Any
 
-import httpx
 import pytest
 from confluent_kafka import Consumer, TopicPartition
+from procs import HTTP
 
 from streamiq.serving.http.http_limits import MAX_BODY_BYTES, MAX_HEAD_BYTES
 
@@ -121,11 +121,11 @@ def test_ingest_refuses_what_it_must_not_read_before_reading_it(cluster: Any) ->
 
     # nothing of it was produced; a good write still is, exactly once
     assert produced(cluster.bootstrap, topic) == 0
-    r = httpx.post(f"http://127.0.0.1:{port}/orders", content=ORDER, timeout=30,
-                   headers={**cluster.headers, "content-type": "application/json"})
+    r = HTTP.post(f"http://127.0.0.1:{port}/orders", content=ORDER, timeout=30,
+                  headers={**cluster.headers, "content-type": "application/json"})
     assert r.status_code == 200, r.text
     assert produced(cluster.bootstrap, topic) == 1
-    metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=30).text
+    metrics = HTTP.get(f"http://127.0.0.1:{port}/metrics", timeout=30).text
     for reason in ("unauthenticated", "header_too_large", "body_too_large"):
         assert f'streamiq_ingest_refused_unread_total{{reason="{reason}"}} 1.0' in metrics
 

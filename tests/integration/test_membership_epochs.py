@@ -10,9 +10,9 @@ import contextlib
 import time
 from typing import Any
 
-import httpx
 import pytest
 from changelog import produce_rows
+from procs import HTTP
 from topicjunk import JUNK, health, members, produce, reasons, until
 
 from streamiq.kafka.admin import ensure_topics, topic_names
@@ -34,7 +34,7 @@ def test_nodes_hear_each_other_across_epochs_and_old_topics_go(cluster: Any) -> 
     # every node sees both members once both have heartbeated
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        seen = [len(httpx.get(f"http://127.0.0.1:{p}/v1/cluster").json()["nodes"])
+        seen = [len(HTTP.get(f"http://127.0.0.1:{p}/v1/cluster").json()["nodes"])
                 for p in ports]
         if seen == [2, 2]:
             break
@@ -45,7 +45,7 @@ def test_nodes_hear_each_other_across_epochs_and_old_topics_go(cluster: Any) -> 
     end = time.monotonic() + 5 * PERIOD_S  # several epoch changes
     while time.monotonic() < end:
         for p in ports:  # never a moment when a node lost its peer
-            nodes = httpx.get(f"http://127.0.0.1:{p}/v1/cluster").json()["nodes"]
+            nodes = HTTP.get(f"http://127.0.0.1:{p}/v1/cluster").json()["nodes"]
             assert len(nodes) == 2, f"node {p} lost its peer at an epoch change: {nodes}"
         mine = [t for t in topic_names(conf) if t.startswith(base)]
         epochs_seen.update(int(t[len(base):]) for t in mine)
@@ -110,5 +110,5 @@ def test_junk_on_the_members_epoch_and_progress_topics_is_skipped_by_reason(
         assert doc["ready"] and doc["faults"] == {}, doc  # no part crashed on a record
         assert members(p) == endpoints
         for row in rows:
-            r = httpx.get(f"http://127.0.0.1:{p}/v1/views/balances/keys/{row['account']}")
+            r = HTTP.get(f"http://127.0.0.1:{p}/v1/views/balances/keys/{row['account']}")
             assert r.status_code == 200 and r.json()["value"] == row, r.text

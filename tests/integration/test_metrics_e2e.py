@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from procs import HTTP
 from prometheus_client.parser import text_string_to_metric_families
 
 from streamiq.views.bank import BALANCES, TOPIC
@@ -37,7 +38,7 @@ PIPELINE_FAMILIES = {"streamiq_pipeline_batch_duration_seconds",
 
 def scrape(port: int) -> dict[str, Any]:
     """family name -> {(sample name, sorted labels): value}."""
-    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    text = HTTP.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
     return {f.name: {(s.name, tuple(sorted(s.labels.items()))): s.value for s in f.samples}
             for f in text_string_to_metric_families(text)}
 
@@ -147,14 +148,14 @@ def test_each_part_counts_a_known_workload_exactly(cluster: Any) -> None:
     # (a progress held back by the publishing limit goes out when the period ends)
     for port in nodes:
         while True:
-            doc = httpx.get(f"http://127.0.0.1:{port}/v1/pipeline", timeout=10).json()
+            doc = HTTP.get(f"http://127.0.0.1:{port}/v1/pipeline", timeout=10).json()
             shown = doc["views"].get("balances", {})
             if shown.get("dead_letters") == 2 and shown.get("records") == read:
                 break
             assert time.monotonic() < deadline + 60, doc
             time.sleep(0.5)
         assert shown["batches"] >= 1 and shown["at"] > 0 and doc["skipped"] == 0
-        doc = httpx.get(f"http://127.0.0.1:{port}/v1/dashboard", timeout=10).json()
+        doc = HTTP.get(f"http://127.0.0.1:{port}/v1/dashboard", timeout=10).json()
         assert doc["pipeline"]["balances"]["records"] == read
         assert {n["endpoint"] for n in doc["cluster"]["nodes"]} == {
             f"127.0.0.1:{p}" for p in nodes}

@@ -11,10 +11,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from changelog import produce_rows
-from procs import free_port, free_ports
+from procs import HTTP, free_port, free_ports
 
 from streamiq.kafka.admin import ensure_topics
 from streamiq.kafka.broker import EmbeddedBroker
@@ -35,7 +34,7 @@ def _node_args(bootstrap: str, port: int, state: Path, *extra: str) -> list[str]
 
 
 def _balance(port: int, account: str) -> int | None:
-    r = httpx.get(f"http://127.0.0.1:{port}/account/{account}")
+    r = HTTP.get(f"http://127.0.0.1:{port}/account/{account}")
     return r.json()["value"]["balance"] if r.status_code == 200 else None
 
 

@@ -23,6 +23,7 @@ import pytest
 from changelog import produce_rows
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+from procs import HTTP
 from updemo import same, until
 
 from streamiq.kafka.admin import ensure_topics
@@ -102,7 +103,7 @@ class Env:
         return {**ORDERS, **self.sentinels}
 
     def get(self, path: str, **params: Any) -> httpx.Response:
-        return httpx.get(f"http://127.0.0.1:{self.port}{path}", params=params, timeout=30)
+        return HTTP.get(f"http://127.0.0.1:{self.port}{path}", params=params, timeout=30)
 
     def health(self) -> dict[str, Any]:
         doc: dict[str, Any] = self.get("/health").json()

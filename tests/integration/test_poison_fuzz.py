@@ -32,6 +32,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from procs import HTTP
 from updemo import CONVERGE_S, HEADERS, Up, balances_of, exact, post_json, same, until
 
 from streamiq.kafka.partitioner import partition_for
@@ -257,7 +258,7 @@ def _counted(up: Up) -> dict[str, float]:
     urls = [f"http://127.0.0.1:{p}/metrics" for p in up.node_ports]
     urls.append(f"http://127.0.0.1:{up.metrics_port}/metrics")
     for url in urls:
-        text = httpx.get(url, headers=HEADERS, timeout=10).text
+        text = HTTP.get(url, headers=HEADERS, timeout=10).text
         for m in re.finditer(r"^(\w*(?:skipped|dead_letter|deadletter|refused)\w*)"
                              r"(?:\{[^}]*\})? (\S+)$", text, re.MULTILINE):
             out[m.group(1)] += float(m.group(2))
@@ -350,7 +351,7 @@ def test_no_record_on_any_topic_stops_a_part(up: Up) -> None:
     for port in up.node_ports:
         assert same(balances_of(port, sorted(ACCOUNTS)), ACCOUNTS) is True, port
         assert same(_orders_of(port), ORDERS) is True, port
-        r = httpx.get(f"http://127.0.0.1:{port}/health", timeout=10)
+        r = HTTP.get(f"http://127.0.0.1:{port}/health", timeout=10)
         assert r.status_code == 200, (port, r.text)
     after = _counted(up)
     rose = {k: after.get(k, 0) - before.get(k, 0) for k in after

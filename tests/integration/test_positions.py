@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
+from procs import HTTP
 
 pytestmark = pytest.mark.integration
 
@@ -93,20 +94,20 @@ def test_a_position_never_reached_is_not_up_to_bound_on_every_query_type(cluster
                                                                          ) -> None:
     ingest, _ = cluster.ingest("bank,orders")
     (port, _), = cluster.nodes(1, "bank,orders")
-    w = httpx.post(f"http://127.0.0.1:{ingest}/orders",
-                   json={"order_id": "x", "store": "s", "type": "GENERAL",
+    w = HTTP.post(f"http://127.0.0.1:{ingest}/orders",
+                  json={"order_id": "x", "store": "s", "type": "GENERAL",
                          "amount": 1}).json()
     bound = {"position": w["position"], "wait_ms": 300}  # no pipeline: never reflected
     base = f"http://127.0.0.1:{port}/v1/views"
     answers = [
-        httpx.post(f"{base}/order_counts/keys", params=bound, json={"keys": ["s|GENERAL"]}),
-        httpx.get(f"{base}/order_counts/scan", params=bound),
-        httpx.get(f"{base}/order_counts/aggregate", params=bound),
-        httpx.get(f"{base}/order_counts_1m/keys/s|GENERAL/windows", params=bound),
-        httpx.get(f"{base}/order_counts_1m/windows", params=bound),
+        HTTP.post(f"{base}/order_counts/keys", params=bound, json={"keys": ["s|GENERAL"]}),
+        HTTP.get(f"{base}/order_counts/scan", params=bound),
+        HTTP.get(f"{base}/order_counts/aggregate", params=bound),
+        HTTP.get(f"{base}/order_counts_1m/keys/s|GENERAL/windows", params=bound),
+        HTTP.get(f"{base}/order_counts_1m/windows", params=bound),
     ]
     for r in answers:
         assert r.status_code == 503, (r.request.url, r.text)
         assert r.json()["code"] == "NOT_UP_TO_BOUND", (r.request.url, r.text)
-    bad = httpx.get(f"{base}/order_counts/aggregate", params={"position": "nonsense"})
+    bad = HTTP.get(f"{base}/order_counts/aggregate", params={"position": "nonsense"})
     assert bad.status_code == 400 and "position" in bad.json()["detail"], bad.text

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 from confluent_kafka import Producer
+from procs import HTTP
 
 from streamiq.kafka.admin import ensure_topics
 from streamiq.views.bank import BALANCES
@@ -52,7 +53,7 @@ def make_data() -> dict[str, list[dict[str, Any]]]:
 
 
 def get(port: int, path: str, **params: Any) -> httpx.Response:
-    r = httpx.get(f"http://127.0.0.1:{port}{path}", params=params, timeout=10)
+    r = HTTP.get(f"http://127.0.0.1:{port}{path}", params=params, timeout=10)
     if r.status_code < 400 and path.startswith("/v1/views/"):
         assert r.headers["x-streamiq-hops"] in ("0", "1"), (path, r.headers)
     return r
@@ -135,7 +136,7 @@ def test_every_query_from_every_node_then_partial(cluster: Any) -> None:
         assert r.json()["value"] == oc["st03|GENERAL"]
         # multi-get: every account, one absent, duplicates folded
         keys = [*bal, "acc-999", "acc-000"]
-        r = httpx.post(f"http://127.0.0.1:{port}/v1/views/balances/keys", json={"keys": keys})
+        r = HTTP.post(f"http://127.0.0.1:{port}/v1/views/balances/keys", json={"keys": keys})
         d = r.json()
         assert d["status"] == "OK" and d["missing_partitions"] == [] and d["missing_keys"] == []
         assert [x["key"] for x in d["results"]] == [*bal, "acc-999"]
@@ -220,10 +221,10 @@ def check_bad_input(port: int) -> None:
     for path, params, status, needle in cases:
         r = get(port, path, **params)
         assert r.status_code == status and needle in r.json()["detail"], (path, r.text)
-    r = httpx.post(f"http://127.0.0.1:{port}/v1/views/order_counts/keys",
-                   json={"keys": ["st01|GENERAL", "bad"]})
+    r = HTTP.post(f"http://127.0.0.1:{port}/v1/views/order_counts/keys",
+                  json={"keys": ["st01|GENERAL", "bad"]})
     assert r.status_code == 400 and "keys[1]" in r.json()["detail"]
-    r = httpx.post(f"http://127.0.0.1:{port}/v1/views/order_counts/keys", json={"keys": []})
+    r = HTTP.post(f"http://127.0.0.1:{port}/v1/views/order_counts/keys", json={"keys": []})
     assert r.status_code == 400 and "keys" in r.json()["detail"]
 
 
@@ -245,8 +246,8 @@ def test_redirect_mode_answers_307_to_the_owner(cluster: Any) -> None:
     owners = {p: pv["replicas"][0]["address"] for p, pv in meta["views"]["balances"].items()}
     other = next(f"a{i}" for i in range(20)
                  if owners[str(BALANCES.partition_of(f"a{i}", 3))] != me)
-    r = httpx.get(f"http://127.0.0.1:{port}/v1/views/balances/keys/{other}",
-                  headers={"authorization": "Bearer t"})
+    r = HTTP.get(f"http://127.0.0.1:{port}/v1/views/balances/keys/{other}",
+                 headers={"authorization": "Bearer t"})
     assert r.status_code == 307
     owner = owners[str(BALANCES.partition_of(other, 3))]
     assert r.headers["location"] == f"http://{owner}/v1/views/balances/keys/{other}"
@@ -295,8 +296,8 @@ def test_end_to_end_through_ingest_and_pipeline(cluster: Any) -> None:
         for key, n in counts.items():
             v = get(port, f"/v1/views/order_counts/keys/{key}").json()["value"]
             assert v["count"] == n and v["revenue"] == pytest.approx(revenue[key])
-        d = httpx.post(f"http://127.0.0.1:{port}/v1/views/balances/keys",
-                       json={"keys": list(balances)}).json()
+        d = HTTP.post(f"http://127.0.0.1:{port}/v1/views/balances/keys",
+                      json={"keys": list(balances)}).json()
         assert {x["key"]: x["value"]["balance"] for x in d["results"]} == balances
         # order_counts_1m is a query of its own: it may be a micro-batch behind the others
         while (per_key := window_counts(port)) != counts and time.monotonic() < deadline:

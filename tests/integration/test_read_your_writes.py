@@ -8,13 +8,14 @@ from typing import Any
 
 import httpx
 import pytest
+from procs import HTTP
 
 pytestmark = pytest.mark.integration
 
 
 def _non_owner(nodes: list[tuple[int, Any]], account: str) -> int:
     port = nodes[0][0]
-    meta = httpx.get(f"http://127.0.0.1:{port}/v1/metadata/balances/{account}").json()
+    meta = HTTP.get(f"http://127.0.0.1:{port}/v1/metadata/balances/{account}").json()
     return next(p for p, _ in nodes if f"127.0.0.1:{p}" != meta["active"])
 
 
@@ -63,12 +64,12 @@ def test_query_with_position_sees_the_write(cluster: Any) -> None:
 def test_unreachable_position_is_not_up_to_bound(cluster: Any) -> None:
     ingest, _ = cluster.ingest("bank")
     (port, _), = cluster.nodes(1, "bank")
-    w = httpx.post(f"http://127.0.0.1:{ingest}/account/ryw", params={"amount": 1}).json()
+    w = HTTP.post(f"http://127.0.0.1:{ingest}/account/ryw", params={"amount": 1}).json()
     future = f"{w['topic']}:{w['partition']}:{w['offset'] + 1_000_000}"
     # No pipeline runs, so the write itself is never reflected either.
     for token in (future, w["position"]):
-        r = httpx.get(f"http://127.0.0.1:{port}/v1/views/balances/keys/ryw",
-                      params={"position": token, "wait_ms": 300})
+        r = HTTP.get(f"http://127.0.0.1:{port}/v1/views/balances/keys/ryw",
+                     params={"position": token, "wait_ms": 300})
         assert r.status_code == 503 and r.json()["code"] == "NOT_UP_TO_BOUND", r.text
-    r = httpx.get(f"http://127.0.0.1:{port}/account/ryw", params={"position": "nonsense"})
+    r = HTTP.get(f"http://127.0.0.1:{port}/account/ryw", params={"position": "nonsense"})
     assert r.status_code == 400 and "position" in r.json()["detail"]

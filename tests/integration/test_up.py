@@ -36,6 +36,7 @@ from typing import Any
 import httpx
 import jwt
 import pytest
+from procs import HTTP
 from updemo import (
     CONVERGE_S,
     HEADERS,
@@ -144,7 +145,7 @@ def test_sigkill_of_a_node_is_restarted_while_the_others_answer(up: Up) -> None:
     up.wait_for(rf"^streamiq: node:{victim} ready again \(http://127\.0\.0\.1:{victim}\) "
                 r"after restart \d+$", 120, offset)
     print(restart.group(0))
-    assert httpx.get(f"http://127.0.0.1:{victim}/health", timeout=10).status_code == 200
+    assert HTTP.get(f"http://127.0.0.1:{victim}/health", timeout=10).status_code == 200
     assert up.child("node", victim) != old_pid
     until(lambda: exact(victim, expected), 60, "the restarted node answers")
     assert all(up.child("node", p) for p in survivors)
@@ -221,7 +222,7 @@ def test_sigkill_of_the_pipeline_loses_and_double_counts_nothing(up: Up) -> None
     assert not [pid for pid in old_jvm if proc_info(pid) is not None], \
         "the killed pipeline's JVM outlived it"
     # the restarted pipeline serves its metrics again on the port up gave it
-    metrics = httpx.get(f"http://127.0.0.1:{up.metrics_port}/metrics", timeout=10).text
+    metrics = HTTP.get(f"http://127.0.0.1:{up.metrics_port}/metrics", timeout=10).text
     assert 'streamiq_pipeline_input_records_total{view="balances"}' in metrics
 
 
@@ -364,14 +365,14 @@ def _dashboard_shows_ingest_crash_looping(up: Up) -> bool | str:
     scoped = {"authorization": f"Bearer {mint(JWT_SECRET, scope='views:balances')}"}
     for port in up.node_ports:
         url = f"http://127.0.0.1:{port}/v1/dashboard"
-        snap = httpx.get(url, headers=HEADERS, timeout=10).json()
+        snap = HTTP.get(url, headers=HEADERS, timeout=10).json()
         parts = {p["name"]: p for p in snap.get("up", {}).get("parts", [])}
         ingest = parts.get("ingest", {})
         if not (ingest.get("crash_looping") is True and ingest.get("ready") is False
                 and ingest.get("restarts", 0) >= 3 and len(parts) == 2 + len(up.node_ports)
                 and all(p["ready"] for name, p in parts.items() if name != "ingest")):
             return f"node {port}: {snap.get('up')}"
-        assert "up" not in httpx.get(url, headers=scoped, timeout=10).json()
+        assert "up" not in HTTP.get(url, headers=scoped, timeout=10).json()
     return True
 
 
@@ -446,26 +447,26 @@ def test_the_demo_token_comes_with_all_parts_ready_and_token_mints_scoped_ones(
     bearer = {"authorization": f"Bearer {minted.stdout.strip()}"}
     _write_and_see(up, {"t-1": 5})
     node = f"http://127.0.0.1:{up.node_ports[1]}"
-    r = httpx.get(f"{node}/v1/views/balances/keys/t-1", headers=bearer, timeout=30)
+    r = HTTP.get(f"{node}/v1/views/balances/keys/t-1", headers=bearer, timeout=30)
     assert r.status_code == 200 and r.json()["value"]["balance"] == 5, r.text
-    r = httpx.get(f"{node}/v1/views/order_counts/keys/store-1%7CGENERAL", headers=bearer,
-                  timeout=30)
+    r = HTTP.get(f"{node}/v1/views/order_counts/keys/store-1%7CGENERAL", headers=bearer,
+                 timeout=30)
     assert r.status_code == 403 and r.json()["code"] == "FORBIDDEN", r.text
-    r = httpx.post(f"http://127.0.0.1:{up.ingest_port}/account/x", params={"amount": 1},
-                   headers=bearer, timeout=30)
+    r = HTTP.post(f"http://127.0.0.1:{up.ingest_port}/account/x", params={"amount": 1},
+                  headers=bearer, timeout=30)
     assert r.status_code == 403, r.text
 
 
 def _general_orders(port: int) -> int:
-    r = httpx.get(f"http://127.0.0.1:{port}/v1/views/order_counts/aggregate",
-                  params={"group_by": "type", "agg": "sum(count)"}, headers=HEADERS, timeout=30)
+    r = HTTP.get(f"http://127.0.0.1:{port}/v1/views/order_counts/aggregate",
+                 params={"group_by": "type", "agg": "sum(count)"}, headers=HEADERS, timeout=30)
     assert r.status_code == 200, r.text
     return int({g["type"]: g["sum(count)"] for g in r.json()["groups"]}.get("GENERAL", 0))
 
 
 def _partition_offsets(port: int) -> dict[tuple[str, int], int]:
     """(view, partition) -> next changelog offset, of the partitions a node holds."""
-    text = httpx.get(f"http://127.0.0.1:{port}/metrics", headers=HEADERS, timeout=10).text
+    text = HTTP.get(f"http://127.0.0.1:{port}/metrics", headers=HEADERS, timeout=10).text
     return {(m[2], int(m[1])): int(float(m[3])) for m in re.finditer(
         r'^streamiq_changelog_offset\{partition="(\d+)",view="(\w+)"\} (\S+)$', text,
         re.MULTILINE)}
@@ -548,7 +549,7 @@ def test_sigterm_to_up_alone_while_writes_stream_in(up: Up) -> None:
     try:
         writer.start()
         node = f"http://127.0.0.1:{u.node_port}"
-        until(lambda: httpx.get(f"{node}/account/s-1", timeout=10,
+        until(lambda: HTTP.get(f"{node}/account/s-1", timeout=10,
                                  headers=HEADERS).status_code == 200,
                CONVERGE_S, "writes through the pipeline")
         time.sleep(3)
