@@ -16,13 +16,10 @@ WORKERS ?= 2
 
 .PHONY: install chromium demo test test-unit test-integration lint unasync bench clean
 
-# --no-compile: Python compiles a module when first imported; pip compiling every file of
-# every package (PySpark's thousands of tests included) took a third of the install (59
-# -> 42 s on 2 cores), and importing a node, ingest and pipeline after it 0.2 s more once
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q --no-compile -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
 # Maven from Debian's packages when missing (and running as root), then the jars
