@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # Apache Kafka's jars for the embedded broker, resolved by Maven once (streamiq/kafka/jars.py),
-# and its class-data archive, made by one short broker run (streamiq/kafka/cds.py)
+# and its class-data archive, made by one short broker run (streamiq/kafka/install.py, cds.py)
 KAFKA := $(VENV)/.kafka-jars
 # Spark's Kafka connector at PySpark's version, resolved by Maven once (pipeline/connector.py)
 CONNECTOR := $(VENV)/.spark-kafka-jars
@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # Maven from Debian's packages when missing (and running as root), then the jars
-$(KAFKA): $(STAMP) src/streamiq/kafka/broker-pom.xml src/streamiq/kafka/cds.py
+$(KAFKA): $(STAMP) src/streamiq/kafka/broker-pom.xml src/streamiq/kafka/install.py
 	@command -v mvn >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
 	  && export DEBIAN_FRONTEND=noninteractive \
 	  && { apt-get install -y -q maven >/dev/null \
