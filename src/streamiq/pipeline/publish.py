@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from streamiq.defaults import DEFAULT_PARTITIONS
 from streamiq.kafka.admin import ensure_topics
 from streamiq.kafka.clientlog import logged
+from streamiq.kafka.offsets import watermarks
 from streamiq.pipeline.sink_options import SinkOptions
 from streamiq.views.base import CHANGELOG_TOPIC_CONFIG
 from streamiq.views.catalog import CATALOG_TOPIC_CONFIG, ViewSpec, incompatibility
@@ -45,7 +46,7 @@ def read_catalog(kafka: Mapping[str, Any], topic: str, timeout: float = 30.0
                   "enable.auto.commit": False})
     specs: dict[str, ViewSpec] = {}
     try:
-        _, high = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=timeout)
+        _, high = watermarks(c, topic, 0, timeout)
         c.assign([TopicPartition(topic, 0, 0)])
         deadline = time.monotonic() + timeout
         seen = 0  # next offset to read

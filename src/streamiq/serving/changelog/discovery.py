@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from streamiq.kafka.offsets import watermarks
 from streamiq.kafka.skips import Skip, Skips
 from streamiq.supervise import Supervisor
 from streamiq.views.catalog import ViewSpec, incompatibility
@@ -62,8 +63,7 @@ class Discovery:
 
         consumer = Consumer(self._consumer_conf())
         try:
-            _, high = consumer.get_watermark_offsets(TopicPartition(self.topic, 0),
-                                                     timeout=timeout)
+            _, high = watermarks(consumer, self.topic, 0, timeout)
             consumer.assign([TopicPartition(self.topic, 0, self._next)])
             deadline = time.monotonic() + timeout
             while self._next < high and time.monotonic() < deadline:

@@ -11,6 +11,7 @@ import threading
 from typing import Any
 
 from streamiq.kafka.admin import ensure_topics
+from streamiq.kafka.offsets import watermarks
 from streamiq.kafka.skips import Skip, Skips, load_object
 from streamiq.supervise import Supervisor
 from streamiq.views.catalog import PROGRESS_TOPIC_CONFIG, VIEW_NAME
@@ -72,8 +73,7 @@ class Progress:
         consumer = Consumer({"group.id": "streamiq-progress", "enable.auto.commit": False,
                              "auto.offset.reset": "earliest", **self._conf})
         try:
-            low, high = consumer.get_watermark_offsets(TopicPartition(self.topic, 0),
-                                                       timeout=10)
+            low, high = watermarks(consumer, self.topic, 0, timeout=10)
             consumer.assign([TopicPartition(self.topic, 0, max(low, high - _BACKLOG))])
             while not self._stop.is_set():
                 for m in consumer.consume(100, 0.5):
