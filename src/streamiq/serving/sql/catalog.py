@@ -19,7 +19,7 @@ import duckdb
 
 from streamiq.serving.sql.duck import Answer, connect, duck_errors, in_thread, run_cursor
 from streamiq.serving.sql.engine import ViewInfo
-from streamiq.serving.sql.pgshims import SHIMS, rewrite
+from streamiq.serving.sql.pgshims import AFTER_TABLES, SHIMS, rewrite
 from streamiq.serving.sql.types import duck_of_spark
 
 __all__ = ["Catalog", "Catalogs", "Schema"]
@@ -41,12 +41,20 @@ def _create(view: ViewInfo) -> str:
     return f"CREATE TABLE {_SCHEMA}.{_quote(view.name)} ({cols})"
 
 
+def _key(view: ViewInfo) -> str:
+    """The view's key columns as its primary key (pg_index, pg_constraint: ``pgshims``)."""
+    nums = [view.names.index(k) + 1 for k in view.key_columns]
+    name = view.name.replace("'", "''")
+    return f"INSERT INTO pgx.main.streamiq_keys VALUES ('{name}', {nums})"
+
+
 class Catalog:
     """The catalog database of one set of views."""
 
     def __init__(self, views: Sequence[ViewInfo]) -> None:
         self.views = {v.name: v for v in views}
-        self._db = connect("64MB", (*SHIMS, f"CREATE SCHEMA {_SCHEMA}", *map(_create, views)))
+        self._db = connect("64MB", (*SHIMS, f"CREATE SCHEMA {_SCHEMA}", *map(_create, views),
+                                    *map(_key, views), *AFTER_TABLES))
         self._described: OrderedDict[str, Schema] = OrderedDict()
         self._lock = threading.Lock()
 

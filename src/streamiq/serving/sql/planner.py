@@ -22,9 +22,11 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
-from streamiq.errors import BadSql, UnknownView
+from streamiq.errors import BadSql, TooComplex, UnknownView
 from streamiq.serving.sql.engine import ViewInfo
 from streamiq.serving.sql.keys import key_source
+from streamiq.serving.sql.params import param_types
+from streamiq.serving.sql.pgshims import keyword_call
 from streamiq.serving.sql.plans import (
     AGG_TABLE,
     Aggregate,
@@ -38,7 +40,12 @@ from streamiq.serving.sql.plans import (
     marker,
 )
 
-__all__ = ["parse", "plan"]
+__all__ = ["MAX_DEPTH", "parse", "plan", "prepare"]
+
+#: parentheses a statement may nest: sqlglot recurses about 20 Python frames per level
+#: (past ~45 levels it hits Python's recursion limit); PostgreSQL answers 54001 at its
+#: stack depth limit too, only deeper
+MAX_DEPTH = 32
 
 CATALOG_SCHEMAS = frozenset({"pg_catalog", "information_schema"})
 _AGGS: dict[type[exp.Expr], str] = {exp.Count: "count", exp.Sum: "sum", exp.Min: "min",
@@ -51,42 +58,68 @@ class _NotPushable(Exception):
     pass
 
 
-#: a quoted string or identifier (kept as it is), or a parameter ``$n`` (group 1)
-_PARAMS = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|\$(\d+)")
+#: a quoted string or identifier (kept as it is), a parameter ``$n`` (group 1), or a cast
+#: to ``oid[]`` (group 2: sqlglot reads ``oid[`` as a subscript; asyncpg's type lookup)
+_PARAMS = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|\$(\d+)|"
+                     r"(::\s*(?:pg_catalog\.)?oid\s*\[\s*\])", re.I)
+_PARENS = re.compile(r"[()]")
+
+
+def _marked(m: re.Match[str]) -> str:
+    if m.group(1) is not None:
+        return f"'{marker(int(m.group(1)))}'"
+    return "::bigint[]" if m.group(2) is not None else m.group(0)
 
 
 def _mark(sql: str) -> str:
     """``$n`` -> its marker string (sqlglot 30 cannot tokenize ``($1,$2)`` itself)."""
-    return _PARAMS.sub(lambda m: m.group(0) if m.group(1) is None
-                       else f"'{marker(int(m.group(1)))}'", sql)
+    return _PARAMS.sub(_marked, sql)
 
 
-def _pg_name(e: exp.Expr) -> str | None:
-    """PostgreSQL's name for an unnamed select item (``count(*)`` is ``count``)."""
+def _pg_name(e: exp.Expr, text: str) -> str | None:
+    """PostgreSQL's name for an unnamed select item (``count(*)`` is ``count``,
+    ``now()`` is ``now``): a function's name as ``text`` writes it."""
     if isinstance(e, exp.Column | exp.Star | exp.Alias):
         return None
     if isinstance(e, exp.Cast):
-        return e.this.name if isinstance(e.this, exp.Column) else _pg_name(e.this)
+        return e.this.name if isinstance(e.this, exp.Column) else _pg_name(e.this, text)
     if isinstance(e, exp.Window):
-        return _pg_name(e.this)
+        return _pg_name(e.this, text)
     if isinstance(e, exp.Case):
         return "case"
-    if isinstance(e, exp.Func | exp.Dot):  # the function's name as it is written
-        return e.sql("postgres").split("(")[0].split(".")[-1].strip('" ').lower()
+    if isinstance(e, exp.Func | exp.Dot):
+        start, end = e.meta.get("start"), e.meta.get("end")
+        written = text[start:end + 1] if isinstance(start, int) and isinstance(end, int) \
+            else e.sql("postgres")
+        return written.split("(")[0].split(".")[-1].strip('" ').lower()
     return "?column?"
 
 
+def _depth(text: str) -> int:
+    """How deep parentheses nest in ``text`` (quotes aside: a bound, not a parse)."""
+    depth = top = 0
+    for m in _PARENS.finditer(_PARAMS.sub("''", text)):
+        depth += 1 if m.group(0) == "(" else -1
+        top = max(top, depth)
+    return top
+
+
 def parse(sql: str) -> exp.Expr:
-    """One PostgreSQL statement, ``$n`` as markers, unnamed items named as PG would."""
+    """One PostgreSQL statement, ``$n`` as markers, unnamed items named as PG would,
+    keyword values (``current_timestamp``) as DuckDB's calls. Nesting deeper than
+    ``MAX_DEPTH`` is TooComplex (54001), as PostgreSQL's stack depth limit."""
+    text = _mark(sql)
+    if _depth(text) > MAX_DEPTH:
+        raise TooComplex(f"the statement nests more than {MAX_DEPTH} levels of parentheses")
     try:
-        tree = sqlglot.parse_one(_mark(sql), read="postgres")
+        tree = sqlglot.parse_one(text, read="postgres")
     except (ParseError, TokenError) as exc:
         raise BadSql(f"syntax error: {str(exc).splitlines()[0]}") from None
     if isinstance(tree, exp.Select):
-        items = [exp.alias_(e, name, quoted=True) if (name := _pg_name(e)) else e
+        items = [exp.alias_(e, name, quoted=True) if (name := _pg_name(e, text)) else e
                  for e in tree.expressions]
         tree.set("expressions", items)
-    return tree
+    return tree.transform(lambda n: keyword_call(n) or n)
 
 
 def _is_catalog(t: exp.Table) -> bool:
@@ -109,8 +142,13 @@ def _tables(tree: exp.Expr, views: Mapping[str, ViewInfo]) -> list[exp.Table]:
 
 
 def _strip_schema(node: exp.Expr) -> exp.Expr:
+    """``public.balances`` -> ``balances``; ``"public"."balances"."account"`` ->
+    ``balances.account`` (Metabase's column references)."""
     if isinstance(node, exp.Table) and node.db:
         return exp.Table(this=node.this.copy(), alias=node.args.get("alias"))
+    if isinstance(node, exp.Column) and (node.args.get("db") or node.args.get("catalog")):
+        node.set("db", None)
+        node.set("catalog", None)
     return node
 
 
@@ -240,15 +278,29 @@ def plan(sql: str, views: Mapping[str, ViewInfo]) -> Plan:
     """``sql`` (one PostgreSQL statement) over ``views`` (the ones the session may
     read): BadSql for what does not parse or is not a query, UnknownView for a
     relation that is not there."""
+    return prepare(sql, views)[0]
+
+
+def prepare(sql: str, views: Mapping[str, ViewInfo]) -> tuple[Plan, tuple[int, ...]]:
+    """``plan``, and the type oid of each parameter ``$n`` (``params.param_types``).
+    A statement too deep for the parser's recursion is TooComplex (54001)."""
+    try:
+        return _prepare(sql, views)
+    except RecursionError:
+        raise TooComplex("the statement is nested too deeply to plan") from None
+
+
+def _prepare(sql: str, views: Mapping[str, ViewInfo]) -> tuple[Plan, tuple[int, ...]]:
     tree = parse(sql)
     if not isinstance(tree, exp.Query | exp.Values):
         raise BadSql("only queries are answered here (SELECT, WITH, VALUES): the views "
                      "are read-only")
     tables = _tables(tree, views)
     if not tables:  # PostgreSQL still: the catalog rewrites it for its shims
-        return CatalogQuery(tree.sql("postgres"))
+        return CatalogQuery(tree.sql("postgres")), param_types(tree, {})
     tree = tree.transform(_strip_schema)
+    types = param_types(tree, {t.alias_or_name: views[t.name] for t in tables})
     duck = _duck(tree)
     if isinstance(tree, exp.Select) and len(tables) == 1 and _reads_directly(tree):
-        return _single(tree, views[tables[0].name], duck)
-    return _gather(tree, tables, views, duck)
+        return _single(tree, views[tables[0].name], duck), types
+    return _gather(tree, tables, views, duck), types
