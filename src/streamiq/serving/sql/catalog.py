@@ -28,6 +28,9 @@ __all__ = ["Catalog", "Catalogs", "Schema"]
 Schema = tuple[tuple[str, str], ...]
 _SCHEMA = "public"
 _DESCRIBED = 512  # statements whose schema a catalog remembers
+#: a catalog answer's column types as PostgreSQL's catalog has them: its bigint lists are
+#: oid[] (asyncpg decodes oid[] itself, and looks any other array type up in pg_type)
+_CATALOG_TYPES = {"BIGINT[]": "OID[]"}
 
 
 def _quote(name: str) -> str:
@@ -67,9 +70,16 @@ class Catalog:
         """A client's catalog query (PostgreSQL), rewritten for the shims."""
         cur = self._cursor()
         try:  # the rewrite too in the worker thread (sqlglot)
-            return await in_thread(cur, lambda: run_cursor(cur, rewrite(sql), limit))
+            answer = await in_thread(cur, lambda: run_cursor(cur, rewrite(sql), limit))
         finally:
             cur.close()
+        answer.types = tuple(_CATALOG_TYPES.get(t, t) for t in answer.types)
+        return answer
+
+    async def catalog_schema(self, sql: str) -> Schema:
+        """The result columns of a client's catalog query, as ``query`` answers them."""
+        schema = await asyncio.to_thread(lambda: self.describe(rewrite(sql)))
+        return tuple((name, _CATALOG_TYPES.get(t, t)) for name, t in schema)
 
     def remembered(self, sql: str) -> Schema | None:
         """The result columns of ``sql`` if described before (never blocks on DuckDB)."""

@@ -19,6 +19,7 @@ from streamiq.serving.sql.types import TEXT_OID, array_oid, duck_of_spark, oid_o
 __all__ = ["param_types"]
 
 _BIGINT = 20
+_BIGINT_ARRAY, _OID_ARRAY = 1016, 1028
 _COMPARED = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ,
              exp.NullSafeNEQ, exp.Add, exp.Sub, exp.Mul, exp.Div)
 
@@ -87,7 +88,8 @@ def _oid(lit: exp.Literal, tables: Mapping[str, ViewInfo]) -> int | None:
 
 def param_types(tree: exp.Expr, tables: Mapping[str, ViewInfo]) -> tuple[int, ...]:
     """Parameter ``$n``'s type oid at index ``n - 1`` (``tables``: the views read, by
-    the name or alias the statement gives them); text where nothing tells."""
+    the name or alias the statement gives them; none: a catalog query, whose bigint
+    arrays are oid[]); text where nothing tells."""
     found: dict[int, int] = {}
     for lit in tree.find_all(exp.Literal):
         n = marker_number(lit.this) if lit.is_string else None
@@ -97,4 +99,5 @@ def param_types(tree: exp.Expr, tables: Mapping[str, ViewInfo]) -> tuple[int, ..
         if oid is not None and found.get(n, TEXT_OID) == TEXT_OID:
             found[n] = oid
         found.setdefault(n, TEXT_OID)
-    return tuple(found.get(i, TEXT_OID) for i in range(1, max(found, default=0) + 1))
+    oids = (found.get(i, TEXT_OID) for i in range(1, max(found, default=0) + 1))
+    return tuple(_OID_ARRAY if oid == _BIGINT_ARRAY and not tables else oid for oid in oids)

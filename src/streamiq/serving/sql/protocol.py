@@ -6,7 +6,8 @@ Every message is answered in order; a simple Query is one even between an extend
 batch's messages and its Sync (asyncpg sends one after Parse/Describe/Flush). After an
 error the connection stays usable: a simple query ends with ReadyForQuery; in the
 extended protocol every message up to the next Sync is skipped, as PostgreSQL does.
-Portals are read ``max_rows`` at a time, cursors by FETCH (``portals``).
+Portals are read ``max_rows`` at a time, cursors by FETCH (``portals``); COPY TO STDOUT
+answers CopyData (``copyout``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from streamiq._sqlstate import error_fields
 from streamiq.errors import BadRequest, StreamiqError
 from streamiq.serving.sql.catalog import Schema
 from streamiq.serving.sql.codecs import RowEncoder, decode_params, format_of
+from streamiq.serving.sql.copyout import CopyOut
 from streamiq.serving.sql.duck import Answer
 from streamiq.serving.sql.portals import Portal, Portals
 from streamiq.serving.sql.session import Prepared, Session
@@ -90,7 +92,16 @@ class Wire:
                                   else TransactionStatus.IDLE))
 
 
+@dataclass
+class _Copied(Answer):
+    """A COPY's rows, sent as CopyData in ``copy``'s format."""
+
+    copy: CopyOut | None = None
+
+
 def _rows_of(answer: Answer) -> Schema | None:
+    if isinstance(answer, _Copied):
+        return None  # a COPY has no row description (its rows go as CopyData)
     return None if answer.rows is None else tuple(zip(answer.names, answer.types,
                                                       strict=True))
 
@@ -124,8 +135,22 @@ class _Loop:
                                                     "C": "01000", "M": notice}))
         answer.notices.clear()
 
+    async def send_copy(self, answer: _Copied) -> None:
+        assert answer.copy is not None and answer.rows is not None
+        self.notices(answer)
+        self.wire.send(m.CopyOutResponse(overall_format=0, col_formats=[0] * len(answer.types)))
+        for n, line in enumerate(answer.copy.lines(answer.names, answer.types, answer.rows), 1):
+            self.wire.send(m.CopyData(data=line))
+            if n % _FLUSH_ROWS == 0:
+                await self.wire.writer.drain()
+        self.wire.send(m.CopyDone())
+        self.wire.send(m.CommandComplete(tag=f"COPY {len(answer.rows)}"))
+
     async def send_answer(self, answer: Answer, rows: Sequence[tuple[Any, ...]] | None,
                           formats: Sequence[int], suspended: bool = False) -> None:
+        if isinstance(answer, _Copied):
+            await self.send_copy(answer)
+            return
         self.notices(answer)
         if answer.rows is None or rows is None:
             self.wire.send(m.CommandComplete(tag=answer.tag))
@@ -148,6 +173,9 @@ class _Loop:
 
     async def _run(self, prepared: Prepared, values: Sequence[Any]) -> Answer:
         c = prepared.cursor
+        if prepared.copy is not None:
+            got = await self.session.execute(prepared, values)
+            return _Copied(got.names, got.types, got.rows, "COPY", got.notices, prepared.copy)
         if c is None:
             return await self.session.execute(prepared, values)
         if c.kind == "DECLARE":
@@ -176,7 +204,7 @@ class _Loop:
             self.wire.send(m.EmptyQueryResponse())
         for sql in statements:  # the first error ends the whole query string
             answer = await self.run(await self.session.prepare(sql), [])
-            if answer.rows is not None:
+            if answer.rows is not None and not isinstance(answer, _Copied):
                 self.describe_rows(_rows_of(answer), [])
             await self.send_answer(answer, answer.rows, [])
 
@@ -233,6 +261,8 @@ class _Loop:
 
     async def _statement_rows(self, prepared: Prepared) -> Schema | None:
         c = prepared.cursor
+        if prepared.copy is not None:
+            return None
         if c is None:
             return await self.session.describe(prepared)
         if c.kind == "FETCH" and c.name is not None:
@@ -245,7 +275,7 @@ class _Loop:
         if portal.answer is None:
             portal.answer = await self.run(portal.run, portal.values)
         answer = portal.answer
-        if answer.rows is None:
+        if answer.rows is None or isinstance(answer, _Copied):
             await self.send_answer(answer, None, portal.formats)
             return
         rows = portal.take(msg.max_rows)
