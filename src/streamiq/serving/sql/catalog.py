@@ -20,6 +20,7 @@ import duckdb
 from streamiq.serving.sql.duck import Answer, connect, duck_errors, in_thread, run_cursor
 from streamiq.serving.sql.engine import ViewInfo
 from streamiq.serving.sql.pgshims import AFTER_TABLES, SHIMS, rewrite
+from streamiq.serving.sql.pgtables import key_row
 from streamiq.serving.sql.types import duck_of_spark
 
 __all__ = ["Catalog", "Catalogs", "Schema"]
@@ -45,10 +46,8 @@ def _create(view: ViewInfo) -> str:
 
 
 def _key(view: ViewInfo) -> str:
-    """The view's key columns as its primary key (pg_index, pg_constraint: ``pgshims``)."""
-    nums = [view.names.index(k) + 1 for k in view.key_columns]
-    name = view.name.replace("'", "''")
-    return f"INSERT INTO pgx.main.streamiq_keys VALUES ('{name}', {nums})"
+    """The view's key columns as its primary key (pg_index, pg_constraint: ``pgtables``)."""
+    return key_row(view.name, view.names, view.key_columns)
 
 
 class Catalog:
