@@ -21,6 +21,7 @@ from collections.abc import Mapping
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
+from sqlglot.optimizer.simplify import simplify
 
 from streamiq.errors import BadSql, TooComplex, UnknownView
 from streamiq.serving.sql.engine import ViewInfo
@@ -238,6 +239,18 @@ def _aggregate(sel: exp.Select, view: ViewInfo, sql: str) -> Aggregate | None:
                      _duck(post), _duck(pushed), sql, _direct(post, names))
 
 
+def _limit(sel: exp.Select) -> int | None:
+    """``LIMIT n`` when it is all the statement asks of the view's rows (no WHERE,
+    ORDER BY, grouping, DISTINCT, window or aggregate): any n rows will do."""
+    limit = sel.args.get("limit")
+    value = limit.expression if isinstance(limit, exp.Limit) else None
+    if not isinstance(value, exp.Literal) or value.is_string or sel.args.get("offset") \
+            or any(sel.args.get(k) for k in ("where", *_QUERY_TAIL) if k != "limit") \
+            or sel.find(exp.AggFunc, exp.Window):
+        return None
+    return int(value.this) if str(value.this).isdigit() else None
+
+
 def _single(sel: exp.Select, view: ViewInfo, sql: str) -> Plan:
     agg = _aggregate(sel, view, sql)
     if agg is not None:
@@ -245,7 +258,20 @@ def _single(sel: exp.Select, view: ViewInfo, sql: str) -> Plan:
     conds = _where(sel)
     src, exact = key_source(view, conds)
     direct = _direct(sel, view.names) if exact or not conds else None
-    return Fetch(src or Scan(view.name), sql, direct)
+    return Fetch(src or Scan(view.name, limit=_limit(sel)), sql, direct)
+
+
+def _reads_nothing(tree: exp.Expr) -> bool:
+    """``LIMIT 0`` or a WHERE that is always false (Metabase's privilege probe ``WHERE
+    1 <> 1 LIMIT 0``): the rows are none, only the columns matter."""
+    if not isinstance(tree, exp.Select):
+        return False
+    limit = tree.args.get("limit")
+    if isinstance(limit, exp.Limit) and isinstance(limit.expression, exp.Literal) \
+            and str(limit.expression.this) == "0":
+        return True
+    where = tree.args.get("where")
+    return where is not None and simplify(where.this.copy()) == exp.false()
 
 
 def _gather(tree: exp.Expr, tables: list[exp.Table],
@@ -298,6 +324,9 @@ def _prepare(sql: str, views: Mapping[str, ViewInfo]) -> tuple[Plan, tuple[int, 
     tables = _tables(tree, views)
     if not tables:  # PostgreSQL still: the catalog rewrites it for its shims
         return CatalogQuery(tree.sql("postgres")), param_types(tree, {})
+    if _reads_nothing(tree):  # over the catalog's empty tables shaped like the views
+        types = param_types(tree, {t.alias_or_name: views[t.name] for t in tables})
+        return CatalogQuery(tree.transform(_strip_schema).sql("postgres")), types
     tree = tree.transform(_strip_schema)
     types = param_types(tree, {t.alias_or_name: views[t.name] for t in tables})
     duck = _duck(tree)

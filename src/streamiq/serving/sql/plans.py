@@ -53,10 +53,12 @@ class Lookup:
 
 @dataclass(frozen=True)
 class Scan:
-    """A partition-pruned scan (owners only); no bounds: every row of the view."""
+    """A partition-pruned scan (owners only); no bounds: every row of the view; a
+    ``limit``: any that many rows (``SELECT ... LIMIT n``, nothing else asked)."""
 
     view: str
     bounds: Bounds = field(default_factory=Bounds)
+    limit: int | None = None
 
 
 Source = Lookup | Scan
@@ -135,7 +137,7 @@ def _bind_source(s: Source, values: Sequence[Any]) -> Source:
         return Lookup(s.view, tuple(dict.fromkeys(k for t in s.keys for k in _keys(t, values))))
     b = s.bounds
     return Scan(s.view, Bounds(*(None if x is None else _sub(x, values, False)
-                                 for x in (b.prefix, b.start, b.end))))
+                                 for x in (b.prefix, b.start, b.end))), s.limit)
 
 
 def bind(plan: Plan, values: Sequence[Any]) -> Plan:
