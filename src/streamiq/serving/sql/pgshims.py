@@ -48,6 +48,8 @@ SHIMS: tuple[str, ...] = (
     "CREATE OR REPLACE MACRO array_lower(a, d) AS 1",
     "CREATE OR REPLACE MACRO parse_ident(x) AS string_split(x, '.')",
     "CREATE OR REPLACE MACRO pg_table_size(x) AS 0",
+    "CREATE OR REPLACE MACRO pg_stat_get_numscans(x) AS 0",
+    "CREATE OR REPLACE MACRO pg_database_size(x) AS 0",
     "CREATE OR REPLACE MACRO pg_relation_size(x) AS 0",
     "CREATE OR REPLACE MACRO pg_total_relation_size(x) AS 0",
     "CREATE OR REPLACE MACRO pg_is_in_recovery() AS false",

@@ -201,6 +201,14 @@ TABLES: tuple[str, ...] = (
     f"atttypmod END AS atttypmod, CASE WHEN atttypid IN {_VARLENA} THEN 'x' ELSE 'p' END AS "
     f"attstorage, CASE WHEN atttypid IN {_VARLENA} THEN -1 ELSE 8 END AS attlen) FROM "
     "pg_catalog.pg_attribute",
+    "CREATE OR REPLACE VIEW pgx.main.pg_tables AS SELECT * FROM pg_catalog.pg_tables WHERE "
+    "schemaname = 'public'",
+    "CREATE OR REPLACE VIEW pgx.main.pg_views AS SELECT * FROM pg_catalog.pg_views WHERE "
+    "schemaname = 'public'",
+    "CREATE OR REPLACE VIEW pgx.main.pg_indexes AS SELECT 'public' AS schemaname, relname AS "
+    "tablename, conname AS indexname, NULL::VARCHAR AS tablespace, 'CREATE UNIQUE INDEX ' || "
+    "conname || ' ON public.' || relname || ' USING btree (' || columns || ')' AS indexdef "
+    "FROM pgx.main.streamiq_pkeys",
     "CREATE OR REPLACE MACRO streamiq_data_type(t) AS CASE WHEN t LIKE 'DECIMAL%' THEN "
     "'numeric' WHEN t = 'VARCHAR' THEN 'character varying' WHEN t = 'DOUBLE' THEN 'double "
     "precision' WHEN t = 'FLOAT' THEN 'real' WHEN t = 'TIMESTAMP' THEN 'timestamp without "
@@ -222,7 +230,7 @@ AFTER_TABLES = (
 #: catalog tables a client's query reads from ``pgx`` instead of DuckDB's pg_catalog
 OVERLAYS = frozenset({"pg_class", "pg_database", "pg_index", "pg_constraint", "pg_am",
                       "pg_settings", "pg_attribute", "pg_type", "pg_namespace", "pg_roles",
-                      "pg_user", *_EMPTY})
+                      "pg_user", "pg_tables", "pg_views", "pg_indexes", *_EMPTY})
 
 
 def key_row(name: str, columns: tuple[str, ...], keys: tuple[str, ...]) -> str:

@@ -59,16 +59,21 @@ class _NotPushable(Exception):
     pass
 
 
-#: a quoted string or identifier (kept as it is), a parameter ``$n`` (group 1), or a cast
-#: to ``oid[]`` (group 2: sqlglot reads ``oid[`` as a subscript; asyncpg's type lookup)
+#: a quoted string or identifier (kept as it is), a parameter ``$n`` (group 1), a cast
+#: to ``oid[]`` (group 2: sqlglot reads ``oid[`` as a subscript; asyncpg's type lookup),
+#: or a keyword PostgreSQL takes as a name where sqlglot does not (group 3: Metabase's
+#: ``AS update``, ``t.select``), quoted
 _PARAMS = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|\$(\d+)|"
-                     r"(::\s*(?:pg_catalog\.)?oid\s*\[\s*\])", re.I)
+                     r"(::\s*(?:pg_catalog\.)?oid\s*\[\s*\])|"
+                     r"(?:(?<=\bAS )|(?<=\.))(select|insert|update|delete|table)\b", re.I)
 _PARENS = re.compile(r"[()]")
 
 
 def _marked(m: re.Match[str]) -> str:
     if m.group(1) is not None:
         return f"'{marker(int(m.group(1)))}'"
+    if m.group(3) is not None:
+        return f'"{m.group(3).lower()}"'
     return "::bigint[]" if m.group(2) is not None else m.group(0)
 
 
@@ -183,7 +188,10 @@ def _direct(sel: exp.Select, names: tuple[str, ...]) -> Direct | None:
 
 
 def _agg_column(node: exp.Expr, view: ViewInfo, aggs: set[str]) -> exp.Expr:
-    """An aggregate call -> the column of the pushed-down aggregate holding it."""
+    """An aggregate call -> the column of the pushed-down aggregate holding it; a
+    column named with its table -> the groups' column."""
+    if isinstance(node, exp.Column) and node.table:
+        return exp.column(node.name, quoted=node.this.quoted)
     func = _AGGS.get(type(node))
     if func is None:
         if isinstance(node, exp.AggFunc):
