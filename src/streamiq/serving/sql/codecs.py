@@ -14,8 +14,9 @@ text.
 from __future__ import annotations
 
 import decimal
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 from psycopg.adapt import Transformer
@@ -24,7 +25,7 @@ from psycopg.pq import Format
 from streamiq.errors import BadRequest
 from streamiq.serving.sql.types import TEXT_OID, encode_text, oid_of
 
-__all__ = ["RowEncoder", "decode_params", "format_of"]
+__all__ = ["RowEncoder", "decode_params", "format_of", "row_encoder"]
 
 #: oids whose parameters in text format stay the client's string (text, varchar, name,
 #: unknown, unspecified): the statement's SQL casts them where a type is needed
@@ -76,6 +77,7 @@ class RowEncoder:
                      and len(self._groups[0][0]) == len(self.oids))
 
     def encode(self, row: Sequence[Any]) -> list[bytes | None]:
+        """The row's values on the wire (bytes, or bytearrays psycopg wrote; None: NULL)."""
         if self._prepare:
             row = list(row)
             for i, prep in self._prepare:
@@ -83,14 +85,32 @@ class RowEncoder:
                     row[i] = prep(row[i])
         if self._one:  # every column in one format through psycopg: one C call
             _, tx, fmts = self._groups[0]
-            return [None if b is None else bytes(b) for b in tx.dump_sequence(row, fmts)]
+            return cast(list[bytes | None], tx.dump_sequence(row, fmts))
         out: list[bytes | None] = [None] * len(row)
         for cols, tx, fmts in self._groups:
             for i, b in zip(cols, tx.dump_sequence([row[i] for i in cols], fmts), strict=True):
-                out[i] = None if b is None else bytes(b)
+                out[i] = b
         for i, enc in self._hand:
             out[i] = None if row[i] is None else enc(row[i])
         return out
+
+
+_ENCODERS: OrderedDict[tuple[tuple[str, ...], tuple[int, ...]], RowEncoder] = OrderedDict()
+_KEPT = 256  # encoders kept, by column types and formats (a Transformer costs ~4 us)
+
+
+def row_encoder(types: Sequence[str], formats: Sequence[int]) -> RowEncoder:
+    """A ``RowEncoder`` for these types and formats, made once (the event loop's thread
+    only: psycopg's Transformer is not shared between threads)."""
+    key = (tuple(types), tuple(formats))
+    enc = _ENCODERS.get(key)
+    if enc is None:
+        enc = _ENCODERS[key] = RowEncoder(types, formats)
+        while len(_ENCODERS) > _KEPT:
+            _ENCODERS.popitem(last=False)
+    else:
+        _ENCODERS.move_to_end(key)
+    return enc
 
 
 def decode_params(raw: Sequence[bytes | None], formats: Sequence[int],

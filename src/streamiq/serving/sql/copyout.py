@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from streamiq.errors import BadSql
-from streamiq.serving.sql.codecs import RowEncoder
+from streamiq.serving.sql.codecs import row_encoder
 
 __all__ = ["CopyOut", "copy_statement"]
 
@@ -38,14 +38,15 @@ class CopyOut:
     def lines(self, names: Sequence[str], types: Sequence[str],
               rows: Sequence[Sequence[Any]]) -> Iterator[bytes]:
         """Each row as one line (``CopyData``) in this format."""
-        encoder = RowEncoder(types, [])
+        encoder = row_encoder(types, [])
         if self.csv:
             out = io.StringIO()
             writer = csv.writer(out, delimiter=self.delimiter, lineterminator="\n")
             if self.header:
                 writer.writerow(names)
             for row in rows:
-                writer.writerow(["" if v is None else v.decode() for v in encoder.encode(row)])
+                writer.writerow(["" if v is None else bytes(v).decode()
+                                 for v in encoder.encode(row)])
                 yield out.getvalue().encode()
                 out.seek(0)
                 out.truncate()
@@ -53,7 +54,7 @@ class CopyOut:
         if self.header:
             yield (self.delimiter.join(names) + "\n").encode()
         for row in rows:
-            yield (self.delimiter.join(self.null if v is None else v.decode().translate(
+            yield (self.delimiter.join(self.null if v is None else bytes(v).decode().translate(
                 _TEXT_ESCAPES) for v in encoder.encode(row)) + "\n").encode()
 
 

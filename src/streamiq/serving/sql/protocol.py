@@ -26,7 +26,7 @@ from pygwire.constants import ConnectionPhase
 from streamiq._sqlstate import error_fields
 from streamiq.errors import BadRequest, StreamiqError
 from streamiq.serving.sql.catalog import Schema
-from streamiq.serving.sql.codecs import RowEncoder, decode_params, format_of
+from streamiq.serving.sql.codecs import decode_params, format_of, row_encoder
 from streamiq.serving.sql.copyout import CopyOut
 from streamiq.serving.sql.duck import Answer
 from streamiq.serving.sql.portals import Portal, Portals
@@ -123,7 +123,7 @@ class _Loop:
 
     async def send_rows(self, answer: Answer, rows: Sequence[tuple[Any, ...]],
                         formats: Sequence[int]) -> None:
-        encoder = RowEncoder(answer.types, formats)
+        encoder = row_encoder(answer.types, formats)
         for n, row in enumerate(rows, 1):
             self.wire.send(m.DataRow(columns=encoder.encode(row)))
             if n % _FLUSH_ROWS == 0:
