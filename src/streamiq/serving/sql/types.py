@@ -54,8 +54,9 @@ def duck_of_spark(spark: str) -> str:
 def oid_of(duck: str) -> int:
     """The PostgreSQL type oid of a DuckDB type (text for those PostgreSQL lacks)."""
     if duck.endswith("[]"):
-        inner = oid_of(duck[:-2])
-        return _ARRAYS[inner] if inner != TEXT_OID or duck[:-2] == "VARCHAR" else TEXT_OID
+        inner = oid_of(duck[:-2])  # an array of a type without an array type: text
+        return _ARRAYS.get(inner, TEXT_OID) if inner != TEXT_OID or duck[:-2] == "VARCHAR" \
+            else TEXT_OID
     return 1700 if duck.startswith("DECIMAL") else _OIDS.get(duck, TEXT_OID)
 
 

@@ -27,7 +27,7 @@ from streamiq.serving.sql.types import (
     ("string", "VARCHAR", 25), ("bigint", "BIGINT", 20), ("int", "INTEGER", 23),
     ("double", "DOUBLE", 701), ("boolean", "BOOLEAN", 16), ("decimal(38,0)", "DECIMAL(38,0)", 1700),
     ("timestamp", "TIMESTAMP", 1114), ("date", "DATE", 1082), ("map<string,int>", "VARCHAR", 25),
-    ("array<string>", "VARCHAR", 25)])
+    ("array<string>", "VARCHAR", 25), ("decimal(10,2)", "DECIMAL(10,2)", 1700)])
 def test_spark_types_become_duckdb_and_postgresql_types(spark: str, duck: str, oid: int) -> None:
     assert (duck_of_spark(spark), oid_of(duck)) == (duck, oid)
 
@@ -68,6 +68,13 @@ def test_every_type_the_views_use_encodes_in_binary_as_postgresql_does() -> None
     got = RowEncoder(TYPES, [1]).encode(ROW)
     for i, (duck, want) in enumerate(zip(TYPES, BINARY, strict=True)):
         assert got[i] == want, (duck, got[i], want)
+
+
+def test_duckdb_types_postgresql_lacks_are_text_even_in_lists() -> None:
+    assert [oid_of(t) for t in ("INTEGER[]", "INTEGER[][]", "STRUCT(a INTEGER)[]",
+                                "MAP(VARCHAR, INTEGER)", "VARCHAR[]")] == [1007, 25, 25, 25, 1009]
+    enc = RowEncoder(("INTEGER[][]", "MAP(VARCHAR, INTEGER)"), [1])
+    assert enc.encode(([[1, 2], [3]], {"a": 1})) == [b"{{1,2},{3}}", b"{'a': 1}"]
 
 
 def test_text_and_binary_mix_per_column_and_nulls_stay_null() -> None:
