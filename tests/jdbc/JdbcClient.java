@@ -2,7 +2,7 @@
 // own catalog queries, prepared statements past the driver's server-prepare threshold
 // with binary transfer, parameters of every kind, a cursor read fetchSize rows at a time.
 // Prints one "<check>\t<value>" line per check, or "<check>\tERROR <sqlstate> <message>".
-// Run by tests/integration/test_sql_clients.py: java JdbcClient <port> <password>.
+// Run by tests/integration/test_sql_real_clients.py: java JdbcClient <port> <password>.
 import java.math.BigDecimal;
 import java.sql.*;
 import java.util.ArrayList;

@@ -68,6 +68,7 @@ class Wire:
             except PygwireError as exc:
                 raise BadRequest(f"not the PostgreSQL protocol: {exc}") from None
             if msg is not None:
+                self._expected(msg)
                 return msg
             if self.decoder.buffered > self.max_message_bytes:
                 raise BadRequest(f"a message of more than {self.max_message_bytes} bytes")
@@ -75,6 +76,13 @@ class Wire:
             if not data:
                 raise ConnectionError("the client closed the connection")
             self.decoder.feed(data)
+
+    def _expected(self, msg: m.PGMessage) -> None:
+        """While a password is asked, only it (or Terminate) is the protocol."""
+        if self.decoder.phase == ConnectionPhase.AUTHENTICATING \
+                and not isinstance(msg, m.PasswordMessage | m.Terminate):
+            raise BadRequest("not the PostgreSQL protocol: expected a password message, got "
+                             f"{type(msg).__name__}")
 
     def send(self, msg: m.PGMessage) -> None:
         phase = _PHASE_AFTER.get(type(msg))
