@@ -13,12 +13,14 @@ from streamiq.errors import (
     BadSql,
     Canceled,
     Forbidden,
+    NoCursor,
     NotActive,
     NotFound,
     NotUpToBound,
     Overloaded,
     PeerError,
     StreamiqError,
+    TooComplex,
     TooManyRows,
     Unauthenticated,
     Unavailable,
@@ -32,6 +34,8 @@ SQLSTATE: dict[type[StreamiqError], str] = {
     StreamiqError: "XX000",  # internal_error
     BadRequest: "22023",  # invalid_parameter_value
     BadSql: "42601",  # syntax_error
+    TooComplex: "54001",  # statement_too_complex
+    NoCursor: "34000",  # invalid_cursor_name
     TooManyRows: "54000",  # program_limit_exceeded
     Unauthenticated: "28P01",  # invalid_password
     Forbidden: "42501",  # insufficient_privilege

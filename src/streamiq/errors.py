@@ -39,10 +39,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["PROBLEM_JSON", "BadRequest", "BadSql", "Canceled", "Forbidden", "NotActive",
-           "NotFound", "NotUpToBound", "Overloaded", "PayloadTooLarge", "PeerError",
+__all__ = ["PROBLEM_JSON", "BadRequest", "BadSql", "Canceled", "Forbidden", "NoCursor",
+           "NotActive", "NotFound", "NotUpToBound", "Overloaded", "PayloadTooLarge", "PeerError",
            "PeerTimeout", "PeerUnreachable", "RequestHeaderTooLarge", "RequestTimeout",
-           "StreamiqError", "TooManyRows", "Unauthenticated", "Unavailable", "UnknownView"]
+           "StreamiqError", "TooComplex", "TooManyRows", "Unauthenticated", "Unavailable",
+           "UnknownView"]
 
 _JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # as JSONResponse renders
 PROBLEM_JSON = "application/problem+json"  # RFC 9457's media type
@@ -79,6 +80,18 @@ class BadSql(BadRequest):
     """SQL that does not parse, or that names a column or function the view lacks."""
 
     code = "BAD_SQL"
+
+
+class TooComplex(BadSql):
+    """A statement nested deeper than the planner's bound (PostgreSQL's 54001)."""
+
+    code = "TOO_COMPLEX"
+
+
+class NoCursor(BadRequest):
+    """A FETCH, MOVE or CLOSE of a cursor the session has not declared (or closed)."""
+
+    code = "NO_CURSOR"
 
 
 class TooManyRows(BadRequest):

@@ -10,9 +10,11 @@ from streamiq.errors import (
     BadSql,
     Canceled,
     Forbidden,
+    NoCursor,
     NotUpToBound,
     Overloaded,
     StreamiqError,
+    TooComplex,
     TooManyRows,
     Unauthenticated,
     Unavailable,
@@ -24,7 +26,8 @@ from streamiq.errors import (
     (BadSql("x"), "42601"), (UnknownView("x"), "42P01"), (Unauthenticated("x"), "28P01"),
     (Overloaded("x"), "53300"), (Canceled("x"), "57014"), (TooManyRows("x"), "54000"),
     (Forbidden("x"), "42501"), (NotUpToBound("x"), "55000"), (Unavailable("x"), "57P03"),
-    (BadRequest("x"), "22023"), (StreamiqError("x"), "XX000")])
+    (BadRequest("x"), "22023"), (StreamiqError("x"), "XX000"), (TooComplex("x"), "54001"),
+    (NoCursor("x"), "34000")])
 def test_each_error_has_its_sqlstate(exc: StreamiqError, state: str) -> None:
     assert sqlstate_of(exc) == state
 

@@ -19,7 +19,8 @@ import duckdb
 
 from streamiq.serving.sql.duck import Answer, connect, duck_errors, in_thread, run_cursor
 from streamiq.serving.sql.engine import ViewInfo
-from streamiq.serving.sql.pgshims import SHIMS, rewrite
+from streamiq.serving.sql.pgshims import AFTER_TABLES, SHIMS, rewrite
+from streamiq.serving.sql.pgtables import key_row
 from streamiq.serving.sql.types import duck_of_spark
 
 __all__ = ["Catalog", "Catalogs", "Schema"]
@@ -28,6 +29,9 @@ __all__ = ["Catalog", "Catalogs", "Schema"]
 Schema = tuple[tuple[str, str], ...]
 _SCHEMA = "public"
 _DESCRIBED = 512  # statements whose schema a catalog remembers
+#: a catalog answer's column types as PostgreSQL's catalog has them: its bigint lists are
+#: oid[] (asyncpg decodes oid[] itself, and looks any other array type up in pg_type)
+_CATALOG_TYPES = {"BIGINT[]": "OID[]"}
 
 
 def _quote(name: str) -> str:
@@ -41,12 +45,18 @@ def _create(view: ViewInfo) -> str:
     return f"CREATE TABLE {_SCHEMA}.{_quote(view.name)} ({cols})"
 
 
+def _key(view: ViewInfo) -> str:
+    """The view's key columns as its primary key (pg_index, pg_constraint: ``pgtables``)."""
+    return key_row(view.name, view.names, view.key_columns)
+
+
 class Catalog:
     """The catalog database of one set of views."""
 
     def __init__(self, views: Sequence[ViewInfo]) -> None:
         self.views = {v.name: v for v in views}
-        self._db = connect("64MB", (*SHIMS, f"CREATE SCHEMA {_SCHEMA}", *map(_create, views)))
+        self._db = connect("64MB", (*SHIMS, f"CREATE SCHEMA {_SCHEMA}", *map(_create, views),
+                                    *map(_key, views), *AFTER_TABLES))
         self._described: OrderedDict[str, Schema] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -59,9 +69,16 @@ class Catalog:
         """A client's catalog query (PostgreSQL), rewritten for the shims."""
         cur = self._cursor()
         try:  # the rewrite too in the worker thread (sqlglot)
-            return await in_thread(cur, lambda: run_cursor(cur, rewrite(sql), limit))
+            answer = await in_thread(cur, lambda: run_cursor(cur, rewrite(sql), limit))
         finally:
             cur.close()
+        answer.types = tuple(_CATALOG_TYPES.get(t, t) for t in answer.types)
+        return answer
+
+    async def catalog_schema(self, sql: str) -> Schema:
+        """The result columns of a client's catalog query, as ``query`` answers them."""
+        schema = await asyncio.to_thread(lambda: self.describe(rewrite(sql)))
+        return tuple((name, _CATALOG_TYPES.get(t, t)) for name, t in schema)
 
     def remembered(self, sql: str) -> Schema | None:
         """The result columns of ``sql`` if described before (never blocks on DuckDB)."""

@@ -114,7 +114,8 @@ class Executor:
             else:
                 got = await self.engine.multi_get(source.view, source.keys, ctx.fresh)
         else:
-            got = await self.engine.scan(source.view, source.bounds, ctx.fresh, cap + 1)
+            got = await self.engine.scan(source.view, source.bounds, ctx.fresh,
+                                         min(cap + 1, source.limit or cap + 1))
             if len(got.rows) > cap:
                 raise TooManyRows(f"the statement would gather more than {cap} rows of "
                                   f"{source.view} (the gather limit): narrow the WHERE on "

@@ -1,7 +1,8 @@
 """A WHERE clause's conditions on a view's key, as the read the owners can answer.
 
 Keys are the key columns' values joined by ``|`` (``views/base.py``), stored in byte
-order, so: equality on every key column is a set of keys (a lookup or a multi-get); a
+order, so: equality on every key column (``=``, ``IN``, ``= ANY(array)``) is a set of
+keys (a lookup or a multi-get); a
 ``LIKE 'x%'`` on the first key column is a key prefix; a range on the first key column
 is a key range, its conditions intersected (``>= 'a' AND < 'b'`` reads the keys from
 ``a`` to ``b``, not every key from ``a`` on). A range is widened to cover every key
@@ -34,6 +35,17 @@ def _value(e: exp.Expr) -> str | None:
     return None
 
 
+def _any(node: exp.Any) -> list[str | None]:
+    """``= ANY(ARRAY['a', 'b'])``: its values; ``= ANY($1)``: the parameter's marker
+    (the plan's keys take its elements when it is bound)."""
+    inner = node.this.this if isinstance(node.this, exp.Paren) else node.this
+    if isinstance(inner, exp.Array):
+        return [_value(e) for e in inner.expressions] or [None]
+    if isinstance(inner, exp.Literal) and inner.is_string and has_marker(inner.this):
+        return [str(inner.this)]
+    return [None]
+
+
 def _column(c: exp.Expr, view: ViewInfo) -> str | None:
     col = c.this if isinstance(c, exp.Predicate) else None
     return col.name if isinstance(col, exp.Column) and col.name in view.names else None
@@ -49,7 +61,9 @@ def _equalities(view: ViewInfo, conds: Sequence[exp.Expr]
         if col not in view.key_columns or col in eq:
             continue
         vals: list[str | None] = []
-        if isinstance(c, exp.EQ):
+        if isinstance(c, exp.EQ) and isinstance(c.expression, exp.Any):
+            vals = _any(c.expression)
+        elif isinstance(c, exp.EQ):
             vals = [_value(c.expression)]
         elif isinstance(c, exp.In) and not c.args.get("query"):
             vals = [_value(e) for e in c.expressions]

@@ -1,11 +1,11 @@
-"""What DuckDB's own pg_catalog emulation lacks for psql, SQLAlchemy and Grafana.
+"""What DuckDB's own pg_catalog emulation lacks for psql, pgjdbc (DBeaver, Metabase),
+asyncpg, SQLAlchemy and Grafana.
 
 Two parts, found by replaying the clients' captured catalog queries (spike 26,
 ``tests/unit/serving/sql/catalog_queries.sql``):
 
 * ``SHIMS``: statements run once on a catalog database: PostgreSQL functions DuckDB
-  does not have (as macros), and overlays (in the attached database ``pgx``, so they
-  never show up as tables) of catalog tables that lack columns clients read;
+  does not have (as macros), and the overlays of catalog tables (``pgtables``);
 * ``rewrite``: sqlglot transforms of a client's query: ``pg_catalog.f()`` -> ``f()``,
   ``COLLATE pg_catalog.default`` dropped, ``OPERATOR(pg_catalog.~)`` -> a regexp match,
   casts to ``regclass``/``regtype``/``regnamespace``, catalog tables -> their overlays.
@@ -17,50 +17,29 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
-__all__ = ["OVERLAYS", "SERVER_VERSION", "SHIMS", "rewrite"]
+from streamiq.serving.sql.pgtables import (
+    AFTER_TABLES,
+    DATABASE,
+    OVERLAYS,
+    SERVER_VERSION,
+    SERVER_VERSION_NUM,
+    TABLES,
+)
 
-SERVER_VERSION = "16.0"
-SERVER_VERSION_NUM = "160000"
+__all__ = ["AFTER_TABLES", "OVERLAYS", "SERVER_VERSION", "SHIMS", "keyword_call", "rewrite"]
+
+_INDEX_OID = 1_000_000  # pgtables': a view's primary key constraint's oid, less its index's
 _FORMAT_TYPE = " ".join(f"WHEN {oid} THEN '{name}'" for oid, name in (
     (16, "boolean"), (17, "bytea"), (20, "bigint"), (21, "smallint"), (23, "integer"),
     (25, "text"), (1043, "character varying"), (700, "real"), (701, "double precision"),
     (1700, "numeric"), (1082, "date"), (1114, "timestamp without time zone"),
     (1184, "timestamp with time zone")))
-_DATA_TYPES = " ".join(f"WHEN t = '{duck}' THEN '{pg}'" for duck, pg in (
-    ("VARCHAR", "character varying"), ("DOUBLE", "double precision"), ("FLOAT", "real"),
-    ("TIMESTAMP", "timestamp without time zone"), ("HUGEINT", "numeric"),
-    ("TIMESTAMP WITH TIME ZONE", "timestamp with time zone"), ("BLOB", "bytea")))
 #: information_schema views of this database only (not the overlays'), PG's type names
 _INFORMATION = {"tables": "info_tables", "columns": "info_columns"}
-_EMPTY = {  # catalog tables DuckDB lacks, empty here (no policies, publications...)
-    "pg_policy": "oid BIGINT, polname VARCHAR, polrelid BIGINT, polcmd VARCHAR, "
-                 "polpermissive BOOLEAN, polroles BIGINT[], polqual VARCHAR, polwithcheck VARCHAR",
-    "pg_statistic_ext": "oid BIGINT, stxrelid BIGINT, stxname VARCHAR, stxnamespace BIGINT, "
-                        "stxowner BIGINT, stxstattarget INTEGER, stxkeys INTEGER[], "
-                        "stxkind VARCHAR[], stxexprs VARCHAR",
-    "pg_publication": "oid BIGINT, pubname VARCHAR, puballtables BOOLEAN, pubviaroot BOOLEAN",
-    "pg_publication_rel": "oid BIGINT, prpubid BIGINT, prrelid BIGINT, prqual VARCHAR, "
-                          "prattrs INTEGER[]",
-    "pg_publication_namespace": "oid BIGINT, pnpubid BIGINT, pnnspid BIGINT",
-    "pg_roles": "oid BIGINT, rolname VARCHAR",
-    "pg_collation": "oid BIGINT, collname VARCHAR, collnamespace BIGINT",
-    "pg_inherits": "inhrelid BIGINT, inhparent BIGINT, inhseqno INTEGER, "
-                   "inhdetachpending BOOLEAN",
-    "pg_trigger": "oid BIGINT, tgrelid BIGINT, tgname VARCHAR, tgisinternal BOOLEAN, "
-                  "tgenabled VARCHAR, tgparentid BIGINT",
-    "pg_rewrite": "oid BIGINT, rulename VARCHAR, ev_class BIGINT, ev_type VARCHAR",
-    "pg_opclass": "oid BIGINT, opcname VARCHAR, opcdefault BOOLEAN, opcmethod BIGINT, "
-                  "opcnamespace BIGINT",
-    "pg_sequence": "seqrelid BIGINT, seqstart BIGINT, seqincrement BIGINT, seqmax BIGINT, "
-                   "seqmin BIGINT, seqcache BIGINT, seqcycle BOOLEAN",
-}
 SHIMS: tuple[str, ...] = (
     "ATTACH IF NOT EXISTS ':memory:' AS pgx",
     "CREATE OR REPLACE MACRO pg_get_userbyid(x) AS 'streamiq'",
     "CREATE OR REPLACE MACRO pg_encoding_to_char(x) AS 'UTF8'",
-    "CREATE OR REPLACE MACRO to_regtype(x) AS "
-    "(SELECT oid FROM pg_catalog.pg_type WHERE typname = x)",
-    "CREATE OR REPLACE MACRO pg_get_indexdef(a, b, c) AS NULL",
     "CREATE OR REPLACE MACRO pg_get_serial_sequence(a, b) AS NULL",
     "CREATE OR REPLACE MACRO pg_get_statisticsobjdef_columns(a) AS NULL",
     "CREATE OR REPLACE MACRO pg_relation_is_publishable(a) AS false",
@@ -69,6 +48,8 @@ SHIMS: tuple[str, ...] = (
     "CREATE OR REPLACE MACRO array_lower(a, d) AS 1",
     "CREATE OR REPLACE MACRO parse_ident(x) AS string_split(x, '.')",
     "CREATE OR REPLACE MACRO pg_table_size(x) AS 0",
+    "CREATE OR REPLACE MACRO pg_stat_get_numscans(x) AS 0",
+    "CREATE OR REPLACE MACRO pg_database_size(x) AS 0",
     "CREATE OR REPLACE MACRO pg_relation_size(x) AS 0",
     "CREATE OR REPLACE MACRO pg_total_relation_size(x) AS 0",
     "CREATE OR REPLACE MACRO pg_is_in_recovery() AS false",
@@ -81,39 +62,69 @@ SHIMS: tuple[str, ...] = (
     f"CREATE OR REPLACE MACRO streamiq_format_type(o, m) AS CASE o {_FORMAT_TYPE} "
     "ELSE format_type(o, m) END",
     f"CREATE OR REPLACE MACRO streamiq_version() AS 'PostgreSQL {SERVER_VERSION} (streamiq)'",
-    *(f"CREATE TABLE IF NOT EXISTS pgx.main.{t} ({cols})" for t, cols in _EMPTY.items()),
-    "CREATE OR REPLACE VIEW pgx.main.pg_class AS SELECT * REPLACE (NULL::VARCHAR[] AS "
-    "reloptions), false AS relforcerowsecurity FROM pg_catalog.pg_class",
-    "CREATE OR REPLACE VIEW pgx.main.pg_database AS SELECT *, 10 AS datdba, 6 AS encoding, "
-    "'C' AS datcollate, 'C' AS datctype, NULL AS daticulocale, 'c' AS datlocprovider, "
-    "NULL::VARCHAR[] AS datacl FROM pg_catalog.pg_database WHERE datname = 'memory'",
-    "CREATE OR REPLACE MACRO streamiq_data_type(t) AS CASE WHEN t LIKE 'DECIMAL%' "
-    f"THEN 'numeric' {_DATA_TYPES} ELSE lower(t) END",
-    "CREATE OR REPLACE VIEW pgx.main.info_tables AS SELECT * FROM information_schema.tables "
-    "WHERE table_catalog = current_database()",
-    "CREATE OR REPLACE VIEW pgx.main.info_columns AS SELECT * REPLACE "
-    "(streamiq_data_type(data_type) AS data_type) FROM information_schema.columns "
-    "WHERE table_catalog = current_database()",
-    "CREATE OR REPLACE VIEW pgx.main.pg_index AS SELECT *, 0 AS indnullsnotdistinct "
-    "FROM pg_catalog.pg_index",
+    "CREATE OR REPLACE MACRO _pg_expandarray(a) AS unnest(list_transform(range(1, len(a) + 1), "
+    "lambda i: {'x': a[i], 'n': i}))",
+    *(f"CREATE OR REPLACE MACRO {f} AS NULL" for f in (
+        "pg_get_function_result(a)", "pg_get_function_arguments(a)",
+        "pg_get_function_identity_arguments(a)", "pg_get_triggerdef(a, b)",
+        "pg_get_ruledef(a, b)", "pg_get_partkeydef(a)", "pg_get_statisticsobjdef(a)",
+        "pg_get_function_sqlbody(a)")),
+    "CREATE OR REPLACE MACRO pg_statistics_obj_is_visible(a) AS true",
+    "CREATE OR REPLACE MACRO pg_backend_pid() AS 0",
+    "CREATE OR REPLACE MACRO set_config(name, value, local) AS value",
+    "CREATE OR REPLACE MACRO quote_literal(a) AS chr(39) || replace(a::VARCHAR, chr(39), "
+    "chr(39) || chr(39)) || chr(39)",
+    "CREATE OR REPLACE MACRO pg_tablespace_location(a) AS ''",
+    *TABLES,
+    "CREATE OR REPLACE MACRO to_regtype(x) AS "
+    "(SELECT oid FROM pgx.main.pg_type WHERE typname = x)",
+    "CREATE OR REPLACE MACRO pg_get_indexdef(ix, col, pretty) AS (SELECT CASE WHEN col = 0 "
+    "THEN 'CREATE UNIQUE INDEX ' || k.conname || ' ON public.' || quote_ident(k.relname) "
+    "|| ' USING btree (' || k.columns || ')' ELSE (SELECT a.attname FROM "
+    "pg_catalog.pg_attribute a WHERE a.attrelid = k.relid AND a.attnum = k.attnums[col]) "
+    "END FROM pgx.main.streamiq_pkeys k WHERE k.indexrelid = ix)",
+    f"CREATE OR REPLACE MACRO streamiq_constraintdef(con) AS (SELECT 'PRIMARY KEY (' || "
+    f"k.columns || ')' FROM pgx.main.streamiq_pkeys k WHERE k.indexrelid + {_INDEX_OID} = con)",
 )
-OVERLAYS = frozenset({"pg_class", "pg_database", "pg_index", *_EMPTY})
 _TABLE_FUNCTIONS = (exp.ExplodingGenerateSeries, exp.GenerateSeries, exp.Unnest, exp.Anonymous)
 _OPS: dict[str, type[exp.Expr]] = {"~": exp.RegexpLike, "=": exp.EQ, "~~": exp.Like}
 _TEXTISH = {"text": "text", "name": "text", "oid": "bigint", "char": "text", '"char"': "text",
             "int2": "int2", "int4": "int4", "int8": "int8", "bool": "bool"}
 
 
+#: SQL's keyword values as DuckDB calls: DuckDB resolves ``CURRENT_TIMESTAMP`` after
+#: the select list's aliases, so ``SELECT current_timestamp AS "current_timestamp"``
+#: (what PostgreSQL names it) would read the alias itself
+_KEYWORDS: dict[type[exp.Expr], str] = {
+    exp.CurrentTimestamp: "now", exp.CurrentDate: "current_date",
+    exp.CurrentTime: "get_current_time", exp.Localtimestamp: "current_localtimestamp",
+    exp.Localtime: "current_localtime"}
+_USERS = (exp.CurrentUser, exp.SessionUser)
+
+
+def keyword_call(node: exp.Expr) -> exp.Expr | None:
+    """``node`` as a function call DuckDB resolves before aliases, or None."""
+    name = _KEYWORDS.get(type(node))
+    if name is not None and not node.args.get("this"):
+        return exp.Anonymous(this=name)
+    if isinstance(node, _USERS):
+        return exp.Literal.string("streamiq")
+    if isinstance(node, exp.CurrentCatalog | exp.CurrentDatabase):
+        return exp.Literal.string(DATABASE)
+    return None
+
+
 def _regclass(node: exp.Cast) -> exp.Expr:
     if isinstance(node.this, exp.Literal):
         name = str(node.this.name).replace("'", "''")
-        return sqlglot.parse_one(f"(SELECT oid FROM pg_catalog.pg_class WHERE relname = '{name}')")
+        return sqlglot.parse_one(
+            f"(SELECT min(oid) FROM pg_catalog.pg_class WHERE relname = '{name}')")
     inner: exp.Expr = node.this
     return inner
 
 
 def _cast(node: exp.Cast) -> exp.Expr:
-    to = node.to.sql("postgres").lower().removeprefix("pg_catalog.")
+    to = node.to.sql("postgres").lower().replace('"', "").removeprefix("pg_catalog.")
     if to == "regnamespace":
         return exp.Subquery(this=exp.select("nspname").from_("pg_catalog.pg_namespace").where(
             exp.EQ(this=exp.column("oid"), expression=node.this)))
@@ -121,9 +132,13 @@ def _cast(node: exp.Cast) -> exp.Expr:
         return exp.func("format_type", node.this, exp.null())
     if to == "regclass":
         return _regclass(node)
+    if to == "regproc":  # a function's name (pg_type's typinput...: NULL here)
+        if isinstance(node.this, exp.Literal):
+            return exp.Literal.string(str(node.this.name).removeprefix("pg_catalog."))
+        return exp.cast(node.this, "VARCHAR")
     if to in _TEXTISH:
         node.set("to", exp.DataType.build(_TEXTISH[to], dialect="postgres"))
-    elif node.to.sql("postgres").lower().startswith("pg_catalog."):
+    elif node.to.sql("postgres").lower().replace('"', "").startswith("pg_catalog."):
         node.set("to", exp.DataType.build(to, dialect="postgres"))
     return node
 
@@ -146,6 +161,10 @@ def _function(node: exp.Anonymous) -> exp.Expr:
         return exp.Anonymous(this="streamiq_setting", expressions=node.expressions[:1])
     if name == "version":
         return exp.Anonymous(this="streamiq_version")
+    if name == "pg_get_constraintdef":
+        return exp.Anonymous(this="streamiq_constraintdef", expressions=node.expressions[:1])
+    if name == "current_database":
+        return exp.Literal.string(DATABASE)
     if name == "pg_get_expr" and len(node.expressions) > 2:
         return exp.Anonymous(this="pg_get_expr", expressions=node.expressions[:2])
     return node
@@ -163,8 +182,12 @@ def _from_function(node: exp.Table) -> exp.Expr:
 
 
 def _fix(node: exp.Expr) -> exp.Expr:
+    call = keyword_call(node)
+    if call is not None:
+        return call
     if isinstance(node, exp.Dot) and isinstance(node.this, exp.Identifier) \
-            and node.this.name.lower() == "pg_catalog" and isinstance(node.expression, exp.Func):
+            and node.this.name.lower() in ("pg_catalog", "information_schema") \
+            and isinstance(node.expression, exp.Func):
         return _fix(node.expression)  # pg_catalog.version() -> version()
     if isinstance(node, exp.Cast):
         return _cast(node)

@@ -21,10 +21,13 @@ from collections.abc import Mapping
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
+from sqlglot.optimizer.simplify import simplify
 
-from streamiq.errors import BadSql, UnknownView
+from streamiq.errors import BadSql, TooComplex, UnknownView
 from streamiq.serving.sql.engine import ViewInfo
 from streamiq.serving.sql.keys import key_source
+from streamiq.serving.sql.params import param_types
+from streamiq.serving.sql.pgshims import keyword_call
 from streamiq.serving.sql.plans import (
     AGG_TABLE,
     Aggregate,
@@ -38,7 +41,12 @@ from streamiq.serving.sql.plans import (
     marker,
 )
 
-__all__ = ["parse", "plan"]
+__all__ = ["MAX_DEPTH", "parse", "plan", "prepare"]
+
+#: parentheses a statement may nest: sqlglot recurses about 20 Python frames per level
+#: (past ~45 levels it hits Python's recursion limit); PostgreSQL answers 54001 at its
+#: stack depth limit too, only deeper
+MAX_DEPTH = 32
 
 CATALOG_SCHEMAS = frozenset({"pg_catalog", "information_schema"})
 _AGGS: dict[type[exp.Expr], str] = {exp.Count: "count", exp.Sum: "sum", exp.Min: "min",
@@ -51,42 +59,73 @@ class _NotPushable(Exception):
     pass
 
 
-#: a quoted string or identifier (kept as it is), or a parameter ``$n`` (group 1)
-_PARAMS = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|\$(\d+)")
+#: a quoted string or identifier (kept as it is), a parameter ``$n`` (group 1), a cast
+#: to ``oid[]`` (group 2: sqlglot reads ``oid[`` as a subscript; asyncpg's type lookup),
+#: or a keyword PostgreSQL takes as a name where sqlglot does not (group 3: Metabase's
+#: ``AS update``, ``t.select``), quoted
+_PARAMS = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|\$(\d+)|"
+                     r"(::\s*(?:pg_catalog\.)?oid\s*\[\s*\])|"
+                     r"(?:(?<=\bAS )|(?<=\.))(select|insert|update|delete|table)\b", re.I)
+_PARENS = re.compile(r"[()]")
+
+
+def _marked(m: re.Match[str]) -> str:
+    if m.group(1) is not None:
+        return f"'{marker(int(m.group(1)))}'"
+    if m.group(3) is not None:
+        return f'"{m.group(3).lower()}"'
+    return "::bigint[]" if m.group(2) is not None else m.group(0)
 
 
 def _mark(sql: str) -> str:
     """``$n`` -> its marker string (sqlglot 30 cannot tokenize ``($1,$2)`` itself)."""
-    return _PARAMS.sub(lambda m: m.group(0) if m.group(1) is None
-                       else f"'{marker(int(m.group(1)))}'", sql)
+    return _PARAMS.sub(_marked, sql)
 
 
-def _pg_name(e: exp.Expr) -> str | None:
-    """PostgreSQL's name for an unnamed select item (``count(*)`` is ``count``)."""
+def _pg_name(e: exp.Expr, text: str) -> str | None:
+    """PostgreSQL's name for an unnamed select item (``count(*)`` is ``count``,
+    ``now()`` is ``now``): a function's name as ``text`` writes it."""
     if isinstance(e, exp.Column | exp.Star | exp.Alias):
         return None
     if isinstance(e, exp.Cast):
-        return e.this.name if isinstance(e.this, exp.Column) else _pg_name(e.this)
+        return e.this.name if isinstance(e.this, exp.Column) else _pg_name(e.this, text)
     if isinstance(e, exp.Window):
-        return _pg_name(e.this)
+        return _pg_name(e.this, text)
     if isinstance(e, exp.Case):
         return "case"
-    if isinstance(e, exp.Func | exp.Dot):  # the function's name as it is written
-        return e.sql("postgres").split("(")[0].split(".")[-1].strip('" ').lower()
+    if isinstance(e, exp.Func | exp.Dot):
+        start, end = e.meta.get("start"), e.meta.get("end")
+        written = text[start:end + 1] if isinstance(start, int) and isinstance(end, int) \
+            else e.sql("postgres")
+        return written.split("(")[0].split(".")[-1].strip('" ').lower()
     return "?column?"
 
 
+def _depth(text: str) -> int:
+    """How deep parentheses nest in ``text`` (quotes aside: a bound, not a parse)."""
+    depth = top = 0
+    for m in _PARENS.finditer(_PARAMS.sub("''", text)):
+        depth += 1 if m.group(0) == "(" else -1
+        top = max(top, depth)
+    return top
+
+
 def parse(sql: str) -> exp.Expr:
-    """One PostgreSQL statement, ``$n`` as markers, unnamed items named as PG would."""
+    """One PostgreSQL statement, ``$n`` as markers, unnamed items named as PG would,
+    keyword values (``current_timestamp``) as DuckDB's calls. Nesting deeper than
+    ``MAX_DEPTH`` is TooComplex (54001), as PostgreSQL's stack depth limit."""
+    text = _mark(sql)
+    if _depth(text) > MAX_DEPTH:
+        raise TooComplex(f"the statement nests more than {MAX_DEPTH} levels of parentheses")
     try:
-        tree = sqlglot.parse_one(_mark(sql), read="postgres")
+        tree = sqlglot.parse_one(text, read="postgres")
     except (ParseError, TokenError) as exc:
         raise BadSql(f"syntax error: {str(exc).splitlines()[0]}") from None
     if isinstance(tree, exp.Select):
-        items = [exp.alias_(e, name, quoted=True) if (name := _pg_name(e)) else e
+        items = [exp.alias_(e, name, quoted=True) if (name := _pg_name(e, text)) else e
                  for e in tree.expressions]
         tree.set("expressions", items)
-    return tree
+    return tree.transform(lambda n: keyword_call(n) or n)
 
 
 def _is_catalog(t: exp.Table) -> bool:
@@ -109,8 +148,13 @@ def _tables(tree: exp.Expr, views: Mapping[str, ViewInfo]) -> list[exp.Table]:
 
 
 def _strip_schema(node: exp.Expr) -> exp.Expr:
+    """``public.balances`` -> ``balances``; ``"public"."balances"."account"`` ->
+    ``balances.account`` (Metabase's column references)."""
     if isinstance(node, exp.Table) and node.db:
         return exp.Table(this=node.this.copy(), alias=node.args.get("alias"))
+    if isinstance(node, exp.Column) and (node.args.get("db") or node.args.get("catalog")):
+        node.set("db", None)
+        node.set("catalog", None)
     return node
 
 
@@ -144,7 +188,10 @@ def _direct(sel: exp.Select, names: tuple[str, ...]) -> Direct | None:
 
 
 def _agg_column(node: exp.Expr, view: ViewInfo, aggs: set[str]) -> exp.Expr:
-    """An aggregate call -> the column of the pushed-down aggregate holding it."""
+    """An aggregate call -> the column of the pushed-down aggregate holding it; a
+    column named with its table -> the groups' column."""
+    if isinstance(node, exp.Column) and node.table:
+        return exp.column(node.name, quoted=node.this.quoted)
     func = _AGGS.get(type(node))
     if func is None:
         if isinstance(node, exp.AggFunc):
@@ -200,6 +247,18 @@ def _aggregate(sel: exp.Select, view: ViewInfo, sql: str) -> Aggregate | None:
                      _duck(post), _duck(pushed), sql, _direct(post, names))
 
 
+def _limit(sel: exp.Select) -> int | None:
+    """``LIMIT n`` when it is all the statement asks of the view's rows (no WHERE,
+    ORDER BY, grouping, DISTINCT, window or aggregate): any n rows will do."""
+    limit = sel.args.get("limit")
+    value = limit.expression if isinstance(limit, exp.Limit) else None
+    if not isinstance(value, exp.Literal) or value.is_string or sel.args.get("offset") \
+            or any(sel.args.get(k) for k in ("where", *_QUERY_TAIL) if k != "limit") \
+            or sel.find(exp.AggFunc, exp.Window):
+        return None
+    return int(value.this) if str(value.this).isdigit() else None
+
+
 def _single(sel: exp.Select, view: ViewInfo, sql: str) -> Plan:
     agg = _aggregate(sel, view, sql)
     if agg is not None:
@@ -207,7 +266,20 @@ def _single(sel: exp.Select, view: ViewInfo, sql: str) -> Plan:
     conds = _where(sel)
     src, exact = key_source(view, conds)
     direct = _direct(sel, view.names) if exact or not conds else None
-    return Fetch(src or Scan(view.name), sql, direct)
+    return Fetch(src or Scan(view.name, limit=_limit(sel)), sql, direct)
+
+
+def _reads_nothing(tree: exp.Expr) -> bool:
+    """``LIMIT 0`` or a WHERE that is always false (Metabase's privilege probe ``WHERE
+    1 <> 1 LIMIT 0``): the rows are none, only the columns matter."""
+    if not isinstance(tree, exp.Select):
+        return False
+    limit = tree.args.get("limit")
+    if isinstance(limit, exp.Limit) and isinstance(limit.expression, exp.Literal) \
+            and str(limit.expression.this) == "0":
+        return True
+    where = tree.args.get("where")
+    return where is not None and simplify(where.this.copy()) == exp.false()
 
 
 def _gather(tree: exp.Expr, tables: list[exp.Table],
@@ -240,15 +312,32 @@ def plan(sql: str, views: Mapping[str, ViewInfo]) -> Plan:
     """``sql`` (one PostgreSQL statement) over ``views`` (the ones the session may
     read): BadSql for what does not parse or is not a query, UnknownView for a
     relation that is not there."""
+    return prepare(sql, views)[0]
+
+
+def prepare(sql: str, views: Mapping[str, ViewInfo]) -> tuple[Plan, tuple[int, ...]]:
+    """``plan``, and the type oid of each parameter ``$n`` (``params.param_types``).
+    A statement too deep for the parser's recursion is TooComplex (54001)."""
+    try:
+        return _prepare(sql, views)
+    except RecursionError:
+        raise TooComplex("the statement is nested too deeply to plan") from None
+
+
+def _prepare(sql: str, views: Mapping[str, ViewInfo]) -> tuple[Plan, tuple[int, ...]]:
     tree = parse(sql)
     if not isinstance(tree, exp.Query | exp.Values):
         raise BadSql("only queries are answered here (SELECT, WITH, VALUES): the views "
                      "are read-only")
     tables = _tables(tree, views)
     if not tables:  # PostgreSQL still: the catalog rewrites it for its shims
-        return CatalogQuery(tree.sql("postgres"))
+        return CatalogQuery(tree.sql("postgres")), param_types(tree, {})
+    if _reads_nothing(tree):  # over the catalog's empty tables shaped like the views
+        types = param_types(tree, {t.alias_or_name: views[t.name] for t in tables})
+        return CatalogQuery(tree.transform(_strip_schema).sql("postgres")), types
     tree = tree.transform(_strip_schema)
+    types = param_types(tree, {t.alias_or_name: views[t.name] for t in tables})
     duck = _duck(tree)
     if isinstance(tree, exp.Select) and len(tables) == 1 and _reads_directly(tree):
-        return _single(tree, views[tables[0].name], duck)
-    return _gather(tree, tables, views, duck)
+        return _single(tree, views[tables[0].name], duck), types
+    return _gather(tree, tables, views, duck), types

@@ -18,7 +18,7 @@ from streamiq.serving.sql.engine import Bounds
 from streamiq.serving.sql.types import sql_literal
 
 __all__ = ["AGG_TABLE", "Aggregate", "CatalogQuery", "Fetch", "Gather", "Lookup", "Plan", "Scan",
-           "Source", "bind", "has_marker", "marker", "unbound_sql"]
+           "Source", "bind", "has_marker", "marker", "marker_number", "unbound_sql"]
 
 #: the table the aggregate's groups are registered as for its post SQL
 AGG_TABLE = "__agg"
@@ -30,6 +30,12 @@ _RAW = re.compile(f"{_MARK}(\\d+){_MARK}")
 def marker(n: int) -> str:
     """The stand-in for parameter ``$n`` while planning (a string no client sends)."""
     return f"{_MARK}{n}{_MARK}"
+
+
+def marker_number(text: str) -> int | None:
+    """``n`` when ``text`` is exactly parameter ``$n``'s marker."""
+    m = _RAW.fullmatch(text)
+    return int(m.group(1)) if m else None
 
 
 def has_marker(text: str) -> bool:
@@ -47,10 +53,12 @@ class Lookup:
 
 @dataclass(frozen=True)
 class Scan:
-    """A partition-pruned scan (owners only); no bounds: every row of the view."""
+    """A partition-pruned scan (owners only); no bounds: every row of the view; a
+    ``limit``: any that many rows (``SELECT ... LIMIT n``, nothing else asked)."""
 
     view: str
     bounds: Bounds = field(default_factory=Bounds)
+    limit: int | None = None
 
 
 Source = Lookup | Scan
@@ -113,12 +121,23 @@ def _sub(text: str, values: Sequence[Any], quoted: bool) -> str:
     return _RAW.sub(one, text)
 
 
+def _keys(template: str, values: Sequence[Any]) -> list[str]:
+    """A key's values: one, or one per element of a list parameter (``= ANY($1)``)."""
+    for m in _RAW.finditer(template):
+        n = int(m.group(1))
+        if n <= len(values) and isinstance(values[n - 1], list | tuple):
+            head, tail = template[:m.start()], template[m.end():]
+            return [k for v in dict.fromkeys(values[n - 1]) if v is not None
+                    for k in _keys(head + str(v) + tail, values)]
+    return [_sub(template, values, False)]
+
+
 def _bind_source(s: Source, values: Sequence[Any]) -> Source:
     if isinstance(s, Lookup):
-        return Lookup(s.view, tuple(_sub(k, values, False) for k in s.keys))
+        return Lookup(s.view, tuple(dict.fromkeys(k for t in s.keys for k in _keys(t, values))))
     b = s.bounds
     return Scan(s.view, Bounds(*(None if x is None else _sub(x, values, False)
-                                 for x in (b.prefix, b.start, b.end))))
+                                 for x in (b.prefix, b.start, b.end))), s.limit)
 
 
 def bind(plan: Plan, values: Sequence[Any]) -> Plan:

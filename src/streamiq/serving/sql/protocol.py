@@ -1,102 +1,94 @@
-"""The query phase of a connection: simple and extended protocol, messages framed by
-pygwire (``BackendConnection``), answers encoded here (text, or binary where asked).
+"""The query phase of a connection: simple and extended protocol as PostgreSQL's
+message flow has them, frames read by pygwire's decoder, answers encoded by ``codecs``
+(text or binary, per column as the client asks).
 
-After an error the connection stays usable: a simple query ends with ReadyForQuery; in
-the extended protocol every message up to the next Sync is skipped, as PostgreSQL does.
+Every message is answered in order; a simple Query is one even between an extended
+batch's messages and its Sync (asyncpg sends one after Parse/Describe/Flush). After an
+error the connection stays usable: a simple query ends with ReadyForQuery; in the
+extended protocol every message up to the next Sync is skipped, as PostgreSQL does.
+Portals are read ``max_rows`` at a time, cursors by FETCH (``portals``); COPY TO STDOUT
+answers CopyData (``copyout``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
+from collections.abc import Coroutine, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from pygwire import BackendConnection, PygwireError, TransactionStatus
+from pygwire import PygwireError, TransactionStatus
 from pygwire import messages as m
+from pygwire.codec import FrontendMessageDecoder
+from pygwire.constants import ConnectionPhase
 
 from streamiq._sqlstate import error_fields
 from streamiq.errors import BadRequest, StreamiqError
 from streamiq.serving.sql.catalog import Schema
+from streamiq.serving.sql.codecs import decode_params, format_of, row_encoder
+from streamiq.serving.sql.copyout import CopyOut
 from streamiq.serving.sql.duck import Answer
+from streamiq.serving.sql.portals import Portal, Portals
 from streamiq.serving.sql.session import Prepared, Session
+from streamiq.serving.sql.split import split_statements
 from streamiq.serving.sql.stats import SqlStats
-from streamiq.serving.sql.types import binary_encoder, decode_param, encode_text, oid_of
+from streamiq.serving.sql.types import TEXT_OID, oid_of
 
 __all__ = ["Wire", "serve_queries", "split_statements"]
 
 log = logging.getLogger("streamiq.sql")
 
 _FLUSH_ROWS = 512  # DataRows written between drains
-
-
-@dataclass
-class _Portal:
-    prepared: Prepared
-    values: list[Any]
-    formats: list[int]
-    answer: Answer | None = None  # run at Describe, sent at Execute
-
-
-def split_statements(text: str) -> list[str]:
-    """A simple query's statements (split at ``;`` outside quotes and comments)."""
-    out: list[str] = []
-    start, quote, i = 0, "", 0
-    while i < len(text):
-        ch = text[i]
-        if quote:
-            quote = "" if ch == quote else quote
-        elif ch in "'\"":
-            quote = ch
-        elif text.startswith("--", i):  # a comment to the end of the line
-            end = text.find("\n", i)
-            i = len(text) if end < 0 else end
-            continue
-        elif ch == ";":
-            out.append(text[start:i])
-            start = i + 1
-        i += 1
-    out.append(text[start:])
-    return [s.strip() for s in out if s.strip()]
-
-
-def _format(formats: list[int], i: int) -> int:
-    return formats[i] if len(formats) > 1 else (formats[0] if formats else 0)
+#: the decoder's framing after the server sends these (the rest of the time: as is)
+_PHASE_AFTER: dict[type[m.PGMessage], ConnectionPhase] = {
+    m.AuthenticationCleartextPassword: ConnectionPhase.AUTHENTICATING,
+    m.AuthenticationOk: ConnectionPhase.READY}
 
 
 class Wire:
-    """A connection's framing: pygwire's state machine between bytes and messages. A
+    """A connection's framing: pygwire's decoder between bytes and messages (its
+    framing only: the message flow is PostgreSQL's, kept here and in ``server``). A
     message longer than ``max_message_bytes`` and bytes that are not the protocol are
     ``BadRequest`` (the server answers FATAL and closes)."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                  max_message_bytes: int = 16 << 20, stats: SqlStats | None = None) -> None:
-        self.conn = BackendConnection()
+        self.decoder = FrontendMessageDecoder()
         self.stats = stats
         self.reader = reader
         self.writer = writer
         self.max_message_bytes = max_message_bytes
-        self._pending: list[m.PGMessage] = []
-        self._partial = 0  # bytes received towards a message not complete yet
         self.counted = False  # holds one of the server's connection slots
 
     async def next(self) -> m.PGMessage:
-        while not self._pending:
+        while True:
+            try:
+                msg = next(self.decoder, None)
+            except PygwireError as exc:
+                raise BadRequest(f"not the PostgreSQL protocol: {exc}") from None
+            if msg is not None:
+                self._expected(msg)
+                return msg
+            if self.decoder.buffered > self.max_message_bytes:
+                raise BadRequest(f"a message of more than {self.max_message_bytes} bytes")
             data = await self.reader.read(65536)
             if not data:
                 raise ConnectionError("the client closed the connection")
-            try:
-                self._pending.extend(self.conn.receive(data))
-            except PygwireError as exc:
-                raise BadRequest(f"not the PostgreSQL protocol: {exc}") from None
-            self._partial = 0 if self._pending else self._partial + len(data)
-            if self._partial > self.max_message_bytes:
-                raise BadRequest(f"a message of more than {self.max_message_bytes} bytes")
-        return self._pending.pop(0)
+            self.decoder.feed(data)
+
+    def _expected(self, msg: m.PGMessage) -> None:
+        """While a password is asked, only it (or Terminate) is the protocol."""
+        if self.decoder.phase == ConnectionPhase.AUTHENTICATING \
+                and not isinstance(msg, m.PasswordMessage | m.Terminate):
+            raise BadRequest("not the PostgreSQL protocol: expected a password message, got "
+                             f"{type(msg).__name__}")
 
     def send(self, msg: m.PGMessage) -> None:
-        self.writer.write(self.conn.send(msg))
+        phase = _PHASE_AFTER.get(type(msg))
+        if phase is not None:
+            self.decoder.phase = phase
+        self.writer.write(msg.to_wire())
 
     def error(self, exc: StreamiqError, *, fatal: bool = False) -> None:
         if self.stats is not None:
@@ -109,47 +101,120 @@ class Wire:
 
 
 @dataclass
+class _Copied(Answer):
+    """A COPY's rows, sent as CopyData in ``copy``'s format."""
+
+    copy: CopyOut | None = None
+
+
+def _rows_of(answer: Answer) -> Schema | None:
+    if isinstance(answer, _Copied):
+        return None  # a COPY has no row description (its rows go as CopyData)
+    return None if answer.rows is None else tuple(zip(answer.names, answer.types,
+                                                      strict=True))
+
+
+@dataclass
 class _Loop:
     wire: Wire
     session: Session
     statements: dict[str, tuple[Prepared, list[int]]] = field(default_factory=dict)
-    portals: dict[str, _Portal] = field(default_factory=dict)
+    portals: Portals = field(default_factory=Portals)
 
-    def describe_rows(self, schema: Schema | None, formats: list[int]) -> None:
+    def describe_rows(self, schema: Schema | None, formats: Sequence[int]) -> None:
         if schema is None:
             self.wire.send(m.NoData())
             return
         self.wire.send(m.RowDescription(fields=[m.FieldDescription(
             name=name, type_oid=oid_of(duck), type_size=-1, type_modifier=-1,
-            format_code=_format(formats, i)) for i, (name, duck) in enumerate(schema)]))
+            format_code=format_of(formats, i)) for i, (name, duck) in enumerate(schema)]))
 
-    async def send_answer(self, answer: Answer, formats: list[int]) -> None:
+    async def send_rows(self, answer: Answer, rows: Sequence[tuple[Any, ...]],
+                        formats: Sequence[int]) -> None:
+        encoder = row_encoder(answer.types, formats)
+        for n, row in enumerate(rows, 1):
+            self.wire.send(m.DataRow(columns=encoder.encode(row)))
+            if n % _FLUSH_ROWS == 0:
+                await self.wire.writer.drain()
+
+    def notices(self, answer: Answer) -> None:
         for notice in answer.notices:
             self.wire.send(m.NoticeResponse(fields={"S": "NOTICE", "V": "NOTICE",
                                                     "C": "01000", "M": notice}))
-        if answer.rows is None:
-            self.wire.send(m.CommandComplete(tag=answer.tag))
-            return
-        encoders: list[Callable[[Any], bytes]] = [
-            binary_encoder(oid_of(t)) if _format(formats, i) == 1 else encode_text
-            for i, t in enumerate(answer.types)]
-        for n, row in enumerate(answer.rows, 1):
-            self.wire.send(m.DataRow(columns=[None if v is None else enc(v)
-                                              for v, enc in zip(row, encoders, strict=True)]))
+        answer.notices.clear()
+
+    async def send_copy(self, answer: _Copied) -> None:
+        assert answer.copy is not None and answer.rows is not None
+        self.notices(answer)
+        self.wire.send(m.CopyOutResponse(overall_format=0, col_formats=[0] * len(answer.types)))
+        for n, line in enumerate(answer.copy.lines(answer.names, answer.types, answer.rows), 1):
+            self.wire.send(m.CopyData(data=line))
             if n % _FLUSH_ROWS == 0:
                 await self.wire.writer.drain()
-        tag = f"SELECT {len(answer.rows)}" if answer.tag == "SELECT" else answer.tag
-        self.wire.send(m.CommandComplete(tag=tag))
+        self.wire.send(m.CopyDone())
+        self.wire.send(m.CommandComplete(tag=f"COPY {len(answer.rows)}"))
+
+    async def send_answer(self, answer: Answer, rows: Sequence[tuple[Any, ...]] | None,
+                          formats: Sequence[int], suspended: bool = False) -> None:
+        if isinstance(answer, _Copied):
+            await self.send_copy(answer)
+            return
+        self.notices(answer)
+        if answer.rows is None or rows is None:
+            self.wire.send(m.CommandComplete(tag=answer.tag))
+            return
+        await self.send_rows(answer, rows, formats)
+        if suspended:
+            self.wire.send(m.PortalSuspended())
+        else:
+            self.wire.send(m.CommandComplete(
+                tag=f"SELECT {len(rows)}" if answer.tag == "SELECT" else answer.tag))
+
+    async def run(self, prepared: Prepared, values: Sequence[Any]) -> Answer:
+        """Run a statement: a query or command through the session, a cursor command
+        on the portals. The end of a transaction drops its portals."""
+        was = self.session.settings.in_transaction
+        answer = await self._run(prepared, values)
+        if was and not self.session.settings.in_transaction:
+            self.portals.end_of_transaction()
+        return answer
+
+    async def _run(self, prepared: Prepared, values: Sequence[Any]) -> Answer:
+        c = prepared.cursor
+        if prepared.copy is not None:
+            got = await self.session.execute(prepared, values)
+            return _Copied(got.names, got.types, got.rows, "COPY", got.notices, prepared.copy)
+        if c is None:
+            return await self.session.execute(prepared, values)
+        if c.kind == "DECLARE":
+            assert c.name is not None
+            if not c.hold and not self.session.settings.in_transaction:
+                raise BadRequest("DECLARE CURSOR can only be used in transaction blocks "
+                                 "(BEGIN first, or declare it WITH HOLD)")
+            answer = await self.session.execute(prepared, values)
+            self.portals.add(c.name, Portal(prepared, list(values), [], answer, hold=c.hold,
+                                            cursor=True))
+            return Answer.command("DECLARE CURSOR")
+        if c.kind == "CLOSE":
+            self.portals.close(c.name)
+            return Answer.command("CLOSE CURSOR")
+        assert c.name is not None
+        cursor = self.portals.cursor(c.name)
+        assert cursor.answer is not None
+        rows = cursor.take(c.count)
+        if c.kind == "MOVE":
+            return Answer.command(f"MOVE {len(rows)}")
+        return replace(cursor.answer, rows=rows, tag=f"FETCH {len(rows)}", notices=[])
 
     async def simple(self, text: str) -> None:
         statements = split_statements(text)
         if not statements:
             self.wire.send(m.EmptyQueryResponse())
         for sql in statements:  # the first error ends the whole query string
-            answer = await self.session.execute(await self.session.prepare(sql))
-            if answer.rows is not None:
-                self.describe_rows(tuple(zip(answer.names, answer.types, strict=True)), [])
-            await self.send_answer(answer, [])
+            answer = await self.run(await self.session.prepare(sql), [])
+            if answer.rows is not None and not isinstance(answer, _Copied):
+                self.describe_rows(_rows_of(answer), [])
+            await self.send_answer(answer, answer.rows, [])
 
     async def extended(self, msg: m.PGMessage) -> None:
         if isinstance(msg, m.Parse):
@@ -162,13 +227,12 @@ class _Loop:
         elif isinstance(msg, m.Describe):
             await self.describe(msg)
         elif isinstance(msg, m.Execute):
-            portal = self._portal(msg.portal)
-            answer = portal.answer or await self.session.execute(portal.prepared,
-                                                                 portal.values)
-            portal.answer = None
-            await self.send_answer(answer, portal.formats)
+            await self.execute(msg)
         elif isinstance(msg, m.Close):
-            (self.statements if msg.kind == "S" else self.portals).pop(msg.name, None)
+            if msg.kind == "S":
+                self.statements.pop(msg.name, None)
+            else:
+                self.portals.by_name.pop(msg.name, None)
             self.wire.send(m.CloseComplete())
 
     def _statement(self, name: str) -> tuple[Prepared, list[int]]:
@@ -176,31 +240,60 @@ class _Loop:
             raise BadRequest(f'prepared statement "{name}" does not exist')
         return self.statements[name]
 
-    def _portal(self, name: str) -> _Portal:
-        if name not in self.portals:
-            raise BadRequest(f'portal "{name}" does not exist')
-        return self.portals[name]
+    @staticmethod
+    def param_oids(prepared: Prepared, given: Sequence[int]) -> list[int]:
+        """Each parameter's type: the client's where it gave one, else inferred."""
+        count = max(prepared.params, len(given))
+        inferred = prepared.param_types
+        return [(given[i] if i < len(given) and given[i] else 0)
+                or (inferred[i] if i < len(inferred) else TEXT_OID) for i in range(count)]
 
     def bind(self, msg: m.Bind) -> None:
-        prepared, oids = self._statement(msg.statement)
-        formats = list(msg.param_formats) or [0]
-        values = [decode_param(v, _format(formats, i) == 1, oids[i] if i < len(oids) else 0)
-                  for i, v in enumerate(msg.param_values)]
-        self.portals[msg.portal] = _Portal(prepared, values, list(msg.result_formats))
+        prepared, given = self._statement(msg.statement)
+        values = decode_params(msg.param_values, msg.param_formats,
+                               self.param_oids(prepared, given))
+        portal = Portal(prepared, values, list(msg.result_formats))
+        self.portals.by_name[msg.portal] = portal
 
     async def describe(self, msg: m.Describe) -> None:
         if msg.kind == "S":
-            prepared, oids = self._statement(msg.name)
-            given = [o or 25 for o in oids[:prepared.params]]
-            self.wire.send(m.ParameterDescription(
-                type_oids=given + [25] * (prepared.params - len(given))))
-            self.describe_rows(await self.session.describe(prepared), [])
+            prepared, given = self._statement(msg.name)
+            self.wire.send(m.ParameterDescription(type_oids=self.param_oids(prepared,
+                                                                            given)))
+            self.describe_rows(await self._statement_rows(prepared), [])
             return
-        portal = self._portal(msg.name)  # run now, send at Execute (never run twice)
-        answer = await self.session.execute(portal.prepared, portal.values)
-        portal.answer = answer
-        self.describe_rows(None if answer.rows is None else tuple(
-            zip(answer.names, answer.types, strict=True)), portal.formats)
+        portal = self.portals.get(msg.name)  # run now, sent at Execute (never run twice)
+        if portal.answer is None:
+            portal.answer = await self.run(portal.run, portal.values)
+        self.describe_rows(_rows_of(portal.answer), portal.formats)
+
+    async def _statement_rows(self, prepared: Prepared) -> Schema | None:
+        c = prepared.cursor
+        if prepared.copy is not None:
+            return None
+        if c is None:
+            return await self.session.describe(prepared)
+        if c.kind == "FETCH" and c.name is not None:
+            answer = self.portals.cursor(c.name).answer
+            return None if answer is None else _rows_of(answer)
+        return None
+
+    async def execute(self, msg: m.Execute) -> None:
+        portal = self.portals.get(msg.portal)
+        if portal.answer is None:
+            portal.answer = await self.run(portal.run, portal.values)
+        answer = portal.answer
+        if answer.rows is None or isinstance(answer, _Copied):
+            await self.send_answer(answer, None, portal.formats)
+            return
+        rows = portal.take(msg.max_rows)
+        await self.send_answer(answer, rows, portal.formats,
+                               suspended=msg.max_rows > 0 and not portal.done)
+
+    def sync(self) -> None:
+        self.portals.by_name.pop("", None)
+        if not self.session.settings.in_transaction:
+            self.portals.end_of_transaction()
 
 
 async def serve_queries(wire: Wire, session: Session) -> None:
@@ -213,12 +306,15 @@ async def serve_queries(wire: Wire, session: Session) -> None:
             return
         if isinstance(msg, m.Sync):
             skipping = False
-            loop.portals.pop("", None)
+            loop.sync()
             wire.ready(session.settings.in_transaction)
+        elif skipping or isinstance(msg, m.Flush):
+            pass
         elif isinstance(msg, m.Query):
             await _answering(wire, loop.simple(msg.query_string))
+            loop.sync()
             wire.ready(session.settings.in_transaction)
-        elif not skipping and not isinstance(msg, m.Flush):
+        else:
             skipping = not await _answering(wire, loop.extended(msg))
         await wire.writer.drain()
 

@@ -16,14 +16,15 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from streamiq.auth import Principal
-from streamiq.errors import BadRequest, Canceled
+from streamiq.errors import BadRequest, BadSql, Canceled
 from streamiq.serving.sql.catalog import Catalog, Schema
+from streamiq.serving.sql.copyout import CopyOut, copy_statement
 from streamiq.serving.sql.duck import Answer
 from streamiq.serving.sql.engine import ViewInfo
 from streamiq.serving.sql.execute import Context, Executor
-from streamiq.serving.sql.pgshims import rewrite
-from streamiq.serving.sql.planner import plan as make_plan
+from streamiq.serving.sql.planner import prepare as make_plan
 from streamiq.serving.sql.plans import CatalogQuery, Plan, bind, unbound_sql
+from streamiq.serving.sql.portals import CursorStatement, cursor_statement
 from streamiq.serving.sql.settings import Settings, command_of
 
 __all__ = ["Prepared", "Session"]
@@ -34,12 +35,16 @@ _PARAM = re.compile(r"\$(\d+)")
 
 @dataclass(frozen=True)
 class Prepared:
-    """A parsed statement: a session command (``command``) or a planned query."""
+    """A parsed statement: a session command (``command``), a planned query, a cursor
+    command (``cursor``; a DECLARE's ``plan`` is its query's) or a COPY out."""
 
     sql: str
     command: str | None
     plan: Plan | None
     params: int  # how many $n it takes
+    param_types: tuple[int, ...] = ()  # their type oids, as the statement uses them
+    cursor: CursorStatement | None = None
+    copy: CopyOut | None = None  # COPY (query) TO STDOUT: its ``plan`` is the query's
 
 
 class Session:
@@ -73,9 +78,26 @@ class Session:
         return prepared
 
     def _plan(self, sql: str) -> Prepared:
-        head = command_of(sql)
         params = max((int(n) for n in _PARAM.findall(sql)), default=0)
-        return Prepared(sql, head, None if head else make_plan(sql, self.views), params)
+        copy = copy_statement(sql)
+        if copy is not None:
+            query = self._plan(copy.query)
+            if query.plan is None:
+                raise BadSql("COPY copies out a query's rows")
+            return replace(query, sql=sql, copy=copy)
+        cursor = cursor_statement(sql)
+        if cursor is not None:
+            if cursor.kind != "DECLARE":
+                return Prepared(sql, cursor.kind, None, 0, cursor=cursor)
+            query = self._plan(cursor.query)
+            if query.plan is None:
+                raise BadSql("a cursor is declared FOR a query")
+            return replace(query, sql=sql, cursor=cursor)
+        head = command_of(sql)
+        if head:
+            return Prepared(sql, head, None, params)
+        plan, types = make_plan(sql, self.views)
+        return Prepared(sql, None, plan, params, types)
 
     async def describe(self, prepared: Prepared) -> Schema | None:
         """The result columns (None: a command without rows); a statement not described
@@ -86,7 +108,7 @@ class Session:
             return None
         sql = unbound_sql(prepared.plan.sql)
         if isinstance(prepared.plan, CatalogQuery):
-            sql = rewrite(sql)
+            return await self.catalog.catalog_schema(sql)
         return await self.catalog.schema(sql)
 
     async def execute(self, prepared: Prepared, values: Sequence[Any] = ()) -> Answer:

@@ -1,6 +1,6 @@
 """Types across the three worlds: Spark's type strings (the views), DuckDB's (the SQL
 step, the catalog's empty tables) and PostgreSQL's oids on the wire; values from JSON
-rows to Python to wire bytes (text for every type, binary for the common ones).
+rows to Python (``codecs`` puts them on the wire) and parameters back into SQL literals.
 
 A column's type is its DuckDB name everywhere in the front end: a view's Spark type is
 translated once (``duck_of_spark``), an answer's DuckDB types are what the client is
@@ -11,17 +11,16 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import json
 import math
-import struct
+import uuid
 from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
 
-from streamiq.errors import BadRequest
-
-__all__ = ["TEXT_OID", "arrow_of", "binary_encoder", "coerce", "decode_param", "duck_of_spark",
-           "encode_text", "oid_of", "sql_literal"]
+__all__ = ["TEXT_OID", "array_oid", "arrow_of", "coerce", "duck_of_spark", "encode_text",
+           "oid_of", "sql_literal"]
 
 TEXT_OID = 25
 _SPARK = {"string": "VARCHAR", "bigint": "BIGINT", "long": "BIGINT", "int": "INTEGER",
@@ -31,15 +30,18 @@ _SPARK = {"string": "VARCHAR", "bigint": "BIGINT", "long": "BIGINT", "int": "INT
 _OIDS = {"BOOLEAN": 16, "TINYINT": 21, "SMALLINT": 21, "INTEGER": 23, "BIGINT": 20,
          "UTINYINT": 21, "USMALLINT": 23, "UINTEGER": 20, "UBIGINT": 1700, "HUGEINT": 1700,
          "FLOAT": 700, "DOUBLE": 701, "VARCHAR": 25, "DATE": 1082, "TIMESTAMP": 1114,
-         "TIMESTAMP WITH TIME ZONE": 1184, "BLOB": 17}
+         "TIMESTAMP_S": 1114, "TIMESTAMP_MS": 1114, "TIMESTAMP_NS": 1114,
+         "TIMESTAMP WITH TIME ZONE": 1184, "BLOB": 17, "TIME": 1083, "INTERVAL": 1186,
+         "UUID": 2950, "JSON": 114, "OID": 26}
+#: element oid -> its array type's oid (PostgreSQL's pg_type)
+_ARRAYS = {16: 1000, 17: 1001, 20: 1016, 21: 1005, 23: 1007, 25: 1009, 26: 1028, 114: 199,
+           700: 1021, 701: 1022, 1043: 1015, 1082: 1182, 1083: 1183, 1114: 1115, 1184: 1185,
+           1186: 1187, 1700: 1231, 2950: 2951}
 _ARROW = {"BOOLEAN": pa.bool_(), "TINYINT": pa.int8(), "SMALLINT": pa.int16(),
           "INTEGER": pa.int32(), "BIGINT": pa.int64(), "HUGEINT": pa.decimal128(38, 0),
           "FLOAT": pa.float32(), "DOUBLE": pa.float64(), "VARCHAR": pa.string(),
           "DATE": pa.date32(), "TIMESTAMP": pa.timestamp("ms"), "BLOB": pa.binary()}
 _EPOCH = datetime.datetime(1970, 1, 1)
-_PG_EPOCH = datetime.datetime(2000, 1, 1)
-_I2, _I4, _I8 = struct.Struct("!h"), struct.Struct("!i"), struct.Struct("!q")
-_F4, _F8 = struct.Struct("!f"), struct.Struct("!d")
 
 
 def duck_of_spark(spark: str) -> str:
@@ -50,7 +52,17 @@ def duck_of_spark(spark: str) -> str:
 
 
 def oid_of(duck: str) -> int:
+    """The PostgreSQL type oid of a DuckDB type (text for those PostgreSQL lacks)."""
+    if duck.endswith("[]"):
+        inner = oid_of(duck[:-2])  # an array of a type without an array type: text
+        return _ARRAYS.get(inner, TEXT_OID) if inner != TEXT_OID or duck[:-2] == "VARCHAR" \
+            else TEXT_OID
     return 1700 if duck.startswith("DECIMAL") else _OIDS.get(duck, TEXT_OID)
+
+
+def array_oid(oid: int) -> int:
+    """The oid of an array of ``oid`` (text[] for a type without one)."""
+    return _ARRAYS.get(oid, 1009)
 
 
 def arrow_of(duck: str) -> Any:
@@ -108,53 +120,38 @@ def encode_text(v: Any) -> bytes:
     return str(v).encode()
 
 
-def _ts_binary(v: datetime.datetime) -> bytes:
-    delta = v.replace(tzinfo=None) - _PG_EPOCH
-    return _I8.pack((delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds)
+def _quoted(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
 
 
-_BINARY: dict[int, Callable[[Any], bytes]] = {
-    16: lambda v: b"\x01" if v else b"\x00", 21: _I2.pack, 23: _I4.pack, 20: _I8.pack,
-    700: _F4.pack, 701: _F8.pack, 25: lambda v: str(v).encode(), 17: bytes,
-    1114: _ts_binary, 1082: lambda v: _I4.pack((v - _PG_EPOCH.date()).days)}
-
-
-def binary_encoder(oid: int) -> Callable[[Any], bytes]:
-    enc = _BINARY.get(oid)
-    if enc is None:
-        raise BadRequest(f"binary results are not supported for type oid {oid}; "
-                         "ask for text")
-    return enc
-
-
-_TEXT_PARAM: dict[int, Callable[[str], Any]] = {
-    20: int, 21: int, 23: int, 700: float, 701: float, 1700: decimal.Decimal,
-    16: lambda t: t.lower() in ("t", "true", "1", "on", "y", "yes")}
-_BINARY_PARAM: dict[int, Callable[[bytes], Any]] = {
-    20: lambda b: _I8.unpack(b)[0], 23: lambda b: _I4.unpack(b)[0],
-    21: lambda b: _I2.unpack(b)[0], 701: lambda b: _F8.unpack(b)[0],
-    700: lambda b: _F4.unpack(b)[0], 16: lambda b: b != b"\x00"}
-
-
-def decode_param(raw: bytes | None, binary: bool, oid: int) -> Any:
-    """A Bind parameter's value; oid 0 (unspecified) and text types stay strings."""
-    if raw is None:
-        return None
-    try:
-        if binary:
-            return _BINARY_PARAM.get(oid, bytes.decode)(raw)
-        text = raw.decode()
-        return _TEXT_PARAM.get(oid, str)(text)
-    except (ValueError, struct.error, decimal.InvalidOperation) as exc:
-        raise BadRequest(f"parameter of type oid {oid}: invalid value {raw!r}: {exc}") from None
+_TYPED: tuple[tuple[type, str], ...] = (  # datetime before date: it is one
+    (datetime.datetime, "TIMESTAMP"), (datetime.date, "DATE"), (datetime.time, "TIME"),
+    (uuid.UUID, "UUID"))
 
 
 def sql_literal(v: Any) -> str:
-    """A parameter's value as a SQL literal (for the planned statement's markers)."""
+    """A parameter's value as a DuckDB SQL literal (for the planned statement's markers):
+    numbers, bool, text, dates and times, intervals, bytes, and lists (``= ANY($1)``)."""
     if v is None:
         return "NULL"
     if isinstance(v, bool):
         return "TRUE" if v else "FALSE"
-    if isinstance(v, int | float | decimal.Decimal):
-        return repr(v) if isinstance(v, float) else str(v)
-    return "'" + str(v).replace("'", "''") + "'"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float | decimal.Decimal):
+        text = str(v)
+        return text if math.isfinite(v) else f"CAST('{text}' AS DOUBLE)"
+    if isinstance(v, list | tuple):
+        return "[" + ", ".join(map(sql_literal, v)) + "]"
+    if isinstance(v, bytes | bytearray | memoryview):
+        return f"from_hex('{bytes(v).hex()}')"
+    if isinstance(v, datetime.timedelta):
+        return f"INTERVAL '{(v // datetime.timedelta(microseconds=1))} microseconds'"
+    for kind, name in _TYPED:
+        if isinstance(v, kind):
+            zoned = isinstance(v, datetime.datetime) and v.tzinfo is not None
+            text = v.isoformat(sep=" ") if isinstance(v, datetime.datetime) else str(v)
+            return f"{name}{'TZ' if zoned else ''} {_quoted(text)}"
+    if isinstance(v, dict):
+        return _quoted(json.dumps(v))
+    return _quoted(str(v))

@@ -4,22 +4,12 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from collections.abc import Iterator
 
-import pytest
 import sqlalchemy as sa
-from sqlfake import FakeEngine, ServerThread, balances, order_counts
-from sqlviews import VIEWS
+from sqlfake import ServerThread, balances, order_counts
 
 ROWS = {"balances": balances(), "order_counts": order_counts()}
 PSQL = shutil.which("psql")
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[ServerThread]:
-    srv = ServerThread(FakeEngine(list(VIEWS.values()), ROWS))
-    yield srv
-    srv.stop()
 
 
 def psql(server: ServerThread, *commands: str, token: str = "demo-token"

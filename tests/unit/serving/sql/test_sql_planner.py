@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 from sqlviews import VIEWS
 
-from streamiq.errors import BadSql, UnknownView
+from streamiq.errors import BadSql, TooComplex, UnknownView
 from streamiq.serving.sql.engine import Bounds
-from streamiq.serving.sql.planner import plan
+from streamiq.serving.sql.planner import plan, prepare
 from streamiq.serving.sql.plans import (
     Aggregate,
     CatalogQuery,
@@ -192,3 +192,61 @@ def test_a_range_of_parameters_and_values_pushes_the_values_it_can_compare() -> 
     bound = bind(p, ["c", "b"])
     assert isinstance(bound, Fetch)
     assert bound.source == Scan("balances", Bounds(start="a", end="c}"))
+
+
+def test_any_of_an_array_is_a_multi_get() -> None:
+    literal = plan("SELECT * FROM balances WHERE account = ANY(ARRAY['1', '2'])", VIEWS)
+    assert isinstance(literal, Fetch) and literal.source == Lookup("balances", ("1", "2"))
+    assert literal.direct is not None  # nothing left for DuckDB
+    param = plan("SELECT count FROM order_counts WHERE store = ANY($1) AND type = $2", VIEWS)
+    bound = bind(param, [["s1", "s2", None, "s1"], "GENERAL"])
+    assert isinstance(bound, Fetch)
+    assert bound.source == Lookup("order_counts", ("s1|GENERAL", "s2|GENERAL"))
+    assert "store = ANY(['s1', 's2', NULL, 's1'])" in bound.sql
+
+
+def test_schema_qualified_columns_are_the_views_columns() -> None:
+    """Metabase names every column "public"."view"."column"."""
+    p = plan('SELECT "public"."balances"."account" AS "account" FROM "public"."balances" '
+             'WHERE "public"."balances"."account" = \'7\'', VIEWS)
+    assert isinstance(p, Fetch) and p.source == Lookup("balances", ("7",))
+    assert p.sql == 'SELECT "balances"."account" AS "account" FROM "balances" WHERE ' \
+                    "\"balances\".\"account\" = '7'"
+
+
+def test_limit_alone_asks_for_that_many_rows_and_limit_0_for_none() -> None:
+    p = plan("SELECT t.* FROM public.balances t LIMIT 200", VIEWS)
+    assert isinstance(p, Fetch) and p.source == Scan("balances", limit=200)
+    ordered = plan("SELECT * FROM balances ORDER BY balance LIMIT 5", VIEWS)
+    assert isinstance(ordered, Fetch) and ordered.source == Scan("balances")
+    for probe in ('SELECT TRUE AS "_" FROM "public"."balances" WHERE 1 <> 1 LIMIT 0',
+                  "SELECT * FROM balances WHERE false", "SELECT * FROM balances LIMIT 0"):
+        assert isinstance(plan(probe, VIEWS), CatalogQuery), probe  # the empty tables
+
+
+def test_keyword_values_are_calls_and_named_as_written() -> None:
+    p = plan("SELECT now(), current_timestamp, current_database(), current_catalog", VIEWS)
+    assert p == CatalogQuery('SELECT NOW() AS "now", NOW() AS "current_timestamp", '
+                             "'streamiq' AS \"current_database\", 'streamiq' AS "
+                             '"current_catalog"')
+
+
+def test_deep_nesting_is_54001_not_a_recursion_error() -> None:
+    for depth in (33, 5000):
+        with pytest.raises(TooComplex, match="more than 32 levels"):
+            plan("SELECT " + "(" * depth + "1" + ")" * depth, VIEWS)
+    assert isinstance(plan("SELECT " + "(" * 32 + "1" + ")" * 32, VIEWS), CatalogQuery)
+
+
+@pytest.mark.parametrize(("sql", "types"), [
+    ("SELECT * FROM balances WHERE account = $1 AND balance > $2 AND count < $3",
+     (25, 1700, 20)),
+    ("SELECT * FROM order_counts o WHERE o.revenue BETWEEN $1 AND $2 AND $3 = o.count",
+     (701, 701, 20)),
+    ("SELECT * FROM balances WHERE account = ANY($1) OR account IN ($2) LIMIT $3",
+     (1009, 25, 20)),
+    ("SELECT $1::int, CAST($2 AS numeric(10, 2)), $3::text[], $4", (23, 1700, 1009, 25)),
+    ("SELECT oid FROM pg_class WHERE oid = any($1::oid[])", (1028,))])
+def test_parameters_are_typed_by_what_they_are_compared_with(sql: str,
+                                                             types: tuple[int, ...]) -> None:
+    assert prepare(sql, VIEWS)[1] == types

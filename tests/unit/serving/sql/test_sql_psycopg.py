@@ -22,13 +22,6 @@ ROWS = {"balances": balances(), "order_counts": order_counts()}
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[ServerThread]:
-    srv = ServerThread(FakeEngine(list(VIEWS.values()), ROWS))
-    yield srv
-    srv.stop()
-
-
-@pytest.fixture(scope="module")
 def truth() -> Iterator[duckdb.DuckDBPyConnection]:
     """The views whole in DuckDB: what every query's answer must equal."""
     db = duckdb.connect()
