@@ -17,10 +17,10 @@ from pygwire import BackendConnection, PygwireError, TransactionStatus
 from pygwire import messages as m
 
 from streamiq._sqlstate import error_fields
-from streamiq.errors import BadRequest, StreamiqError
+from streamiq.errors import BadRequest, PayloadTooLarge, StreamiqError
 from streamiq.serving.sql.catalog import Schema
 from streamiq.serving.sql.duck import Answer
-from streamiq.serving.sql.session import Prepared, Session
+from streamiq.serving.sql.session import INLINE_SPLIT, Prepared, Session, SessionEnded
 from streamiq.serving.sql.stats import SqlStats
 from streamiq.serving.sql.types import binary_encoder, decode_param, encode_text, oid_of
 
@@ -91,9 +91,17 @@ class Wire:
             except PygwireError as exc:
                 raise BadRequest(f"not the PostgreSQL protocol: {exc}") from None
             self._partial = 0 if self._pending else self._partial + len(data)
-            if self._partial > self.max_message_bytes:
-                raise BadRequest(f"a message of more than {self.max_message_bytes} bytes")
+            if self._partial > self.max_message_bytes or any(map(self._too_long, self._pending)):
+                raise PayloadTooLarge(f"a message of more than {self.max_message_bytes} "
+                                      "bytes (--sql-max-statement-bytes): refused before "
+                                      "it is parsed")
         return self._pending.pop(0)
+
+    def _too_long(self, msg: m.PGMessage) -> bool:
+        """A statement that came whole in one read, longer than the bound."""
+        text = msg.query_string if isinstance(msg, m.Query) else (
+            msg.query if isinstance(msg, m.Parse) else "")
+        return len(text) > self.max_message_bytes
 
     def send(self, msg: m.PGMessage) -> None:
         self.writer.write(self.conn.send(msg))
@@ -142,7 +150,8 @@ class _Loop:
         self.wire.send(m.CommandComplete(tag=tag))
 
     async def simple(self, text: str) -> None:
-        statements = split_statements(text)
+        statements = (split_statements(text) if len(text) <= INLINE_SPLIT
+                      else await self.session.split(text))  # a long one: in a SQL worker
         if not statements:
             self.wire.send(m.EmptyQueryResponse())
         for sql in statements:  # the first error ends the whole query string
@@ -229,6 +238,8 @@ async def _answering(wire: Wire, step: Coroutine[Any, Any, None]) -> bool:
     try:
         await step
         return True
+    except SessionEnded:
+        raise  # the server answers it FATAL and closes the connection
     except StreamiqError as exc:
         wire.error(exc)
     except Exception as exc:

@@ -1,34 +1,42 @@
 """One client's session: who it is, what it sees, its settings, its prepared statements,
 and the statement running now (the target of a cancel request).
 
-Statements are planned once (a plan cache per session; a prepared statement keeps its
-plan), bound to their parameters per execution, and run as a task that a cancel request
-interrupts (57014): an engine wait is cancelled, a DuckDB cursor interrupted.
+Statements are planned once (a plan cache per session, bounded by bytes; a prepared
+statement keeps its plan), bound to their parameters per execution, and run as a task
+that a cancel request interrupts (57014): an engine wait is cancelled, a worker's DuckDB
+interrupted. Parsing and planning run in a SQL worker (``pool.py``, ``worker.py``:
+``prepare_statement``), never on the node's loop; a session command (SET, SHOW,
+BEGIN...) is read here. Every statement checks the session's token again first: one
+that expired or changed ends the session (``SessionEnded``: FATAL 28P01, the connection
+closed), whichever partitions the statement would read.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from streamiq.auth import Principal
-from streamiq.errors import BadRequest, Canceled
-from streamiq.serving.sql.catalog import Catalog, Schema
+from streamiq.errors import BadRequest, Canceled, StreamiqError, Unauthenticated
+from streamiq.serving.sql.catalog import Schema
 from streamiq.serving.sql.duck import Answer
 from streamiq.serving.sql.engine import ViewInfo
 from streamiq.serving.sql.execute import Context, Executor
-from streamiq.serving.sql.pgshims import rewrite
+from streamiq.serving.sql.guard import check_in_lists
 from streamiq.serving.sql.planner import plan as make_plan
 from streamiq.serving.sql.plans import CatalogQuery, Plan, bind, unbound_sql
+from streamiq.serving.sql.remote import RemoteCatalog
 from streamiq.serving.sql.settings import Settings, command_of
 
-__all__ = ["Prepared", "Session"]
+__all__ = ["INLINE_SPLIT", "PLAN_BYTES", "Prepared", "Session", "SessionEnded", "prepare_statement"]
 
-_PLANS = 256  # statements a session keeps planned
+PLAN_BYTES = 2 << 20  # what a session's plan cache may hold (statements' texts and plans)
+INLINE_SPLIT = 64 << 10  # a simple query longer than this is split in a worker
 _PARAM = re.compile(r"\$(\d+)")
 
 
@@ -41,13 +49,44 @@ class Prepared:
     plan: Plan | None
     params: int  # how many $n it takes
 
+    @property
+    def size(self) -> int:
+        """About what it holds in memory (its text, and a plan made of it)."""
+        return 4 * len(self.sql) + 512
+
+
+class SessionEnded(Exception):
+    """The session cannot go on (its token expired): ``error`` is answered FATAL and the
+    connection closed."""
+
+    def __init__(self, error: StreamiqError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+def _params(sql: str) -> int:
+    return max((int(n) for n in _PARAM.findall(sql)), default=0)
+
+
+def prepare_statement(sql: str, views: Sequence[ViewInfo], max_in_list: int) -> Prepared:
+    """Parse and plan ``sql`` over ``views`` (a SQL worker runs this): its IN lists are
+    counted first (``TooManyRows`` past ``max_in_list``), then sqlglot parses it."""
+    head = command_of(sql)
+    if head:
+        return Prepared(sql, head, None, _params(sql))
+    check_in_lists(sql, max_in_list)
+    return Prepared(sql, None, make_plan(sql, {v.name: v for v in views}), _params(sql))
+
 
 class Session:
-    def __init__(self, principal: Principal, views: Sequence[ViewInfo], catalog: Catalog,
+    def __init__(self, principal: Principal, views: Sequence[ViewInfo], catalog: RemoteCatalog,
                  executor: Executor, process_id: int, secret: bytes,
-                 statement_timeout_s: float = 300.0, authorization: str | None = None) -> None:
+                 statement_timeout_s: float = 30.0, authorization: str | None = None, *,
+                 recheck: Callable[[], Awaitable[Principal]] | None = None,
+                 max_in_list: int = 10_000) -> None:
         self.principal = principal
         self.authorization = authorization  # sent on with every read (owners check it)
+        self.recheck = recheck  # the session's token checked again (None: never)
         self.views = {v.name: v for v in views}
         self.catalog = catalog
         self.executor = executor
@@ -55,44 +94,81 @@ class Session:
         self.secret = secret
         self.settings = Settings()
         self.statement_timeout_s = statement_timeout_s  # SET statement_timeout: lower only
+        self.max_in_list = max_in_list
+        self.last_active = time.monotonic()
         self._plans: OrderedDict[str, Prepared] = OrderedDict()
+        self._plan_bytes = 0
         self._running: asyncio.Task[Answer] | None = None
         self._cancel = False
 
+    async def check_token(self) -> None:
+        """The session's token, checked again: expired, or its scopes changed (an API
+        key's), the session ends (``SessionEnded``)."""
+        self.last_active = time.monotonic()
+        if self.recheck is None:
+            return
+        try:
+            who = await self.recheck()
+        except Unauthenticated as exc:
+            raise SessionEnded(Unauthenticated(
+                f"the session's token is no longer valid ({exc.message}): connect again "
+                "with a new one")) from None
+        if who.scopes != self.principal.scopes:
+            raise SessionEnded(Unauthenticated("the session's token changed its scopes: "
+                                               "connect again"))
+
+    async def split(self, text: str) -> list[str]:
+        """A long simple query's statements, split in a SQL worker (the protocol splits
+        one of at most ``INLINE_SPLIT`` characters itself)."""
+        got: list[str] = await self.executor.workers.run("split", text)
+        return got
+
     async def prepare(self, sql: str) -> Prepared:
         """Parse and plan ``sql`` (BadSql, UnknownView...), from the cache if seen; a new
-        statement is planned in a worker thread (sqlglot: about a millisecond)."""
+        statement is planned in a SQL worker (sqlglot: about a millisecond)."""
+        await self.check_token()
         known = self._plans.get(sql)
         if known is not None:
             self._plans.move_to_end(sql)
             return known
-        prepared = await asyncio.to_thread(self._plan, sql)
-        self._plans[sql] = prepared
-        while len(self._plans) > _PLANS:
-            self._plans.popitem(last=False)
+        head = command_of(sql)
+        prepared: Prepared = (
+            Prepared(sql, head, None, _params(sql)) if head else await self.executor.workers.run(
+                "prepare", sql, tuple(self.views.values()), self.max_in_list))
+        self._remember(prepared)
         return prepared
 
-    def _plan(self, sql: str) -> Prepared:
-        head = command_of(sql)
-        params = max((int(n) for n in _PARAM.findall(sql)), default=0)
-        return Prepared(sql, head, None if head else make_plan(sql, self.views), params)
+    def _remember(self, prepared: Prepared) -> None:
+        if prepared.size > PLAN_BYTES // 4:
+            return  # a statement this long is planned again if it comes again
+        old = self._plans.pop(prepared.sql, None)
+        self._plan_bytes += prepared.size - (old.size if old else 0)
+        self._plans[prepared.sql] = prepared
+        while self._plan_bytes > PLAN_BYTES:
+            _, gone = self._plans.popitem(last=False)
+            self._plan_bytes -= gone.size
 
     async def describe(self, prepared: Prepared) -> Schema | None:
         """The result columns (None: a command without rows); a statement not described
-        yet is, over the catalog's empty tables, in a worker thread."""
+        yet is, over the catalog's empty tables, in a SQL worker."""
         if prepared.command == "SHOW":
             return ((self.settings.show(prepared.sql)[0], "VARCHAR"),)
         if prepared.plan is None:
             return None
-        sql = unbound_sql(prepared.plan.sql)
-        if isinstance(prepared.plan, CatalogQuery):
-            sql = rewrite(sql)
-        return await self.catalog.schema(sql)
+        return await self.catalog.schema(unbound_sql(prepared.plan.sql),
+                                         isinstance(prepared.plan, CatalogQuery))
 
     async def execute(self, prepared: Prepared, values: Sequence[Any] = ()) -> Answer:
         """Run a statement with its parameters, as a task a cancel can reach."""
-        if prepared.command is not None:
-            return self._command(prepared)
+        await self.check_token()
+        try:
+            if prepared.command is not None:
+                return self._command(prepared)
+            return await self._execute(prepared, values)
+        finally:
+            self.last_active = time.monotonic()
+
+    async def _execute(self, prepared: Prepared, values: Sequence[Any]) -> Answer:
         assert prepared.plan is not None
         try:
             bound = bind(prepared.plan, values)
@@ -105,6 +181,7 @@ class Session:
                       await self.describe(prepared) if direct else None)
         self._cancel = False
         self._running = asyncio.create_task(self._run(bound, ctx))
+        self._running.add_done_callback(_retrieved)
         try:
             async with asyncio.timeout(self.settings.timeout_s(self.statement_timeout_s)):
                 return await self._running
@@ -139,3 +216,10 @@ class Session:
         self._cancel = True
         self._running.cancel()
         return True
+
+
+def _retrieved(task: asyncio.Task[Answer]) -> None:
+    """A statement's task that a timeout or cancel left behind ends with an error nobody
+    awaits: read here, so asyncio never logs it as never retrieved."""
+    if not task.cancelled():
+        task.exception()
