@@ -142,7 +142,7 @@ class Settings(BaseSettings):
         "quarter of them from one address); past either bound the oldest of the busiest "
         "address is closed to make room, so unfinished startups never lock clients out.")
     sql_startup_timeout_s: float = Field(
-        5.0, gt=0, le=600, description="A SQL connection must authenticate within this many "
+        10.0, gt=0, le=600, description="A SQL connection must authenticate within this many "
         "seconds of connecting, else it is closed.")
     sql_idle_timeout_s: float = Field(
         900.0, ge=0, le=86_400, description="A SQL session that runs no statement for this "

@@ -65,7 +65,7 @@ class ServerBounds:
     max_connections: int = 64  # authenticated sessions
     max_per_address: int = 16  # authenticated sessions from one address
     max_startups: int = 16  # connections not authenticated yet
-    startup_timeout_s: float = 5.0
+    startup_timeout_s: float = 10.0
     idle_timeout_s: float = 900.0  # 0: sessions are never closed for idling
     statement_timeout_s: float = 30.0
     max_message_bytes: int = (1 << 20) + 1024
@@ -264,10 +264,12 @@ class PgServer:
         serving = asyncio.ensure_future(serve_queries(wire, session))
         try:
             while not serving.done():
+                since = session.idle_since
                 await asyncio.wait([serving], timeout=max(
-                    0.05, session.last_active + idle - time.monotonic()))
-                if not serving.done() and not session.running and (
-                        time.monotonic() - session.last_active >= idle):
+                    0.05, idle if since is None else since + idle - time.monotonic()))
+                since = session.idle_since
+                if not serving.done() and since is not None and (
+                        time.monotonic() - since >= idle):
                     serving.cancel()
                     with contextlib.suppress(asyncio.CancelledError, Exception):
                         await serving

@@ -17,9 +17,10 @@ import asyncio
 import re
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from streamiq.auth import Principal
 from streamiq.errors import BadRequest, Canceled, StreamiqError, Unauthenticated
@@ -38,6 +39,7 @@ __all__ = ["INLINE_SPLIT", "PLAN_BYTES", "Prepared", "Session", "SessionEnded", 
 PLAN_BYTES = 2 << 20  # what a session's plan cache may hold (statements' texts and plans)
 INLINE_SPLIT = 64 << 10  # a simple query longer than this is split in a worker
 _PARAM = re.compile(r"\$(\d+)")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -100,11 +102,26 @@ class Session:
         self._plan_bytes = 0
         self._running: asyncio.Task[Answer] | None = None
         self._cancel = False
+        self._busy = 0  # statements being parsed, described or run
+
+    @property
+    def idle_since(self) -> float | None:
+        """Since when nothing runs for the session (monotonic; None: something does)."""
+        return None if self._busy else self.last_active
+
+    @asynccontextmanager
+    async def _working(self) -> AsyncIterator[None]:
+        """Parsing, describing or running a statement: not idle meanwhile."""
+        self._busy += 1
+        try:
+            yield
+        finally:
+            self._busy -= 1
+            self.last_active = time.monotonic()
 
     async def check_token(self) -> None:
         """The session's token, checked again: expired, or its scopes changed (an API
         key's), the session ends (``SessionEnded``)."""
-        self.last_active = time.monotonic()
         if self.recheck is None:
             return
         try:
@@ -126,6 +143,10 @@ class Session:
     async def prepare(self, sql: str) -> Prepared:
         """Parse and plan ``sql`` (BadSql, UnknownView...), from the cache if seen; a new
         statement is planned in a SQL worker (sqlglot: about a millisecond)."""
+        async with self._working():
+            return await self._prepare(sql)
+
+    async def _prepare(self, sql: str) -> Prepared:
         await self.check_token()
         known = self._plans.get(sql)
         if known is not None:
@@ -133,10 +154,20 @@ class Session:
             return known
         head = command_of(sql)
         prepared: Prepared = (
-            Prepared(sql, head, None, _params(sql)) if head else await self.executor.workers.run(
-                "prepare", sql, tuple(self.views.values()), self.max_in_list))
+            Prepared(sql, head, None, _params(sql)) if head else await self._timed(
+                self.executor.workers.run("prepare", sql, tuple(self.views.values()),
+                                          self.max_in_list)))
         self._remember(prepared)
         return prepared
+
+    async def _timed(self, work: Awaitable[T]) -> T:
+        """``work`` within the statement timeout (57014 past it): a parse or a
+        description waits for a SQL worker, as a statement does."""
+        try:
+            async with asyncio.timeout(self.settings.timeout_s(self.statement_timeout_s)):
+                return await work
+        except TimeoutError:
+            raise Canceled("canceling statement due to statement timeout") from None
 
     def _remember(self, prepared: Prepared) -> None:
         if prepared.size > PLAN_BYTES // 4:
@@ -155,18 +186,17 @@ class Session:
             return ((self.settings.show(prepared.sql)[0], "VARCHAR"),)
         if prepared.plan is None:
             return None
-        return await self.catalog.schema(unbound_sql(prepared.plan.sql),
-                                         isinstance(prepared.plan, CatalogQuery))
+        async with self._working():
+            return await self._timed(self.catalog.schema(
+                unbound_sql(prepared.plan.sql), isinstance(prepared.plan, CatalogQuery)))
 
     async def execute(self, prepared: Prepared, values: Sequence[Any] = ()) -> Answer:
         """Run a statement with its parameters, as a task a cancel can reach."""
-        await self.check_token()
-        try:
+        async with self._working():
+            await self.check_token()
             if prepared.command is not None:
                 return self._command(prepared)
             return await self._execute(prepared, values)
-        finally:
-            self.last_active = time.monotonic()
 
     async def _execute(self, prepared: Prepared, values: Sequence[Any]) -> Answer:
         assert prepared.plan is not None
