@@ -2,11 +2,13 @@
 clients (``worker.py``), so none of that runs on the node's event loop or threads, and
 HTTP lookups, aggregates and ``/health`` never wait behind SQL.
 
-* **Concurrency and a queue.** ``--sql-workers`` processes, each serving one request at
-  a time. Long requests (DuckDB: a statement's final step, a catalog query) may hold all
-  but one of them, kept for parsing, planning and descriptions, so a new statement is
-  planned while others run. At most ``--sql-max-queued`` requests wait for a worker;
-  more are refused (``Overloaded``, 53300). A wait counts towards the statement timeout.
+* **Concurrency and a queue.** Up to ``--sql-workers`` processes, each serving one
+  request at a time: one starts with the pool, others when a request waits, and one idle
+  for a minute stops (one is always kept: a worker holds about 130 MB). Long requests
+  (DuckDB: a statement's final step, a catalog query) may hold all but one of them, kept
+  for parsing, planning and descriptions, so a new statement is planned while others
+  run. At most ``--sql-max-queued`` requests wait for a worker; more are refused
+  (``Overloaded``, 53300). A wait counts towards the statement timeout.
 * **Memory.** Each worker may use its share of ``--sql-memory-mb`` above what it held
   once started (DuckDB's buffers get half of it); past it, checked every 50 ms while it
   works, it is stopped and the statement refused (``TooManyRows``, 54000). A worker that
@@ -18,7 +20,9 @@ HTTP lookups, aggregates and ``/health`` never wait behind SQL.
 * **Cancel.** A cancelled request is cancelled in its worker (DuckDB is interrupted); a
   worker that does not answer within a second is stopped and replaced.
 
-A worker that dies is replaced (after 1 s, doubling to 30 s while replacements fail).
+A worker that dies is replaced (again after 1 s, doubling to 30 s, while a start
+fails). A DuckDB statement running past 0.1 s is lowered to nice 10 in its worker
+(``worker.Yielding``).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -40,7 +45,7 @@ from typing import Any
 from streamiq.errors import Overloaded, StreamiqError, TooManyRows
 from streamiq.serving.sql.frames import frame, load_error, read_frame
 
-__all__ = ["NICE", "SqlWorkers", "Worker", "WorkerGone"]
+__all__ = ["IDLE_S", "SqlWorkers", "Worker", "WorkerGone"]
 
 log = logging.getLogger("streamiq.sql")
 
@@ -48,9 +53,8 @@ _CHECK_S = 0.05  # how often a working worker's memory is read
 _CANCEL_GRACE_S = 1.0
 _START_TIMEOUT_S = 120.0
 _LONG = frozenset({"duck", "catalog"})
-NICE = 10  # the workers' CPU priority below the node's (0), taken before their imports
-_LAUNCH = (f"import os; os.nice({NICE}); "
-           "from streamiq.serving.sql.worker import main; main()")
+_LAUNCH = "from streamiq.serving.sql.worker import main; main()"
+IDLE_S = 60.0  # a worker idle this long stops (one is always kept)
 
 
 def _resident(pid: int) -> int:
@@ -74,6 +78,7 @@ class Worker:
         self.cap_bytes = cap_bytes  # above what it held once started
         self.proc: subprocess.Popen[bytes] | None = None
         self.baseline = 0
+        self.idle_since = 0.0  # monotonic, while idle
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self.dead = False
@@ -186,6 +191,7 @@ class SqlWorkers:
         self._waiting = 0
         self._changed = asyncio.Condition()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._slots: set[int] = set()  # workers started or starting, by index
         self._closed = False
         self.replaced = 0  # workers replaced (stopped, died, over memory)
 
@@ -197,18 +203,43 @@ class SqlWorkers:
         return argv
 
     async def start(self) -> None:
-        """Empty the spill folder and start the workers (in the background: a request
-        waits for the first one ready)."""
+        """Empty the spill folder and start one worker (in the background: a request
+        waits for it); more start when requests wait (``_grow``), and workers idle for
+        ``IDLE_S`` stop, one always kept."""
         if self.spill_dir is not None:
             await asyncio.to_thread(shutil.rmtree, self.spill_dir, True)
             self.spill_dir.mkdir(parents=True, exist_ok=True)
-        for i in range(self.size):
-            self._spawn(i)
+        self._spawn(0)
+        self._track(asyncio.get_running_loop().create_task(self._trim()))
 
-    def _spawn(self, index: int, stopping: Worker | None = None) -> None:
-        task = asyncio.get_running_loop().create_task(self._start_one(index, stopping))
+    def _track(self, task: asyncio.Task[None]) -> None:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def _spawn(self, index: int, stopping: Worker | None = None) -> None:
+        self._slots.add(index)
+        self._track(asyncio.get_running_loop().create_task(self._start_one(index, stopping)))
+
+    def _grow(self) -> None:
+        """One more worker, when there is room for one."""
+        free = [i for i in range(self.size) if i not in self._slots]
+        if free and not self._closed:
+            self._spawn(free[0])
+
+    async def _trim(self) -> None:
+        """Stop workers idle for ``IDLE_S``, but one."""
+        while True:
+            await asyncio.sleep(IDLE_S / 4)
+            now = time.monotonic()
+            async with self._changed:
+                spare = [w for w in self._idle if now - w.idle_since > IDLE_S]
+                spare = spare[:max(0, len(self._all) - 1)]
+                for w in spare:
+                    self._idle.remove(w)
+                    self._all.discard(w)
+                    self._slots.discard(w.index)
+            for w in spare:
+                await w.stop()
 
     async def _start_one(self, index: int, stopping: Worker | None) -> None:
         if stopping is not None:
@@ -255,6 +286,8 @@ class SqlWorkers:
         self._waiting += 1
         try:
             async with self._changed:
+                if not self._free(long):
+                    self._grow()
                 await self._changed.wait_for(lambda: self._free(long))
                 w = self._idle.pop()
                 self._long += long
@@ -270,6 +303,7 @@ class SqlWorkers:
         async with self._changed:
             self._long -= long
             if not replace:
+                w.idle_since = time.monotonic()
                 self._idle.append(w)
             self._changed.notify_all()
         if replace:

@@ -5,12 +5,12 @@ step over gathered rows) for one node, which started it (``pool.py``).
 Nothing a client sends is parsed or run in the node's process: a statement's parse
 (sqlglot: about 150 MB and a second for an 80,000-value IN list) and DuckDB's
 allocations (a list function's can pass its ``memory_limit``) grow this process, which
-the node stops past its share of ``--sql-memory-mb`` and replaces. The worker runs at a
-lower CPU priority than the node (``pool.NICE``, taken before its imports), so its
-statements yield the cores to the node's lookups and aggregates. It serves one request
-at a time; a ``cancel`` frame interrupts DuckDB (a parse runs to its end: the node
-stops a worker that does not answer soon after a cancel). It exits when the node's end
-of its socket closes, and with the node (``PR_SET_PDEATHSIG``).
+the node stops past its share of ``--sql-memory-mb`` and replaces. A DuckDB statement
+that runs past 0.1 s is lowered to nice 10 (``Yielding``), so long statements yield the
+cores to the node's lookups and aggregates. It serves one request at a time; a
+``cancel`` frame interrupts DuckDB (a parse runs to its end: the node stops a worker
+that does not answer soon after a cancel). It exits when the node's end of its socket
+closes, and with the node (``PR_SET_PDEATHSIG``).
 """
 
 from __future__ import annotations
@@ -20,11 +20,15 @@ import asyncio
 import contextlib
 import ctypes
 import logging
+import math
 import os
 import signal
 import socket
-from collections.abc import Sequence
-from typing import Any
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, TypeVar
 
 from streamiq.errors import Canceled, StreamiqError
 from streamiq.logs import configure_logging
@@ -35,11 +39,14 @@ from streamiq.serving.sql.pgshims import rewrite
 from streamiq.serving.sql.protocol import split_statements
 from streamiq.serving.sql.session import prepare_statement
 
-__all__ = ["Work", "main", "resident_bytes", "serve"]
+__all__ = ["NICE", "Work", "Yielding", "main", "resident_bytes", "serve"]
 
 log = logging.getLogger("streamiq.sql.worker")
 
 _PR_SET_PDEATHSIG = 1
+NICE = 10  # a long statement's thread, below the node's priority (0)
+DEMOTE_AFTER_S = 0.1  # a statement running this long is a long one
+T = TypeVar("T")
 
 
 def resident_bytes(pid: int | None = None) -> int:
@@ -60,10 +67,9 @@ class Work:
             return prepare_statement(*args)
         if op == "split":  # (text,) -> its statements
             return split_statements(args[0])
-        if op == "describe":  # (views, sql, a catalog query's) -> Schema
-            views, sql, catalog = args
-            return await asyncio.to_thread(self.catalogs.of(views).describe,
-                                           rewrite(sql) if catalog else sql)
+        if op == "describe":  # (views, sql, a catalog query's) -> Schema; over empty
+            views, sql, catalog = args  # tables: quick, at the node's priority
+            return self.catalogs.of(views).describe(rewrite(sql) if catalog else sql)
         if op == "catalog":  # (views, sql, limit) -> Answer
             views, sql, limit = args
             return await self.catalogs.of(views).query(sql, limit)
@@ -101,8 +107,62 @@ async def _answer(work: Work, op: str, args: Sequence[Any],
         await writer.drain()
 
 
+class Yielding(ThreadPoolExecutor):  # asyncio takes no other default executor
+    """A thread per task (DuckDB's statements: ``duck.in_thread``); a task that has run
+    ``DEMOTE_AFTER_S`` is lowered to ``NICE``, so a long statement yields the cores to
+    the node while short ones run at its priority (a worker at nice 10 whole took 6 s
+    to answer ``SELECT 1`` on a host at load average 19). The thread ends with its
+    task: a thread's nice value cannot be raised again without privileges."""
+
+    def __init__(self) -> None:
+        super().__init__(1)  # its own threads are never started
+        self._since: dict[int, float] = {}  # running task's thread id -> start (monotonic)
+        self._lock = threading.Lock()
+        self._watch: threading.Thread | None = None
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        done: Future[T] = Future()
+
+        def run() -> None:
+            tid = threading.get_native_id()
+            with self._lock:
+                self._since[tid] = time.monotonic()
+            try:
+                if done.set_running_or_notify_cancel():
+                    try:
+                        done.set_result(fn(*args, **kwargs))
+                    except BaseException as exc:  # the future carries it
+                        done.set_exception(exc)
+            finally:
+                with self._lock:
+                    self._since.pop(tid, None)
+
+        if self._watch is None:
+            self._watch = threading.Thread(target=self._demote, name="demote", daemon=True)
+            self._watch.start()
+        threading.Thread(target=run, name="duckdb", daemon=True).start()
+        return done
+
+    def _demote(self) -> None:
+        while True:
+            time.sleep(DEMOTE_AFTER_S / 2)
+            now = time.monotonic()
+            with self._lock:
+                late = [t for t, since in self._since.items() if now - since > DEMOTE_AFTER_S]
+                for t in late:
+                    self._since[t] = math.inf  # once
+            for t in late:
+                with contextlib.suppress(OSError):  # Linux: a thread's nice value by its id
+                    os.setpriority(os.PRIO_PROCESS, t, NICE)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        pass  # its threads end with their tasks
+
+
 async def serve(sock: socket.socket, work: Work) -> None:
-    """Answer the node's requests until it closes its end."""
+    """Answer the node's requests until it closes its end. DuckDB's statements run in
+    the loop's default executor (``duck.in_thread``): ``Yielding``."""
+    asyncio.get_running_loop().set_default_executor(Yielding())
     reader, writer = await asyncio.open_unix_connection(sock=sock)
     writer.write(frame(("ready", resident_bytes())))
     running: asyncio.Task[None] | None = None

@@ -23,6 +23,7 @@ from waits import until
 
 from streamiq.auth import Principal
 from streamiq.errors import BadSql, Overloaded, TooManyRows
+from streamiq.serving.sql import pool as pool_module
 from streamiq.serving.sql import session as session_module
 from streamiq.serving.sql.guard import longest_in_list
 from streamiq.serving.sql.pool import SqlWorkers
@@ -154,11 +155,11 @@ async def test_one_worker_is_kept_for_planning_and_the_queue_is_bounded(
 
 
 async def _kept_for_planning(workers: SqlWorkers) -> None:
-    await until(lambda: len(workers._idle) == 2, "both workers started", 60)
     first = asyncio.ensure_future(workers.run("catalog", VIEW_SET, LONG, 10))
     await until(lambda: workers._long == 1, "the first long request in a worker", 60)
     second = asyncio.ensure_future(workers.run("catalog", VIEW_SET, LONG, 10))
     await until(lambda: workers._waiting == 1, "the second one waiting")
+    await until(lambda: len(workers._idle) == 1, "a second worker started meanwhile", 60)
     with pytest.raises(Overloaded, match="waiting for a worker"):  # max_queued=1
         await workers.run("catalog", VIEW_SET, "SELECT 1", 10)
     planned = await workers.run("prepare", "SELECT * FROM balances", VIEW_SET, 100)
@@ -168,6 +169,19 @@ async def _kept_for_planning(workers: SqlWorkers) -> None:
     for task in (first, second):
         task.cancel()
     await asyncio.gather(first, second, return_exceptions=True)
+
+
+async def test_workers_start_when_requests_wait_and_stop_when_idle(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pool_module, "IDLE_S", 0.5)
+    async with _workers(tmp_path) as workers:
+        assert len(workers._slots) == 1  # one to start with
+        held = [await workers._acquire(False) for _ in range(2)]  # the second waits: another
+        assert len(workers._all) == 2
+        for w in held:
+            await workers._release(w, False)
+        await until(lambda: len(workers._all) == 1, "the idle one stopped", 30)
+        assert (await workers.run("catalog", VIEW_SET, "SELECT 1", 10)).rows == [(1,)]
 
 
 async def test_the_spill_folder_is_emptied_at_start(tmp_path: Path) -> None:
