@@ -153,6 +153,7 @@ class ServerThread:
                                bounds=ServerBounds(**{"max_connections": 8, **bounds}),
                                workers=workers or SqlWorkers(2))
         self.port = self.call(self.server.start("127.0.0.1", 0))
+        self.call(self.server.workers.ready(), 120)  # a test's times are its statements
 
     def call(self, coro: Coroutine[Any, Any, T], timeout: float = 30) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)

@@ -264,6 +264,11 @@ class SqlWorkers:
             await self._release(w, long=False)
             return
 
+    async def ready(self) -> None:
+        """Until a worker has started (tests wait for it: a start can take seconds)."""
+        async with self._changed:
+            await self._changed.wait_for(lambda: bool(self._all))
+
     @asynccontextmanager
     async def hold(self, *, long: bool = True) -> AsyncIterator[Worker]:
         """A worker for the caller alone (a statement gathering rows for DuckDB holds
