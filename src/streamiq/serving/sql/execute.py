@@ -4,7 +4,9 @@ Rows answered without DuckDB (``direct``) are typed from the statement's descrip
 over the catalog's empty tables, so they look exactly as DuckDB would hand them back.
 Everything DuckDB runs, runs in a SQL worker (``pool.py``); a statement that gathers
 rows for it holds its worker from the first read, so at most as many statements gather
-at once as there are workers for long requests. Every read is bounded: a gather past
+at once as there are workers for long requests, and at most ``--sql-workers`` of a
+node's scans and aggregates run for SQL at once (their reads run in the node's threads,
+as HTTP's do). Every read is bounded: a gather past
 ``max_gather`` rows and an answer past ``max_rows`` are ``TooManyRows`` (54000; a
 direct answer reads at most ``max_rows`` + 1). Partitions a read could not reach fail
 the statement (57P03) or, with ``streamiq.partial = on``, become a NOTICE.
@@ -12,6 +14,7 @@ the statement (57P03) or, with ``streamiq.partial = on``, become a NOTICE.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,6 +74,9 @@ class Executor:
         self.workers = workers
         self.limits = limits or Limits()
         self.stats = stats
+        #: scans and aggregates SQL runs at once: their owners' parts read the stores in
+        #: the node's threads, which HTTP's scans and aggregates use too
+        self._reads = asyncio.Semaphore(workers.size)
 
     async def run(self, plan: Plan, ctx: Context) -> Answer:
         if self.stats is not None:
@@ -125,7 +131,8 @@ class Executor:
             else:
                 got = await self.engine.multi_get(source.view, source.keys, ctx.fresh)
         else:
-            got = await self.engine.scan(source.view, source.bounds, ctx.fresh, cap + 1)
+            async with self._reads:
+                got = await self.engine.scan(source.view, source.bounds, ctx.fresh, cap + 1)
             if len(got.rows) > cap:
                 what = ("the row limit" if cap == self.limits.max_rows
                         else "the gather limit")
@@ -148,8 +155,9 @@ class Executor:
         ctx.notices.append(f"partial answer: partitions {parts} of {view} are missing")
 
     async def _aggregate(self, plan: Aggregate, ctx: Context) -> Answer:
-        got = await self.engine.aggregate(plan.view, plan.group_by, plan.aggs, plan.prefix,
-                                          ctx.fresh)
+        async with self._reads:
+            got = await self.engine.aggregate(plan.view, plan.group_by, plan.aggs,
+                                              plan.prefix, ctx.fresh)
         self._missing(plan.view, got, ctx)
         if plan.direct is not None:
             return self._answer(plan.direct, ctx.schema or await ctx.catalog.schema(plan.sql),
