@@ -319,6 +319,11 @@ class SqlWorkers:
             self._spawn(w.index, stopping=w)
 
     @property
+    def waiting(self) -> int:
+        """Requests waiting for a worker now."""
+        return self._waiting
+
+    @property
     def pids(self) -> list[int]:
         """The workers' process ids (their memory counts as the node's)."""
         return [w.pid for w in self._all if not w.dead]

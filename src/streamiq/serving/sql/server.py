@@ -32,7 +32,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from pygwire import PygwireError
 from pygwire import messages as m
 
@@ -109,10 +109,19 @@ class PgServer:
         return bound
 
     def metrics(self) -> Iterator[Metric]:
-        """For the node's /metrics: errors by SQLSTATE, and the sessions open."""
+        """For the node's /metrics: errors by SQLSTATE, the sessions open and the
+        SQL workers."""
         yield from self.stats.metrics()
         yield GaugeMetricFamily("streamiq_sql_sessions", "SQL sessions open",
                                 value=len(self.sessions))
+        yield GaugeMetricFamily("streamiq_sql_workers", "SQL worker processes running",
+                                value=len(self.workers.pids))
+        yield GaugeMetricFamily("streamiq_sql_waiting", "SQL requests waiting for a "
+                                "worker", value=self.workers.waiting)
+        yield CounterMetricFamily("streamiq_sql_workers_replaced", "SQL workers replaced: "
+                                  "stopped past their memory share, ended, or holding more "
+                                  "than half of it after a request",
+                                  value=self.workers.replaced)
 
     async def close(self) -> None:
         if self._server is not None:

@@ -117,7 +117,7 @@ class Yielding(ThreadPoolExecutor):  # asyncio takes no other default executor
     def __init__(self) -> None:
         super().__init__(1)  # its own threads are never started
         self._since: dict[int, float] = {}  # running task's thread id -> start (monotonic)
-        self._lock = threading.Lock()
+        self._changed = threading.Condition()
         self._watch: threading.Thread | None = None
 
     def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
@@ -125,8 +125,9 @@ class Yielding(ThreadPoolExecutor):  # asyncio takes no other default executor
 
         def run() -> None:
             tid = threading.get_native_id()
-            with self._lock:
+            with self._changed:
                 self._since[tid] = time.monotonic()
+                self._changed.notify()
             try:
                 if done.set_running_or_notify_cancel():
                     try:
@@ -134,7 +135,7 @@ class Yielding(ThreadPoolExecutor):  # asyncio takes no other default executor
                     except BaseException as exc:  # the future carries it
                         done.set_exception(exc)
             finally:
-                with self._lock:
+                with self._changed:
                     self._since.pop(tid, None)
 
         if self._watch is None:
@@ -144,10 +145,14 @@ class Yielding(ThreadPoolExecutor):  # asyncio takes no other default executor
         return done
 
     def _demote(self) -> None:
+        """While tasks run, every ``DEMOTE_AFTER_S / 2``: lower the late ones (asleep
+        while none runs)."""
         while True:
+            with self._changed:
+                self._changed.wait_for(lambda: bool(self._since))
             time.sleep(DEMOTE_AFTER_S / 2)
             now = time.monotonic()
-            with self._lock:
+            with self._changed:
                 late = [t for t, since in self._since.items() if now - since > DEMOTE_AFTER_S]
                 for t in late:
                     self._since[t] = math.inf  # once

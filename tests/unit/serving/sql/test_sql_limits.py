@@ -6,8 +6,10 @@ sessions, expired tokens and long messages (a PgServer with psycopg and raw sock
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import struct
+import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -29,6 +31,7 @@ from streamiq.serving.sql.guard import longest_in_list
 from streamiq.serving.sql.pool import SqlWorkers
 from streamiq.serving.sql.session import PLAN_BYTES, Prepared, Session, prepare_statement
 from streamiq.serving.sql.settings import MAX_SETTINGS, MAX_VALUE, Settings
+from streamiq.serving.sql.worker import NICE, Yielding
 
 ROWS = {"balances": balances(), "order_counts": order_counts()}
 LONG = "SELECT count(*) FROM range(1000000000000) WHERE range % 7 = 3"
@@ -279,3 +282,16 @@ def test_an_idle_session_is_closed_57P05() -> None:
             assert busy.execute("SELECT 2").fetchone() == (2,)
     finally:
         srv.stop()
+
+
+def test_a_statement_past_its_first_tenth_of_a_second_is_lowered_to_nice_10() -> None:
+    pool = Yielding()
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+
+    def own_nice(after: float) -> int:
+        time.sleep(after)
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    assert pool.submit(own_nice, 0).result(30) == base  # short: the node's priority
+    assert pool.submit(own_nice, 1.0).result(30) >= max(base, NICE)  # long: lowered
+    assert pool.submit(own_nice, 0).result(30) == base  # a new thread for each
