@@ -88,7 +88,7 @@ class Worker:
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-c", _LAUNCH, "--fd", str(theirs.fileno()), *self.argv],
-                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
+                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, env=_worker_env())
         finally:
             theirs.close()
         self._reader, self._writer = await asyncio.open_unix_connection(sock=mine)
@@ -166,6 +166,12 @@ class Worker:
             await asyncio.sleep(0.05)
         self.kill()
         await asyncio.to_thread(self.proc.wait)
+
+
+def _worker_env() -> dict[str, str]:
+    """The node's environment without its settings (secrets among them): a worker runs
+    clients' SQL and needs none of them."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("STREAMIQ_")}
 
 
 def _retrieved(f: asyncio.Future[Any]) -> None:

@@ -295,3 +295,12 @@ def test_a_statement_past_its_first_tenth_of_a_second_is_lowered_to_nice_10() ->
     assert pool.submit(own_nice, 0).result(30) == base  # short: the node's priority
     assert pool.submit(own_nice, 1.0).result(30) >= max(base, NICE)  # long: lowered
     assert pool.submit(own_nice, 0).result(30) == base  # a new thread for each
+
+
+async def test_a_worker_holds_none_of_the_node_s_settings(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STREAMIQ_JWT_SECRET", "a-secret")
+    async with _workers(tmp_path) as workers:
+        await workers.ready()
+        environ = Path(f"/proc/{workers.pids[0]}/environ").read_bytes()
+    assert b"a-secret" not in environ and b"STREAMIQ_" not in environ
