@@ -104,6 +104,11 @@ class Worker:
     def resident(self) -> int:
         return _resident(self.pid)
 
+    def alive(self) -> bool:
+        if self.proc is None or self.proc.poll() is not None:
+            self.dead = True
+        return not self.dead
+
     def over(self, fraction: float = 1.0) -> bool:
         """Holding more than ``fraction`` of its share above its baseline."""
         return self.resident() - self.baseline > self.cap_bytes * fraction
@@ -296,13 +301,16 @@ class SqlWorkers:
                              f"already (--sql-max-queued); try again", queued=self._waiting)
         self._waiting += 1
         try:
-            async with self._changed:
-                if not self._free(long):
-                    self._grow()
-                await self._changed.wait_for(lambda: self._free(long))
-                w = self._idle.pop()
-                self._long += long
-                return w
+            while True:
+                async with self._changed:
+                    if not self._free(long):
+                        self._grow()
+                    await self._changed.wait_for(lambda: self._free(long))
+                    w = self._idle.pop()
+                    self._long += long
+                if w.alive():
+                    return w
+                await self._release(w, long)  # it died idle (the OOM killer...): replaced
         finally:
             self._waiting -= 1
 

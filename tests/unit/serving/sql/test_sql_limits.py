@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import socket
 import struct
 import threading
@@ -304,3 +305,14 @@ async def test_a_worker_holds_none_of_the_node_s_settings(
         await workers.ready()
         environ = Path(f"/proc/{workers.pids[0]}/environ").read_bytes()
     assert b"a-secret" not in environ and b"STREAMIQ_" not in environ
+
+
+async def test_a_worker_that_died_idle_is_replaced_before_a_request_meets_it(
+        tmp_path: Path) -> None:
+    async with _workers(tmp_path) as workers:
+        await workers.ready()
+        (worker,) = workers._all
+        os.kill(worker.pid, signal.SIGKILL)  # as the OOM killer would, while it waits
+        await until(lambda: not worker.alive(), "the worker dead")
+        assert (await workers.run("catalog", VIEW_SET, "SELECT 7", 10)).rows == [(7,)]
+        assert workers.replaced == 1
