@@ -50,7 +50,6 @@ __all__ = ["IDLE_S", "SqlWorkers", "Worker", "WorkerGone"]
 log = logging.getLogger("streamiq.sql")
 
 _CHECK_S = 0.05  # how often a working worker's memory is read
-_CANCEL_GRACE_S = 1.0
 _START_TIMEOUT_S = 120.0
 _LONG = frozenset({"duck", "catalog"})
 _LAUNCH = "from streamiq.serving.sql.worker import main; main()"
@@ -72,10 +71,12 @@ class WorkerGone(StreamiqError):
 class Worker:
     """One worker process and its socket (the node's end)."""
 
-    def __init__(self, index: int, argv: Sequence[str], cap_bytes: int) -> None:
+    def __init__(self, index: int, argv: Sequence[str], cap_bytes: int,
+                 cancel_grace_s: float = 1.0) -> None:
         self.index = index
         self.argv = list(argv)
         self.cap_bytes = cap_bytes  # above what it held once started
+        self.cancel_grace_s = cancel_grace_s  # to answer a cancel, else it is stopped
         self.proc: subprocess.Popen[bytes] | None = None
         self.baseline = 0
         self.idle_since = 0.0  # monotonic, while idle
@@ -145,7 +146,7 @@ class Worker:
         with contextlib.suppress(ConnectionError, RuntimeError):
             self._writer.write(frame(("cancel",)))
         with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait([reply], timeout=_CANCEL_GRACE_S)
+            await asyncio.wait([reply], timeout=self.cancel_grace_s)
         if not reply.done():
             self.kill()
             reply.cancel()
@@ -189,12 +190,13 @@ class SqlWorkers:
 
     def __init__(self, workers: int = 2, *, memory_mb: int = 512, spill_dir: Path | None = None,
                  spill_mb: int = 0, max_queued: int = 32, log_level: str = "warning",
-                 log_format: str = "auto") -> None:
+                 log_format: str = "auto", cancel_grace_s: float = 1.0) -> None:
         self.size = workers
         self.share_mb = max(16, memory_mb // workers)
         self.spill_dir = spill_dir
         self.spill_mb = spill_mb // workers if spill_dir is not None else 0
         self.max_queued = max_queued
+        self.cancel_grace_s = cancel_grace_s
         self._logs = ["--log-level", log_level, "--log-format", log_format]
         self._idle: list[Worker] = []
         self._all: set[Worker] = set()
@@ -260,7 +262,7 @@ class SqlWorkers:
             await asyncio.sleep(delay)
             if self.spill_dir is not None:
                 await asyncio.to_thread(shutil.rmtree, self.spill_dir / f"w{index}", True)
-            w = Worker(index, self._argv(index), self.share_mb << 20)
+            w = Worker(index, self._argv(index), self.share_mb << 20, self.cancel_grace_s)
             try:
                 await w.start()
             except (OSError, asyncio.IncompleteReadError, TimeoutError, StreamiqError) as exc:

@@ -108,10 +108,10 @@ async def test_the_plan_cache_is_bounded_by_bytes() -> None:
 
 
 @asynccontextmanager
-async def _workers(tmp_path: Path) -> AsyncIterator[SqlWorkers]:
+async def _workers(tmp_path: Path, **kw: Any) -> AsyncIterator[SqlWorkers]:
     """Two workers of 128 MB each, one request may wait (on the test's own loop)."""
     pool = SqlWorkers(2, memory_mb=256, spill_dir=tmp_path / "spill", spill_mb=64,
-                      max_queued=1)
+                      max_queued=1, **kw)
     await pool.start()
     try:
         yield pool
@@ -137,7 +137,7 @@ async def _stopped_past_its_share(workers: SqlWorkers) -> None:
 
 
 async def test_a_cancelled_request_is_interrupted_in_its_worker(tmp_path: Path) -> None:
-    async with _workers(tmp_path) as workers:
+    async with _workers(tmp_path, cancel_grace_s=60) as workers:  # not stopped for slowness
         await _interrupted(workers)
 
 
