@@ -214,7 +214,7 @@ def test_memory_returns_after_a_large_in_list(nodes: Nodes) -> None:
     _, sql, proc = nodes.started[0]
     want = sorted((r["account"], r["balance"]) for r in BAL[:20])
     with connect(sql, nodes.cluster.token) as conn:
-        for _ in range(3):  # warm: the modules a parse loads, the workers' allocators
+        for _ in range(2):  # warm: the modules a parse loads, the workers' allocators
             assert conn.execute(_in_list(10_000)).fetchall() == want
     before = _rss_of_tree(proc.pid)
     with connect(sql, nodes.cluster.token) as conn:
@@ -222,7 +222,7 @@ def test_memory_returns_after_a_large_in_list(nodes: Nodes) -> None:
             conn.execute(_in_list(200_000))
         assert refused.value.sqlstate == "54000", refused.value
     with connect(sql, nodes.cluster.token) as conn:
-        for _ in range(3):
+        for _ in range(2):
             assert conn.execute(_in_list(10_000)).fetchall() == want
         after = _rss_of_tree(proc.pid)
         assert after - before < 64 << 20, (before >> 20, after >> 20)
