@@ -16,7 +16,8 @@ HTTP lookups, aggregates and ``/health`` never wait behind SQL.
   statement took is returned.
 * **Disk.** Each worker's DuckDB spills into a folder of its own under the node's state
   (``.sql-spill``, emptied when the pool starts and when a worker is replaced) within its
-  share of ``--sql-spill-mb``.
+  share of ``--sql-spill-mb``. DuckDB removes a statement's files as it ends; a worker
+  whose folder still holds bytes after a long request is replaced, which empties it.
 * **Cancel.** A cancelled request is cancelled in its worker (DuckDB is interrupted); a
   worker that does not answer within a second is stopped and replaced.
 
@@ -320,7 +321,9 @@ class SqlWorkers:
         return bool(self._idle) and (not long or self.size == 1 or self._long < self.size - 1)
 
     async def _release(self, w: Worker, long: bool) -> None:
-        replace = w.dead or w.over(0.5)
+        why = ("" if w.dead else "holds too much memory" if w.over(0.5)
+               else "left spill files" if long and self._spilled(w.index) else None)
+        replace = why is not None
         async with self._changed:
             self._long -= long
             if not replace:
@@ -329,10 +332,21 @@ class SqlWorkers:
             self._changed.notify_all()
         if replace:
             self.replaced += 1
-            if not w.dead:
-                log.info("SQL worker %d holds %d MB: replaced", w.index, w.resident() >> 20)
+            if why:
+                log.info("SQL worker %d %s (%d MB): replaced", w.index, why,
+                         w.resident() >> 20)
             self._all.discard(w)
             self._spawn(w.index, stopping=w)
+
+    def _spilled(self, index: int) -> int:
+        """Bytes in a worker's spill folder (DuckDB empties it as a statement ends)."""
+        if self.spill_dir is None or not self.spill_mb:
+            return 0
+        try:
+            return sum(e.stat().st_size for e in os.scandir(self.spill_dir / f"w{index}")
+                       if e.is_file())
+        except OSError:
+            return 0
 
     @property
     def waiting(self) -> int:

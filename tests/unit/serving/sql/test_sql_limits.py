@@ -316,3 +316,15 @@ async def test_a_worker_that_died_idle_is_replaced_before_a_request_meets_it(
         await until(lambda: not worker.alive(), "the worker dead")
         assert (await workers.run("catalog", VIEW_SET, "SELECT 7", 10)).rows == [(7,)]
         assert workers.replaced == 1
+
+
+async def test_a_worker_that_left_spill_files_is_replaced_and_its_folder_emptied(
+        tmp_path: Path) -> None:
+    async with _workers(tmp_path) as workers:
+        async with workers.hold() as w:  # a long request
+            left = tmp_path / "spill" / f"w{w.index}" / "duckdb_temp_block-7.block"
+            left.parent.mkdir(parents=True, exist_ok=True)
+            left.write_bytes(b"x" * 4096)  # as if DuckDB had not removed it
+        assert workers.replaced == 1
+        await until(lambda: not left.exists(), "the folder emptied", 60)
+        assert (await workers.run("catalog", VIEW_SET, "SELECT 3", 10)).rows == [(3,)]
