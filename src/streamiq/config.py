@@ -164,8 +164,9 @@ class Settings(BaseSettings):
         "before the statement is parsed (more: SQLSTATE 54000).")
     sql_workers: int = Field(
         2, ge=1, le=64, description="Processes that parse, plan and run DuckDB for a node's "
-        "SQL (at a lower CPU priority than the node; one is kept for parsing and planning "
-        "while the others run statements): SQL never runs on the node's own threads.")
+        "SQL, at most (one runs always, more while statements wait): SQL never runs on the "
+        "node's own threads. One is kept for parsing and planning while the others run "
+        "statements; a statement running past 0.1 s is lowered to nice 10.")
     sql_max_queued: int = Field(
         32, ge=0, le=10_000, description="SQL statements waiting for a worker at once; more "
         "are refused (SQLSTATE 53300).")
