@@ -163,6 +163,7 @@ class _Loop:
     async def extended(self, msg: m.PGMessage) -> None:
         if isinstance(msg, m.Parse):
             prepared = await self.session.prepare(msg.query.strip().rstrip(";"))
+            self.session.may_keep(msg.statement, prepared, self.statements)  # bounded
             self.statements[msg.statement] = (prepared, list(msg.param_types))
             self.wire.send(m.ParseComplete())
         elif isinstance(msg, m.Bind):

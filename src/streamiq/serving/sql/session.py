@@ -17,13 +17,13 @@ import asyncio
 import re
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from streamiq.auth import Principal
-from streamiq.errors import BadRequest, Canceled, StreamiqError, Unauthenticated
+from streamiq.errors import BadRequest, Canceled, StreamiqError, TooManyRows, Unauthenticated
 from streamiq.serving.sql.catalog import Schema
 from streamiq.serving.sql.duck import Answer
 from streamiq.serving.sql.engine import ViewInfo
@@ -34,9 +34,12 @@ from streamiq.serving.sql.plans import CatalogQuery, Plan, bind, unbound_sql
 from streamiq.serving.sql.remote import RemoteCatalog
 from streamiq.serving.sql.settings import Settings, command_of
 
-__all__ = ["INLINE_SPLIT", "PLAN_BYTES", "Prepared", "Session", "SessionEnded", "prepare_statement"]
+__all__ = ["INLINE_SPLIT", "NAMED", "NAMED_BYTES", "PLAN_BYTES", "Prepared", "Session",
+           "SessionEnded", "prepare_statement"]
 
 PLAN_BYTES = 2 << 20  # what a session's plan cache may hold (statements' texts and plans)
+#: what a session's named prepared statements may hold (texts and plans), and how many
+NAMED_BYTES, NAMED = 16 << 20, 1000
 INLINE_SPLIT = 64 << 10  # a simple query longer than this is split in a worker
 _PARAM = re.compile(r"\$(\d+)")
 T = TypeVar("T")
@@ -168,6 +171,20 @@ class Session:
                 return await work
         except TimeoutError:
             raise Canceled("canceling statement due to statement timeout") from None
+
+    @staticmethod
+    def may_keep(name: str, prepared: Prepared, named: Mapping[str, tuple[Prepared, Any]]
+                 ) -> None:
+        """``TooManyRows`` (54000) unless ``prepared`` may be kept as the named prepared
+        statement ``name`` beside ``named`` (a connection's, the unnamed one aside): at
+        most ``NAMED`` of them and ``NAMED_BYTES`` in all."""
+        if not name:
+            return
+        others = [p for n, (p, _) in named.items() if n and n != name]
+        if len(others) >= NAMED or sum(p.size for p in others) + prepared.size > NAMED_BYTES:
+            raise TooManyRows(f"a session holds at most {NAMED} prepared statements and "
+                              f"{NAMED_BYTES >> 20} MB of them: DEALLOCATE (Close) some",
+                              limit=NAMED)
 
     def _remember(self, prepared: Prepared) -> None:
         if prepared.size > PLAN_BYTES // 4:

@@ -30,7 +30,14 @@ from streamiq.serving.sql import pool as pool_module
 from streamiq.serving.sql import session as session_module
 from streamiq.serving.sql.guard import longest_in_list
 from streamiq.serving.sql.pool import SqlWorkers
-from streamiq.serving.sql.session import PLAN_BYTES, Prepared, Session, prepare_statement
+from streamiq.serving.sql.session import (
+    NAMED,
+    NAMED_BYTES,
+    PLAN_BYTES,
+    Prepared,
+    Session,
+    prepare_statement,
+)
 from streamiq.serving.sql.settings import MAX_SETTINGS, MAX_VALUE, Settings
 from streamiq.serving.sql.worker import NICE, Yielding
 
@@ -328,3 +335,15 @@ async def test_a_worker_that_left_spill_files_is_replaced_and_its_folder_emptied
         assert workers.replaced == 1
         await until(lambda: not left.exists(), "the folder emptied", 60)
         assert (await workers.run("catalog", VIEW_SET, "SELECT 3", 10)).rows == [(3,)]
+
+
+def test_named_prepared_statements_are_bounded_in_number_and_bytes() -> None:
+    small = Prepared("SELECT 1", None, None, 0)
+    named: dict[str, tuple[Prepared, Any]] = {f"s{i}": (small, []) for i in range(NAMED - 1)}
+    Session.may_keep("s0", small, named)  # replaces one: not one more
+    Session.may_keep("", small, {**named, "x": (small, [])})  # the unnamed one: not held
+    with pytest.raises(TooManyRows, match="prepared statements"):
+        Session.may_keep("one-more", small, {**named, "x": (small, [])})
+    big = Prepared("x" * (NAMED_BYTES // 8), None, None, 0)  # 4 x its text, as planned
+    with pytest.raises(TooManyRows, match="MB of them"):
+        Session.may_keep("big", big, {"a": (big, [])})
