@@ -6,7 +6,9 @@ forwarded request carries the ``X-Streamiq-Forwarded`` mark and the explicit
 ``partitions`` it must answer; a node never forwards a marked request, so there are no
 call cycles, and it answers NOT_ACTIVE (421) for a partition it does not hold instead
 of "not found". Each partition is answered exactly once, by one replica; partitions
-no replica could answer are returned as ``missing`` so the caller reports PARTIAL.
+no replica could answer are returned as ``missing`` so the caller reports PARTIAL. A
+replica that refuses the client's token (401, 403: it expired on the way) refuses the
+whole query, as the entry would: the partitions are not unreachable.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import AnyStr, NamedTuple, TypeVar
 
-from streamiq.errors import BadRequest, PeerError
+from streamiq.errors import BadRequest, Forbidden, PeerError, Unauthenticated
 from streamiq.routing.router import Endpoint
 from streamiq.serving.cluster.gate import Gate
 from streamiq.serving.cluster.peers import Ask, Peers, Reply, Send
@@ -34,6 +36,9 @@ HOPS = "x-streamiq-hops"
 SERVED_BY = "x-streamiq-served-by"
 
 T = TypeVar("T")
+#: a peer's refusal of the query itself (not of its partitions), raised as its error
+_REFUSED: dict[int, type[BadRequest | Unauthenticated | Forbidden]] = {
+    400: BadRequest, 401: Unauthenticated, 403: Forbidden}
 
 
 def relayed_headers(headers: Mapping[AnyStr, AnyStr], prefix: AnyStr, hops: AnyStr
@@ -169,9 +174,9 @@ class Coordinator:
         except PeerError as err:
             self.peers.unreachable(err)
             return None, parts
-        if r.status_code == 400:  # the query itself is refused (it would be here too)
-            raise BadRequest(str(r.json().get("detail", "refused by a peer")),
-                             peer=address)
+        if r.status_code in _REFUSED:  # the query itself is refused (it would be here too)
+            raise _REFUSED[r.status_code](str(r.json().get("detail", "refused by a peer")),
+                                          peer=address)
         if r.status_code != 200:
             return None, parts
         doc: GatherReply[P] = r.json()

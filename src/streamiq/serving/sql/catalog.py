@@ -75,10 +75,11 @@ class Catalog:
         answer.types = tuple(_CATALOG_TYPES.get(t, t) for t in answer.types)
         return answer
 
-    async def catalog_schema(self, sql: str) -> Schema:
-        """The result columns of a client's catalog query, as ``query`` answers them."""
-        schema = await asyncio.to_thread(lambda: self.describe(rewrite(sql)))
-        return tuple((name, _CATALOG_TYPES.get(t, t)) for name, t in schema)
+    def describe_catalog(self, sql: str) -> Schema:
+        """The result columns of a client's catalog query (PostgreSQL, rewritten for the
+        shims), as ``query`` answers them. Blocking, as ``describe``."""
+        return tuple((name, _CATALOG_TYPES.get(t, t))
+                     for name, t in self.describe(rewrite(sql)))
 
     def remembered(self, sql: str) -> Schema | None:
         """The result columns of ``sql`` if described before (never blocks on DuckDB)."""
