@@ -10,7 +10,9 @@ HTTP lookups, aggregates and ``/health`` never wait behind SQL.
   run. At most ``--sql-max-queued`` requests wait for a worker; more are refused
   (``Overloaded``, 53300). A wait counts towards the statement timeout.
 * **Memory.** Each worker may use its share of ``--sql-memory-mb`` above what it held
-  once started (DuckDB's buffers get half of it); past it, checked every 50 ms while it
+  once started (DuckDB's buffers get 3/8 of it: a spilling sort of long strings grew a
+  process ~80 MB past DuckDB's ``memory_limit``, 145 MB at a 64 MB limit, 131 MB at
+  48 MB, so half left such a sort killed instead of spilling); past it, checked every 50 ms while it
   works, it is stopped and the statement refused (``TooManyRows``, 54000). A worker that
   ends a request holding more than half its share is replaced, so memory a large
   statement took is returned.
@@ -210,7 +212,7 @@ class SqlWorkers:
         self.replaced = 0  # workers replaced (stopped, died, over memory)
 
     def _argv(self, index: int) -> list[str]:
-        argv = ["--memory-mb", str(max(8, self.share_mb // 2)), *self._logs]
+        argv = ["--memory-mb", str(max(8, self.share_mb * 3 // 8)), *self._logs]
         if self.spill_dir is not None and self.spill_mb:
             argv += ["--spill-dir", str(self.spill_dir / f"w{index}"),
                      "--spill-mb", str(self.spill_mb)]
