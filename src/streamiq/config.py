@@ -170,6 +170,15 @@ class Settings(BaseSettings):
     checkpoint_dir: Path = Field(
         Path(".streamiq/checkpoints"), description="Spark streaming checkpoint root."
     )
+    trigger: str = Field(
+        "real-time", pattern="^(real-time|micro-batch)$",
+        description="How the views' queries run: real-time (each record goes through as it "
+        "arrives: milliseconds; every task holds a slot) or micro-batch.")
+    realtime_batch_s: int = Field(
+        300, ge=5, le=86400,
+        description="Real-time mode's batch length in seconds: at each batch's end Spark "
+        "checkpoints (records then wait 0.3-1 s) and the changelog's markers are written, "
+        "the bound on position waits of any read but the written key's.")
     trigger_ms: int = Field(0, ge=0, description="Micro-batch trigger interval (0 = asap).")
     max_offsets_per_trigger: int | None = Field(
         None, ge=1, description="Cap on input records per micro-batch."

@@ -44,7 +44,8 @@ _NODE = ("host", "port", "advertised", "state_dir", "store", "standby_replicas",
          "max_lag", "wait_timeout_ms",
          "max_waiters", "internal_concurrency", "redirect", "cluster_secret", *_AUTH,
          *_TLS, *_HTTP, *_SQL)
-_PIPELINE = ("master", "checkpoint_dir", "trigger_ms", "max_offsets_per_trigger",
+_PIPELINE = ("master", "checkpoint_dir", "trigger", "realtime_batch_s", "trigger_ms",
+             "max_offsets_per_trigger",
              "metrics_host", "metrics_port", "spark_config", "warmup")
 
 COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {

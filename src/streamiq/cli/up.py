@@ -90,6 +90,8 @@ def _parts(s: Settings, nodes: int, node_port: int, sql_port: int = 0) -> list[P
                 ingest, http_ok(f"{ingest}/health")),
            Part("pipeline", [*py, "pipeline", *_common(s), "--master", s.master,
                              "--checkpoint-dir", str(s.checkpoint_dir),
+                             "--trigger", s.trigger,
+                             "--realtime-batch-s", str(s.realtime_batch_s),
                              "--trigger-ms", str(s.trigger_ms),
                              "--spark-config", json.dumps(s.spark_config),
                              "--warmup" if s.warmup else "--no-warmup",

@@ -15,7 +15,7 @@ from streamiq.pipeline.connector import connector_jars
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["SESSION_CONF", "register_formats", "spark_session"]
+__all__ = ["QUIET_LOGGERS", "SESSION_CONF", "silence", "spark_session"]
 
 SESSION_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
@@ -70,8 +70,8 @@ def _launch_jvm(master: str, app_name: str, settings: dict[str, str]) -> None:
 
 def spark_session(master: str = "local[2]", app_name: str = "streamiq",
                   shuffle_partitions: int | None = None, **conf: Any) -> SparkSession:
-    """Build (or get) the SparkSession and register streamiq's ``streamiq`` sink; Spark's
-    ``kafka`` format is there when its connector is installed (``make install``).
+    """Build (or get) the SparkSession; Spark's ``kafka`` format is there when its
+    connector is installed (``streamiq install``).
 
     ``conf`` entries (real Spark keys: ``spark_session(**{"spark.x": v})``) override
     :data:`SESSION_CONF`.
@@ -99,15 +99,14 @@ def spark_session(master: str = "local[2]", app_name: str = "streamiq",
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     _quiet(spark)
-    return register_formats(spark)
+    return spark
 
 
-#: loggers whose warnings are expected on every start, not news: the FAIR scheduler's
-#: pool per view is made on first use ("pool ... has not been configured"), and the
-#: ``streamiq`` sink registers its format for each query ("replaced a previously
-#: registered data source")
+#: loggers whose warnings are expected, not news: the FAIR scheduler's pool per query is
+#: made on first use ("pool ... has not been configured"), and the dead-letter queries'
+#: micro-batches may take longer than their 2 s trigger ("falling behind")
 QUIET_LOGGERS = ("org.apache.spark.scheduler.FairSchedulableBuilder",
-                 "org.apache.spark.sql.execution.datasources.DataSourceManager")
+                 "org.apache.spark.sql.execution.streaming.runtime.ProcessingTimeExecutor")
 
 
 def _quiet(spark: SparkSession) -> None:
@@ -118,9 +117,12 @@ def _quiet(spark: SparkSession) -> None:
         jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, error)
 
 
-def register_formats(spark: SparkSession) -> SparkSession:
-    """Register streamiq's format: the ``streamiq`` sink."""
-    from streamiq.pipeline.datasource import StreamiqDataSource
-
-    spark.dataSource.register(StreamiqDataSource)
-    return spark
+def silence(spark: SparkSession) -> None:
+    """No more of Spark's log lines (the pipeline is stopping): stopping a real-time
+    query interrupts its long-lived tasks, and Spark logs each abort as an error with
+    its stack (dozens of lines that are no news at a stop)."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    off = jvm.org.apache.logging.log4j.Level.OFF
+    jvm.org.apache.logging.log4j.core.config.Configurator.setRootLevel(off)
+    jvm.org.apache.logging.log4j.core.config.Configurator.setLevel("org.apache.spark", off)

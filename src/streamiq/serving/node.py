@@ -34,7 +34,7 @@ from streamiq.kafka.skips import Skips
 from streamiq.routing.base import Membership
 from streamiq.routing.membership import KafkaMembership, Report, members_topic
 from streamiq.routing.router import Router
-from streamiq.serving.changelog.consistency import Token, reflects
+from streamiq.serving.changelog.consistency import Token, row_reflects
 from streamiq.serving.changelog.discovery import Discovery
 from streamiq.serving.changelog.materializer import Materializer
 from streamiq.state import Store, open_store
@@ -273,12 +273,14 @@ class Node:
         changed.set()
 
     async def wait_position(self, view: str, partition: int, tokens: list[Token],
-                            timeout: float) -> bool:
-        """Wait until the partition reflects the tokens; False on timeout. Waiters sleep
-        until the materializer applies records (re-checking at least every 0.1 s), and
-        at most ``max_waiters`` wait at once (``Overloaded`` beyond)."""
+                            timeout: float, key: bytes | None = None) -> bool:
+        """Wait until the partition reflects the tokens, or (``key``: a lookup's store
+        key) that key's stored row does (its input positions, ``consistency.py``); False
+        on timeout. Waiters sleep until the materializer applies records (re-checking
+        at least every 0.1 s), and at most ``max_waiters`` wait at once (``Overloaded``
+        beyond)."""
         deadline = time.monotonic() + timeout
-        if self._reflects(view, partition, tokens):
+        if self._reflects(view, partition, tokens, key):
             return True
         if self.waiters >= self.settings.max_waiters:
             raise Overloaded(f"{self.endpoint} already holds {self.waiters} queries waiting "
@@ -293,14 +295,18 @@ class Node:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(min(left, 0.1)):
                         await self._changed.wait()
-                if self._reflects(view, partition, tokens):
+                if self._reflects(view, partition, tokens, key):
                     return True
         finally:
             self.waiters -= 1
 
-    def _reflects(self, view: str, partition: int, tokens: list[Token]) -> bool:
+    def _reflects(self, view: str, partition: int, tokens: list[Token],
+                  key: bytes | None) -> bool:
         st = self.materializer.states.get((view, partition))
-        return st is not None and reflects(st.position, tokens)
+        if st is None:
+            return False
+        return row_reflects(st.rows.get(key) if key is not None else None, st.position,
+                            tokens)
 
     def topic_skips(self) -> dict[str, Skips]:
         """Records skipped per reason, per topic read besides the changelogs
