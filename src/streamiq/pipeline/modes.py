@@ -104,9 +104,16 @@ def local_master(master: str, needed: int) -> str:
     return master
 
 
-def check_slots(spark: SparkSession, needed: int, master: str) -> None:
-    """Refuse (ModeError) a cluster with fewer task slots than real-time mode holds."""
+def check_slots(spark: SparkSession, needed: int, master: str, wait_s: float = 30.0) -> None:
+    """Refuse (ModeError) a cluster with fewer task slots than real-time mode holds
+    (executors register after the session starts: their slots are awaited ``wait_s``)."""
+    import time
+
+    deadline = time.monotonic() + wait_s
     have = int(spark.sparkContext.defaultParallelism)
+    while have < needed and time.monotonic() < deadline:
+        time.sleep(0.5)
+        have = int(spark.sparkContext.defaultParallelism)
     if have < needed:
         raise ModeError(f"the Spark cluster at {master} has {have} task slots; real-time "
                         f"mode holds {needed} for these views (every input and shuffle "

@@ -327,6 +327,19 @@ class Node:
                 # views whose newest description on the catalog is refused, and why
                 "refused_views": dict(self.discovery.refused)}
 
+    def freshness(self) -> dict[str, dict[str, Any]]:
+        """Write to stored per view, since this node started (rows that carry their
+        input time): count, p50 and p99 in seconds, and the histogram (bucket bounds and
+        counts, +Inf last) for whoever merges several nodes' or windows their own."""
+        f = self.materializer.freshness
+        out: dict[str, dict[str, Any]] = {}
+        for key, counts in list(f.counts.items()):
+            out[key[0]] = {"count": sum(counts), "p50": f.quantile(0.5, [key]),
+                           "p99": f.quantile(0.99, [key]), "buckets": list(f.buckets),
+                           "counts": list(counts)}
+        return out
+
     def describe(self) -> dict[str, Any]:
         return {"endpoint": self.endpoint, "ready": self.ready(), "app": self.app.name,
-                "views": sorted(self.views), "partitions": self.report(), **self.health()}
+                "views": sorted(self.views), "partitions": self.report(),
+                "freshness": self.freshness(), **self.health()}
