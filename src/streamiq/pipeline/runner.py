@@ -86,6 +86,8 @@ class Pipeline:
         self.kafka = settings.kafka()
         self.runs: dict[str, _Run] = {}
         self.stats = PipelineStats()  # --metrics-port (pipeline/metrics.py)
+        for v in app.views:  # every view's counters from the start (a real-time batch
+            self.stats.records.setdefault(v.name, 0)  # reports its input when it ends)
         self.progress = ProgressPublisher(  # for the nodes' dashboards
             self.kafka, settings.topic(progress_topic(settings.cluster)))
         self.events: queue.Queue[dict[str, Any]] = queue.Queue()
