@@ -43,7 +43,7 @@ chromium:
 install: $(STAMP) $(JARS) chromium
 
 demo: $(STAMP) $(JARS)
-	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/streamiq up $(ARGS)
+	$(BIN)/streamiq up $(ARGS)
 
 # before pytest, side by side (each part's output kept together): the tests' Spark
 # class-data archive; Kafka's jars and the connector (streamiq install); the linters; Chromium (fresh
@@ -75,16 +75,16 @@ unasync: $(STAMP)
 
 bench: $(STAMP) $(JARS)
 	@command -v wrk >/dev/null || { echo "bench_queries needs wrk: apt-get install -y wrk"; exit 2; }
-	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python bench/bench_queries.py
-	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python bench/bench_ha.py
-	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python bench/bench_freshness.py
-	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python bench/bench_pipeline.py
-	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python bench/bench_log_level.py
-	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python bench/bench_first_write.py
-	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python bench/bench_soak.py
-	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python bench/bench_auth.py
-	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python bench/bench_sizing.py
-	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python bench/bench_cluster.py
+	$(BIN)/python bench/bench_queries.py
+	$(BIN)/python bench/bench_ha.py
+	$(BIN)/python bench/bench_freshness.py
+	$(BIN)/python bench/bench_pipeline.py
+	$(BIN)/python bench/bench_log_level.py
+	$(BIN)/python bench/bench_first_write.py
+	$(BIN)/python bench/bench_soak.py
+	$(BIN)/python bench/bench_auth.py
+	$(BIN)/python bench/bench_sizing.py
+	$(BIN)/python bench/bench_cluster.py
 
 clean:
 	rm -rf $(VENV) .streamiq .pytest_cache .mypy_cache .ruff_cache

@@ -38,7 +38,12 @@ from streamiq.pipeline.markers import Markers
 from streamiq.pipeline.metrics import PipelineStats
 from streamiq.pipeline.progress import ProgressPublisher
 from streamiq.pipeline.publish import prepare
-from streamiq.pipeline.queries import build_view_stream, start_dead_letters, start_view
+from streamiq.pipeline.queries import (
+    build_view_stream,
+    changelog_records,
+    start_dead_letters,
+    start_view,
+)
 from streamiq.pipeline.sink_options import parse_sink_options
 from streamiq.pipeline.warmup import warm_up
 from streamiq.views.base import CHANGELOG_TOPIC_CONFIG, App, View, load_app
@@ -146,7 +151,8 @@ class Pipeline:
         spare = max((sum(parts[t] for t in r.topics) for r in self.runs.values()
                      if r.dead is not None), default=0)
         return modes.slots([sum(parts[t] for t in r.topics) for r in views],
-                           self.settings.partitions, spare)
+                           modes.shuffle_partitions(self.mode, self.settings.partitions),
+                           spare)
 
     def _whole(self, topics: tuple[str, ...]) -> bool:
         return all(earliest_is_zero(self.kafka, t, self._parts[t]) for t in topics)
@@ -190,11 +196,14 @@ class Pipeline:
         spark, s = self.spark, self.settings
 
         def build(view: View, topics: tuple[str, ...]) -> DataFrame:
-            return build_view_stream(spark, view, self.kafka, None, topics)
+            inputs = [(t, 0) for t in topics] if view.takes_extra else []
+            rows = build_view_stream(spark, view, self.kafka, None, topics, inputs)
+            return changelog_records(rows, view, inputs)
 
         topic = s.topic(f"_streamiq-warmup-{uuid.uuid4().hex[:8]}")
         took = warm_up(spark, list(self.app.views), self.kafka, build, topic, s.partitions,
-                       cancelled=self.stopping.is_set)
+                       cancelled=self.stopping.is_set,
+                       trigger=modes.trigger(self.mode, s.realtime_batch_s, s.trigger_ms))
         log.info("warmed up in %.1f s (every view's plan ran once on an example record)", took)
 
     def _wait_running(self, runs: list[_Run], timeout: float = 180.0) -> None:
@@ -367,7 +376,8 @@ def _session(settings: Settings, app: App, slots: int) -> SparkSession:
         master = modes.local_master(master, slots)
     conf = {**modes.session_conf(settings.trigger), **settings.spark_config}
     spark = spark_session(master, app_name=f"streamiq-{app.name}",
-                          shuffle_partitions=settings.partitions, **conf)
+                          shuffle_partitions=modes.shuffle_partitions(
+                              settings.trigger, settings.partitions), **conf)
     if settings.trigger == modes.REAL_TIME and master == settings.master:
         modes.check_slots(spark, slots, master)
     return spark

@@ -6,8 +6,10 @@ no-data batches, FIFO scheduling across queries) cost seconds per micro-batch.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from streamiq.pipeline.connector import connector_jars
@@ -15,7 +17,7 @@ from streamiq.pipeline.connector import connector_jars
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["QUIET_LOGGERS", "SESSION_CONF", "silence", "spark_session"]
+__all__ = ["QUIET_LOGGERS", "SESSION_CONF", "quiet", "silence", "spark_session"]
 
 SESSION_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
@@ -121,8 +123,23 @@ def silence(spark: SparkSession) -> None:
     """No more of Spark's log lines (the pipeline is stopping): stopping a real-time
     query interrupts its long-lived tasks, and Spark logs each abort as an error with
     its stack (dozens of lines that are no news at a stop)."""
+    _levels(spark, "OFF")
+
+
+def _levels(spark: SparkSession, level: str) -> None:
     jvm = spark.sparkContext._jvm
     assert jvm is not None
-    off = jvm.org.apache.logging.log4j.Level.OFF
-    jvm.org.apache.logging.log4j.core.config.Configurator.setRootLevel(off)
-    jvm.org.apache.logging.log4j.core.config.Configurator.setLevel("org.apache.spark", off)
+    to = getattr(jvm.org.apache.logging.log4j.Level, level)
+    jvm.org.apache.logging.log4j.core.config.Configurator.setRootLevel(to)
+    jvm.org.apache.logging.log4j.core.config.Configurator.setLevel("org.apache.spark", to)
+
+
+@contextlib.contextmanager
+def quiet(spark: SparkSession) -> Iterator[None]:
+    """Spark's log lines off for a while (stopping queries of our own), back at WARN."""
+    _levels(spark, "OFF")
+    try:
+        yield
+    finally:
+        _levels(spark, "WARN")
+        _quiet(spark)

@@ -47,6 +47,8 @@ def test_each_mode_has_its_settings_and_trigger() -> None:
         "HDFSBackedStateStoreProvider")
     assert mb["spark.sql.streaming.pollingDelay"] == "10ms"
     assert modes.trigger(REAL_TIME, 300, 0) == {"realTime": "300 seconds"}
+    assert (modes.shuffle_partitions(REAL_TIME, 3), modes.shuffle_partitions(MICRO_BATCH, 3)
+            ) == (3, 1)
     assert modes.trigger(MICRO_BATCH, 300, 0) == {"processingTime": "0 milliseconds"}
 
 
