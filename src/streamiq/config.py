@@ -187,8 +187,9 @@ class Settings(BaseSettings):
         default_factory=dict,
         description="Spark settings (JSON object) over the pipeline's own (pipeline/session.py).")
     warmup: bool = Field(
-        True, description="Run every view's plan once on an example record before the pipeline "
-        "says ready (pipeline/warmup.py), so the first write's batch runs warm.")
+        True, description="Run every view's plan once on an example record, in its mode and "
+        "through Spark's Kafka sink, before the pipeline says ready (pipeline/warmup.py), so "
+        "the first write runs warm.")
     metrics_host: str = Field("127.0.0.1", description="The pipeline's metrics listen host.")
     metrics_port: int = Field(9400, ge=0, le=65535,
                               description="The pipeline's Prometheus metrics port (0: none).")
