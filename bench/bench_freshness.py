@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -190,6 +191,7 @@ def main() -> None:
     ap.add_argument("--pace-ms", type=int, default=100)
     a = ap.parse_args()
     pace = a.pace_ms / 1000
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the parts stopped, then exit
     results: dict[str, dict[str, list[float]]] = {}
     long: dict[str, list[float]] = {}
     with bench_broker() as broker:
@@ -200,8 +202,10 @@ def main() -> None:
                 p.ready()
             for m in modes:  # one mode's parts idle while the other's are measured
                 w = Writer(parts[m], f"{m[0]}")
-                results[m] = {k: asyncio.run(_samples(w, k, a.samples, pace))
-                              for k in ("bank", "orders")}
+                results[m] = {}
+                for k in ("bank", "orders"):
+                    results[m][k] = asyncio.run(_samples(w, k, a.samples, pace))
+                    print(_line(f"{m}, {k}", results[m][k]), flush=True)  # as it goes
             if a.minutes and "real-time" in parts:
                 for m in modes:
                     if m != "real-time":
