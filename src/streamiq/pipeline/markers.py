@@ -70,15 +70,20 @@ def batch_offsets(checkpoint: str, batch_id: int) -> dict[str, dict[str, int]] |
     return out
 
 
-def last_committed(checkpoint: str) -> int | None:
-    """The newest batch the query's commit log records (None: none, or not local)."""
+def _newest(checkpoint: str, log: str) -> int | None:
+    """The newest batch id in the query's ``log`` folder (None: none, or not local)."""
     parsed = urlparse(checkpoint)
     if parsed.scheme not in ("", "file"):
         return None
-    commits = Path(parsed.path if parsed.scheme else checkpoint) / "commits"
-    done = [int(p.name) for p in commits.iterdir() if p.name.isdigit()] \
-        if commits.is_dir() else []
+    folder = Path(parsed.path if parsed.scheme else checkpoint) / log
+    done = [int(p.name) for p in folder.iterdir() if p.name.isdigit()] \
+        if folder.is_dir() else []
     return max(done) if done else None
+
+
+def last_committed(checkpoint: str) -> int | None:
+    """The newest batch the query's commit log records (None: none, or not local)."""
+    return _newest(checkpoint, "commits")
 
 
 class Markers:
@@ -96,8 +101,14 @@ class Markers:
         self.last: int | None = None  # the newest batch whose markers were written
 
     def batch(self, batch_id: int, timeout: float = 60.0) -> dict[str, dict[str, int]]:
-        """One marker per partition naming the input offsets of ``batch_id`` (flushed)."""
+        """One marker per partition naming the input offsets of ``batch_id`` (flushed);
+        none for a batch Spark already purged from its offset log (a newer one's come)."""
         offsets = batch_offsets(self.checkpoint, batch_id)
+        newest = _newest(self.checkpoint, "offsets") if offsets is None else None
+        if offsets is None and newest is not None and newest > batch_id:
+            # Spark purged it (it keeps minBatchesToRetain): the handler fell that many
+            # batches behind, and a newer batch's marker, which is still to come, covers it
+            return {}
         if offsets is None:
             raise RuntimeError(f"topic {self.topic}: no offset log entry for batch {batch_id} "
                                f"under {self.checkpoint}")
