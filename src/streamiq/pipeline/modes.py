@@ -16,7 +16,7 @@ mode"):
 * ``spark.shuffle.streaming.networkBufferMaxWaitTimeMs`` = 1: at its default (50 ms) a
   shuffled record waited ~30 ms more;
 * batches: at each batch's end Spark checkpoints, and records arriving meanwhile wait
-  0.3-1 s; so batches are long (``--realtime-batch-s``, 300 s by default).
+  0.3-2 s; so batches are long (``--realtime-batch-s``, 300 s by default).
 
 **Micro-batch** as fast as it goes: trigger 0, one shuffle partition, the HDFS-backed
 state store (less fixed cost per batch than RocksDB here), Spark's poll of the source
@@ -69,7 +69,10 @@ def session_conf(mode: str) -> dict[str, str]:
     """The pipeline session's settings for ``mode`` (over ``session.SESSION_CONF``)."""
     if mode == REAL_TIME:
         return {**REAL_TIME_SQL, "spark.shuffle.streaming.networkBufferMaxWaitTimeMs": "1"}
+    # format v1 said outright: the HDFS store refuses v2, which a session that ran a
+    # real-time query may still hold (STATE_STORE_CHECKPOINT_IDS_NOT_SUPPORTED)
     return {_PROVIDER: _STATE + "HDFSBackedStateStoreProvider",
+            "spark.sql.streaming.stateStore.checkpointFormatVersion": "1",
             "spark.sql.streaming.pollingDelay": "10ms"}
 
 
