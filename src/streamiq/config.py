@@ -177,7 +177,7 @@ class Settings(BaseSettings):
     realtime_batch_s: int = Field(
         300, ge=5, le=86400,
         description="Real-time mode's batch length in seconds: at each batch's end Spark "
-        "checkpoints (records then wait 0.3-1 s) and the changelog's markers are written, "
+        "checkpoints (records then wait 0.3-2 s) and the changelog's markers are written, "
         "the bound on position waits of any read but the written key's.")
     trigger_ms: int = Field(0, ge=0, description="Micro-batch trigger interval (0 = asap).")
     max_offsets_per_trigger: int | None = Field(
