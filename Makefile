@@ -3,17 +3,16 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# Apache Kafka's jars for the embedded broker, resolved by Maven once (streamiq/kafka/jars.py),
-# and its class-data archive, made by one short broker run (streamiq/kafka/install.py, cds.py)
-KAFKA := $(VENV)/.kafka-jars
-# Spark's Kafka connector at PySpark's version, resolved by Maven once (pipeline/connector.py)
-CONNECTOR := $(VENV)/.spark-kafka-jars
+# what the parts need beyond pip, resolved once by `streamiq install` (the Ivy inside
+# PySpark, from Maven Central or ~/.m2; no Maven): Apache Kafka's jars and the broker's
+# class-data archive, Spark's Kafka connector (versions: streamiq/pipeline/connector.py)
+JARS := $(VENV)/.jars
 # make test's pytest-xdist workers: most integration tests wait on real parts (Spark
 # micro-batches, restarts, heartbeats), so three share two cores well now that a part's
 # start costs less CPU (fresh clones' .ci/run on 2 cores, same day: 12:03 of pytest with 2
 # workers, 10:46 with 3, ~1.3 of 2 cores busy, load 8-14). WORKERS=0 runs one process
 WORKERS ?= 3
-# Debian's packages (Maven, Chromium) when missing: installs made side by side wait for
+# Debian's Chromium when missing: installs made side by side wait for
 # each other's dpkg lock
 APT := apt-get -y -q -o DPkg::Lock::Timeout=300
 
@@ -27,19 +26,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/uv pip install -q --python $(BIN)/python --compile-bytecode -e '.[dev]'
 	touch $(STAMP)
 
-# Maven from Debian's packages when missing (and running as root), then the jars
-$(KAFKA): $(STAMP) src/streamiq/kafka/broker-pom.xml src/streamiq/kafka/install.py
-	@command -v mvn >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
-	  && export DEBIAN_FRONTEND=noninteractive \
-	  && { $(APT) install maven >/dev/null \
-	       || { $(APT) update >/dev/null && $(APT) install maven >/dev/null; }; }; } \
-	  || { echo "Maven is needed once to resolve Apache Kafka's jars: apt-get install maven"; exit 2; }
-	$(BIN)/streamiq broker --install
-	touch $(KAFKA)
-
-$(CONNECTOR): $(KAFKA) src/streamiq/pipeline/connector-pom.xml
-	$(BIN)/python -m streamiq.pipeline.connector --install
-	touch $(CONNECTOR)
+$(JARS): $(STAMP) src/streamiq/kafka/jars.py src/streamiq/kafka/install.py \
+		src/streamiq/pipeline/connector.py
+	$(BIN)/streamiq install
+	touch $(JARS)
 
 # the dashboard's browser test drives Debian's Chromium through Playwright (no browser
 # download): installed with apt-get when missing and running as root, checked every time
@@ -50,16 +40,16 @@ chromium:
 	       || { $(APT) update >/dev/null && $(APT) install chromium >/dev/null; }; }; } \
 	  || echo "note: Chromium not installed (apt-get install -y chromium): the dashboard's browser test will fail"
 
-install: $(STAMP) $(KAFKA) $(CONNECTOR) chromium
+install: $(STAMP) $(JARS) chromium
 
-demo: $(STAMP) $(KAFKA) $(CONNECTOR)
-	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/streamiq up $(ARGS)
+demo: $(STAMP) $(JARS)
+	$(BIN)/streamiq up $(ARGS)
 
 # before pytest, side by side (each part's output kept together): the tests' Spark
-# class-data archive; Kafka's jars and the connector; the linters; Chromium (fresh
+# class-data archive; Kafka's jars and the connector (streamiq install); the linters; Chromium (fresh
 # clones on 2 cores: 84 s one after the other, 20 s of it Chromium's install; ~40 s now)
 test: $(STAMP)
-	$(MAKE) --no-print-directory -j3 -O spark-cds $(CONNECTOR) lint chromium
+	$(MAKE) --no-print-directory -j3 -O spark-cds $(JARS) lint chromium
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/pytest -q -ra --durations=25 \
 	  -n $(WORKERS) --dist loadfile tests
 
@@ -72,7 +62,7 @@ spark-cds: $(STAMP)
 test-unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit
 
-test-integration: spark-cds $(CONNECTOR) chromium
+test-integration: spark-cds $(JARS) chromium
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/pytest -q -ra tests/integration
 
 lint: $(STAMP)
@@ -83,18 +73,18 @@ lint: $(STAMP)
 unasync: $(STAMP)
 	$(BIN)/python tests/unit/client/test_unasync.py
 
-bench: $(STAMP) $(KAFKA) $(CONNECTOR)
+bench: $(STAMP) $(JARS)
 	@command -v wrk >/dev/null || { echo "bench_queries needs wrk: apt-get install -y wrk"; exit 2; }
-	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python bench/bench_queries.py
-	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python bench/bench_ha.py
-	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python bench/bench_freshness.py
-	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python bench/bench_pipeline.py
-	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python bench/bench_log_level.py
-	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python bench/bench_first_write.py
-	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python bench/bench_soak.py
-	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python bench/bench_auth.py
-	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python bench/bench_sizing.py
-	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python bench/bench_cluster.py
+	$(BIN)/python bench/bench_queries.py
+	$(BIN)/python bench/bench_ha.py
+	$(BIN)/python bench/bench_freshness.py
+	$(BIN)/python bench/bench_pipeline.py
+	$(BIN)/python bench/bench_log_level.py
+	$(BIN)/python bench/bench_first_write.py
+	$(BIN)/python bench/bench_soak.py
+	$(BIN)/python bench/bench_auth.py
+	$(BIN)/python bench/bench_sizing.py
+	$(BIN)/python bench/bench_cluster.py
 
 clean:
 	rm -rf $(VENV) .streamiq .pytest_cache .mypy_cache .ruff_cache

@@ -7,9 +7,12 @@ until it is visible there, in every view it feeds. Three scenarios, each on fres
 starts: the first POST is a bank transaction (the balances view), an order (the
 order_counts and order_counts_1m views), or both at once (all three views' queries busy
 on 2 cores). It prints, per run, the time to "all parts ready" and from it to the first
-POST visible on all nodes, and checks the target: under 2 s (issue 13).
+POST visible on all nodes, and checks the target: at most 0.5 s (issue 37; the views in
+real-time mode, the product's default; ``--trigger micro-batch`` measures the other).
+``up`` runs as a newcomer's does: no PYSPARK_PYTHON, the product's settings.
 
     python bench/bench_first_write.py [--runs 2] [--nodes 3] [--scenario bank ...]
+                                      [--trigger real-time]
 """
 
 from __future__ import annotations
@@ -27,13 +30,13 @@ from pathlib import Path
 import httpx
 from _common import free_port, free_run
 
-TARGET_S = 2.0
+TARGET_S = 0.5
 
 
 class Up:
     """``streamiq up`` in its own process group, its output collected."""
 
-    def __init__(self, root: Path, nodes: int) -> None:
+    def __init__(self, root: Path, nodes: int, trigger: str = "real-time") -> None:
         self.ingest, self.node0 = free_port(), free_run(nodes)
         self.nodes = [self.node0 + i for i in range(nodes)]
         argv = [sys.executable, "-m", "streamiq", "up", "--app", "bank,orders",
@@ -41,8 +44,9 @@ class Up:
                 "--broker-port", str(free_port()), "--ingest-port", str(self.ingest),
                 "--metrics-port", str(free_port()),
                 "--state-dir", str(root / "state"), "--checkpoint-dir", str(root / "ckpt"),
-                "--broker-dir", str(root / "kafka")]
-        env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONUNBUFFERED": "1"}
+                "--broker-dir", str(root / "kafka"), "--trigger", trigger]
+        env = {**{k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_")},
+               "PYTHONUNBUFFERED": "1"}
         self.started = time.monotonic()
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True, env=env, start_new_session=True)
@@ -114,9 +118,10 @@ def first_post(client: httpx.Client, up: Up, scenario: str) -> None:
                           "amount": 9.5}).raise_for_status()
 
 
-def one_run(nodes: int, scenario: str, verbose: bool = False) -> tuple[float, float]:
+def one_run(nodes: int, scenario: str, verbose: bool = False,
+            trigger: str = "real-time") -> tuple[float, float]:
     with tempfile.TemporaryDirectory(prefix="streamiq-first-") as tmp:
-        up = Up(Path(tmp), nodes)
+        up = Up(Path(tmp), nodes, trigger)
         try:
             ready = up.wait_line("all parts ready", 300)
             with httpx.Client(timeout=5) as client:
@@ -125,7 +130,7 @@ def one_run(nodes: int, scenario: str, verbose: bool = False) -> tuple[float, fl
                 while not visible_everywhere(client, up, scenario):
                     if time.monotonic() > deadline:
                         raise RuntimeError("first write not visible on every node in 120 s")
-                    time.sleep(0.02)
+                    time.sleep(0.005)
                 seen = time.monotonic()
             return ready - up.started, seen - ready
         finally:
@@ -147,19 +152,20 @@ def main() -> None:
     ap.add_argument("--scenario", choices=SCENARIOS, action="append",
                     help="the first POST: bank, orders or both (repeatable; default all)")
     ap.add_argument("--verbose", action="store_true", help="print up's output, timed")
+    ap.add_argument("--trigger", default="real-time", choices=("real-time", "micro-batch"))
     args = ap.parse_args()
     worst: dict[str, float] = {}
     for scenario in args.scenario or SCENARIOS:
         for i in range(args.runs):
-            to_ready, to_visible = one_run(args.nodes, scenario, args.verbose)
+            to_ready, to_visible = one_run(args.nodes, scenario, args.verbose, args.trigger)
             worst[scenario] = max(worst.get(scenario, 0.0), to_visible)
             print(f"{scenario} run {i + 1}: all parts ready after {to_ready:.1f} s; first "
                   f"POST visible on all {args.nodes} nodes {to_visible:.2f} s later",
                   flush=True)
     for scenario, w in worst.items():
-        verdict = "met" if w < TARGET_S else "NOT met"
-        print(f"first POST = {WHAT[scenario]}: worst {w:.2f} s over {args.runs} fresh "
-              f"starts (target < {TARGET_S:.0f} s: {verdict})")
+        verdict = "met" if w <= TARGET_S else "NOT met"
+        print(f"first POST = {WHAT[scenario]}, {args.trigger}: worst {w:.2f} s over "
+              f"{args.runs} fresh starts (target <= {TARGET_S} s: {verdict})")
 
 
 if __name__ == "__main__":

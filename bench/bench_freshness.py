@@ -1,38 +1,46 @@
-"""Freshness: time from an ingest POST to the new balance being visible on a node that
-does not own the key, p50/p99 over N samples (default 60), through the real pipeline.
+"""Freshness: an ingest POST to its effect visible on all 3 nodes, real-time mode against
+micro-batch in one run, bank and orders (all three views running).
 
-Each sample POSTs a transaction, then asks a non-owner node for the account with the
-write's position token (?position=...&wait_ms=...): the node answers as soon as the
-replica serving the key reflects the write. The measured interval covers produce,
-Spark micro-batch, changelog produce, node materialisation and one forwarded hop.
+Per mode: ingest, 3 nodes and the pipeline (``--app bank,orders``, ``--trigger`` the
+mode, everything else the product's defaults) on one broker, topics under a prefix of
+their own. Each sample POSTs one write (a bank transaction, or an order) and then asks
+every node, side by side, until each answers with it (plain GETs, no position token,
+as a user refreshing a page would): the account's balance on all 3 nodes, or the
+(store, type) count and its 1-minute window's count on all 3. The sample is the time
+from the POST to the last of those answers. One write every ``--pace-ms`` (100 ms).
 
-``--trigger-ms 0,100`` measures each micro-batch trigger interval in turn, in the same
-run (same broker, one set of parts per interval, topics under a prefix of their own).
-The pipeline reads with Spark's Kafka connector; the hand-written Python source it
-replaced measured 2567 ms against the connector's 3257 ms p50 in one run under load ~12
-(issue 25's note: no verdict there, both load-bound).
+``--minutes M``: afterwards, a real-time run of M minutes (bank and orders alternating)
+that crosses batch boundaries (``--realtime-batch-s``, the product's 300 s unless given):
+each boundary is a checkpoint during which records wait 0.3-1 s.
 
-Usage: .venv/bin/python bench/bench_freshness.py [--samples 60] [--trigger-ms 0]
+Usage: .venv/bin/python bench/bench_freshness.py [--samples 300] [--minutes 0]
+       [--modes real-time,micro-batch] [--realtime-batch-s 300] [--pace-ms 100]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
+import signal
 import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import bench_broker, free_port, pct, wait_ready
 
+MINUTE = 60_000
+
 
 def _spawn(cmd: str, args: list[str], log: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_")}
     return subprocess.Popen([sys.executable, "-m", "streamiq", cmd, *args],
                             stdout=open(log, "ab"), stderr=subprocess.STDOUT, env=env)
 
@@ -46,70 +54,180 @@ def _wait_line(log: Path, text: str, timeout: float) -> None:
     raise TimeoutError(f"{text!r} not in {log}")
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--samples", type=int, default=60)
-    ap.add_argument("--trigger-ms", default="0",
-                    help="micro-batch trigger intervals to measure in turn, comma-separated")
-    a = ap.parse_args()
-    results: dict[int, list[float]] = {}
-    with bench_broker() as broker:
-        for trigger in (int(t) for t in a.trigger_ms.split(",")):
-            results[trigger] = measure(broker.bootstrap_servers, a.samples, trigger)
-    for trigger, samples in results.items():
-        print(f"freshness (ingest POST -> visible on a non-owner node), trigger {trigger} ms, "
-              f"{len(samples)} samples")
-        print(f"  p50 {pct(samples, 50) * 1000:7.1f} ms   p99 {pct(samples, 99) * 1000:7.1f} ms"
-              f"   max {max(samples) * 1000:7.1f} ms   (target p50 < 1000 ms)")
+class Parts:
+    """Ingest, 3 nodes and the pipeline of one mode."""
 
+    def __init__(self, bootstrap: str, mode: str, batch_s: int | None) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix=f"streamiq-bench-fresh-{mode}-"))
+        self.mode = mode
+        common = ["--bootstrap-servers", bootstrap, "--app", "bank,orders",
+                  "--log-level", "warning", "--topic-prefix", f"{mode}."]
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.ingest = free_port()
+        self.procs.append(_spawn("ingest", [*common, "--ingest-port", str(self.ingest)],
+                                 self.root / "ingest.log"))
+        self.ports = [free_port() for _ in range(3)]
+        for p in self.ports:
+            self.procs.append(_spawn("node", [*common, "--port", str(p), "--state-dir",
+                                              str(self.root / "state")],
+                                     self.root / f"node{p}.log"))
+        extra = ["--realtime-batch-s", str(batch_s)] if batch_s else []
+        self.procs.append(_spawn("pipeline", [*common, "--checkpoint-dir",
+                                              str(self.root / "ckpt"), "--trigger", mode,
+                                              "--metrics-port", "0", *extra],
+                                 self.root / "pipeline.log"))
 
-def measure(bootstrap: str, samples: int, trigger_ms: int) -> list[float]:
-    """Start ingest, 3 nodes and the pipeline (``trigger_ms``); the samples."""
-    root = Path(tempfile.mkdtemp(prefix=f"streamiq-bench-fresh-t{trigger_ms}-"))
-    procs: list[subprocess.Popen[bytes]] = []
-    common = ["--bootstrap-servers", bootstrap, "--app", "bank", "--log-level", "warning",
-              "--topic-prefix", f"t{trigger_ms}."]
-    try:
-        ingest = free_port()
-        procs.append(_spawn("ingest", [*common, "--ingest-port", str(ingest)],
-                            root / "ingest.log"))
-        ports = [free_port() for _ in range(3)]
-        for p in ports:
-            procs.append(_spawn("node", [*common, "--port", str(p), "--state-dir",
-                                         str(root / "state")], root / f"node{p}.log"))
-        procs.append(_spawn("pipeline", [*common, "--master", "local[2]", "--checkpoint-dir",
-                                         str(root / "ckpt"), "--trigger-ms",
-                                         str(trigger_ms)],
-                            root / "pipeline.log"))
-        for p in ports:
+    def ready(self) -> None:
+        for p in self.ports:
             wait_ready(p)
-        _wait_line(root / "pipeline.log", "pipeline ready", 300)
-        return run(ingest, ports, samples)
-    finally:
-        for p in procs:
+        _wait_line(self.root / "pipeline.log", "pipeline ready", 600)
+
+    def stop(self) -> None:
+        for p in self.procs:
             p.terminate()
-        for p in procs:
-            p.wait(30)
+        for p in self.procs:
+            p.wait(60)
 
 
-def run(ingest: int, ports: list[int], n: int) -> list[float]:
+class Writer:
+    """Writes through ingest and waits until every node shows each write."""
+
+    def __init__(self, parts: Parts, tag: str) -> None:
+        self.parts = parts
+        self.tag = tag
+        self.balances: Counter[str] = Counter()
+        self.counts: Counter[str] = Counter()
+        self.windows: Counter[tuple[str, int]] = Counter()
+        self.i = 0
+
+    async def _until(self, c: httpx.AsyncClient, url: str, ok: Any) -> None:
+        while True:
+            r = await c.get(url)
+            if r.status_code == 200 and ok(r.json()):
+                return
+            await asyncio.sleep(0.001)
+
+    async def bank(self, c: httpx.AsyncClient) -> float:
+        account = f"{self.tag}{self.i % 20}"
+        self.i += 1
+        t0 = time.perf_counter()
+        r = await c.post(f"http://127.0.0.1:{self.parts.ingest}/account/{account}",
+                         params={"amount": 1})
+        r.raise_for_status()
+        self.balances[account] += 1
+        want = self.balances[account]
+        await asyncio.gather(*(self._until(
+            c, f"http://127.0.0.1:{p}/account/{account}",
+            lambda d: d["value"]["balance"] == want) for p in self.parts.ports))
+        return time.perf_counter() - t0
+
+    async def order(self, c: httpx.AsyncClient) -> float:
+        store, kind = f"{self.tag}s{self.i % 5}", ("GENERAL", "RESTAURANT")[self.i % 2]
+        self.i += 1
+        t0 = time.perf_counter()
+        r = await c.post(f"http://127.0.0.1:{self.parts.ingest}/orders",
+                         json={"order_id": f"o{self.i}", "store": store, "type": kind,
+                               "amount": 1})
+        r.raise_for_status()
+        key, ts = f"{store}|{kind}", int(r.json()["record"]["ts"])
+        start = ts - ts % MINUTE
+        self.counts[key] += 1
+        self.windows[(key, start)] += 1
+        count, wcount = self.counts[key], self.windows[(key, start)]
+        waits = []
+        for p in self.parts.ports:
+            base = f"http://127.0.0.1:{p}/v1/views"
+            waits.append(self._until(c, f"{base}/order_counts/keys/{key}",
+                                     lambda d, n=count: d["value"]["count"] == n))
+            waits.append(self._until(
+                c, f"{base}/order_counts_1m/keys/{key}/windows?from={start}&to={start + 1}",
+                lambda d, n=wcount: [w["count"] for w in d["windows"]] == [n]))
+        await asyncio.gather(*waits)
+        return time.perf_counter() - t0
+
+
+async def _samples(w: Writer, kind: str, n: int, pace: float, warm: int = 5) -> list[float]:
     out: list[float] = []
-    with httpx.Client(timeout=60) as c:
-        for i in range(n + 5):  # the first 5 warm the pipeline up and are not counted
-            account = f"f{i % 20}"
-            meta = c.get(f"http://127.0.0.1:{ports[0]}/v1/metadata/balances/{account}").json()
-            reader = next(p for p in ports if f"127.0.0.1:{p}" != meta["active"])
-            t0 = time.perf_counter()
-            w = c.post(f"http://127.0.0.1:{ingest}/account/{account}", params={"amount": 1})
-            r = c.get(f"http://127.0.0.1:{reader}/account/{account}",
-                      params={"position": w.json()["position"], "wait_ms": 60_000})
-            dt = time.perf_counter() - t0
-            if r.status_code != 200:
-                raise RuntimeError(f"sample {i}: {r.status_code} {r.text}")
-            if i >= 5:
+    # idle connections closed before the servers close them (uvicorn: after 5 s)
+    limits = httpx.Limits(max_connections=32, max_keepalive_connections=32, keepalive_expiry=2)
+    async with httpx.AsyncClient(timeout=600, limits=limits) as c:
+        for i in range(n + warm):  # the first few warm the path up and are not counted
+            dt = await (w.bank(c) if kind == "bank" else w.order(c))
+            if i >= warm:
                 out.append(dt)
-            time.sleep(0.05)
+            await asyncio.sleep(max(0.0, pace - dt))
     return out
+
+
+async def _minutes(w: Writer, minutes: float, pace: float) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {"bank": [], "orders": []}
+    # idle connections closed before the servers close them (uvicorn: after 5 s)
+    limits = httpx.Limits(max_connections=32, max_keepalive_connections=32, keepalive_expiry=2)
+    deadline = time.monotonic() + minutes * 60
+    async with httpx.AsyncClient(timeout=600, limits=limits) as c:
+        while time.monotonic() < deadline:
+            for kind in ("bank", "orders"):
+                dt = await (w.bank(c) if kind == "bank" else w.order(c))
+                out[kind].append(dt)
+                await asyncio.sleep(max(0.0, pace - dt))
+    return out
+
+
+def _line(label: str, samples: list[float]) -> str:
+    ms = sorted(s * 1000 for s in samples)
+    return (f"  {label:<28} n={len(ms):5d}  p50 {pct(ms, 50):8.1f} ms  p99 {pct(ms, 99):8.1f} "
+            f"ms  max {ms[-1]:8.1f} ms" if ms else f"  {label}: no samples")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--samples", type=int, default=300, help="writes per mode and app")
+    ap.add_argument("--modes", default="real-time,micro-batch")
+    ap.add_argument("--minutes", type=float, default=0.0,
+                    help="then a real-time run this long (bank and orders alternating)")
+    ap.add_argument("--realtime-batch-s", type=int, default=None,
+                    help="real-time mode's batch length (default: the product's)")
+    ap.add_argument("--pace-ms", type=int, default=100)
+    a = ap.parse_args()
+    pace = a.pace_ms / 1000
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the parts stopped, then exit
+    results: dict[str, dict[str, list[float]]] = {}
+    long: dict[str, list[float]] = {}
+    with bench_broker() as broker:
+        modes = a.modes.split(",")
+        parts = {m: Parts(broker.bootstrap_servers, m, a.realtime_batch_s) for m in modes}
+        try:
+            for p in parts.values():
+                p.ready()
+            for m in modes:  # one mode's parts idle while the other's are measured
+                w = Writer(parts[m], f"{m[0]}")
+                results[m] = {}
+                for k in ("bank", "orders"):
+                    results[m][k] = asyncio.run(_samples(w, k, a.samples, pace))
+                    print(_line(f"{m}, {k}", results[m][k]), flush=True)  # as it goes
+            if a.minutes and "real-time" in parts:
+                for m in modes:
+                    if m != "real-time":
+                        parts.pop(m).stop()
+                long = asyncio.run(_minutes(Writer(parts["real-time"], "l"), a.minutes, pace))
+        finally:
+            for p in parts.values():
+                p.stop()
+    print("freshness: ingest POST -> visible on all 3 nodes (plain GETs), bank and orders "
+          "(all three views running), one write per "
+          f"{a.pace_ms} ms; targets: real-time p50 <= 50 ms, p99 <= 250 ms; micro-batch "
+          "p50 <= 400 ms")
+    for m, by in results.items():
+        for kind, samples in by.items():
+            print(_line(f"{m}, {kind}", samples))
+    if long:
+        batch = a.realtime_batch_s or 300
+        print(f"real-time, {a.minutes:g} minutes ({a.minutes * 60 / batch:.1f} batches of "
+              f"{batch} s: boundaries crossed)")
+        for kind, samples in long.items():
+            print(_line(f"real-time, {kind}", samples))
+        print(_line("real-time, both", long["bank"] + long["orders"]))
 
 
 if __name__ == "__main__":

@@ -1,32 +1,34 @@
-"""Pipeline benchmark, one bounded run (~6-7 minutes on 2 cores; ``--only sink`` ~3).
+"""Pipeline benchmark, one bounded run (~8-10 minutes on 2 cores; ``--only sink`` ~3).
 
 Setup: an embedded broker on a free port; ``bank`` transactions (JSON, 1000 accounts)
-in a 3-partition topic; Spark ``local[2]`` with :func:`streamiq.pipeline.session.spark_session`.
+in a 3-partition topic; Spark ``local[10]`` with
+:func:`streamiq.pipeline.session.spark_session` and real-time mode's session settings.
 
 0. The sink against Spark's ``noop`` (run first): the integration test's user query
-   (``tests/user_query.py``: Spark's ``kafka`` source,
-   ``from_json``, join with a static table, ``groupBy`` of (country, page) with three
-   aggregates, update mode) over the same ``--events`` page views (200 keys),
-   ``--cap`` records per micro-batch, through ``streamiq.sink`` and through ``noop``
-   (before and after: the mean is the baseline), steady events/s excluding each run's
-   first batch, after ``--warm-events`` records went through both. Prints the ratio
-   (target >= 0.8).
-1. Throughput, side by side on the same topic in the same run:
+   (``tests/user_query.py``: Spark's ``kafka`` source, ``from_json``, join with a static
+   table, ``groupBy`` of (country, page) with three aggregates, update mode; micro-batch,
+   as the sink runs it: real-time mode refuses its sort-merge join) over the same
+   ``--events`` page views (200 keys), ``--cap`` records per micro-batch, through
+   ``streamiq.sink`` and through ``noop`` (before and after: the mean is the baseline),
+   steady events/s excluding each run's first batch, after ``--warm-events`` records
+   went through both. Prints the ratio (target >= 0.8).
+1. Throughput of the ``balances`` view as ``streamiq pipeline`` runs it (Spark's
+   ``kafka`` source -> from_json + validation -> aggregation with the per-row input
+   positions -> changelog records -> Spark's Kafka sink), side by side on the same
+   topic in the same run:
    * a plain confluent-kafka consumer reading every record (``consume(10000)``
-     batches), measured before and after the pipeline (the mean is the baseline: the
-     machine's neighbours move both);
-   * the pipeline: Spark's ``kafka`` source -> from_json + validation -> ``balances``
-     aggregation (stateful, update mode) -> changelog sink (rows + markers), run until
-     the whole topic is reflected, ``--cap`` records per micro-batch
-     (``maxOffsetsPerTrigger``). It runs warm, as a long-lived pipeline does: after the
-     trickle phase and after ``--warm-events`` records went through the same plan
-     (the JIT compiles Spark's generated code and JSON parsing only under volume).
-2. Trickle latency (run first): a few records every 200 ms; per-micro-batch duration from the query
-   progress (p50/p99) and ingest -> changelog latency (changelog record time minus the
-   transaction's ``ts``, for rows whose last update arrived in that batch).
+     batches), measured before and after (the mean is the baseline: the machine's
+     neighbours move both);
+   * micro-batch mode (its settings: one shuffle partition, the HDFS state store),
+     ``--cap`` records per micro-batch, steady (excluding the first batch) and wall;
+   * real-time mode (RocksDB, 3 shuffle partitions, batches of ``--realtime-batch-s``):
+     wall time from the query's start until its changelog holds every input record's
+     update (in real-time mode every input record updates its key's row, and each
+     update is a changelog record).
+   Each mode runs warm: ``--warm-events`` records go through the same plan first.
 
 Usage: .venv/bin/python bench/bench_pipeline.py [--events 1000000] [--cap 200000]
-       [--warm-events 300000] [--trickle-s 30] [--only all|sink]
+       [--warm-events 300000] [--only all|sink]
 """
 
 from __future__ import annotations
@@ -46,12 +48,12 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import bench_broker, pct
+from _common import bench_broker
 
 from streamiq.kafka.admin import ensure_topics
-from streamiq.pipeline.runner import build_view_stream
+from streamiq.pipeline import modes
+from streamiq.pipeline.queries import build_view_stream, start_view
 from streamiq.views import bank
-from streamiq.views.base import MARKER_HEADER
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 import user_query  # the integration test's user query (join + aggregate), shared
@@ -102,17 +104,31 @@ def view_for(topic: str) -> Any:
     return dataclasses.replace(bank.BALANCES, name=f"balances-{topic}", source_topics=(topic,))
 
 
-def run_query(spark: Any, bs: str, topic: str, ckpt: str,
-              max_per_trigger: int | None) -> tuple[Any, str]:
-    import streamiq
-
+def run_query(spark: Any, bs: str, topic: str, ckpt: str, max_per_trigger: int | None,
+              mode: str = modes.MICRO_BATCH) -> tuple[Any, str]:
+    """The view's query as ``streamiq pipeline`` starts it, in ``mode``: (query, changelog)."""
     view = view_for(topic)
     kafka = {"bootstrap.servers": bs}
-    q = (streamiq.sink(build_view_stream(spark, view, kafka, max_per_trigger))
-         .option("view", view.name).option("key", "account")
-         .option("kafka.bootstrap.servers", bs).option("cluster", "bench")
-         .option("checkpointLocation", ckpt).trigger(processingTime="0 seconds").start())
+    ensure_topics(kafka, {view.changelog_topic: 3})
+    inputs = [(topic, p) for p in range(3)]
+    conf = {**modes.session_conf(mode), "spark.sql.shuffle.partitions":
+            str(modes.shuffle_partitions(mode, 3))}
+    old = {k: spark.conf.get(k, None) for k in conf}
+    for k, v in conf.items():
+        if not k.startswith("spark.shuffle.streaming"):  # set when the session was made
+            spark.conf.set(k, v)
+    try:
+        rows = build_view_stream(spark, view, kafka, max_per_trigger, (topic,), inputs)
+        q = start_view(rows, view, inputs, kafka, view.changelog_topic, ckpt,
+                       modes.trigger(mode, REALTIME_BATCH_S, 0))
+    finally:
+        for k, was in old.items():
+            if was is not None and not k.startswith("spark.shuffle.streaming"):
+                spark.conf.set(k, was)
     return q, view.changelog_topic
+
+
+REALTIME_BATCH_S = 30
 
 
 def user_query_run(spark: Any, bs: str, topic: str, cap: int | None, sink: str) -> Any:
@@ -160,6 +176,32 @@ def pipeline_throughput(spark: Any, bs: str, topic: str, n: int,
     return throughput(q, n)
 
 
+def realtime_throughput(spark: Any, bs: str, topic: str, n: int) -> float:
+    """Wall events/s of the view in real-time mode: start to every update on the
+    changelog (its records, counted by the partitions' ends, markers aside)."""
+    t0 = time.perf_counter()
+    q, changelog = run_query(spark, bs, topic, tempfile.mkdtemp(prefix="bench-ck-"), None,
+                             modes.REAL_TIME)
+    c = Consumer({"bootstrap.servers": bs, "group.id": "bench-ends"})
+    try:
+        while _written(c, changelog) < n:
+            if q.exception():
+                raise RuntimeError(q.exception())
+            time.sleep(0.1)
+        wall = time.perf_counter() - t0
+    finally:
+        c.close()
+        q.stop()
+    return n / wall
+
+
+def _written(c: Any, topic: str) -> int:
+    """Records on ``topic``: the partitions' high watermarks (markers come at batch ends
+    only, and there are 3 per batch)."""
+    return sum(c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+               for p in range(3))
+
+
 def throughput(q: Any, n: int) -> dict[str, float]:
     """Run ``q`` until it read ``n`` records; wall and steady (batches 2..) events/s."""
     t0 = time.perf_counter()
@@ -184,67 +226,13 @@ def throughput(q: Any, n: int) -> dict[str, float]:
             "batches": len(prog), "first_batch_s": first["durationMs"]["triggerExecution"] / 1000}
 
 
-def trickle(spark: Any, bs: str, seconds: float) -> dict[str, list[float]]:
-    topic = f"bench-trickle-{uuid.uuid4().hex[:8]}"
-    ensure_topics({"bootstrap.servers": bs}, {topic: 3})
-    q, changelog = run_query(spark, bs, topic, tempfile.mkdtemp(prefix="bench-ck-"), None)
-    p = Producer({"bootstrap.servers": bs, "linger.ms": 0, "partitioner": "murmur2_random"})
-    rnd = random.Random(2)
-    # warm up (JIT, Python workers), then measure
-    end_warm = time.monotonic() + 15
-    t_start = None
-    while True:
-        now = time.monotonic()
-        if now > end_warm and t_start is None:
-            t_start = time.time() * 1000
-        if t_start is not None and now > end_warm + seconds:
-            break
-        for _ in range(3):
-            a = f"acct-{rnd.randrange(50)}"
-            p.produce(topic, key=a, value=json.dumps(
-                {"account": a, "amount": 1, "ts": int(time.time() * 1000)}))
-        p.flush()
-        time.sleep(0.2)
-    time.sleep(3)
-    q.stop()
-    assert t_start is not None
-    measured = [pr for pr in q.recentProgress
-                if pr["numInputRows"] > 0 and _ts(pr["timestamp"]) >= t_start]
-    durations = [float(pr["durationMs"]["triggerExecution"]) for pr in measured]
-    parts = ("latestOffset", "queryPlanning", "walCommit", "addBatch", "commitOffsets")
-    if measured:
-        print("trickle batch median ms by phase:", {k: statistics.median(
-            pr["durationMs"].get(k, 0) for pr in measured) for k in parts}, flush=True)
-    c = Consumer({"bootstrap.servers": bs, "group.id": "bench-lat", "enable.partition.eof": True})
-    c.assign([TopicPartition(changelog, i, 0) for i in range(3)])
-    eof: set[int] = set()
-    lat: list[float] = []
-    while len(eof) < 3:
-        for m in c.consume(1000, timeout=1):
-            if m.error():
-                eof.add(m.partition())
-            elif not any(k == MARKER_HEADER for k, _ in m.headers() or []):
-                v = json.loads(m.value())
-                if v["last_update"] >= t_start:
-                    lat.append(m.timestamp()[1] - v["last_update"])
-    c.close()
-    return {"batch_ms": durations, "ingest_to_changelog_ms": lat}
-
-
-def _ts(iso: str) -> float:
-    from datetime import datetime
-
-    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000
-
-
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--events", type=int, default=1_000_000, help="measured topic size")
     ap.add_argument("--cap", type=int, default=200_000,
-                    help="maxOffsetsPerTrigger of the measured run (micro-batch size)")
+                    help="maxOffsetsPerTrigger of the micro-batch runs (micro-batch size)")
     ap.add_argument("--warm-events", type=int, default=300_000,
-                    help="records pushed through the pipeline before measuring (JIT warm-up)")
-    ap.add_argument("--trickle-s", type=float, default=30.0)
+                    help="records pushed through each plan before measuring (JIT warm-up)")
     ap.add_argument("--only", choices=("all", "sink"), default="all",
                     help="sink: only the user query through the sink vs noop")
     args = ap.parse_args(argv)
@@ -254,13 +242,15 @@ def main(argv: list[str] | None = None) -> None:
         bs = broker.bootstrap_servers
         stamp = int(time.time())
         topic, warm = f"bench-bank-{stamp}", f"bench-warm-{stamp}"
-        ensure_topics({"bootstrap.servers": bs}, {topic: 3, warm: 3})
+        ensure_topics({"bootstrap.servers": bs}, {topic: 3, warm: 3, f"{warm}-rt": 3})
         t0 = time.perf_counter()
         produce(bs, topic, args.events)
         prod_rate = args.events / (time.perf_counter() - t0)
         print(f"produced {args.events} events at {prod_rate:,.0f}/s", flush=True)
         produce(bs, warm, args.warm_events)
-        spark = spark_session("local[2]", app_name="streamiq-bench")
+        produce(bs, f"{warm}-rt", args.warm_events)
+        conf: dict[str, Any] = modes.session_conf(modes.REAL_TIME)
+        spark = spark_session("local[10]", app_name="streamiq-bench", **conf)
         try:
             sink = sink_vs_noop(spark, bs, args.events, args.cap, args.warm_events)
             print(f"user query through the sink / noop: {sink['ratio']:.2f}x "
@@ -269,17 +259,18 @@ def main(argv: list[str] | None = None) -> None:
                 return
             plain = [plain_consumer(bs, topic, args.events)]
             print(f"plain consumer: {plain[0]:,.0f} events/s", flush=True)
-            tr = trickle(spark, bs, args.trickle_s)  # also warms the JVM and Python workers
-            # JIT warm-up at volume: the same plan over other records, result discarded
+            # JIT warm-up at volume: the same plans over other records, results discarded
             pipeline_throughput(spark, bs, warm, args.warm_events, None)
-            pipe = pipeline_throughput(spark, bs, topic, args.events, args.cap)
-            print(f"pipeline: {pipe}", flush=True)
+            realtime_throughput(spark, bs, f"{warm}-rt", args.warm_events)
+            mb = pipeline_throughput(spark, bs, topic, args.events, args.cap)
+            print(f"micro-batch: {mb}", flush=True)
+            rt = realtime_throughput(spark, bs, topic, args.events)
+            print(f"real-time: {rt:,.0f} events/s (wall)", flush=True)
             plain.append(plain_consumer(bs, topic, args.events))  # neighbours change: twice
             print(f"plain consumer (again): {plain[1]:,.0f} events/s", flush=True)
         finally:
             spark.stop()
     base = statistics.mean(plain)
-    b, lat = tr["batch_ms"], tr["ingest_to_changelog_ms"]
     rows = [
         ("user query -> streamiq sink, steady", f"{sink['sink']:,.0f} events/s"),
         ("user query -> noop, steady (before / after)",
@@ -287,16 +278,13 @@ def main(argv: list[str] | None = None) -> None:
         ("ratio sink/noop", f"{sink['ratio']:.2f}   target >= 0.8"),
         ("plain confluent-kafka consumer (mean of 2)",
          f"{base:,.0f} events/s ({plain[0]:,.0f} / {plain[1]:,.0f})"),
-        ("pipeline, wall (start -> all reflected)", f"{pipe['wall']:,.0f} events/s"),
-        ("pipeline, steady (excl. 1st batch)", f"{pipe['steady']:,.0f} events/s"),
-        ("ratio pipeline/plain (wall)", f"{pipe['wall'] / base:.2f}"),
-        ("ratio pipeline/plain (steady)", f"{pipe['steady'] / base:.2f}   target >= 0.5"),
-        ("micro-batches (cap) / 1st batch", f"{pipe['batches']:.0f} ({args.cap:,}) / "
-                                            f"{pipe['first_batch_s']:.1f} s"),
-        ("trickle micro-batch p50 / p99", f"{pct(b, 50):.0f} / {pct(b, 99):.0f} ms "
-                                         f"(n={len(b)})"),
-        ("trickle ingest->changelog p50 / p99", f"{pct(lat, 50):.0f} / {pct(lat, 99):.0f} ms "
-                                               f"(n={len(lat)})"),
+        ("micro-batch, steady (excl. 1st batch)", f"{mb['steady']:,.0f} events/s"),
+        ("micro-batch, wall (start -> all reflected)", f"{mb['wall']:,.0f} events/s"),
+        ("ratio micro-batch/plain (steady)", f"{mb['steady'] / base:.2f}   target >= 1"),
+        ("micro-batches (cap) / 1st batch", f"{mb['batches']:.0f} ({args.cap:,}) / "
+                                            f"{mb['first_batch_s']:.1f} s"),
+        ("real-time, wall (start -> every update out)", f"{rt:,.0f} events/s"),
+        ("ratio real-time/plain (wall)", f"{rt / base:.2f}"),
     ]
     w = max(len(r[0]) for r in rows)
     print()
@@ -304,9 +292,6 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{'-' * w}  {'-' * 28}")
     for k, v in rows:
         print(f"{k.ljust(w)}  {v}")
-    if b:
-        print(f"\ntrickle batch ms: mean {statistics.mean(b):.0f}, min {min(b):.0f}, "
-              f"max {max(b):.0f}")
 
 
 if __name__ == "__main__":

@@ -10,9 +10,12 @@ core, the part's whole process tree: the pipeline's JVM and Python workers inclu
 and resident memory are measured over a window at the start and one at the end.
 
     python bench/bench_soak.py [--minutes 6] [--window-s 45] [--period-s 4.8]
+                               [--triggers real-time,micro-batch]
 
 ``--period-s 86400`` runs the same soak without membership topic rotation.
-``--writes 0 --reads 0``: the same parts idle.
+``--writes 0 --reads 0``: the same parts idle. ``--triggers``: one soak per trigger
+mode, one after the other in the same run (real-time tasks hold their slots all the
+time: what that costs a laptop, against micro-batch), then both modes' totals.
 """
 
 from __future__ import annotations
@@ -132,21 +135,13 @@ def load(up: Up, writes: float, reads: float, stop: threading.Event,
             stop.wait(max(0.0, step - (time.monotonic() - t0)))
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--minutes", type=float, default=6.0, help="real minutes of soak")
-    ap.add_argument("--window-s", type=float, default=45.0, help="measuring window")
-    ap.add_argument("--period-s", type=float, default=60 / SPEEDUP,
-                    help="membership period (scaled like the heartbeats)")
-    ap.add_argument("--writes", type=float, default=5.0, help="writes per second")
-    ap.add_argument("--reads", type=float, default=20.0, help="lookups per second")
-    args = ap.parse_args()
-    os.environ.update({"STREAMIQ_HEARTBEAT_MS": str(HEARTBEAT_MS),
-                       "STREAMIQ_MEMBERSHIP_PERIOD_S": str(args.period_s),
-                       "STREAMIQ_LOG_LEVEL": "warning"})
+def soak(args: argparse.Namespace, trigger: str
+         ) -> tuple[dict[str, tuple[float, float]], dict[str, tuple[float, float]], list[str]]:
+    """One soak of ``up`` in ``trigger`` mode: the start and end windows, the errors."""
     with tempfile.TemporaryDirectory(prefix="streamiq-soak-") as tmp:
-        up = Up(Path(tmp), 3)
-        stop, errors = threading.Event(), []
+        up = Up(Path(tmp), 3, trigger)
+        stop: threading.Event = threading.Event()
+        errors: list[str] = []
         try:
             up.wait_line("all parts ready", 300)
             worker = threading.Thread(target=load, args=(up, args.writes, args.reads, stop,
@@ -161,19 +156,47 @@ def main() -> None:
             worker.join(15)
         finally:
             up.stop()
-    simulated = args.minutes * SPEEDUP
-    print(f"soak: {args.minutes:.0f} real min = {simulated:.0f} min of heartbeats "
-          f"(heartbeat {HEARTBEAT_MS} ms, membership period {args.period_s:g} s); "
-          f"load {args.writes:g} writes/s + {args.reads:g} lookups/s; "
-          f"{len(errors)} failed requests")
-    print(f"{'part':<12} {'CPU% start':>10} {'CPU% end':>9} {'RSS MB start':>12} "
-          f"{'RSS MB end':>10}")
-    for name in sorted(start):
-        c0, m0 = start[name]
-        c1, m1 = end.get(name, (float("nan"), float("nan")))
-        print(f"{name:<12} {c0:>10.1f} {c1:>9.1f} {m0:>12.0f} {m1:>10.0f}")
-    if errors:
-        print("first errors:", errors[:5], file=sys.stderr)
+    return start, end, errors
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--minutes", type=float, default=6.0, help="real minutes of soak")
+    ap.add_argument("--window-s", type=float, default=45.0, help="measuring window")
+    ap.add_argument("--period-s", type=float, default=60 / SPEEDUP,
+                    help="membership period (scaled like the heartbeats)")
+    ap.add_argument("--writes", type=float, default=5.0, help="writes per second")
+    ap.add_argument("--reads", type=float, default=20.0, help="lookups per second")
+    ap.add_argument("--triggers", default="real-time",
+                    help="the pipeline's modes, one soak each (real-time,micro-batch)")
+    args = ap.parse_args()
+    os.environ.update({"STREAMIQ_HEARTBEAT_MS": str(HEARTBEAT_MS),
+                       "STREAMIQ_MEMBERSHIP_PERIOD_S": str(args.period_s),
+                       "STREAMIQ_LOG_LEVEL": "warning"})
+    totals: dict[str, tuple[float, float, float, float]] = {}
+    for trigger in args.triggers.split(","):
+        start, end, errors = soak(args, trigger)
+        simulated = args.minutes * SPEEDUP
+        print(f"soak, {trigger}: {args.minutes:g} real min = {simulated:.0f} min of "
+              f"heartbeats (heartbeat {HEARTBEAT_MS} ms, membership period "
+              f"{args.period_s:g} s); load {args.writes:g} writes/s + {args.reads:g} "
+              f"lookups/s; {len(errors)} failed requests")
+        print(f"{'part':<12} {'CPU% start':>10} {'CPU% end':>9} {'RSS MB start':>12} "
+              f"{'RSS MB end':>10}")
+        for name in sorted(start):
+            c0, m0 = start[name]
+            c1, m1 = end.get(name, (float("nan"), float("nan")))
+            print(f"{name:<12} {c0:>10.1f} {c1:>9.1f} {m0:>12.0f} {m1:>10.0f}")
+        if errors:
+            print("first errors:", errors[:5], file=sys.stderr)
+        pipe = end.get("pipeline", (float("nan"), float("nan")))
+        totals[trigger] = (pipe[0], pipe[1], sum(c for c, _ in end.values()),
+                           sum(m for _, m in end.values()))
+    if len(totals) > 1:
+        print("end window, per mode: pipeline CPU % / RSS MB; whole demo CPU % / RSS MB")
+        for trigger, (pc, pm, tc, tm) in totals.items():
+            print(f"  {trigger:<12} pipeline {pc:6.1f} % / {pm:6.0f} MB;   all parts "
+                  f"{tc:6.1f} % / {tm:6.0f} MB")
 
 
 if __name__ == "__main__":

@@ -1,16 +1,21 @@
 """Make an existing Structured Streaming job queryable: add the sink, query any node.
 
 Run it against the demo (`make demo` in another terminal: a broker on localhost:9092,
-nodes on 9001-9003), from the project's virtualenv::
+nodes on 9001-9003; the demo token exported as STREAMIQ_TOKEN), from the project's
+virtualenv::
 
     .venv/bin/python examples/page_views.py
+    .venv/bin/python examples/page_views.py BOOTSTRAP NODES   # another cluster's addresses
 
 The job below is written the way a data engineer already writes one, with nothing of
 streamiq in it: it reads page-view events from Kafka (JSON, parsed by the job), joins
 them with a static table of users, and counts views per country per minute, reading
 with Spark's own ``format("kafka")``. The only streamiq line is the sink at the end.
 The demo's nodes were started without this module: they find the view on the cluster's
-catalog and serve it from every node.
+catalog and serve it from every node. The session is the job's own (no PYSPARK_PYTHON:
+streamiq's sink is Spark's Kafka sink, no Python worker runs). Its join of a stream with
+a table Spark plans as a sort-merge join, which real-time mode does not run: the sink says
+so in one line and runs the query in micro-batch mode.
 """
 
 from __future__ import annotations
@@ -21,8 +26,8 @@ import sys
 import time
 import uuid
 
-BOOTSTRAP = "localhost:9092"
-NODES = "localhost:9001,localhost:9002,localhost:9003"
+BOOTSTRAP = sys.argv[1] if len(sys.argv) > 1 else "localhost:9092"
+NODES = sys.argv[2] if len(sys.argv) > 2 else "localhost:9001,localhost:9002,localhost:9003"
 TOPIC = "example-page-views"
 VIEW = "views_per_country_1m"
 USERS = {f"u{i}": ("FR", "DE", "JP", "BR")[i % 4] for i in range(40)}

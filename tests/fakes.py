@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import stat
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import pytest
 
 if TYPE_CHECKING:
     from streamiq.serving.node import Parts
@@ -73,3 +77,26 @@ def offline_parts(partitions: dict[str, int], materializer: Any,
     return Parts(partitions, topics={}, stores={}, materializer=materializer,
                  membership=membership, router=Router(membership, partitions, 0),
                  discovery=Discovery({}, "catalog", lambda spec: None, Supervisor()))
+
+
+def fake_ivy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, names: list[str],
+             fail: str | None = None) -> Path:
+    """A ``java`` (through JAVA_HOME) that records its arguments and copies the jars
+    ``java -jar ivy.jar ... -retrieve <dir>/[artifact]...`` would; the argument log."""
+    home, log = tmp_path / "jdk", tmp_path / "java.args"
+    (home / "bin").mkdir(parents=True)
+    script = home / "bin" / "java"
+    body = (f"echo '{fail}'; exit 1" if fail else
+            f"for n in {' '.join(names)}; do echo jar > \"$dir/$n\"; done")
+    script.write_text(f"""#!/bin/sh
+echo "$@" > {log}
+for a in "$@"; do
+  [ "$prev" = -ivy ] && cp "$a" {tmp_path}/ivy.xml
+  [ "$prev" = -retrieve ] && dir="${{a%/*}}"
+  prev="$a"
+done
+{body}
+""")
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("JAVA_HOME", str(home))
+    return log

@@ -1,7 +1,7 @@
 """pgjdbc, the PostgreSQL JDBC driver DBeaver and Metabase connect with, for the SQL
-client tests: resolved by Maven once (tests/jdbc/pom.xml, into the environment's
-share/streamiq), and tests/jdbc/JdbcClient.java compiled by the JDK's javac beside it
-(again only when the source changed)."""
+client tests: resolved once by the Ivy inside PySpark, as streamiq's own jars are
+(``kafka/jars.py``, into the environment's share/streamiq), and tests/jdbc/JdbcClient.java
+compiled by the JDK's javac beside it (again only when the source changed)."""
 
 from __future__ import annotations
 
@@ -11,18 +11,19 @@ import subprocess
 import sys
 from pathlib import Path
 
-from streamiq.kafka.jars import maven_copy
+from streamiq.kafka.jars import ivy_copy
 
 __all__ = ["jdbc_client"]
 
 HERE = Path(__file__).parent / "jdbc"
-LIBS = Path(sys.prefix) / "share" / "streamiq" / "pgjdbc"
+PGJDBC = ("org.postgresql", "postgresql", "42.7.7")
+LIBS = Path(sys.prefix) / "share" / "streamiq" / f"pgjdbc-{PGJDBC[2]}"
 
 
 def _classpath() -> str:
     """The driver's jars, and the compiled client (made when missing or stale)."""
-    libs = maven_copy(HERE / "pom.xml", LIBS, what="the PostgreSQL JDBC driver",
-                      install="the SQL client tests", expect="postgresql-*.jar")
+    libs = ivy_copy([PGJDBC], LIBS, what="the PostgreSQL JDBC driver",
+                    install="the SQL client tests", expect="postgresql-*.jar")
     jars = sorted(str(j) for j in libs.glob("*.jar"))
     source = HERE / "JdbcClient.java"
     classes = LIBS.parent / ("pgjdbc-client-" + hashlib.sha256(

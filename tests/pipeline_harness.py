@@ -39,7 +39,7 @@ class PipelineProcess:
                  topic_prefix: str = "", cmd: list[str] | None = None) -> None:
         self.cmd = cmd or [sys.executable, "-m", "streamiq", "pipeline", "--bootstrap-servers",
                            bootstrap, "--checkpoint-dir", str(checkpoint), "--views-module",
-                           "views_for_tests", "--master", "local[2]", "--partitions", "3",
+                           "views_for_tests", "--partitions", "3",
                            "--topic-prefix", topic_prefix,
                            "--metrics-port", str(free_port())]  # never the default 9400
         self.env = {**os.environ, "SIQ_TEST_SUFFIX": suffix, "PYTHONPATH": os.pathsep.join(

@@ -28,11 +28,15 @@ FAST_JVM = BASE_JVM + (f" {USE_ARCHIVE}" if ARCHIVE.is_file() else "")
 #: what every pipeline and broker a test starts reads from its environment
 #: (tests/conftest.py sets it): the fast JVM, and no warm-up (ready ~20-40 s sooner; the
 #: first batch pays a little more; test_up's ``streamiq up`` keeps the warm-up: the
-#: demo's path); brokers on C1 only, appended as Kafka's scripts do (``KAFKA_OPTS``): a
-#: broker's start, a little traffic and 20 s idle 5.4-6.1 -> 3.1-3.2 s of JVM CPU
+#: demo's path); real-time batches of 10 s; brokers on C1 only, appended as Kafka's
+#: scripts do (``KAFKA_OPTS``): a broker's start, a little traffic and 20 s idle 5.4-6.1
+#: -> 3.1-3.2 s of JVM CPU
 FAST_ENV = {
     "STREAMIQ_SPARK_CONFIG": json.dumps({"spark.driver.extraJavaOptions": FAST_JVM}),
     "STREAMIQ_WARMUP": "false",
+    # real-time mode's markers (what scans, aggregates and other keys' lookups with a
+    # position wait for) every 10 s instead of 300: tests wait seconds, not minutes
+    "STREAMIQ_REALTIME_BATCH_S": "10",
     "KAFKA_OPTS": "-XX:TieredStopAtLevel=1",
 }
 
@@ -265,7 +269,7 @@ class Deployment:
         """``wait=False``: started, not waited for (start the other parts meanwhile, then
         :meth:`pipeline_ready`): a Spark start overlaps the nodes' own."""
         self.pipeline_metrics = self._free_port()  # its /metrics (never the default 9400)
-        p = self._procs("pipeline", [*self.common(app), "--master", "local[2]",
+        p = self._procs("pipeline", [*self.common(app),
                                      "--checkpoint-dir", str(self.root / "checkpoints"),
                                      "--metrics-port", str(self.pipeline_metrics),
                                      *(extra or [])], name="pipeline")

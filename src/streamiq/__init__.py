@@ -1,10 +1,7 @@
 """streamiq: queryable state for PySpark Structured Streaming, from any node.
 
 The names below are imported on first use (PEP 562): ``import streamiq`` alone loads
-neither the HTTP client (httpx) nor the settings (pydantic). Spark's Python workers
-import this package for the ``streamiq`` sink's writers (executors, and the driver's
-planner and commit workers, each a fresh interpreter): they no longer pay about a
-second each for modules they never use.
+neither the HTTP client (httpx) nor the settings (pydantic) nor PySpark.
 """
 
 from __future__ import annotations

@@ -207,6 +207,15 @@ class Settings(BaseSettings):
     checkpoint_dir: Path = Field(
         Path(".streamiq/checkpoints"), description="Spark streaming checkpoint root."
     )
+    trigger: str = Field(
+        "real-time", pattern="^(real-time|micro-batch)$",
+        description="How the views' queries run: real-time (each record goes through as it "
+        "arrives: milliseconds; every task holds a slot) or micro-batch.")
+    realtime_batch_s: int = Field(
+        300, ge=5, le=86400,
+        description="Real-time mode's batch length in seconds: at each batch's end Spark "
+        "checkpoints (records then wait 0.3-2 s) and the changelog's markers are written, "
+        "the bound on position waits of any read but the written key's.")
     trigger_ms: int = Field(0, ge=0, description="Micro-batch trigger interval (0 = asap).")
     max_offsets_per_trigger: int | None = Field(
         None, ge=1, description="Cap on input records per micro-batch."
@@ -215,8 +224,9 @@ class Settings(BaseSettings):
         default_factory=dict,
         description="Spark settings (JSON object) over the pipeline's own (pipeline/session.py).")
     warmup: bool = Field(
-        True, description="Run every view's plan once on an example record before the pipeline "
-        "says ready (pipeline/warmup.py), so the first write's batch runs warm.")
+        True, description="Run every view's plan once on an example record, in its mode and "
+        "through Spark's Kafka sink, before the pipeline says ready (pipeline/warmup.py), so "
+        "the first write runs warm.")
     metrics_host: str = Field("127.0.0.1", description="The pipeline's metrics listen host.")
     metrics_port: int = Field(9400, ge=0, le=65535,
                               description="The pipeline's Prometheus metrics port (0: none).")

@@ -1,7 +1,8 @@
 """The dashboard in a real browser (headless Chromium, driven by Playwright) against
 three real nodes with authentication on: its data is refused without the token, it
-shows every node and partition, the map changes when a node stops, queries typed in the
-box answer the right values, and event streams end with their clients.
+shows every node and partition and plots write to stored per view, the map changes when
+a node stops, queries typed in the box answer the right values, and event streams end
+with their clients.
 
 A screenshot of each state is saved under tests/artifacts/ (git-ignored; the folder to
 keep as a CI job's artifacts). Chromium is Debian's package (``make install`` and
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +90,19 @@ def test_dashboard_shows_the_cluster_live_and_runs_queries(cluster: Any) -> None
             assert _actives(page) == 3
             expect(balances.locator("caption")).to_contain_text("active replicas at most")
             expect(page.locator("#traffic tbody tr")).to_have_count(3)  # local, forwarded, fanout
+            # rows written now, carrying their input time: write to stored, plotted
+            more = [{"account": f"f{i}", "balance": i, "count": 1, "last_update": 0}
+                    for i in range(30)]
+            for _ in range(3):  # three windows of the plot at least
+                produce_rows(cluster.bootstrap, cluster.topic(BALANCES.changelog_topic),
+                             BALANCES, more, written_ms=int(time.time() * 1000))
+                time.sleep(5)  # pacing: the page samples every 5 s
+            fresh = page.locator('#freshness tbody tr:has(td:text-is("balances"))')
+            expect(fresh).to_have_count(1, timeout=WAIT_MS)
+            expect(fresh.locator("svg polyline")).to_have_count(2)
+            page.wait_for_function(
+                "document.querySelector('#freshness tbody tr td:nth-child(6)')"
+                ".textContent !== '0'", timeout=WAIT_MS)
             page.screenshot(path=str(ARTIFACTS / "dashboard-3-nodes.png"), full_page=True)
             _streams_end_with_their_clients(ports[1], cluster.token)
 
@@ -107,7 +122,8 @@ def test_dashboard_shows_the_cluster_live_and_runs_queries(cluster: Any) -> None
             page.select_option("#q-type", "aggregate")
             page.fill("#q-params", "agg=sum(balance)")
             page.click("#query button")
-            expect(page.locator("#q-answer")).to_contain_text(f'"sum(balance)": {sum(range(30))}',
+            total = 2 * sum(range(30))  # a0..a29 and f0..f29
+            expect(page.locator("#q-answer")).to_contain_text(f'"sum(balance)": {total}',
                                                               timeout=WAIT_MS)
 
             stopped = ports[2]

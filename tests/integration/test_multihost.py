@@ -167,7 +167,8 @@ def test_bank_through_a_standalone_spark_cluster_losing_a_worker(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The pipeline unchanged on a Spark standalone cluster (a master and two workers of
     one core each, from pip's PySpark; executors run the same virtualenv), serving nodes
-    on three hosts; a worker killed mid-stream: the query goes on, balances stay exact."""
+    on three hosts; a worker killed mid-stream: the query goes on, balances stay exact.
+    Real-time mode is refused there (too few slots, one line), micro-batch runs."""
     common = _common(gateway_broker.bootstrap_servers, "sc")
     ingest = f"{hosts.addresses[3]}:8080"  # a host of its own
     procs("ingest", [*common, "--no-auth", "--ingest-host", hosts.addresses[3],
@@ -175,9 +176,17 @@ def test_bank_through_a_standalone_spark_cluster_losing_a_worker(
           ).wait_ready(f"http://{ingest}/health", 60)
     advertised, _ = _start_nodes(hosts, procs, tmp_path, common)
     monkeypatch.setenv("SPARK_LOCAL_IP", hosts.gateway)  # the driver, for the executors
+    # real-time mode holds a slot per input and shuffle partition (bank: 3 + 3, and 3 for
+    # the dead letters' batches); two one-core workers have 2: refused in one line
+    refused = procs("pipeline", [*common, "--master", standalone.url, "--checkpoint-dir",
+                                 str(tmp_path / "checkpoints"), "--metrics-port", "0"],
+                    name="pipeline-refused")
+    assert refused.proc is not None and refused.proc.wait(180) == 1
+    assert (f"streamiq pipeline: the Spark cluster at {standalone.url} has 2 task slots; "
+            "real-time mode holds 9 for these views") in refused.log(), refused.log()[-3000:]
     pipeline = procs("pipeline", [*common, "--master", standalone.url, "--checkpoint-dir",
-                                  str(tmp_path / "checkpoints"), "--metrics-port", "0"],
-                     name="pipeline")
+                                  str(tmp_path / "checkpoints"), "--metrics-port", "0",
+                                  "--trigger", "micro-batch"], name="pipeline")
     pipeline.wait_line("pipeline ready", 300)
     apps = standalone.state().get("activeapps")
     assert isinstance(apps, list) and apps and apps[0]["cores"] == 2, standalone.state()

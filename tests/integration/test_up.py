@@ -31,6 +31,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -198,6 +199,7 @@ def test_sigkill_of_the_pipeline_loses_and_double_counts_nothing(up: Up) -> None
                 killed.set()
             time.sleep(0.02)
     assert killed.is_set()
+    assert "mode=real-time" in up.log()  # the demo's default: the kill hit real-time mode
     up.wait_for(_restart_line("pipeline"), 60, offset)
     up.wait_for(r"^streamiq: pipeline ready again \(Spark .*\) after restart \d+$", START_S,
                 offset)
@@ -224,6 +226,31 @@ def test_sigkill_of_the_pipeline_loses_and_double_counts_nothing(up: Up) -> None
     # the restarted pipeline serves its metrics again on the port up gave it
     metrics = HTTP.get(f"http://127.0.0.1:{up.metrics_port}/metrics", timeout=10).text
     assert 'streamiq_pipeline_input_records_total{view="balances"}' in metrics
+
+
+def test_every_example_runs_as_readme_says_with_its_own_session(up: Up) -> None:
+    """README: with the demo running and its token exported, ``.venv/bin/python
+    examples/X.py`` (here with this up's addresses as arguments). Each runs its own
+    SparkSession with no PYSPARK_PYTHON or other setting of ours, and checks its view's
+    answers from every node itself (exit 0 only then)."""
+    examples = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.py"))
+    assert examples
+    nodes = ",".join(f"127.0.0.1:{p}" for p in up.node_ports)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("STREAMIQ_", "PYSPARK_", "SPARK_"))}
+    env["STREAMIQ_TOKEN"] = (up.root / "token").read_text().strip()  # the export line's
+    for script in examples:
+        done = subprocess.run([sys.executable, str(script), f"127.0.0.1:{up.broker_port}",
+                               nodes], env=env,
+                              capture_output=True, text=True, timeout=600, check=False)
+        out = done.stdout + done.stderr
+        assert done.returncode == 0, f"{script.name}:\n{out[-4000:]}"
+        assert "every node answers" in done.stdout, out[-4000:]
+        # its join is not one real-time mode runs: one line says so, then micro-batch
+        fallback = [line for line in out.splitlines() if line.startswith("streamiq.sink:")]
+        assert fallback == ["streamiq.sink: real-time mode does not run SortExec, "
+                            "SortMergeJoinExec (not on its operator allowlist); the query "
+                            "runs in micro-batch mode"], out[-4000:]
 
 
 def test_sigkill_of_ingest_loses_no_acknowledged_write(up: Up) -> None:

@@ -100,6 +100,17 @@ def test_one_image_and_spark_executors_run_it_in_the_drivers_namespace() -> None
     assert conf["spark.kubernetes.authenticate.driver.serviceAccountName"] \
         == pod["serviceAccountName"] == _kind("ServiceAccount")["metadata"]["name"]
     assert submit.rstrip().endswith("pyspark-shell")
+    # real-time mode's slots: the views' input and shuffle partitions, and the dead
+    # letters' batches (pipeline/modes.py), or the pipeline refuses to start
+    from streamiq.pipeline import modes
+    from streamiq.views.base import load_app
+
+    cfg = tomllib.loads(_kind("ConfigMap")["data"]["streamiq.toml"])
+    n, app = cfg["partitions"], load_app(cfg["app"])
+    needed = modes.slots([n] * len(app.views), n, n)
+    have = int(conf["spark.executor.instances"]) * int(conf["spark.executor.cores"])
+    assert cfg.get("pipeline", {}).get("trigger") == "micro-batch" or have >= needed, \
+        (have, needed)
 
 
 def test_the_dockerfile_runs_the_entrypoint_that_starts_executors() -> None:

@@ -46,7 +46,8 @@ _NODE = ("host", "port", "advertised", "state_dir", "store", "standby_replicas",
          "max_lag", "wait_timeout_ms",
          "max_waiters", "internal_concurrency", "redirect", "cluster_secret", *_AUTH,
          *_TLS, *_HTTP, *_SQL)
-_PIPELINE = ("master", "checkpoint_dir", "trigger_ms", "max_offsets_per_trigger",
+_PIPELINE = ("master", "checkpoint_dir", "trigger", "realtime_batch_s", "trigger_ms",
+             "max_offsets_per_trigger",
              "metrics_host", "metrics_port", "spark_config", "warmup")
 
 COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -56,7 +57,10 @@ COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
            + ("host", "state_dir", "standby_replicas", "max_lag", "redirect",
               "cluster_secret", "restart_max_s", "store")),
     "broker": ("run the embedded Apache Kafka broker (KRaft, one node; --install resolves "
-               "its jars with Maven)", _BROKER),
+               "its jars)", _BROKER),
+    "install": ("resolve what the parts need beyond pip (Apache Kafka's jars, Spark's Kafka "
+                "connector; Java and network once, no Maven), then exit; up does it when "
+                "something is missing", ()),
     "ingest": ("run the ingest HTTP service", _KAFKA + _INGEST + _TLS + _HTTP),
     "pipeline": ("run the PySpark pipeline", _KAFKA + _PIPELINE),
     "node": ("run one serving node", _KAFKA + _NODE),
@@ -129,8 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
                                  "the node stores and the Spark checkpoints first")
         if cmd == "broker":
             sp.add_argument("--install", action="store_true",
-                            help="resolve Apache Kafka's jars with Maven and make the broker's "
-                                 "class-data archive (once; make install runs it), then exit")
+                            help="resolve Apache Kafka's jars and make the broker's "
+                                 "class-data archive (once; streamiq install does it and "
+                                 "Spark's connector), then exit")
     for name, module in CLIENTS.items():
         module.add_parser(sub)
         sub.choices[name].add_argument(
@@ -232,6 +237,9 @@ def _runner(cmd: str) -> Callable[..., None]:
     if cmd == "pipeline":
         from streamiq.pipeline.runner import run_pipeline
         return run_pipeline
+    if cmd == "install":
+        from streamiq.cli.install import run_install
+        return run_install
     from streamiq.serving.main import run_node
     return run_node
 

@@ -4,7 +4,9 @@ The cluster map comes from the first node that answers ``GET /v1/cluster`` (ever
 computes the same one); readiness from each member's own ``GET /health``. Each node
 lists, per view, every partition it is assigned or holds: its role (``active``,
 ``standby``, or ``previous`` for a partition it still holds while new replicas
-restore), changelog offset and lag, and whether it has restored. When a ``streamiq up``
+restore), changelog offset and lag, and whether it has restored. Per view, write to
+stored (an input record's time to its row stored on a node) at p50 and p99, from every
+node's histogram since it started (``/health``'s ``freshness``). When a ``streamiq up``
 runs on this machine, its parts (ready, restarts, crash-looping, next restart) come
 from the ``up.json`` it keeps beside the state directory (STREAMIQ_STATE_DIR).
 """
@@ -34,7 +36,8 @@ from streamiq.cli.common import (
     saved_file,
 )
 
-__all__ = ["add_parser", "build_status", "fetch", "render", "render_up", "run", "up_parts"]
+__all__ = ["add_parser", "build_status", "fetch", "freshness", "render", "render_up", "run",
+           "up_parts"]
 
 HELP = "show the cluster: nodes, and per view the partitions each holds, role, lag, ready"
 
@@ -120,6 +123,32 @@ def _problems(health: dict[str, Any]) -> list[str]:
     return out
 
 
+def freshness(health: dict[str, dict[str, Any] | None]) -> dict[str, dict[str, Any]]:
+    """Write to stored per view, every node's histogram merged: p50/p99 in ms, rows."""
+    from streamiq.metrics import Latency
+
+    merged: dict[str, Latency] = {}
+    for h in health.values():
+        for view, f in ((h or {}).get("freshness") or {}).items():
+            try:
+                buckets, counts = tuple(float(b) for b in f["buckets"]), f["counts"]
+                lat = merged.setdefault(view, Latency(("view",), buckets))
+                if lat.buckets != buckets or len(counts) != len(buckets) + 1:
+                    continue  # another node's histogram of other buckets: not merged
+                lat.counts[(view,)] = [a + int(b) for a, b in zip(
+                    lat.counts.get((view,), [0] * len(counts)), counts, strict=True)]
+                lat.sums[(view,)] = 0.0
+            except (KeyError, TypeError, ValueError):
+                continue  # a node of another version
+    out = {}
+    for view, lat in sorted(merged.items()):
+        p50, p99 = lat.quantile(0.5), lat.quantile(0.99)
+        if p50 is not None and p99 is not None:
+            out[view] = {"p50_ms": round(p50 * 1000, 1), "p99_ms": round(p99 * 1000, 1),
+                         "rows": lat.count((view,))}
+    return out
+
+
 def build_status(via: str, cluster: dict[str, Any],
                  health: dict[str, dict[str, Any] | None]) -> dict[str, Any]:
     """The status document (what ``--json`` prints) from the raw answers."""
@@ -137,7 +166,7 @@ def build_status(via: str, cluster: dict[str, Any],
                       "answering": [r["address"] for r in pv.get("replicas", [])]}
                      for p, pv in sorted(parts.items(), key=lambda kv: int(kv[0]))]
               for view, parts in sorted(views.items())}
-    return {"via": via, "nodes": nodes, "views": served}
+    return {"via": via, "nodes": nodes, "views": served, "freshness": freshness(health)}
 
 
 def _summary(doc: dict[str, Any]) -> Text:
@@ -171,7 +200,14 @@ def render(doc: dict[str, Any]) -> Group:
         table.add_section()
     problems = [Text(f"{n['endpoint']}: {problem}", style="yellow")
                 for n in doc["nodes"] for problem in n["problems"]]
-    return Group(_summary(doc), table, *problems)
+    fresh = [Text(f"write -> stored, {view}: p50 {_ms(f['p50_ms'])}, p99 {_ms(f['p99_ms'])} "
+                  f"({f['rows']:,} rows stored on every node since it started)")
+             for view, f in doc.get("freshness", {}).items()]
+    return Group(_summary(doc), table, *problems, *fresh)
+
+
+def _ms(ms: float) -> str:
+    return f"{ms:,.0f} ms" if ms >= 10 else f"{ms:.1f} ms"
 
 
 def up_parts() -> dict[str, Any] | None:

@@ -18,8 +18,9 @@ a clean slate). Ctrl-C or SIGTERM, sent to ``up`` alone or to its whole process 
 stops every part (nodes first, broker last; a part still running 30 s later is killed)
 and ``up`` exits 0. With authentication on, the demo token (24 h, renewed by ``up``) is
 printed with "all parts ready" and saved with the JWT secret beside the state directory
-(cli/tokens.py). Preconditions (Java, the broker's jars, free ports, the app) are checked
-first so a bad start fails with one clear line.
+(cli/tokens.py). Preconditions (Java, free ports, the app) are checked first so a bad start
+fails with one clear line; what the parts need beyond pip (Kafka's jars, Spark's connector)
+is installed then when missing (``streamiq install``).
 """
 
 from __future__ import annotations
@@ -89,6 +90,8 @@ def _parts(s: Settings, nodes: int, node_port: int, sql_port: int = 0) -> list[P
                 ingest, http_ok(f"{ingest}/health")),
            Part("pipeline", [*py, "pipeline", *_common(s), "--master", s.master,
                              "--checkpoint-dir", str(s.checkpoint_dir),
+                             "--trigger", s.trigger,
+                             "--realtime-batch-s", str(s.realtime_batch_s),
                              "--trigger-ms", str(s.trigger_ms),
                              "--spark-config", json.dumps(s.spark_config),
                              "--warmup" if s.warmup else "--no-warmup",
@@ -151,6 +154,7 @@ def run_up(settings: Settings, nodes: int = 3, node_port: int = 9001,
            sql_port: int = 5433, fresh: bool = False) -> None:
     embedded = "bootstrap_servers" not in settings.model_fields_set
     topics = _check(settings, nodes, node_port, embedded, sql_port)
+    _install(embedded)
     if fresh:
         _clean_slate(settings, embedded)
     # Before any child exists: Ctrl-C from here on stops cleanly, never a traceback.
@@ -195,6 +199,18 @@ def run_up(settings: Settings, nodes: int = 3, node_port: int = 9001,
             gone.unlink(missing_ok=True)
         say("stopped")
     raise SystemExit(code)
+
+
+def _install(embedded: bool) -> None:
+    """What the parts need beyond pip (``streamiq install``), resolved now when missing,
+    so a pip-installed streamiq comes up in an empty folder; one line if it cannot be."""
+    from streamiq.cli.install import ensure_installed
+    from streamiq.kafka.jars import JarsError
+
+    try:
+        ensure_installed(say, broker=embedded)
+    except JarsError as exc:
+        _fail(str(exc))
 
 
 def _share_secrets(s: Settings) -> DemoToken | None:

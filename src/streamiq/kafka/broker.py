@@ -2,7 +2,7 @@
 
 ``streamiq up`` (and the test suite) run one node that is broker and controller at once,
 its log on disk in ``data_dir`` so that a restart keeps every topic. The jars come from
-:mod:`streamiq.kafka.jars` (resolved by Maven at install time). Several brokers form one
+:mod:`streamiq.kafka.jars` (resolved by Ivy at install time). Several brokers form one
 cluster when each is given the same ``voters`` (node id -> controller host:port) and
 ``cluster_id``. Production deployments point ``--bootstrap-servers`` at their own Kafka.
 """

@@ -3,7 +3,7 @@
 A broker's JVM spends most of its start loading, parsing and verifying the classes of
 Kafka's jars. Java 17's dynamic archive (``-XX:ArchiveClassesAtExit``) writes the classes
 one short broker run loaded; every later broker on the same jars maps them instead.
-``streamiq broker --install`` (``make install``) makes it beside the jars, with a
+``streamiq install`` (``make install``) makes it beside the jars, with a
 throwaway broker (kafka/install.py). Measured on 2 cores (``bench/bench_kafka.py``
 prints both, interleaved): a start on an empty folder 4.7 s -> 2.8 s, a restart 3.3 s ->
 1.8 s and its JVM's CPU by then 5.6 s -> 3.0 s, resident memory 239 MB -> 191 MB.

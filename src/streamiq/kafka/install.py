@@ -1,7 +1,8 @@
-"""What ``streamiq broker --install`` (``make install``) does: Apache Kafka's jars,
-resolved by Maven (kafka/jars.py), then the broker's class-data archive (kafka/cds.py),
-written by one short broker run that creates a compacted topic, produces with an
-idempotent producer and consumes in a group: the classes a broker works with.
+"""What ``streamiq install`` (and ``streamiq broker --install``) does for the broker:
+Apache Kafka's jars, resolved by Ivy (kafka/jars.py), then the broker's class-data
+archive (kafka/cds.py), written by one short broker run that creates a compacted topic,
+produces with an idempotent producer and consumes in a group: the classes a broker
+works with.
 """
 
 from __future__ import annotations

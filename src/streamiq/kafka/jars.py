@@ -1,33 +1,48 @@
-"""The embedded broker's jars: Apache Kafka resolved by Maven, once, at install time.
+"""Jars streamiq runs on, resolved once at install time by the Ivy inside PySpark.
 
-``streamiq broker --install`` (run by ``make install``) asks Maven to copy Apache Kafka
-and its runtime dependencies, as declared in the packaged ``broker-pom.xml``, into a
-folder of this Python environment (``<prefix>/share/streamiq/kafka-<version>``, or
-``STREAMIQ_KAFKA_LIBS``). Starting a broker only reads that folder: nothing is fetched
-at run time.
+Two sets: the embedded broker's (Apache Kafka, :data:`BROKER_MODULES`) and Spark's Kafka
+connector (``pipeline/connector.py``). Each is resolved by Apache Ivy, the resolver
+PySpark ships in its ``jars`` folder and uses itself for ``spark.jars.packages`` (Spark's
+``SparkSubmitUtils``), from Maven Central, reading a local Maven repository
+(``~/.m2/repository``) first when there is one: a user needs Python and Java only, no
+Maven. The jars go into a folder of this Python environment
+(``<prefix>/share/streamiq/<name>``, or an environment variable per set), written whole
+or not at all; starting a broker or Spark only reads that folder: nothing is fetched at
+run time. ``streamiq install`` (``make install``, and ``streamiq up`` when something is
+missing) resolves both.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from xml.sax.saxutils import quoteattr
 
-__all__ = ["KAFKA_VERSION", "JarsError", "install_jars", "installed", "kafka_libs",
-           "maven_copy"]
+__all__ = ["BROKER_MODULES", "KAFKA_VERSION", "JarsError", "install_jars", "installed",
+           "ivy_copy", "kafka_libs"]
 
-#: the Apache Kafka release the embedded broker runs (kept equal to broker-pom.xml's)
+#: the Apache Kafka release the embedded broker runs
 KAFKA_VERSION = "4.4.0"
-_POM = Path(__file__).with_name("broker-pom.xml")
+Module = tuple[str, str, str]  # (organisation, name, revision), as in Maven coordinates
+#: the embedded broker's classpath: Kafka (KRaft) with a log4j2 binding for its logs
+BROKER_MODULES: tuple[Module, ...] = (
+    ("org.apache.kafka", "kafka_2.13", KAFKA_VERSION),
+    ("org.apache.logging.log4j", "log4j-slf4j2-impl", "2.25.5"),
+    ("org.slf4j", "slf4j-api", "2.0.17"),
+)
+MAVEN_CENTRAL = "https://repo1.maven.org/maven2/"
 _MARK = ".complete"  # written last: a folder without it is an interrupted install
+_INSTALL = "'streamiq install'"
 
 
 class JarsError(RuntimeError):
-    """The broker's jars are missing and could not be resolved."""
+    """Jars are missing and could not be resolved."""
 
 
 def kafka_libs() -> Path:
@@ -43,45 +58,86 @@ def installed(libs: Path | None = None) -> bool:
     return ((libs or kafka_libs()) / _MARK).is_file()
 
 
-def maven_copy(pom: Path, libs: Path, *, what: str, install: str, expect: str,
-               props: dict[str, str] | None = None,
-               drop: Callable[[Path], bool] | None = None, quiet: bool = True) -> Path:
-    """Maven's ``dependency:copy-dependencies`` of ``pom`` (runtime scope) into ``libs``,
+def _ivy_jar() -> Path:
+    """Apache Ivy as PySpark ships it (``pyspark/jars/ivy-*.jar``)."""
+    spec = importlib.util.find_spec("pyspark")
+    roots = list(spec.submodule_search_locations or []) if spec else []
+    found = sorted(p for r in roots for p in (Path(r) / "jars").glob("ivy-*.jar"))
+    if not found:
+        raise JarsError("Apache Ivy was not found in PySpark's jars (is pyspark installed?)")
+    return found[-1]
+
+
+def _java() -> str:
+    home = os.environ.get("JAVA_HOME")
+    java = str(Path(home) / "bin" / "java") if home else shutil.which("java")
+    if not java or not Path(java).exists():
+        raise JarsError("Java was not found (streamiq needs Java 17): install it or set "
+                        "JAVA_HOME")
+    return java
+
+
+def _settings() -> str:
+    """Ivy's resolvers: the local Maven repository (if any) before Maven Central."""
+    m2 = Path.home() / ".m2" / "repository"
+    local = (f'<ibiblio name="local-m2" m2compatible="true" checkmodified="false" '
+             f'root={quoteattr(m2.as_uri())}/>' if m2.is_dir() else "")
+    return (f'<ivysettings><settings defaultResolver="chain"/><resolvers>'
+            f'<chain name="chain" returnFirst="true">{local}'
+            f'<ibiblio name="central" m2compatible="true" root="{MAVEN_CENTRAL}"/>'
+            f'</chain></resolvers></ivysettings>\n')
+
+
+def _module(modules: Sequence[Module]) -> str:
+    deps = "".join(f'<dependency org={quoteattr(o)} name={quoteattr(n)} rev={quoteattr(r)} '
+                   f'conf="default->default"/>' for o, n, r in modules)
+    return (f'<ivy-module version="2.0"><info organisation="io.streamiq" module="jars"/>'
+            f'<dependencies>{deps}</dependencies></ivy-module>\n')
+
+
+def ivy_copy(modules: Sequence[Module], libs: Path, *, what: str, expect: str,
+             install: str = _INSTALL, drop: Callable[[Path], bool] | None = None,
+             quiet: bool = True) -> Path:
+    """Resolve ``modules`` and their runtime dependencies with Ivy into ``libs``,
     atomically and once: a temporary sibling folder, renamed into place with a marker
     written last, so an interrupted install is redone. ``expect`` is a glob that must
-    match a copied jar; jars ``drop`` selects are left out. JarsError naming ``what`` (and
-    ``install``, the command to run once Maven is there)."""
+    match a copied jar; jars ``drop`` selects are left out. JarsError naming ``what``
+    (and ``install``, the command that does it again)."""
     if installed(libs):
         return libs
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        raise JarsError(f"{what} is resolved by Maven, which was not found: install it "
-                        f"(apt-get install maven) and run {install}")
+    java, ivy = _java(), _ivy_jar()
     libs.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{libs.name}-", dir=libs.parent))
-    argv = [mvn, "-B", *(["-q"] if quiet else []), "-f", str(pom),
-            *(f"-D{k}={v}" for k, v in (props or {}).items()),
-            "dependency:copy-dependencies", "-DincludeScope=runtime",
-            f"-DoutputDirectory={work}"]
-    done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if done.returncode != 0 or not any(work.glob(expect)):
+    try:
+        (work / "ivysettings.xml").write_text(_settings())
+        (work / "ivy.xml").write_text(_module(modules))
+        argv = [java, "-jar", str(ivy), *(["-warn"] if quiet else []),
+                "-settings", str(work / "ivysettings.xml"), "-ivy", str(work / "ivy.xml"),
+                "-confs", "default", "-types", "jar", "bundle",
+                "-retrieve", f"{work}/[artifact]-[revision](-[classifier]).[ext]"]
+        done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, check=False)
+        if done.returncode != 0 or not any(work.glob(expect)):
+            tail = "\n".join(done.stdout.strip().splitlines()[-15:])
+            raise JarsError(f"could not resolve {what} (Apache Ivy, from {MAVEN_CENTRAL}); "
+                            f"run {install} again once it is reachable:\n{tail}")
+        for f in (work / "ivysettings.xml", work / "ivy.xml"):
+            f.unlink()
+        for jar in work.glob("*.jar"):
+            if drop is not None and drop(jar):
+                jar.unlink()
+        (work / _MARK).write_text(what + "\n")
+        shutil.rmtree(libs, ignore_errors=True)
+        work.rename(libs)
+    finally:
         shutil.rmtree(work, ignore_errors=True)
-        tail = "\n".join(done.stdout.strip().splitlines()[-15:])
-        raise JarsError(f"Maven could not resolve {what}:\n{tail}")
-    for jar in work.glob("*.jar"):
-        if drop is not None and drop(jar):
-            jar.unlink()
-    (work / _MARK).write_text(what + "\n")
-    shutil.rmtree(libs, ignore_errors=True)
-    work.rename(libs)
     return libs
 
 
 def install_jars(libs: Path | None = None, quiet: bool = True) -> Path:
-    """Resolve the jars with Maven into ``libs`` (idempotent); the folder."""
-    return maven_copy(_POM, libs or kafka_libs(), what=f"Apache Kafka {KAFKA_VERSION}",
-                      install="'streamiq broker --install'", expect="kafka_2.13-*.jar",
-                      quiet=quiet)
+    """Resolve the broker's jars into ``libs`` (idempotent); the folder."""
+    return ivy_copy(BROKER_MODULES, libs or kafka_libs(), what=f"Apache Kafka {KAFKA_VERSION}",
+                    expect="kafka_2.13-*.jar", quiet=quiet)
 
 
 def classpath(libs: Path | None = None) -> str:
@@ -89,6 +145,6 @@ def classpath(libs: Path | None = None) -> str:
     libs = libs or kafka_libs()
     if not installed(libs):
         raise JarsError(f"Apache Kafka's jars are not installed in {libs}: run "
-                        "'streamiq broker --install' (Maven resolves them once), or pass "
-                        "--bootstrap-servers for an existing Kafka")
+                        f"{_INSTALL} (resolves them once), or pass --bootstrap-servers "
+                        "for an existing Kafka")
     return str(libs / "*")

@@ -1,9 +1,16 @@
-"""Spark's own Kafka connector (``format("kafka")``): resolved by Maven, once, at install.
+"""Spark's own Kafka connector (``format("kafka")``): the version pairing, resolved once.
 
-``python -m streamiq.pipeline.connector --install`` (run by ``make install``) asks Maven
-to copy ``org.apache.spark:spark-sql-kafka-0-10_2.13`` at exactly the installed PySpark's
-version, with its runtime dependencies (``connector-pom.xml``), into a folder of this
-Python environment (``<prefix>/share/streamiq/spark-kafka-<version>``, or
+The one place that names the versions: :data:`SPARK_VERSION` (PySpark, pinned to it in
+``pyproject.toml``; a unit test holds them equal) and :data:`CONNECTOR_VERSION`, the
+``spark-sql-kafka-0-10_2.13`` release it runs with. Maven Central serves the connector
+up to 4.2.0, not 4.3.0 yet; the 4.2.0 connector loads and runs on Spark 4.3.0 in both
+trigger modes (all 432 of its class references resolve; the integration tests run it in
+real-time and micro-batch mode). When the 4.3 connector is served, both become 4.3.x.
+
+``streamiq install`` (``python -m streamiq.pipeline.connector --install`` does this part
+alone) resolves the connector with its runtime dependencies through Ivy
+(:func:`streamiq.kafka.jars.ivy_copy`, no Maven needed) into a folder of this Python
+environment (``<prefix>/share/streamiq/spark-kafka-<connector>-spark-<spark>``, or
 ``STREAMIQ_SPARK_KAFKA_LIBS``). Jars PySpark already ships (Scala, Hadoop, lz4, snappy,
 slf4j: any version) are left out, so the JVM sees one copy of each; what remains (the
 connector, its token provider, kafka-clients, commons-pool2) is passed as ``spark.jars``.
@@ -17,18 +24,22 @@ import re
 import sys
 from pathlib import Path
 
-from streamiq.kafka.jars import JarsError, installed, maven_copy
+from streamiq.kafka.jars import JarsError, installed, ivy_copy
 
-__all__ = ["CONNECTOR", "connector_jars", "connector_libs", "install_connector",
-           "require_connector", "spark_version"]
+__all__ = ["CONNECTOR", "CONNECTOR_VERSION", "SPARK_VERSION", "connector_jars",
+           "connector_libs", "install_connector", "require_connector", "spark_version"]
 
+#: PySpark's version (pyproject.toml pins ``pyspark==`` this)
+SPARK_VERSION = "4.3.0"
+#: Spark's Kafka connector's version: the newest Maven Central serves (4.3.0 is not yet)
+CONNECTOR_VERSION = "4.2.0"
 CONNECTOR = "spark-sql-kafka-0-10_2.13"
-_POM = Path(__file__).with_name("connector-pom.xml")
-_INSTALL = "python -m streamiq.pipeline.connector --install (make install runs it)"
+_INSTALL = "'streamiq install' (make install runs it)"
 _VERSIONED = re.compile(r"^(?P<name>.+?)-\d[\w.+-]*\.jar$")
 
 
 def spark_version() -> str:
+    """The installed PySpark's version."""
     import pyspark
 
     return str(pyspark.__version__)
@@ -36,11 +47,12 @@ def spark_version() -> str:
 
 def connector_libs() -> Path:
     """Where the connector's jars are (or go): ``STREAMIQ_SPARK_KAFKA_LIBS`` or the
-    environment's share folder, per PySpark version."""
+    environment's share folder, per connector and PySpark version."""
     given = os.environ.get("STREAMIQ_SPARK_KAFKA_LIBS")
     if given:
         return Path(given)
-    return Path(sys.prefix) / "share" / "streamiq" / f"spark-kafka-{spark_version()}"
+    return (Path(sys.prefix) / "share" / "streamiq"
+            / f"spark-kafka-{CONNECTOR_VERSION}-spark-{spark_version()}")
 
 
 def _artifact(jar: str) -> str:
@@ -56,12 +68,13 @@ def _pyspark_artifacts() -> set[str]:
 
 
 def install_connector(libs: Path | None = None, quiet: bool = True) -> Path:
-    """Resolve the connector with Maven into ``libs`` (idempotent); the folder."""
-    version, shipped = spark_version(), _pyspark_artifacts()
-    return maven_copy(_POM, libs or connector_libs(), quiet=quiet, install=_INSTALL,
-                      what=f"org.apache.spark:{CONNECTOR}:{version} (PySpark's version)",
-                      expect=f"{CONNECTOR}-{version}.jar", props={"spark.version": version},
-                      drop=lambda jar: _artifact(jar.name) in shipped)
+    """Resolve the connector into ``libs`` (idempotent); the folder."""
+    shipped = _pyspark_artifacts()
+    return ivy_copy([("org.apache.spark", CONNECTOR, CONNECTOR_VERSION)],
+                    libs or connector_libs(), quiet=quiet, install=_INSTALL,
+                    what=f"org.apache.spark:{CONNECTOR}:{CONNECTOR_VERSION}",
+                    expect=f"{CONNECTOR}-{CONNECTOR_VERSION}.jar",
+                    drop=lambda jar: _artifact(jar.name) in shipped)
 
 
 def connector_jars(libs: Path | None = None) -> list[str]:
@@ -76,7 +89,7 @@ def require_connector(libs: Path | None = None) -> list[str]:
     """:func:`connector_jars`, or JarsError naming the missing jar and the install command."""
     libs = libs or connector_libs()
     jars = connector_jars(libs)
-    want = f"{CONNECTOR}-{spark_version()}.jar"
+    want = f"{CONNECTOR}-{CONNECTOR_VERSION}.jar"
     if not any(Path(j).name == want for j in jars):
         raise JarsError(f"Spark's Kafka connector is not installed: {libs / want} is missing; "
                         f"run {_INSTALL}")

@@ -1,22 +1,23 @@
 """Parsing, validation and the dead-letter path of a view's input.
 
-The hot path stays in the JVM and reads the input once: each view's query parses the
-value with ``from_json`` (PERMISSIVE, with a corrupt-record column), keeps the valid
-rows and counts the invalid ones with an observed metric (``streamiq_dead_letters``).
-Only when a micro-batch reports invalid records is that batch's exact offset range
-(from the query progress, or the offset log after a restart) re-read as a *batch*
-query to find them, give each a reason and write them to ``streamiq-dead-letters``
-(:mod:`~streamiq.pipeline.deadletter_record`: the record's key and value as raw bytes,
-UTF-8 text or base64, truncated to fit the topic's ``max.message.bytes``)::
+The hot path stays in the JVM: each view's query parses the value with ``from_json``
+(PERMISSIVE, with a corrupt-record column) and keeps the valid rows. The invalid ones
+are found by a sibling query over the same input (:func:`dead_letter_stream`, one per
+distinct input and validation, micro-batch: dead letters need no milliseconds), which
+gives each a reason and writes it to ``streamiq-dead-letters`` through Spark's Kafka
+sink (:mod:`~streamiq.pipeline.deadletter_record`: the record's key and value as raw
+bytes, UTF-8 text or base64, truncated to fit the topic's ``max.message.bytes``)::
 
     {"reason", "view", "topic", "partition", "offset", "timestamp", "key", "key_encoding",
      "key_bytes", "value", "value_encoding", "value_bytes", "truncated"}
 
+Each of its batches reports how many it wrote by reason class, and one sample, as an
+observed metric (:data:`METRIC`), for the pipeline's counters and its rate-limited log.
 The input key is never decoded (views read the value only): a key that is not UTF-8
 is carried as bytes, and written in base64 when its record is dead-lettered.
 
-Delivery to the dead-letter topic is at-least-once: after a crash the batches since
-the last recorded one are scanned again.
+Delivery to the dead-letter topic is at-least-once: the sibling query's checkpoint
+commits after its sink wrote, so a crash redoes at most its batch in flight.
 
 What is invalid, in the order the reason names it: a null value; a value longer than
 :data:`MAX_VALUE_BYTES`; a value that is not valid UTF-8; not a JSON object (including
@@ -27,33 +28,28 @@ field of the schema (checked for every view: such a value poisons every sum over
 key); then the view's ``checks`` in order, among them the numeric ranges of
 ``streamiq.views.limits`` that keep the aggregation from overflowing. Every expression
 here is total (comparisons, ``isnan``, ``coalesce``): nothing in validation can raise
-under ANSI arithmetic, so no input record can fail a micro-batch, and a replayed batch
+under ANSI arithmetic, so no input record can fail a batch, and a replayed batch
 cannot crash-loop the pipeline.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import threading
 from collections import Counter
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from streamiq.pipeline.deadletter_record import build, reason_class
-from streamiq.pipeline.deadletter_writer import DeadLetterWriter, RateLimitedLog
-from streamiq.pipeline.java_kafka import source_options
+from streamiq.pipeline.deadletter_record import letter_columns
+from streamiq.pipeline.deadletter_writer import RateLimitedLog
 from streamiq.views.base import View
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame
 
 __all__ = [
-    "CORRUPT", "DEAD_LETTER_TOPIC", "MAX_VALUE_BYTES", "METRIC", "RAW_VALUE", "DeadLetters",
-    "field_names",
-    "float_fields", "parse_input", "reason_column", "valid_column",
+    "CORRUPT", "DEAD_LETTER_TOPIC", "MAX_VALUE_BYTES", "METRIC", "RAW_VALUE",
+    "DeadLetterCounts", "dead_letter_stream", "field_names", "float_fields", "parse_input",
+    "reason_classes", "reason_column", "valid_column",
 ]
 
 log = logging.getLogger(__name__)
@@ -171,75 +167,55 @@ def reason_column(view: View) -> Column:
     return r
 
 
-class DeadLetters:
-    """Finds and writes the invalid records of given offset ranges; counts them."""
+def reason_classes(view: View) -> list[str]:
+    """Every reason class :func:`reason_column` can give (bounded metric labels)."""
+    out = ["null value", f"value too large (over {MAX_VALUE_BYTES} bytes)",
+           "value is not valid UTF-8", "invalid JSON (not a JSON object)",
+           "wrong type for field(s)"]
+    out += ["missing field(s)"] if view.required else []
+    out += ["not a finite number (NaN or Infinity) in field(s)"] if float_fields(view) else []
+    return out + [f"check failed: {reason}" for _, reason in view.checks]
 
-    def __init__(self, spark: SparkSession, view: View, kafka: Mapping[str, Any],
-                 checkpoint: str, source_topics: tuple[str, ...] | None = None,
-                 topic: str = DEAD_LETTER_TOPIC) -> None:
-        self.spark = spark
+
+def dead_letter_stream(raw: DataFrame, view: View, max_bytes: int) -> DataFrame:
+    """The dead letters of Kafka rows ``raw`` (a ``format("kafka")`` source): ``key``
+    (binary) and ``value`` (JSON text), with :data:`METRIC` observed per batch (a count
+    per reason class, and one ``sample``)."""
+    from pyspark.sql import functions as F
+
+    parsed = parse_input(raw, view)
+    reason = F.coalesce(reason_column(view), F.lit("invalid"))
+    bad = parsed.where(~valid_column(view)).withColumn("_reason", reason)
+    cls = F.when(F.col("_reason").startswith("check failed:"), F.col("_reason")).otherwise(
+        F.substring_index(F.col("_reason"), ":", 1))
+    sample = F.concat(F.col("_reason"), F.lit(": "), F.substring(
+        F.coalesce(F.col(RAW_VALUE).cast("string"), F.lit("null")), 1, 300))
+    counted = bad.withColumn("_class", cls).observe(
+        METRIC, *[F.count_if(F.col("_class") == c).alias(c) for c in reason_classes(view)],
+        F.min(sample).alias("sample"))
+    key, value = letter_columns(
+        F.col("_reason"), view.name, F.col("_streamiq_topic"), F.col("_streamiq_partition"),
+        F.col("_streamiq_offset"), F.unix_millis("kafka_timestamp"), F.col("_streamiq_key"),
+        F.col(RAW_VALUE), max_bytes)
+    return counted.select(key.alias("key"), value.alias("value"))
+
+
+class DeadLetterCounts:
+    """The dead letters one sibling query wrote, by reason class; a rate-limited log."""
+
+    def __init__(self, view: View, topic: str) -> None:
         self.view = view
-        self.source_topics = source_topics or view.source_topics  # real (prefixed) names
         self.topic = topic
-        self.kafka = dict(kafka)
-        self.state_file = Path(checkpoint) / "streamiq-dead-letters.json"
-        self.count = 0  # invalid records seen by the query (observed metric)
-        self.written = 0  # dead letters written by this process
-        self.reasons: Counter[str] = Counter()  # written, by reason class
-        self._writer: DeadLetterWriter | None = None
-        self._lock = threading.Lock()
+        self.written = 0
+        self.reasons: Counter[str] = Counter()
 
-    # -- progress of the dead-letter scan: last micro-batch whose bad records were written
-    def last_batch(self) -> int:
-        try:
-            return int(json.loads(self.state_file.read_text())["batch_id"])
-        except (OSError, ValueError, KeyError):
-            return -1
-
-    def record(self, batch_id: int) -> None:
-        tmp = self.state_file.with_suffix(".tmp")
-        tmp.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps({"batch_id": batch_id}))
-        os.replace(tmp, self.state_file)
-
-    def _bad_records(self, start: Mapping[str, Any] | None, end: Mapping[str, Any]) -> Any:
-        """The invalid records of offsets [start, end): an Arrow table, key and value as
-        the raw bytes (never decoded in Spark or Arrow)."""
-        from pyspark.sql import functions as F
-
-        start_json = json.dumps(start) if start else "earliest"
-        # an end still at "earliest" (-2) means nothing was read from that partition
-        end = {t: {p: max(int(o), 0) for p, o in po.items()} for t, po in end.items()}
-        raw = (self.spark.read.format("kafka").options(**source_options(self.kafka))
-               .option("subscribe", ",".join(self.source_topics))
-               .option("startingOffsets", start_json)
-               .option("endingOffsets", json.dumps(end))
-               .option("failOnDataLoss", "false").load())
-        parsed = parse_input(raw, self.view)
-        return parsed.where(~valid_column(self.view)).select(
-            reason_column(self.view).alias("reason"),
-            F.col("_streamiq_topic").alias("topic"),
-            F.col("_streamiq_partition").alias("partition"),
-            F.col("_streamiq_offset").alias("offset"),
-            F.unix_millis("kafka_timestamp").alias("timestamp"),
-            F.col("_streamiq_key").alias("key"), F.col(RAW_VALUE).alias("value"),
-        ).toArrow()
-
-    def scan(self, start: Mapping[str, Any] | None, end: Mapping[str, Any]) -> int:
-        """Write the invalid records of offsets [start, end) (start None: earliest)."""
-        if self._writer is None:
-            self._writer = DeadLetterWriter(self.kafka, self.topic)
-        table = self._bad_records(start, end)
-        rows = table.to_pylist()  # strings are Spark's own (valid UTF-8); key/value bytes
-        letters = [(why, build(why, self.view.name, r["topic"], r["partition"], r["offset"],
-                               r["timestamp"], r["key"], r["value"], self._writer.max_bytes))
-                   for r in rows for why in [r["reason"] or "invalid"]]
-        self._writer.write(letters)
-        with self._lock:
-            self.written += len(letters)
-            self.reasons.update(reason_class(reason) for reason, _ in letters)
-        for reason, letter in letters:
-            _LOG.warn("dead letter (view %s, %s%s): %s", self.view.name, reason,
-                      ", truncated" if letter.truncated else "",
-                      letter.value[:300].decode("utf-8", "replace"))
-        return len(letters)
+    def batch(self, metric: Mapping[str, Any]) -> int:
+        """Count one batch's observed metric; the dead letters it wrote."""
+        got = {c: int(metric.get(c) or 0) for c in reason_classes(self.view)}
+        n = sum(got.values())
+        if n:
+            self.written += n
+            self.reasons.update({c: k for c, k in got.items() if k})
+            _LOG.warn("view %s: %d dead letter(s) -> %s (%d in all); one: %s", self.view.name,
+                      n, self.topic, self.written, metric.get("sample"))
+        return n

@@ -1,25 +1,20 @@
-"""Producing dead letters: under the dead-letter topic's own size limit, never refused.
+"""Dead letters' size limit and log: the topic's own limit, one line per interval.
 
-:class:`DeadLetterWriter` learns the topic's ``max.message.bytes`` (DescribeConfigs)
-and sizes the producer and every dead letter (:mod:`~streamiq.pipeline.deadletter_record`)
-below it. A dead letter the broker still refuses as too large (the topic's limit lowered
-since) is sent again as its metadata alone, so one record can never make the write fail;
-only an unreachable dead-letter topic does (the pipeline exits and its supervisor
-restarts it, and the batch is scanned again: at-least-once).
+:func:`topic_max_bytes` learns the dead-letter topic's ``max.message.bytes``
+(DescribeConfigs) when the pipeline starts; every dead letter is sized below it
+(:mod:`~streamiq.pipeline.deadletter_record`) and the sink's producer may send up to it
+(``max.request.size``), so no record can make the write fail. (A limit lowered on the
+topic while the pipeline runs is only learnt at its next start.)
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-from streamiq.kafka.clientlog import logged
-from streamiq.pipeline.deadletter_record import DeadLetter
-
-__all__ = ["DEFAULT_MAX_BYTES", "DeadLetterWriter", "RateLimitedLog"]
+__all__ = ["DEFAULT_MAX_BYTES", "RateLimitedLog", "topic_max_bytes"]
 
 log = logging.getLogger(__name__)
 
@@ -64,69 +59,3 @@ def topic_max_bytes(kafka: Mapping[str, Any], topic: str, timeout: float = 10.0)
         log.warning("dead letters: max.message.bytes of %s unknown (%s): assuming %d",
                     topic, exc, DEFAULT_MAX_BYTES)
         return DEFAULT_MAX_BYTES
-
-
-class DeadLetterWriter:
-    """One idempotent producer to the dead-letter topic, sized to the topic's limit."""
-
-    def __init__(self, kafka: Mapping[str, Any], topic: str) -> None:
-        from confluent_kafka import Producer
-
-        self.topic = topic
-        self.max_bytes = min(topic_max_bytes(kafka, topic), DEFAULT_MAX_BYTES)
-        self._producer = Producer({**logged(kafka), "enable.idempotence": True, "linger.ms": 5,
-                                   "message.max.bytes": self.max_bytes,
-                                   "batch.size": self.max_bytes,
-                                   "client.id": "streamiq-dead-letters"})
-
-    def write(self, letters: Sequence[tuple[str, DeadLetter]]) -> None:
-        """Produce ``(reason, letter)`` pairs and wait for all of them; raise when the
-        topic cannot be written (not for a letter the broker finds too large)."""
-        if not letters:
-            return
-        refused: list[DeadLetter] = []
-        errors: list[str] = []
-        for _, letter in letters:
-            self._produce(letter, refused, errors)
-        left = self._producer.flush(30)
-        again: list[DeadLetter] = []
-        for letter in refused:  # metadata only: far below any limit
-            log.warning("dead letter refused as too large, sent without key and value: %s",
-                        letter.value[:200])
-            self._produce(_stub(letter), again, errors)
-        left = self._producer.flush(30) if refused else left
-        errors += [f"refused even without key and value: {a.value[:200]!r}" for a in again]
-        if left or errors:
-            raise RuntimeError(f"dead-letter write failed: {left} undelivered, {errors[:3]}")
-
-    def _produce(self, letter: DeadLetter, refused: list[DeadLetter],
-                 errors: list[str]) -> None:
-        from confluent_kafka import KafkaError, KafkaException
-
-        too_large = (KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE,
-                     KafkaError.INVALID_RECORD)
-
-        def cb(err: Any, _msg: Any) -> None:
-            if err is None:
-                return
-            (refused.append(letter) if err.code() in too_large else errors.append(str(err)))
-
-        while True:
-            try:
-                self._producer.produce(self.topic, value=letter.value, key=letter.key,
-                                       on_delivery=cb)
-                return
-            except BufferError:  # local queue full: let deliveries drain
-                self._producer.poll(0.5)
-            except KafkaException as exc:  # refused before sending (size)
-                if exc.args[0].code() not in too_large:
-                    raise
-                refused.append(letter)
-                return
-
-
-def _stub(letter: DeadLetter) -> DeadLetter:
-    """The letter's metadata alone (no key, no value; their original sizes kept)."""
-    doc = json.loads(letter.value)
-    doc.update(key=None, key_encoding=None, value=None, value_encoding=None, truncated=True)
-    return DeadLetter(None, json.dumps(doc, ensure_ascii=False).encode("utf-8"), True)

@@ -56,6 +56,10 @@ class PipelineStats:
                 "process_rate": self.process_rate.get(view, 0.0),
                 "duration_ms": self.last_ms.get(view, 0)}
 
+    def invalid(self, view: str, n: int) -> None:
+        """``n`` more invalid input records of ``view`` (dead-lettered)."""
+        self.dead_letters[view] = self.dead_letters.get(view, 0) + n
+
     def dead_lettered(self, view: str, reasons: Mapping[str, int]) -> None:
         """The dead letters written for ``view`` so far, by reason class."""
         for reason, n in reasons.items():

@@ -1,22 +1,24 @@
 """``streamiq pipeline``: one streaming query per view, changelogs out, dead letters aside.
 
-Per view: Spark's ``kafka`` source (earliest) -> ``from_json`` + validation
-(invalid records counted by an observed metric, kept out of the view) -> the view's
-``transform`` -> ``update`` output -> the ``streamiq`` sink
-(:func:`streamiq.pipeline.sinkwriter.sink`, the one changelog writer users' own queries
-use too). Checkpoints live in ``<checkpoint_dir>/<view>``: aggregation state and offsets
-commit together, the sink writes absolute values, so a replayed batch rewrites the same
-rows.
+Each view's query (:mod:`~streamiq.pipeline.queries`) writes its changelog through
+Spark's Kafka sink, in real-time mode by default (``--trigger``; what each mode needs:
+:mod:`~streamiq.pipeline.modes`); each distinct input's invalid records go to the
+dead-letter topic from a sibling micro-batch query. After each batch of a view the
+driver writes its markers (:mod:`~streamiq.pipeline.markers`). Checkpoints live in
+``<checkpoint_dir>/<view>`` (and ``<view>.dead-letters``): aggregation state and offsets
+commit together and the changelog holds absolute values, so a replayed batch rewrites
+the same rows. The views are published to the cluster's catalog before their queries
+start (``pipeline/publish.py``), as ``streamiq.sink`` does.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import queue
 import threading
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,21 +27,24 @@ from streamiq._signals import StopFlag, stop_on_signals
 from streamiq.config import Settings
 from streamiq.kafka.admin import ensure_topics
 from streamiq.kafka.jars import JarsError
+from streamiq.kafka.offsets import earliest_is_zero
 from streamiq.logs import configure_logging
+from streamiq.pipeline import modes
 from streamiq.pipeline.connector import require_connector
-from streamiq.pipeline.deadletter import (
-    DEAD_LETTER_TOPIC,
-    METRIC,
-    DeadLetters,
-    field_names,
-    parse_input,
-    valid_column,
-)
-from streamiq.pipeline.java_kafka import JavaKafkaConfigError, java_kafka_config, source_options
+from streamiq.pipeline.deadletter import DEAD_LETTER_TOPIC, METRIC, DeadLetterCounts
+from streamiq.pipeline.deadletter_writer import topic_max_bytes
+from streamiq.pipeline.java_kafka import JavaKafkaConfigError, java_kafka_config
+from streamiq.pipeline.markers import Markers
 from streamiq.pipeline.metrics import PipelineStats
 from streamiq.pipeline.progress import ProgressPublisher
-from streamiq.pipeline.sink import batch_offsets, view_rows
-from streamiq.pipeline.sinkwriter import sink
+from streamiq.pipeline.publish import prepare
+from streamiq.pipeline.queries import (
+    build_view_stream,
+    changelog_records,
+    start_dead_letters,
+    start_view,
+)
+from streamiq.pipeline.sink_options import parse_sink_options
 from streamiq.pipeline.warmup import warm_up
 from streamiq.views.base import CHANGELOG_TOPIC_CONFIG, App, View, load_app
 from streamiq.views.catalog import progress_topic
@@ -55,75 +60,52 @@ log = logging.getLogger("streamiq.pipeline")
 READY_LINE = "pipeline ready"
 _RESTARTS = 5  # restarts of one query within _RESTART_WINDOW_S before the process gives up
 _RESTART_WINDOW_S = 300.0
-
-
-def build_view_stream(spark: SparkSession, view: View, kafka: dict[str, Any],
-                      max_offsets_per_trigger: int | None = None,
-                      topics: tuple[str, ...] | None = None) -> DataFrame:
-    """The view's streaming frame: its key, window and value columns, metric attached.
-
-    ``topics``: the real input topic names (default ``view.source_topics``, unprefixed).
-    """
-    from pyspark.sql import functions as F
-
-    reader = (spark.readStream.format("kafka").options(**source_options(kafka))
-              .option("subscribe", ",".join(topics or view.source_topics))
-              .option("startingOffsets", "earliest"))
-    if max_offsets_per_trigger:
-        reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
-    valid = valid_column(view)
-    parsed = parse_input(reader.load(), view).observe(
-        METRIC, F.count_if(~valid).alias("bad"), F.count(F.lit(1)).alias("records"))
-    good = parsed.where(valid).select(*[F.col(f"`{n}`") for n in field_names(view)],
-                                      "kafka_timestamp")
-    if view.event_time:
-        good = good.withColumn("event_time", F.timestamp_millis(F.col(view.event_time)))
-    return view_rows(view.transform(good), view)
+Input = tuple[str, int]
 
 
 @dataclass
-class _ViewRun:
+class _Run:
+    """One query the pipeline keeps running: a view's, or a dead-letter one."""
+
+    name: str
     view: View
     checkpoint: str
-    changelog: str  # the real topic name
-    options: dict[str, str]  # the sink's
-    dead: DeadLetters | None  # None: another view with the same input reports them
+    topics: tuple[str, ...]  # real input topic names
+    inputs: list[Input] = field(default_factory=list)  # positions the rows carry
+    markers: Markers | None = None  # a view's; None for a dead-letter query
+    dead: DeadLetterCounts | None = None  # a dead-letter query's
     query: StreamingQuery | None = None
-    bad: int = 0
     records: int = 0
     restarts: list[float] = field(default_factory=list)  # when the query was restarted
 
 
-def _no_records(start: dict[str, Any] | None, end: dict[str, Any]) -> bool:
-    """The offset range [start, end) (start None: earliest, i.e. 0) holds no record."""
-    return all(int(o) <= int((start or {}).get(t, {}).get(p, 0))
-               for t, po in end.items() for p, o in po.items())
-
-
 class Pipeline:
-    """Starts, watches and stops the queries of an :class:`App`."""
+    """Plans (no Spark), then starts, watches and stops the queries of an :class:`App`."""
 
-    def __init__(self, spark: SparkSession, settings: Settings, app: App,
+    def __init__(self, settings: Settings, app: App,
                  stopping: StopFlag | threading.Event | None = None) -> None:
-        self.spark = spark
         self.stopping: StopFlag | threading.Event = stopping or threading.Event()
         self.settings = settings
         self.app = app
+        self.mode = settings.trigger
         self.kafka = settings.kafka()
-        self.runs: dict[str, _ViewRun] = {}
+        self.runs: dict[str, _Run] = {}
         self.stats = PipelineStats()  # --metrics-port (pipeline/metrics.py)
+        for v in app.views:  # every view's counters from the start (a real-time batch
+            self.stats.records.setdefault(v.name, 0)  # reports its input when it ends)
         self.progress = ProgressPublisher(  # for the nodes' dashboards
             self.kafka, settings.topic(progress_topic(settings.cluster)))
         self.events: queue.Queue[dict[str, Any]] = queue.Queue()
-        self.error: BaseException | None = None
-        self._recover: list[_ViewRun] = []  # crash-window dead-letter scans, first poll
+        self.spark: SparkSession | None = None
+        self._parts: dict[str, int] = {}
+        self._dl_bytes = 1_000_000  # the dead letters' limit (the topic's, read at start)
         self._listener: Any = None
         self._closing = False
 
     @property
     def dead_letters(self) -> int:
-        """Invalid input records seen so far (each counted once, not once per view)."""
-        return sum(r.bad for r in self.runs.values() if r.dead is not None)
+        """Dead letters written so far by this process."""
+        return sum(r.dead.written for r in self.runs.values() if r.dead is not None)
 
     def topics_of(self, view: View) -> tuple[str, ...]:
         """The view's real input topics (``--topic-prefix`` applied)."""
@@ -141,88 +123,136 @@ class Pipeline:
         parts.update(ensure_topics(self.kafka, {topic(DEAD_LETTER_TOPIC): n}))
         return parts
 
-    def start(self) -> None:
-        parts = self.ensure_topics()
-        if self.settings.warmup:
-            self.warm_up()
-        self._register_listener()
+    def plan(self) -> int:
+        """Topics, checkpoints (of this mode: ``modes.prepare_checkpoint``) and runs; the
+        task slots real-time mode holds for them (0 in micro-batch)."""
+        self._parts = parts = self.ensure_topics()
         root = Path(self.settings.checkpoint_dir).resolve()
         seen: set[tuple[Any, ...]] = set()
         for view in self.app.views:
-            sig = (view.source_topics, view.value_schema, view.required, view.checks)
-            ckpt = str(root / view.name)
-            dead = None if sig in seen else DeadLetters(
-                self.spark, view, self.kafka, ckpt, self.topics_of(view),
-                self.settings.topic(DEAD_LETTER_TOPIC))
-            seen.add(sig)
+            topics = self.topics_of(view)
+            inputs = [(t, p) for t in topics for p in range(parts[t])]
+            kept = modes.prepare_checkpoint(root / view.name, self.mode, inputs,
+                                            functools.partial(self._whole, topics),
+                                            positions=view.takes_extra)
             changelog = self.settings.topic(view.changelog_topic)
-            self.runs[view.name] = _ViewRun(view, ckpt, changelog,
-                                            self.sink_options(view, parts[changelog]), dead)
-        fresh = [r for r in self.runs.values() if not (Path(r.checkpoint) / "commits").is_dir()]
-        for run in self.runs.values():
-            self._start_query(run)
-        self._first_batches(fresh)
-        # A query that existed before may have committed batches whose dead letters were
-        # not written (a crash between its commit and the record): scanned on the first
-        # poll. A new query has no such window: every batch of it reaches the listener,
-        # so it is not scanned (that scan, a Spark job, ran alongside the first user
-        # write's micro-batch and slowed it by about a second on 2 cores).
-        self._recover = [r for r in self.runs.values() if r.dead is not None and r not in fresh]
+            self.runs[view.name] = _Run(view.name, view, str(root / view.name), topics, kept,
+                                        Markers(self.kafka, changelog, parts[changelog],
+                                                str(root / view.name)))
+            sig = (view.source_topics, view.value_schema, view.required, view.checks)
+            if sig not in seen:  # views with the same input and checks: one dead-letter query
+                seen.add(sig)
+                name = f"{view.name}.dead-letters"
+                self.runs[name] = _Run(name, view, str(root / name), topics, dead=DeadLetterCounts(
+                    view, self.settings.topic(DEAD_LETTER_TOPIC)))
+        if self.mode != modes.REAL_TIME:
+            return 0
+        views = [r for r in self.runs.values() if r.markers is not None]
+        spare = max((sum(parts[t] for t in r.topics) for r in self.runs.values()
+                     if r.dead is not None), default=0)
+        return modes.slots([sum(parts[t] for t in r.topics) for r in views],
+                           modes.shuffle_partitions(self.mode, self.settings.partitions),
+                           spare)
 
-    def sink_options(self, view: View, partitions: int) -> dict[str, str]:
-        """The ``streamiq`` sink's options for one of the app's views."""
-        s = self.settings
+    def _whole(self, topics: tuple[str, ...]) -> bool:
+        return all(earliest_is_zero(self.kafka, t, self._parts[t]) for t in topics)
+
+    def start(self, spark: SparkSession) -> None:
+        """Publish the views, start every query, wait until each runs."""
+        self.spark = spark
+        if self.settings.warmup:
+            self.warm_up()
+        self._register_listener()
+        self._dl_bytes = min(self._dl_bytes, topic_max_bytes(
+            self.kafka, self.settings.topic(DEAD_LETTER_TOPIC)))
+        for run in self.runs.values():
+            if run.markers is not None:
+                self._publish(run)
+                if run.markers.committed() is not None:
+                    log.info("view %s: markers of its last committed batch written again "
+                             "(batch %s)", run.name, run.markers.last)
+            self._start_query(run)
+        self._wait_running([r for r in self.runs.values() if r.markers is not None])
+
+    def _publish(self, run: _Run) -> None:
+        """The view's description on the catalog (before its first rows), as the sink does."""
+        assert self.spark is not None and run.markers is not None
+        s, view = self.settings, run.view
         opts = {"view": view.name, "key": ",".join(view.key_columns),
-                "partitions": str(partitions), "cluster": s.cluster,
+                "partitions": str(run.markers.partitions), "cluster": s.cluster,
                 "topicPrefix": s.topic_prefix, "global": str(view.is_global).lower(),
-                "description": view.description,
+                "description": view.description, "checkpointLocation": run.checkpoint,
                 **{f"kafka.{k}": str(v) for k, v in self.kafka.items()}}
         if view.window:
             opts["window"] = view.window
-        return opts
+        rows = build_view_stream(self.spark, view, self.kafka, None, run.topics)
+        prepare(parse_sink_options(opts, rows.schema), rows.schema)
 
     def warm_up(self) -> None:
         """Run each view's plan once on an example record (see pipeline/warmup.py)."""
-        s = self.settings
+        import uuid
+
+        assert self.spark is not None
+        spark, s = self.spark, self.settings
 
         def build(view: View, topics: tuple[str, ...]) -> DataFrame:
-            return build_view_stream(self.spark, view, self.kafka, None, topics)
+            inputs = [(t, 0) for t in topics] if view.takes_extra else []
+            rows = build_view_stream(spark, view, self.kafka, None, topics, inputs)
+            return changelog_records(rows, view, inputs)
 
         topic = s.topic(f"_streamiq-warmup-{uuid.uuid4().hex[:8]}")
-        took = warm_up(self.spark, list(self.app.views), self.kafka, build, topic, s.partitions,
-                       cancelled=self.stopping.is_set)
+        took = warm_up(spark, list(self.app.views), self.kafka, build, topic, s.partitions,
+                       cancelled=self.stopping.is_set,
+                       trigger=modes.trigger(self.mode, s.realtime_batch_s, s.trigger_ms))
         log.info("warmed up in %.1f s (every view's plan ran once on an example record)", took)
 
-    def _first_batches(self, runs: list[_ViewRun], timeout: float = 180.0) -> None:
-        """Wait until each new query has run its first micro-batch (Spark's source runs
-        a new query's first batch at once, even empty). A new query's first batch costs
-        seconds more than the next ones (state stores, plan, sink), measured 5-7 s with
-        three views on 2 cores after the warm-up: paid here, before the pipeline says
-        ready, not by the first user's write. Best effort: a query that fails is
-        restarted by ``poll``; after ``timeout`` the pipeline starts anyway."""
+    def _wait_running(self, runs: list[_Run], timeout: float = 180.0) -> None:
+        """Until each query runs: a real-time query's tasks are launched; a new
+        micro-batch query ran its first batch (Spark runs a new query's first batch at
+        once, even empty: seconds more than the next ones, paid here, not by the first
+        write). Best effort: a query that fails is restarted by ``poll``."""
+        assert self.spark is not None
         deadline = time.monotonic() + timeout
         for run in runs:
             q = run.query
-            while (q is not None and q.isActive and q.lastProgress is None
+            while (q is not None and q.isActive and not self._is_running(run)
                    and time.monotonic() < deadline and not self.stopping.is_set()):
                 time.sleep(0.05)
 
-    def _start_query(self, run: _ViewRun) -> None:
-        s = self.settings
-        df = build_view_stream(self.spark, run.view, self.kafka, s.max_offsets_per_trigger,
-                               self.topics_of(run.view))
-        self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", run.view.name)
-        run.query = (sink(df).queryName(run.view.name).outputMode("update")
-                     .options(**run.options).option("checkpointLocation", run.checkpoint)
-                     .trigger(processingTime=f"{s.trigger_ms} milliseconds").start())
-        # None clears the property (pyspark's stub says str)
-        self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)  # type: ignore[arg-type]
-        log.info("view %s: query started (checkpoint %s, changelog %s)",
-                 run.view.name, run.checkpoint, run.changelog)
+    def _is_running(self, run: _Run) -> bool:
+        assert self.spark is not None and run.query is not None
+        if self.mode == modes.REAL_TIME and run.markers is not None:
+            return modes.running(self.spark, run.query)
+        commits = Path(run.checkpoint) / "commits"
+        return run.query.lastProgress is not None or (
+            commits.is_dir() and any(commits.iterdir()))
+
+    def _start_query(self, run: _Run) -> None:
+        assert self.spark is not None
+        s, spark = self.settings, self.spark
+        spark.sparkContext.setLocalProperty("spark.scheduler.pool", run.name)
+        try:
+            if run.dead is not None:
+                run.query = start_dead_letters(spark, run.view, self.kafka, run.topics,
+                                               run.dead.topic, self._dl_bytes, run.checkpoint,
+                                               run.name)
+            else:
+                assert run.markers is not None
+                rows = build_view_stream(spark, run.view, self.kafka, s.max_offsets_per_trigger
+                                         if self.mode == modes.MICRO_BATCH else None,
+                                         run.topics, run.inputs)
+                run.query = start_view(rows, run.view, run.inputs, self.kafka,
+                                       run.markers.topic, run.checkpoint, modes.trigger(
+                                           self.mode, s.realtime_batch_s, s.trigger_ms))
+        finally:  # None clears the property (pyspark's stub says str)
+            spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)  # type: ignore[arg-type]
+        log.info("%s: query started in %s mode (checkpoint %s)", run.name,
+                 modes.MICRO_BATCH if run.dead is not None else self.mode, run.checkpoint)
 
     def _register_listener(self) -> None:
         from pyspark.sql.streaming import StreamingQueryListener
 
+        assert self.spark is not None
         events = self.events
 
         class _Listener(StreamingQueryListener):
@@ -231,17 +261,14 @@ class Pipeline:
 
             def onQueryProgress(self, event: Any) -> None:
                 p = event.progress
-                metric = p.observedMetrics.get(METRIC)
-                if metric is None or (p.numInputRows == 0 and metric["records"] == 0):
+                if p.numInputRows == 0:
                     return
-                src = p.sources[0] if p.sources else None
-                events.put({"name": p.name, "batch_id": p.batchId, "bad": int(metric["bad"]),
-                            "records": int(metric["records"]),
+                metric = p.observedMetrics.get(METRIC)
+                events.put({"name": p.name, "batch_id": p.batchId, "records": p.numInputRows,
+                            "metric": metric.asDict() if metric is not None else None,
                             "duration_ms": p.batchDuration,
                             "input_rate": p.inputRowsPerSecond,
-                            "process_rate": p.processedRowsPerSecond,
-                            "start": src.startOffset if src else None,
-                            "end": src.endOffset if src else None})
+                            "process_rate": p.processedRowsPerSecond})
 
             def onQueryIdle(self, event: Any) -> None:
                 pass
@@ -253,42 +280,11 @@ class Pipeline:
         self._listener = _Listener()
         self.spark.streams.addListener(self._listener)
 
-    def _recover_dead_letters(self, run: _ViewRun) -> None:
-        """Scan batches committed after the last recorded dead-letter scan (crash window)."""
-        assert run.dead is not None
-        commits = Path(run.checkpoint) / "commits"
-        done = [int(p.name) for p in commits.iterdir() if p.name.isdigit()] \
-            if commits.is_dir() else []
-        if not done:
-            return
-        last, committed = run.dead.last_batch(), max(done)
-        if committed <= last:
-            return
-        start = batch_offsets(run.checkpoint, last) if last >= 0 else None
-        end = batch_offsets(run.checkpoint, committed)
-        if end is None:
-            return
-        if _no_records(start, end):  # e.g. only empty batches since: no Spark job
-            run.dead.record(committed)
-            return
-        n = self._scan(run, start, end)
-        log.info("view %s: re-scanned batches %d..%d for dead letters: %d", run.view.name,
-                 last + 1, committed, n)
-        run.dead.record(committed)
-
-    def _scan(self, run: _ViewRun, start: dict[str, Any] | None, end: dict[str, Any]) -> int:
-        """Write the dead letters of [start, end); count them by reason."""
-        assert run.dead is not None
-        n = run.dead.scan(start, end)
-        self.stats.dead_lettered(run.view.name, run.dead.reasons)
-        return n
-
     def poll(self, timeout: float = 0.2) -> None:
-        """Handle query progress (dead letters, counters); raise if a query failed."""
-        while self._recover:
-            self._recover_dead_letters(self._recover.pop(0))
+        """Handle query progress (markers, dead letters, counters); restart a query that
+        stopped (raise if one keeps stopping)."""
         try:
-            ev = self.events.get(timeout=timeout)
+            ev: dict[str, Any] | None = self.events.get(timeout=timeout)
         except queue.Empty:
             ev = None
         while ev is not None:
@@ -301,36 +297,23 @@ class Pipeline:
             if run.query is not None and not run.query.isActive and not self._closing:
                 self._restart_query(run, run.query.exception())
 
-    def _restart_query(self, run: _ViewRun, exc: Any) -> None:
+    def _restart_query(self, run: _Run, exc: Any) -> None:
         """Start a query that stopped again, from its checkpoint (what it committed is
-        kept, the batch it was in is redone: the sink writes absolute values). Raises
+        kept, the batch it was in is redone: the changelog holds absolute values). Raises
         once it stopped ``_RESTARTS`` times within ``_RESTART_WINDOW_S``: the process
         then exits 1 and its supervisor (``streamiq up``) restarts it."""
         now = time.monotonic()
         run.restarts = [t for t in run.restarts if now - t < _RESTART_WINDOW_S] + [now]
         first_line = str(exc).strip().splitlines()[0] if exc else "no error given"
         if len(run.restarts) > _RESTARTS:
-            raise RuntimeError(f"view {run.view.name!r}: query stopped {len(run.restarts)} "
-                               f"times in {_RESTART_WINDOW_S:.0f} s; last: {first_line}")
+            raise RuntimeError(f"{run.name}: query stopped {len(run.restarts)} times in "
+                               f"{_RESTART_WINDOW_S:.0f} s; last: {first_line}")
         self.stats.restarted(run.view.name)
-        log.warning("view %s: query stopped (%s); restarting it from its checkpoint "
-                    "(restart %d)", run.view.name, first_line, len(run.restarts))
+        log.warning("%s: query stopped (%s); restarting it from its checkpoint (restart %d)",
+                    run.name, first_line, len(run.restarts))
         self._start_query(run)
 
-    def _drain(self, timeout: float = 30.0) -> None:
-        """Wait for the micro-batches in flight to finish (each query's; a batch that
-        starts after this is interrupted by ``stop`` and redone from the checkpoint)."""
-        deadline = time.monotonic() + timeout
-        for run in self.runs.values():
-            q = run.query
-            while q is not None and q.isActive and time.monotonic() < deadline:
-                if not q.status["isTriggerActive"]:
-                    break
-                time.sleep(0.02)
-
     def _handle(self, ev: dict[str, Any]) -> None:
-        import json
-
         if ev.get("name") is None:
             if ev.get("exception"):
                 log.error("query %s terminated: %s", ev.get("terminated"), ev["exception"])
@@ -338,41 +321,66 @@ class Pipeline:
         run = self.runs.get(ev["name"])
         if run is None:
             return
-        self.stats.batch(run.view.name, ev)
-        self.progress.publish(run.view.name, self.stats.progress(run.view.name),
-                              force=bool(ev["bad"]))
-        run.records += ev["records"]
-        if run.dead is None:
+        if run.dead is not None:
+            n = run.dead.batch(ev["metric"] or {})
+            self.stats.dead_lettered(run.view.name, run.dead.reasons)
+            self.stats.invalid(run.view.name, n)
+            if n:
+                self._publish_progress(run.view.name, force=True)
             return
-        if ev["bad"]:
-            run.bad += ev["bad"]
-            start = json.loads(ev["start"]) if ev["start"] not in (None, "", "None") else None
-            n = self._scan(run, start, json.loads(ev["end"]))
-            log.warning("view %s batch %d: %d invalid record(s) -> %s (%d written; total %d)",
-                        run.view.name, ev["batch_id"], ev["bad"], run.dead.topic, n,
-                        self.dead_letters)
-        # recorded at once, every batch (a small file, beside Spark's several per batch):
-        # a crash then leaves at most the batches in flight to re-scan on restart, often
-        # none, where a record every 2 s left the last ones: their scan, a Spark job,
-        # ran beside the restarted query's first micro-batch (about 30 s of it on 2
-        # loaded cores)
-        run.dead.record(ev["batch_id"])
+        assert run.markers is not None
+        run.markers.batch(ev["batch_id"])
+        run.records += ev["records"]
+        self.stats.batch(run.view.name, ev)
+        self._publish_progress(run.view.name)
+
+    def _publish_progress(self, view: str, force: bool = False) -> None:
+        self.progress.publish(view, self.stats.progress(view), force=force)
 
     def stop(self) -> None:
+        """Stop every query: a micro-batch one between batches (waiting a while for the
+        one in flight), a real-time one at once (its batch is redone from the
+        checkpoint at the next start, with the same values)."""
         self._closing = True
-        self._drain()
+        deadline = time.monotonic() + 30.0
+        if self.spark is not None:
+            from streamiq.pipeline.session import silence
+
+            silence(self.spark)
         for run in self.runs.values():
-            if run.query is not None and run.query.isActive:
+            q = run.query
+            realtime = self.mode == modes.REAL_TIME and run.markers is not None
+            while (q is not None and q.isActive and not realtime
+                   and q.status["isTriggerActive"] and time.monotonic() < deadline):
+                time.sleep(0.02)
+            if q is not None and q.isActive:
                 try:
-                    run.query.stop()
+                    q.stop()
                 except Exception as exc:  # stopping is best effort
-                    log.warning("view %s: stop: %s", run.view.name, exc)
+                    log.warning("%s: stop: %s", run.name, exc)
         with contextlib.suppress(RuntimeError):
             self.poll(timeout=0)
-        if self._listener is not None:
+        if self._listener is not None and self.spark is not None:
             self.spark.streams.removeListener(self._listener)
             self._listener = None
         self.progress.close()
+
+
+def _session(settings: Settings, app: App, slots: int) -> SparkSession:
+    """The pipeline's Spark session for its mode (``local[N]`` sized to the real-time
+    slots; a cluster with fewer is refused: ModeError)."""
+    from streamiq.pipeline.session import spark_session
+
+    master = settings.master
+    if settings.trigger == modes.REAL_TIME:
+        master = modes.local_master(master, slots)
+    conf = {**modes.session_conf(settings.trigger), **settings.spark_config}
+    spark = spark_session(master, app_name=f"streamiq-{app.name}",
+                          shuffle_partitions=modes.shuffle_partitions(
+                              settings.trigger, settings.partitions), **conf)
+    if settings.trigger == modes.REAL_TIME and master == settings.master:
+        modes.check_slots(spark, slots, master)
+    return spark
 
 
 def run_pipeline(settings: Settings) -> None:
@@ -386,18 +394,19 @@ def run_pipeline(settings: Settings) -> None:
     # names the kafka_config key, or the missing jar and the install command
     except (JarsError, JavaKafkaConfigError) as exc:
         raise SystemExit(f"streamiq pipeline: {exc}") from None
-    from streamiq.pipeline.session import spark_session
-
-    spark = spark_session(settings.master, app_name=f"streamiq-{app.name}",
-                          shuffle_partitions=settings.partitions, **settings.spark_config)
-    pipeline = Pipeline(spark, settings, app, stopping=stop)
+    pipeline = Pipeline(settings, app, stopping=stop)
+    try:
+        slots = pipeline.plan()
+        spark = _session(settings, app, slots)
+    except modes.ModeError as exc:
+        raise SystemExit(f"streamiq pipeline: {exc}") from None
     if settings.metrics and settings.metrics_port:
         pipeline.stats.serve(settings.metrics_host, settings.metrics_port)
     failed = False
     try:
-        pipeline.start()
+        pipeline.start(spark)
         views = ", ".join(v.name for v in app.views)
-        print(f"{READY_LINE}: app={app.name} views={views} "
+        print(f"{READY_LINE}: app={app.name} views={views} mode={settings.trigger} "
               f"bootstrap={settings.bootstrap_servers} checkpoint={settings.checkpoint_dir}",
               flush=True)
         while not stop.is_set():
@@ -407,7 +416,7 @@ def run_pipeline(settings: Settings) -> None:
         log.error("pipeline failed: %s", exc, exc_info=True)
     finally:
         pipeline.stop()
-        log.info("pipeline stopped (%d dead letters seen)", pipeline.dead_letters)
+        log.info("pipeline stopped (%d dead letters written)", pipeline.dead_letters)
         spark.stop()
     if failed:
         raise SystemExit(1)

@@ -6,8 +6,10 @@ no-data batches, FIFO scheduling across queries) cost seconds per micro-batch.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from streamiq.pipeline.connector import connector_jars
@@ -15,7 +17,7 @@ from streamiq.pipeline.connector import connector_jars
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["SESSION_CONF", "register_formats", "spark_session"]
+__all__ = ["QUIET_LOGGERS", "SESSION_CONF", "quiet", "silence", "spark_session"]
 
 SESSION_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
@@ -70,8 +72,8 @@ def _launch_jvm(master: str, app_name: str, settings: dict[str, str]) -> None:
 
 def spark_session(master: str = "local[2]", app_name: str = "streamiq",
                   shuffle_partitions: int | None = None, **conf: Any) -> SparkSession:
-    """Build (or get) the SparkSession and register streamiq's ``streamiq`` sink; Spark's
-    ``kafka`` format is there when its connector is installed (``make install``).
+    """Build (or get) the SparkSession; Spark's ``kafka`` format is there when its
+    connector is installed (``streamiq install``).
 
     ``conf`` entries (real Spark keys: ``spark_session(**{"spark.x": v})``) override
     :data:`SESSION_CONF`.
@@ -99,15 +101,14 @@ def spark_session(master: str = "local[2]", app_name: str = "streamiq",
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     _quiet(spark)
-    return register_formats(spark)
+    return spark
 
 
-#: loggers whose warnings are expected on every start, not news: the FAIR scheduler's
-#: pool per view is made on first use ("pool ... has not been configured"), and the
-#: ``streamiq`` sink registers its format for each query ("replaced a previously
-#: registered data source")
+#: loggers whose warnings are expected, not news: the FAIR scheduler's pool per query is
+#: made on first use ("pool ... has not been configured"), and the dead-letter queries'
+#: micro-batches may take longer than their 2 s trigger ("falling behind")
 QUIET_LOGGERS = ("org.apache.spark.scheduler.FairSchedulableBuilder",
-                 "org.apache.spark.sql.execution.datasources.DataSourceManager")
+                 "org.apache.spark.sql.execution.streaming.runtime.ProcessingTimeExecutor")
 
 
 def _quiet(spark: SparkSession) -> None:
@@ -118,9 +119,27 @@ def _quiet(spark: SparkSession) -> None:
         jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, error)
 
 
-def register_formats(spark: SparkSession) -> SparkSession:
-    """Register streamiq's format: the ``streamiq`` sink."""
-    from streamiq.pipeline.datasource import StreamiqDataSource
+def silence(spark: SparkSession) -> None:
+    """No more of Spark's log lines (the pipeline is stopping): stopping a real-time
+    query interrupts its long-lived tasks, and Spark logs each abort as an error with
+    its stack (dozens of lines that are no news at a stop)."""
+    _levels(spark, "OFF")
 
-    spark.dataSource.register(StreamiqDataSource)
-    return spark
+
+def _levels(spark: SparkSession, level: str) -> None:
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    to = getattr(jvm.org.apache.logging.log4j.Level, level)
+    jvm.org.apache.logging.log4j.core.config.Configurator.setRootLevel(to)
+    jvm.org.apache.logging.log4j.core.config.Configurator.setLevel("org.apache.spark", to)
+
+
+@contextlib.contextmanager
+def quiet(spark: SparkSession) -> Iterator[None]:
+    """Spark's log lines off for a while (stopping queries of our own), back at WARN."""
+    _levels(spark, "OFF")
+    try:
+        yield
+    finally:
+        _levels(spark, "WARN")
+        _quiet(spark)

@@ -1,7 +1,7 @@
 """Options of the ``streamiq`` sink, validated on the driver with errors naming the option.
 
-Plain data (picklable): parsed once on the driver, shipped to the executors' writers
-and to the driver-side commit. Option names compare case-insensitively, as Spark's do.
+Parsed once on the driver by ``streamiq.sink(df).start()``. Option names compare
+case-insensitively, as Spark's do.
 
 =================  ========  ====================================================
 option             default   meaning
@@ -39,7 +39,7 @@ __all__ = ["KEY_TYPES", "OUTPUT_MODES", "SinkOptions", "check_output_mode",
 _CLUSTER = re.compile(r"^[A-Za-z0-9._-]{1,100}$")  # as Settings.cluster
 _PREFIX = re.compile(r"^[A-Za-z0-9._-]{0,100}$")  # as Settings.topic_prefix
 _KNOWN = {"view", "key", "partitions", "cluster", "topicprefix", "global", "description",
-          "window", "checkpointlocation", "batchid", "path"}
+          "window", "checkpointlocation", "path"}
 #: key column types whose text (the changelog key) is the same in Spark and in Arrow:
 #: a double's or a timestamp's text differs between the two, and keys must be exact
 KEY_TYPES = ("string", "tinyint", "smallint", "int", "bigint", "boolean", "date", "decimal")
@@ -61,7 +61,6 @@ class SinkOptions:
     is_global: bool = False
     description: str = ""
     window: str | None = None
-    batch_id: int | None = None  # set by the foreachBatch path (update mode)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -171,4 +170,4 @@ def parse_sink_options(options: Mapping[str, Any], schema: StructType | None = N
         cluster=_matching(opts, "cluster", _CLUSTER, DEFAULT_CLUSTER),
         topic_prefix=_matching(opts, "topicPrefix", _PREFIX, ""),
         is_global=_bool(opts, "global"), description=_get(opts, "description") or "",
-        window=_get(opts, "window"), batch_id=_int(opts, "batchId", 0))
+        window=_get(opts, "window"))

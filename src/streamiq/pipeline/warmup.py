@@ -1,14 +1,16 @@
 """Warm the pipeline up before it says ready.
 
 A cold pipeline's first micro-batch took 10-40 s on this 2-core machine: the JVM
-compiles the plan's code, Spark starts the Python workers that run the source's
-reads, and the state store classes load. A user who writes right after ``streamiq up``
-says "all parts ready" waited all of that for the first answer. So, before the real
-queries start, every view's own plan (source, parsing, validation, transform,
-changelog columns) runs once over one example record in a private topic, with a
-throwaway checkpoint and an output that is read and discarded. Python workers are
-reused (``spark.python.worker.reuse``) and the JIT keeps what it compiled, so the real
-queries' first batches run warm. The private topic and checkpoint are deleted after.
+compiles the plan's code, and the state store classes load. A user who writes right
+after ``streamiq up`` says "all parts ready" waited all of that for the first answer.
+So, before the real queries start, every view's own plan (source, parsing, validation,
+transform, changelog records) runs once over one example record in a private topic,
+with a throwaway checkpoint, and writes its record through Spark's Kafka sink to a
+private output topic. The JIT keeps what it compiled, and Spark keeps the sink's Kafka
+producer (its pool is keyed by the producer's settings, the same for the real
+queries): the real queries' first records run warm, in either mode, without paying the
+producer's connection and idempotence handshake. The private topics and checkpoint are
+deleted after.
 
 Nothing of the warm-up reaches a changelog, the dead-letter topic or a checkpoint the
 real queries use.
@@ -38,7 +40,7 @@ __all__ = ["example_record", "warm_up"]
 
 log = logging.getLogger("streamiq.pipeline")
 
-#: build(view, topics) -> the view's streaming frame over ``topics``
+#: build(view, topics) -> the view's changelog records over ``topics`` (key, value,...)
 Build = Callable[[View, tuple[str, ...]], "DataFrame"]
 
 _EXAMPLE_VALUES: dict[str, Any] = {"string": "warmup", "boolean": False, "double": 0.0,
@@ -73,31 +75,48 @@ def _delete_topic(kafka: Mapping[str, Any], topic: str) -> None:
         log.warning("warm-up: could not delete topic %s: %r", topic, exc)
 
 
-def _saw_input(q: StreamingQuery) -> bool:
-    return any(p.get("numInputRows", 0) > 0 for p in q.recentProgress)
+def _written(kafka: Mapping[str, Any], topic: str, partitions: int) -> int:
+    """Records on ``topic`` (the sum of its partitions' high watermarks)."""
+    from confluent_kafka import Consumer
+
+    from streamiq.kafka.offsets import watermarks
+
+    c = Consumer({**logged(kafka), "group.id": f"streamiq-warmup-{uuid.uuid4().hex[:8]}"})
+    try:
+        return sum(watermarks(c, topic, p, 10.0)[1] for p in range(partitions))
+    finally:
+        c.close()
 
 
 def warm_up(spark: SparkSession, views: list[View], kafka: Mapping[str, Any],
             build: Build, topic: str, partitions: int, timeout: float = 180.0,
-            cancelled: Callable[[], bool] = lambda: False) -> float:
+            cancelled: Callable[[], bool] = lambda: False,
+            trigger: Mapping[str, str] | None = None) -> float:
     """Run every view's plan once over its example record; returns the seconds taken.
 
-    ``topic``: a private topic name (created, then deleted). Best effort: a warm-up that
-    fails or times out is logged and the pipeline starts anyway (cold).
+    ``topic``: a private topic name (created, then deleted, with ``<topic>-out``);
+    ``trigger``: the queries' (the real ones', so that the same operators run warm: a
+    real-time query's are not a micro-batch's). Best effort: a warm-up that fails or
+    times out is logged and the pipeline starts anyway (cold).
     """
+    from streamiq.pipeline.queries import sink_options
+    from streamiq.pipeline.session import quiet
+
     started = time.monotonic()
     ckpt = Path(tempfile.mkdtemp(prefix="streamiq-warmup-"))
     queries: list[StreamingQuery] = []
+    out = f"{topic}-out"
     try:
-        ensure_topics(dict(kafka), {topic: partitions})
+        ensure_topics(dict(kafka), {topic: partitions, out: partitions})
         _produce(kafka, topic, [example_record(v) for v in views])
         for v in views:
-            q = (build(v, (topic,)).writeStream.queryName(f"warmup-{v.name}-{uuid.uuid4().hex[:6]}")
-                 .outputMode("update").foreachBatch(lambda df, _id: df.toArrow())
-                 .option("checkpointLocation", str(ckpt / v.name)).start())
-            queries.append(q)
+            w = (build(v, (topic,)).writeStream.format("kafka")
+                 .options(**sink_options(kafka, out))
+                 .queryName(f"warmup-{v.name}-{uuid.uuid4().hex[:6]}").outputMode("update")
+                 .option("checkpointLocation", str(ckpt / v.name)))
+            queries.append((w.trigger(**trigger) if trigger else w).start())
         deadline = started + timeout
-        while not all(_saw_input(q) for q in queries) and not cancelled():
+        while _written(kafka, out, partitions) < len(views) and not cancelled():
             failed = next((q for q in queries if not q.isActive), None)
             if failed is not None:
                 raise RuntimeError(f"warm-up query stopped: {failed.exception()}")
@@ -107,11 +126,13 @@ def warm_up(spark: SparkSession, views: list[View], kafka: Mapping[str, Any],
     except Exception as exc:
         log.warning("warm-up incomplete (the first micro-batch will be slower): %s", exc)
     finally:
-        for q in queries:
-            try:
-                q.stop()
-            except Exception as exc:  # stopping is best effort
-                log.warning("warm-up: stop: %s", exc)
+        with quiet(spark):  # a real-time query's stop: Spark logs its tasks' aborts
+            for q in queries:
+                try:
+                    q.stop()
+                except Exception as exc:  # stopping is best effort
+                    log.warning("warm-up: stop: %s", exc)
         _delete_topic(kafka, topic)
+        _delete_topic(kafka, out)
         shutil.rmtree(ckpt, ignore_errors=True)
     return time.monotonic() - started

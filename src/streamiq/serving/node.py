@@ -34,7 +34,7 @@ from streamiq.kafka.skips import Skips
 from streamiq.routing.base import Membership
 from streamiq.routing.membership import KafkaMembership, Report, members_topic
 from streamiq.routing.router import Router
-from streamiq.serving.changelog.consistency import Token, reflects
+from streamiq.serving.changelog.consistency import Token, row_reflects
 from streamiq.serving.changelog.discovery import Discovery
 from streamiq.serving.changelog.materializer import Materializer
 from streamiq.state import Store, open_store
@@ -274,12 +274,14 @@ class Node:
         changed.set()
 
     async def wait_position(self, view: str, partition: int, tokens: list[Token],
-                            timeout: float) -> bool:
-        """Wait until the partition reflects the tokens; False on timeout. Waiters sleep
-        until the materializer applies records (re-checking at least every 0.1 s), and
-        at most ``max_waiters`` wait at once (``Overloaded`` beyond)."""
+                            timeout: float, key: bytes | None = None) -> bool:
+        """Wait until the partition reflects the tokens, or (``key``: a lookup's store
+        key) that key's stored row does (its input positions, ``consistency.py``); False
+        on timeout. Waiters sleep until the materializer applies records (re-checking
+        at least every 0.1 s), and at most ``max_waiters`` wait at once (``Overloaded``
+        beyond)."""
         deadline = time.monotonic() + timeout
-        if self._reflects(view, partition, tokens):
+        if self._reflects(view, partition, tokens, key):
             return True
         if self.waiters >= self.settings.max_waiters:
             raise Overloaded(f"{self.endpoint} already holds {self.waiters} queries waiting "
@@ -294,14 +296,18 @@ class Node:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(min(left, 0.1)):
                         await self._changed.wait()
-                if self._reflects(view, partition, tokens):
+                if self._reflects(view, partition, tokens, key):
                     return True
         finally:
             self.waiters -= 1
 
-    def _reflects(self, view: str, partition: int, tokens: list[Token]) -> bool:
+    def _reflects(self, view: str, partition: int, tokens: list[Token],
+                  key: bytes | None) -> bool:
         st = self.materializer.states.get((view, partition))
-        return st is not None and reflects(st.position, tokens)
+        if st is None:
+            return False
+        return row_reflects(st.rows.get(key) if key is not None else None, st.position,
+                            tokens)
 
     def topic_skips(self) -> dict[str, Skips]:
         """Records skipped per reason, per topic read besides the changelogs
@@ -322,6 +328,19 @@ class Node:
                 # views whose newest description on the catalog is refused, and why
                 "refused_views": dict(self.discovery.refused)}
 
+    def freshness(self) -> dict[str, dict[str, Any]]:
+        """Write to stored per view, since this node started (rows that carry their
+        input time): count, p50 and p99 in seconds, and the histogram (bucket bounds and
+        counts, +Inf last) for whoever merges several nodes' or windows their own."""
+        f = self.materializer.freshness
+        out: dict[str, dict[str, Any]] = {}
+        for key, counts in list(f.counts.items()):
+            out[key[0]] = {"count": sum(counts), "p50": f.quantile(0.5, [key]),
+                           "p99": f.quantile(0.99, [key]), "buckets": list(f.buckets),
+                           "counts": list(counts)}
+        return out
+
     def describe(self) -> dict[str, Any]:
         return {"endpoint": self.endpoint, "ready": self.ready(), "app": self.app.name,
-                "views": sorted(self.views), "partitions": self.report(), **self.health()}
+                "views": sorted(self.views), "partitions": self.report(),
+                "freshness": self.freshness(), **self.health()}

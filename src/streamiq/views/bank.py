@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from streamiq.views.base import App, View
 from streamiq.views.limits import AMOUNT, EVENT_TS
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
 __all__ = ["APP", "BALANCES", "BALANCE_TYPE", "TOPIC"]
 
@@ -22,13 +23,14 @@ TOPIC = "bank-transactions"
 BALANCE_TYPE = "decimal(38,0)"
 
 
-def _balances(df: DataFrame) -> DataFrame:
+def _balances(df: DataFrame, extra: Mapping[str, Column] | None = None) -> DataFrame:
     from pyspark.sql import functions as F
 
     return df.groupBy("account").agg(
         F.sum(F.col("amount").cast(BALANCE_TYPE)).alias("balance"),
         F.count(F.lit(1)).alias("count"),
         F.max("ts").alias("last_update"),
+        *[c.alias(n) for n, c in (extra or {}).items()],
     )
 
 

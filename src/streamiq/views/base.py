@@ -7,9 +7,13 @@ The changelog contract (shared by the pipeline's sink and the nodes) lives here:
   key — for windowed views, every window of a key — lands in one partition;
 * value: the row as a JSON object; timestamps as epoch milliseconds; windowed rows carry
   ``window_start`` and ``window_end``;
-* after each micro-batch the sink writes one *marker* to every changelog partition
+* after each batch the pipeline writes one *marker* to every changelog partition
   (header ``streamiq-marker``, key :data:`MARKER_KEY`) whose value names the input offsets
   the batch reflects: ``{"batch_id": n, "offsets": {topic: {partition: next_offset}}}``;
+* rows of views whose aggregation the pipeline builds carry headers
+  :data:`POSITION_HEADER` (``topic:partition:offset,...``: per input partition, the last
+  offset the row folded) and :data:`TIME_HEADER` (the newest input timestamp it folded,
+  epoch ms; ``pipeline/positions.py``);
 * the topic is compacted (:data:`CHANGELOG_TOPIC_CONFIG`): a node restoring from empty
   reads about one record per key, and the last marker of each partition.
 """
@@ -17,6 +21,7 @@ The changelog contract (shared by the pipeline's sink and the nodes) lives here:
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import struct
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -30,7 +35,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CHANGELOG_TOPIC_CONFIG", "ID_PATTERN", "KEY_SEP", "MARKER_HEADER", "MARKER_KEY",
-    "MAX_KEY_BYTES", "App", "View", "decode_key",
+    "MAX_KEY_BYTES", "POSITION_HEADER", "TIME_HEADER", "App", "View", "decode_key",
     "encode_key", "load_app", "store_key", "window_bounds",
 ]
 
@@ -40,6 +45,10 @@ ID_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
 
 KEY_SEP = "|"
 MARKER_HEADER = "streamiq-marker"
+#: a row's input positions (``topic:partition:offset`` joined by ``,``, offsets inclusive)
+POSITION_HEADER = "streamiq-pos"
+#: the newest input timestamp a row reflects (epoch ms, decimal text)
+TIME_HEADER = "streamiq-ts"
 #: the markers' key: a compacted topic refuses null keys, and this one (not UTF-8) can
 #: never be a view's key; compaction keeps each partition's last marker
 MARKER_KEY = b"\xffstreamiq-marker"
@@ -58,7 +67,11 @@ class View:
 
     ``transform`` receives the parsed input (the columns of ``value_schema`` plus
     ``kafka_timestamp``) and returns the aggregated frame holding ``key_columns``,
-    ``value_columns`` and, for windowed views, ``window_start``/``window_end``.
+    ``value_columns`` and, for windowed views, ``window_start``/``window_end``. A
+    transform may take a second argument, ``extra``: aggregate columns by name, to add to
+    its aggregation and keep in its output under those names. The pipeline then makes
+    each row carry the input positions and time it reflects (``pipeline/positions.py``):
+    reads of the written key see their own writes at once, and nodes measure freshness.
     ``required`` columns must be non-null and each ``checks`` entry is a Spark SQL
     condition with the reason reported when a record fails it; failing records go to
     the dead-letter topic instead of the view.
@@ -67,7 +80,7 @@ class View:
     name: str
     source_topics: tuple[str, ...]
     value_schema: str
-    transform: Callable[[DataFrame], DataFrame]
+    transform: Callable[..., DataFrame]
     key_columns: tuple[str, ...]
     value_columns: tuple[str, ...]
     required: tuple[str, ...] = ()
@@ -90,6 +103,14 @@ class View:
     @property
     def changelog_topic(self) -> str:
         return f"{self.name}-changelog"
+
+    @property
+    def takes_extra(self) -> bool:
+        """The transform takes ``extra`` aggregates (see the class's docstring)."""
+        try:
+            return "extra" in inspect.signature(self.transform).parameters
+        except (TypeError, ValueError):  # a builtin or C callable: no signature
+            return False
 
     @property
     def windowed(self) -> bool:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from streamiq.views.base import App, View
 from streamiq.views.limits import EVENT_TS, ORDER_AMOUNT
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
 __all__ = ["APP", "ORDER_COUNTS", "ORDER_COUNTS_1M", "ORDER_TYPES", "TOPIC"]
 
@@ -27,26 +28,28 @@ _CHECKS = (
 )
 
 
-def _counts(df: DataFrame) -> DataFrame:
+def _counts(df: DataFrame, extra: Mapping[str, Column] | None = None) -> DataFrame:
     from pyspark.sql import functions as F
 
     return df.groupBy("store", "type").agg(
-        F.count(F.lit(1)).alias("count"), F.sum("amount").alias("revenue")
+        F.count(F.lit(1)).alias("count"), F.sum("amount").alias("revenue"),
+        *[c.alias(n) for n, c in (extra or {}).items()],
     )
 
 
-def _counts_1m(df: DataFrame) -> DataFrame:
+def _counts_1m(df: DataFrame, extra: Mapping[str, Column] | None = None) -> DataFrame:
     from pyspark.sql import functions as F
 
     w = F.window("event_time", "1 minute")
     agg = df.withWatermark("event_time", "1 minute").groupBy(w, "store", "type").agg(
-        F.count(F.lit(1)).alias("count"), F.sum("amount").alias("revenue")
+        F.count(F.lit(1)).alias("count"), F.sum("amount").alias("revenue"),
+        *[c.alias(n) for n, c in (extra or {}).items()],
     )
     return agg.select(
         "store", "type",
         F.unix_millis(F.col("window.start")).alias("window_start"),
         F.unix_millis(F.col("window.end")).alias("window_end"),
-        "count", "revenue",
+        "count", "revenue", *(extra or {}),
     )
 
 

@@ -132,11 +132,11 @@ def test_balance_sum_cannot_overflow_bigint(spark: Any) -> None:
 
 def test_balance_changelog_value_is_a_json_integer(spark: Any) -> None:
     """The DECIMAL(38,0) balance is written as a plain JSON integer (no 5.0, no 5E+0)."""
-    from streamiq.pipeline.sink import changelog_columns
+    from streamiq.pipeline.queries import changelog_records
 
     rows = [("a", 5, 1), ("a", MAX_AMOUNT, 2), ("b", -3, 3)]
     df = spark.createDataFrame(rows, "account STRING, amount BIGINT, ts BIGINT")
-    out = changelog_columns(bank.BALANCES.transform(df), bank.BALANCES).collect()
+    out = changelog_records(bank.BALANCES.transform(df), bank.BALANCES).collect()
     values = {r.key: r.value for r in out}
     assert json.loads(values["a"])["balance"] == MAX_AMOUNT + 5
     assert '"balance":-3,' in values["b"]

@@ -94,7 +94,7 @@ def test_run_pipeline_bank(bootstrap: str, tmp_path: Path, produce: Callable[...
         rc = pipe.terminate() if pipe.proc else None
     assert rc == 0, pipe.tail()
     log = (tmp_path / "pipeline.log").read_text()
-    assert "invalid record(s)" in log and "pipeline stopped" in log
+    assert "dead letter(s) ->" in log and "pipeline stopped" in log
 
 
 def test_exactly_once_across_kills(bootstrap: str, tmp_path: Path) -> None:

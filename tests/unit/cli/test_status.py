@@ -219,3 +219,24 @@ def test_status_with_no_node_answering_still_shows_ups_parts(
     assert exc.value.code == 1
     out = capsys.readouterr()
     assert "ingest crash-looping" in out.out and "no streamiq node answered" in out.err
+
+
+def test_write_to_stored_is_every_nodes_histogram_merged() -> None:
+    """Each node measures the rows it stores; status merges the histograms (a node of
+    another version, without them, is left out) and prints p50 and p99 per view."""
+    buckets = [0.005, 0.01, 0.025, 0.05]
+
+    def node(counts: list[int]) -> dict[str, Any]:
+        return {"freshness": {"balances": {"buckets": buckets, "counts": counts}}}
+
+    health = {A: node([10, 80, 0, 0, 0]), B: node([0, 0, 0, 9, 1]), C: {"ready": True},
+              "x": None}
+    got = status.freshness(health)
+    assert set(got) == {"balances"} and got["balances"]["rows"] == 100
+    assert 5.0 < got["balances"]["p50_ms"] <= 10.0  # 90 of 100 at or under 10 ms
+    assert 25.0 < got["balances"]["p99_ms"] <= 50.0  # the tail is B's
+    doc = status.build_status(A, cluster_doc(), health)
+    out = io.StringIO()
+    Console(file=out, width=200).print(status.render(doc))
+    assert re.search(r"write -> stored, balances: p50 [\d.]+ ms, p99 \d+ ms \(100 rows",
+                     out.getvalue()), out.getvalue()

@@ -15,7 +15,7 @@ def test_missing_jars_name_the_install_command(tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("STREAMIQ_KAFKA_LIBS", str(tmp_path / "none"))
     broker = EmbeddedBroker("127.0.0.1", 1, tmp_path / "log")
-    with pytest.raises(BrokerError, match=r"run 'streamiq broker --install'"):
+    with pytest.raises(BrokerError, match=r"run 'streamiq install'"):
         broker.start()
     assert broker.proc is None and not (tmp_path / "log").exists()
 
@@ -85,18 +85,33 @@ def test_a_given_cluster_id_starting_with_a_dash_formats(tmp_path: Path) -> None
     assert "cluster.id=-" + "A" * 21 in meta
 
 
-def test_without_maven_each_install_names_its_own_command(
+def test_without_java_each_install_says_so_and_names_the_command(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No Maven is needed (Ivy inside PySpark resolves), but Java is."""
     from streamiq.kafka import jars
     from streamiq.pipeline import connector
 
+    monkeypatch.delenv("JAVA_HOME", raising=False)
     monkeypatch.setattr("shutil.which", lambda _: None)
-    with pytest.raises(jars.JarsError, match=r"run 'streamiq broker --install'"):
+    with pytest.raises(jars.JarsError, match=r"Java was not found"):
         jars.install_jars(tmp_path / "kafka")
-    with pytest.raises(jars.JarsError,
-                       match=r"run python -m streamiq\.pipeline\.connector --install"):
+    with pytest.raises(jars.JarsError, match=r"Java was not found"):
         connector.install_connector(tmp_path / "connector")
     assert not any(tmp_path.iterdir())  # nothing half-made
+
+
+def test_the_brokers_jars_come_from_ivy_with_kafkas_version(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fakes import fake_ivy
+
+    from streamiq.kafka import jars
+
+    fake_ivy(tmp_path, monkeypatch, [f"kafka_2.13-{jars.KAFKA_VERSION}.jar", "x-1.jar"])
+    libs = jars.install_jars(tmp_path / "kafka")
+    assert sorted(p.name for p in libs.glob("*.jar")) == [
+        f"kafka_2.13-{jars.KAFKA_VERSION}.jar", "x-1.jar"]
+    assert f'name="kafka_2.13" rev="{jars.KAFKA_VERSION}"' in (tmp_path / "ivy.xml").read_text()
+    assert jars.classpath(libs) == str(libs / "*")
 
 
 def _jars(tmp_path: Path) -> Path:

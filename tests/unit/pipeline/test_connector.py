@@ -2,79 +2,77 @@
 
 from __future__ import annotations
 
-import os
-import stat
 import threading
 from pathlib import Path
 
 import pytest
+from fakes import fake_ivy
 
 from streamiq.kafka.jars import JarsError
 from streamiq.pipeline import connector
 from streamiq.pipeline.connector import (
     CONNECTOR,
+    CONNECTOR_VERSION,
+    SPARK_VERSION,
     connector_jars,
     install_connector,
     require_connector,
     spark_version,
 )
 
-# what Maven's copy-dependencies puts in -DoutputDirectory: the connector, what it needs
-# beyond PySpark, and jars PySpark already ships (at other versions)
+# what Ivy's retrieve puts in the folder: the connector, what it needs beyond PySpark,
+# and jars PySpark already ships (at other versions)
 _RESOLVED = (f"{CONNECTOR}-{{v}}.jar", "spark-token-provider-kafka-0-10_2.13-{v}.jar",
              "kafka-clients-3.9.2.jar", "commons-pool2-2.13.1.jar",
              "scala-library-2.13.1.jar", "hadoop-client-runtime-3.0.0.jar", "lz4-java-1.0.0.jar")
 
 
-def _fake_mvn(bin_dir: Path, log: Path) -> None:
-    """An ``mvn`` that records its arguments and writes the jars Maven would."""
-    names = " ".join(n.format(v=spark_version()) for n in _RESOLVED)
-    script = bin_dir / "mvn"
-    script.write_text(f"""#!/bin/sh
-echo "$@" > {log}
-for a in "$@"; do case "$a" in -DoutputDirectory=*) out="${{a#-DoutputDirectory=}}";; esac; done
-for n in {names}; do echo jar > "$out/$n"; done
-""")
-    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+def _resolved() -> list[str]:
+    return [n.format(v=CONNECTOR_VERSION) for n in _RESOLVED]
 
 
 def test_install_keeps_only_jars_pyspark_lacks(tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    bin_dir, log = tmp_path / "bin", tmp_path / "mvn.args"
-    bin_dir.mkdir()
-    _fake_mvn(bin_dir, log)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    log = fake_ivy(tmp_path, monkeypatch, _resolved())
     libs = install_connector(tmp_path / "libs")
     names = sorted(Path(j).name for j in connector_jars(libs))
-    v = spark_version()
+    v = CONNECTOR_VERSION
     assert names == ["commons-pool2-2.13.1.jar", "kafka-clients-3.9.2.jar",
                      f"{CONNECTOR}-{v}.jar", f"spark-token-provider-kafka-0-10_2.13-{v}.jar"]
-    assert f"-Dspark.version={v}" in log.read_text()  # exactly PySpark's version
+    assert "ivy-" in log.read_text()  # PySpark's own Ivy, not Maven
+    module = (tmp_path / "ivy.xml").read_text()
+    assert f'name="{CONNECTOR}" rev="{CONNECTOR_VERSION}"' in module  # the one pairing
     assert require_connector(libs) == connector_jars(libs)
 
 
 def test_install_is_idempotent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    bin_dir, log = tmp_path / "bin", tmp_path / "mvn.args"
-    bin_dir.mkdir()
-    _fake_mvn(bin_dir, log)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    log = fake_ivy(tmp_path, monkeypatch, _resolved())
     install_connector(tmp_path / "libs")
     log.unlink()
     install_connector(tmp_path / "libs")
-    assert not log.exists()  # Maven is asked once
+    assert not log.exists()  # Ivy is asked once
 
 
 def test_failed_resolution_names_the_artifact_and_leaves_nothing(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "mvn").write_text("#!/bin/sh\necho 'Could not find artifact'\nexit 1\n")
-    (bin_dir / "mvn").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    with pytest.raises(JarsError, match=rf"(?s){CONNECTOR}:{spark_version()}.*Could not find"):
+    fake_ivy(tmp_path, monkeypatch, [], fail="unresolved dependency")
+    with pytest.raises(JarsError,
+                       match=rf"(?s){CONNECTOR}:{CONNECTOR_VERSION}.*unresolved dependency"):
         install_connector(tmp_path / "libs")
     assert not (tmp_path / "libs").exists()
-    assert [p.name for p in tmp_path.iterdir()] == ["bin"]  # no half-filled folder left
+    # the fake's own files only: no half-made folder
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ivy.xml", "java.args", "jdk"]
+
+
+def test_the_versions_are_named_once_and_pyproject_pins_pyspark_to_them() -> None:
+    import tomllib
+
+    root = Path(__file__).resolve().parents[3]
+    deps = tomllib.loads((root / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert f"pyspark=={SPARK_VERSION}" in [d.split(";")[0].strip() for d in deps]
+    assert spark_version() == SPARK_VERSION  # what is installed is what is pinned
+    readme = (root / "README.md").read_text()
+    assert f"PySpark {SPARK_VERSION}" in readme and f"{CONNECTOR} {CONNECTOR_VERSION}" in readme
 
 
 def test_missing_connector_names_the_jar_and_the_command(tmp_path: Path) -> None:
@@ -82,8 +80,8 @@ def test_missing_connector_names_the_jar_and_the_command(tmp_path: Path) -> None
     with pytest.raises(JarsError) as err:
         require_connector(tmp_path / "none")
     msg = str(err.value)
-    assert f"{CONNECTOR}-{spark_version()}.jar is missing" in msg
-    assert "python -m streamiq.pipeline.connector --install" in msg
+    assert f"{CONNECTOR}-{CONNECTOR_VERSION}.jar is missing" in msg
+    assert "streamiq install" in msg
 
 
 def test_libs_folder_follows_the_environment(monkeypatch: pytest.MonkeyPatch,
@@ -91,7 +89,8 @@ def test_libs_folder_follows_the_environment(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setenv("STREAMIQ_SPARK_KAFKA_LIBS", str(tmp_path))
     assert connector.connector_libs() == tmp_path
     monkeypatch.delenv("STREAMIQ_SPARK_KAFKA_LIBS")
-    assert connector.connector_libs().name == f"spark-kafka-{spark_version()}"
+    assert connector.connector_libs().name == (
+        f"spark-kafka-{CONNECTOR_VERSION}-spark-{spark_version()}")
 
 
 def test_pipeline_refuses_to_start_without_the_connector(
@@ -111,5 +110,5 @@ def test_pipeline_refuses_to_start_without_the_connector(
         runner.run_pipeline(Settings(app="bank"))
     msg = str(err.value.code)
     assert msg.startswith("streamiq pipeline: Spark's Kafka connector is not installed")
-    assert f"{CONNECTOR}-{spark_version()}.jar is missing" in msg
-    assert "--install" in msg
+    assert f"{CONNECTOR}-{CONNECTOR_VERSION}.jar is missing" in msg
+    assert "streamiq install" in msg

@@ -26,12 +26,11 @@ def _no_test_env(monkeypatch: pytest.MonkeyPatch) -> None:
 def _started(monkeypatch: pytest.MonkeyPatch, settings: Settings) -> list[str]:
     """Pipeline.start of an app without views; returns the steps it took."""
     steps: list[str] = []
-    monkeypatch.setattr(Pipeline, "ensure_topics", lambda self: {})
     monkeypatch.setattr(Pipeline, "warm_up", lambda self: steps.append("warm_up"))
     monkeypatch.setattr(Pipeline, "_register_listener", lambda self: steps.append("listener"))
-    p = Pipeline.__new__(Pipeline)
-    p.settings, p.app, p.runs = settings, App(name="none", topics=(), views=()), {}
-    p.start()
+    monkeypatch.setattr(runner, "topic_max_bytes", lambda *a: 1_000_000)
+    p = Pipeline(settings, App(name="none", topics=(), views=()))
+    p.start(spark=object())  # type: ignore[arg-type]  # no query: no Spark call
     return steps
 
 
@@ -54,6 +53,7 @@ def test_spark_config_reaches_the_session_over_streamiqs_own(
 
     monkeypatch.setattr("streamiq.pipeline.session.spark_session", spark_session)
     monkeypatch.setattr(runner, "stop_on_signals", lambda: None)
+    monkeypatch.setattr(Pipeline, "plan", lambda self: 0)  # no Kafka
     conf = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"}
     with pytest.raises(_Stop):
         runner.run_pipeline(Settings(master="local[1]", app="bank", spark_config=conf))

@@ -35,7 +35,7 @@ def test_defaults() -> None:
     assert o.view == "page_views" and o.key == ("user_id",) and o.kafka == {
         "bootstrap.servers": "h:1"}
     assert o.cluster == "streamiq" and o.topic_prefix == "" and not o.is_global
-    assert o.partitions is None and o.batch_id is None and o.checkpoint == "/ck"
+    assert o.partitions is None and o.checkpoint == "/ck"
     assert o.changelog_topic == "page_views-changelog"
     assert o.catalog_topic == "_streamiq-streamiq-catalog"
 

@@ -11,6 +11,13 @@ heartbeats and answers no lookup from rows that stopped moving; the restarted lo
 fresh consumer resuming from the stores' checkpoints (exactly the rows already applied)
 and each partition answers again once it has restored.
 
+Rows that carry their input positions (header ``streamiq-pos``: the pipeline's own
+views, ``pipeline/positions.py``) are remembered per key until a marker covers them
+(:attr:`PartitionState.rows`), so a read of the written key is answered as soon as its
+row is stored (``Node.wait_position``). Rows that carry their newest input time
+(``streamiq-ts``) are measured once the partition is restored: write to stored, per view
+(:attr:`Materializer.freshness`).
+
 No changelog record stops it: one that is not a row of its view (``views/rows.py``:
 size, JSON, nesting, key, partition, column types, window) or a marker claiming what
 cannot be (``serving/changelog/markers.py``) is skipped and counted per view and reason
@@ -32,15 +39,28 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streamiq.kafka.skips import Skip, Skips
+from streamiq.metrics import Latency
+from streamiq.serving.changelog.consistency import row_covered
 from streamiq.serving.changelog.markers import EndsQuery, InputEnds, kafka_ends, parse_marker
 from streamiq.state.base import Checkpoint, Store
 from streamiq.supervise import Supervisor
-from streamiq.views.base import MARKER_HEADER, View
+from streamiq.views.base import MARKER_HEADER, POSITION_HEADER, TIME_HEADER, View
 from streamiq.views.rows import RowCheck
 
-__all__ = ["Materializer", "PartitionState"]
+__all__ = ["FRESHNESS_BUCKETS", "MAX_ROW_POSITIONS", "Materializer", "PartitionState"]
 
 log = logging.getLogger("streamiq.materializer")
+
+#: rows' input positions remembered per partition until a marker covers them; past
+#: this, the oldest are forgotten (their reads then wait for the marker: never wrong)
+MAX_ROW_POSITIONS = 100_000
+#: seconds, write to stored: milliseconds in real-time mode, a second in micro-batch
+FRESHNESS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+                     60.0)
+
+#: records applied per round at most, and the longest a round waits for the first one
+_BATCH = 2000
+_POLL_S = 0.05
 
 #: librdkafka's "end of partition" event (RD_KAFKA_RESP_ERR__PARTITION_EOF)
 _PARTITION_EOF = -191
@@ -67,11 +87,24 @@ class PartitionState:
     #: assigned. Until then librdkafka's cached end may be the one it had when the
     #: partition was held before, so neither target nor lag is taken from it.
     fetched: bool = False
+    #: store key -> the input positions its stored row reflects (its ``streamiq-pos``
+    #: header), for rows stored since the last marker that did not cover them
+    rows: dict[bytes, bytes] = field(default_factory=dict)
 
     @property
     def lag(self) -> int:
         """Changelog records not yet applied; -1 while the end is not yet known."""
         return -1 if self.high_watermark < 0 else max(0, self.high_watermark - self.offset)
+
+
+def _fetch(consumer: Any) -> list[Any]:
+    """What the consumer has, as soon as it has anything (at most ``_POLL_S``' wait):
+    librdkafka's batch ``consume(n, timeout)`` waits out its whole timeout unless ``n``
+    records come (measured: a record produced during ``consume(2000, 1.0)`` came back
+    800 ms later; with ``poll`` first, 9 ms), and a node's every row would have waited
+    up to that timeout before it was stored."""
+    first = consumer.poll(_POLL_S)
+    return [] if first is None else [first, *consumer.consume(_BATCH - 1, 0)]
 
 
 class Materializer:
@@ -98,6 +131,9 @@ class Materializer:
         #: a checkpoint reads only what came after it; from empty, after compaction,
         #: about one record per key)
         self.read: Counter[str] = Counter()
+        #: write to stored per view: a row's newest input time to when it was stored
+        #: (rows with a ``streamiq-ts`` header, once their partition is restored)
+        self.freshness = Latency(("view",), FRESHNESS_BUCKETS)
         self.on_apply = on_apply  # called (loop thread) after records were applied
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -194,8 +230,7 @@ class Materializer:
                 if not assigned:
                     time.sleep(0.05)
                     continue
-                msgs = consumer.consume(2000, 0.05)
-                self.apply(msgs)
+                self.apply(_fetch(consumer))
                 self._refresh_watermarks(consumer, assigned)
         except Exception:
             self.forget()  # before anything else (closing the consumer may take a while)
@@ -234,9 +269,11 @@ class Materializer:
                 self._rebuild(view, p, st, records[0].offset())
             puts: list[tuple[bytes, bytes | None]] = []
             position = {t: dict(po) for t, po in st.position.items()}
+            rows: dict[bytes, bytes] = {}
+            marked = False
             for m in records:
                 try:
-                    self._decode(m, view, puts, position)
+                    marked |= self._decode(m, view, puts, position, rows, st.restored)
                 except Skip as exc:
                     self._skip(view, p, m.offset(), exc.reason, exc)
                 except Exception as exc:  # a record no check foresaw: still never fatal
@@ -245,6 +282,7 @@ class Materializer:
             self.stores[view].apply(p, puts, Checkpoint(offset=next_offset, position=position))
             st.offset = next_offset
             st.position = position
+            self._remember(st, rows, marked)
         if batches and self.on_apply is not None:
             self.on_apply()
 
@@ -272,28 +310,61 @@ class Materializer:
                         for reason, n in s.reasons.items()})
 
     def _decode(self, m: Any, view: str, puts: list[tuple[bytes, bytes | None]],
-                position: dict[str, dict[int, int]]) -> None:
-        """Add one record to the batch (a row) or to the position (a marker)."""
+                position: dict[str, dict[int, int]], rows: dict[bytes, bytes],
+                following: bool) -> bool:
+        """Add one record to the batch (a row, its input positions to ``rows``) or to
+        the position (a marker: True)."""
         headers = m.headers()
-        if headers and any(k == MARKER_HEADER for k, _ in headers):
-            offsets = parse_marker(m.value())
-            self.ends.check(offsets)
-            for t, po in offsets.items():
-                cur = position.setdefault(t, {})
-                for part, off in po.items():
-                    cur[part] = max(cur.get(part, 0), off)
-            return
-        key = m.key()
+        pos = ts = None
+        for k, v in headers or ():
+            if k == MARKER_HEADER:
+                offsets = parse_marker(m.value())
+                self.ends.check(offsets)
+                for t, po in offsets.items():
+                    cur = position.setdefault(t, {})
+                    for part, off in po.items():
+                        cur[part] = max(cur.get(part, 0), off)
+                return True
+            if k == POSITION_HEADER:
+                pos = v
+            elif k == TIME_HEADER:
+                ts = v
         check = self._checks.get(view)
         if check is None:
             check = self._checks[view] = RowCheck(self.views[view], self.partitions.get(view))
-        puts.append(check(key, m.value(), m.partition()))
+        row = check(m.key(), m.value(), m.partition())
+        puts.append(row)
+        if pos is not None and not self.views[view].windowed:
+            rows[row[0]] = pos
+        if ts is not None and following:
+            self._fresh(view, ts)
+        return False
+
+    def _fresh(self, view: str, ts: bytes) -> None:
+        try:
+            written = int(ts) / 1000
+        except ValueError:
+            return  # not a time: nothing to measure (the row itself was checked)
+        self.freshness.observe((view,), max(time.time() - written, 0.0))
+
+    @staticmethod
+    def _remember(st: PartitionState, rows: dict[bytes, bytes], marked: bool) -> None:
+        """Keep the rows' positions; after a marker, only those it does not cover."""
+        if rows:
+            for key in rows:
+                st.rows.pop(key, None)  # moved to the end: the newest are kept longest
+            st.rows.update(rows)
+        if marked and st.rows:
+            st.rows = {k: v for k, v in st.rows.items() if not row_covered(v, st.position)}
+        while len(st.rows) > MAX_ROW_POSITIONS:
+            del st.rows[next(iter(st.rows))]
 
     def _rebuild(self, view: str, p: int, st: PartitionState, seen: int) -> None:
         log.warning("%s partition %d: changelog restarted (offset %d is below checkpoint %d); "
                     "rebuilding the partition from the log", view, p, seen, st.offset)
         self.stores[view].drop(p)
         st.offset, st.position, st.restored, st.target = 0, {}, False, -1
+        st.rows = {}
 
     def _refresh_watermarks(self, consumer: Any, assigned: set[tuple[str, int]]) -> None:
         from confluent_kafka import OFFSET_BEGINNING, TopicPartition

@@ -162,6 +162,10 @@ def _partitions(node: Node) -> Iterator[Metric]:
     for (view, reason), n in sorted(node.materializer.skips.items()):
         skipped.add_metric([view, reason], n)
     yield skipped
+    yield node.materializer.freshness.family(
+        "streamiq_view_freshness_seconds",
+        "Write to stored: an input record's timestamp to its row stored on this node, per "
+        "view (rows that carry their input time, once their partition is restored)")
 
 
 def _health(node: Node) -> Iterator[Metric]:

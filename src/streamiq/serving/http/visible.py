@@ -48,7 +48,8 @@ def cluster_map(meta: Mapping[str, Any], seen: frozenset[str] | None) -> dict[st
 
 
 def progress_of(progress: Mapping[str, Any], seen: frozenset[str] | None) -> dict[str, Any]:
-    """The pipeline's progress per view, cut to the views in ``seen``."""
+    """A document per view (the pipeline's progress, freshness), cut to the views in
+    ``seen``."""
     return dict(progress) if seen is None else {v: p for v, p in progress.items() if v in seen}
 
 
@@ -59,4 +60,5 @@ def snapshot_for(snap: Mapping[str, Any], seen: frozenset[str] | None) -> dict[s
     out = {k: v for k, v in snap.items() if k not in CLUSTER_ONLY}
     out["cluster"] = cluster_map(snap["cluster"], seen)
     out["pipeline"] = progress_of(snap["pipeline"], seen)
+    out["freshness"] = progress_of(snap.get("freshness", {}), seen)
     return out

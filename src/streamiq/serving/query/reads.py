@@ -80,8 +80,10 @@ class Reads:
         return not_held(self.node.endpoint, view, partition)
 
     async def check_position(self, view: str, partition: int, tokens: list[Token],
-                             wait_s: float) -> None:
-        if tokens and not await self.node.wait_position(view, partition, tokens, wait_s):
+                             wait_s: float, key: bytes | None = None) -> None:
+        """Wait until the partition reflects ``tokens`` (``key``: a key lookup's store
+        key, whose row may reflect them first), or NOT_UP_TO_BOUND."""
+        if tokens and not await self.node.wait_position(view, partition, tokens, wait_s, key):
             raise NotUpToBound(f"{self.node.endpoint} has not reflected the position within "
                                f"{wait_s:.3f}s", partition=partition,
                                served_by=self.node.endpoint)

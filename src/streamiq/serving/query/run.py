@@ -70,7 +70,8 @@ class Queries(Reads):
         p = view.partition_of(q.key, self.node.partitions[view.name])
 
         async def local(here: Here) -> Read:
-            await self.check_position(view.name, p, tokens, self.wait_s(q.fresh.wait_ms))
+            await self.check_position(view.name, p, tokens, self.wait_s(q.fresh.wait_ms),
+                                      q.key.encode())  # the store key of a keyed view
             return self.read(view, q.key, p, here)
 
         return await self.coordinator.route(self._ask(q, caller), caller.forwarded, view.name,

@@ -140,6 +140,10 @@ def fake_kafka(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Log, list[Any]
                 time.sleep(0.002)  # as a real consumer's poll timeout would (pacing)
             return out
 
+        def poll(self, timeout: float) -> Msg | None:
+            got = self.consume(1, timeout)
+            return got[0] if got else None
+
         def get_watermark_offsets(self, tp: Any, cached: bool = False) -> tuple[int, int]:
             if cached:
                 return 0, self.cached.get((tp.topic, tp.partition), -1001)

@@ -120,6 +120,7 @@ def meta_app(app: Any) -> Any:
     node.router.metadata = lambda: META
     node.health = lambda: HEALTH
     node.ready = lambda: True
+    node.freshness = lambda: {v: {"count": 1} for v in ("balances", "order_counts")}
     for view in ("balances", "order_counts"):
         app.app.state.progress.receive(_progress(view))
     app.app.state.progress.receive(b"not json")  # one skipped record
@@ -150,6 +151,7 @@ async def test_a_view_scoped_token_sees_the_metadata_of_its_views_only(meta_app:
     snap = await _get(meta_app, "/v1/dashboard", auth)
     assert snap["cluster"] == {k: cluster[k] for k in ("nodes", "views")}
     assert set(snap["pipeline"]) == {"order_counts"}
+    assert set(snap["freshness"]) == {"order_counts"}
     assert not {"health", "traffic", "latency"} & set(snap)
     pipeline = await _get(meta_app, "/v1/pipeline", auth)
     assert set(pipeline["views"]) == {"order_counts"} and "skipped" not in pipeline
@@ -172,7 +174,7 @@ async def test_the_cluster_scope_sees_everything(meta_app: Any, auth: str) -> No
     snap = await _get(meta_app, "/v1/dashboard", auth)
     assert snap["cluster"] == META and snap["health"] == HEALTH
     assert {"traffic", "latency"} <= set(snap)
-    assert set(snap["pipeline"]) == {"balances", "order_counts"}
+    assert set(snap["pipeline"]) == set(snap["freshness"]) == {"balances", "order_counts"}
     pipeline = await _get(meta_app, "/v1/pipeline", auth)
     assert set(pipeline["views"]) == {"balances", "order_counts"} and pipeline["skipped"] == 1
 

@@ -20,6 +20,8 @@ CLUSTER = {"nodes": [{"endpoint": ME, "self": True, "started_at": 1.0,
                       "partitions": {"balances": {"0": {"offset": 4, "lag": 0,
                                                         "restored": 1}}}}],
            "views": {"balances": {"0": {"assigned": [ME], "replicas": []}}}}
+FRESH = {"balances": {"count": 3, "p50": 0.004, "p99": 0.02, "buckets": [0.005, 0.025],
+                      "counts": [2, 1, 0]}}
 PROGRESS = {"view": "balances", "batches": 7, "input_rate": 12.5, "process_rate": 40.0,
             "duration_ms": 250, "dead_letters": 1, "at": 2.0}
 
@@ -31,6 +33,7 @@ def app(tmp_path: Path) -> Any:
     node.ready = lambda: True
     node.health = lambda: {"faults": {}, "down": [], "failed": None}
     node.router.metadata = lambda: CLUSTER
+    node.freshness = lambda: FRESH
     asgi.app.state.progress.receive(json.dumps(PROGRESS).encode())
     return asgi
 
@@ -48,6 +51,7 @@ async def test_the_snapshot_shows_cluster_traffic_latency_and_progress(app: Any)
     assert snap["latency"]["local"]["count"] == 1 and snap["latency"]["local"]["p99"] > 0
     assert snap["latency"]["fanout"] == {"count": 0, "p50": None, "p99": None}
     assert snap["pipeline"] == {"balances": PROGRESS}
+    assert snap["freshness"] == FRESH  # write to stored, plotted by the page
 
 
 async def test_pipeline_progress_alone(app: Any) -> None:

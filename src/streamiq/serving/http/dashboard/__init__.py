@@ -4,7 +4,8 @@ The page and its script are static files in this package (no CDN, no build step)
 data comes from routes that need a token like every query:
 
 - ``GET /v1/dashboard``: one snapshot (the cluster map of ``/v1/cluster``, this node's
-  health, answers by how they were served, latency quantiles from the metrics, and the
+  health, answers by how they were served, latency quantiles from the metrics, write to
+  stored per view (``Node.freshness``: the page plots its last seconds), and the
   pipeline's progress as the pipeline publishes it; on a node ``streamiq up`` started,
   the state of up's parts: ready, restarts, crash-looping, from ``upstate.py``);
 - ``GET /v1/events``: the same snapshot every second as server-sent events, for as long
@@ -56,6 +57,7 @@ def snapshot(deps: Answers, progress: Progress | None = None,
         "at": time.time(), "self": node.endpoint, "ready": node.ready(),
         "cluster": node.router.metadata(), "health": node.health(),
         "traffic": co.traffic.totals(), "latency": co.traffic.latencies(),
+        "freshness": node.freshness(),
         "pipeline": progress.snapshot() if progress is not None else {}}
     parts = up.read() if up is not None else None
     if parts is not None:

@@ -174,6 +174,82 @@ function drawTraffic(snap) {
   }
 }
 
+// write to stored: the node's cumulative histograms per view; the page keeps one sample
+// every WINDOW_S seconds for HISTORY_S and plots the p50/p99 of each window's new rows
+const WINDOW_S = 5;
+const HISTORY_S = 300;
+const freshHistory = {}; // view -> [{at, counts, p50, p99}]
+
+function quantile(buckets, counts, q) {
+  // as Prometheus' histogram_quantile: linear within the bucket (seconds)
+  const total = counts.reduce((a, b) => a + b, 0);
+  if (!total) return null;
+  const rank = q * total;
+  let seen = 0;
+  for (let i = 0; i < counts.length; i++) {
+    if (counts[i] && seen + counts[i] >= rank) {
+      const lo = i ? buckets[i - 1] : 0;
+      const hi = i < buckets.length ? buckets[i] : buckets[buckets.length - 1];
+      return lo + ((hi - lo) * (rank - seen)) / counts[i];
+    }
+    seen += counts[i];
+  }
+  return buckets[buckets.length - 1];
+}
+
+function sparkline(samples, at) {
+  // two polylines (p50, p99) over the last HISTORY_S seconds, on a log scale of ms
+  const svgNS = "http://www.w3.org/2000/svg";
+  const svg = document.createElementNS(svgNS, "svg");
+  const w = 240, h = 40;
+  svg.setAttribute("width", w);
+  svg.setAttribute("height", h);
+  svg.setAttribute("role", "img");
+  const shown = samples.filter((s) => s.p99 != null);
+  const top = Math.max(...shown.map((s) => s.p99), 0.01);
+  svg.setAttribute("aria-label", `p99 up to ${ms(top)} in the last ${HISTORY_S / 60} minutes`);
+  const y = (v) => h - 2 - ((h - 4) * Math.log10(1 + v * 1000)) / Math.log10(1 + top * 1000);
+  for (const [key, color] of [["p50", "#0b3d91"], ["p99", "#8a4b00"]]) {
+    const line = document.createElementNS(svgNS, "polyline");
+    line.setAttribute("fill", "none");
+    line.setAttribute("stroke", color);
+    line.setAttribute("points", shown.map((s) =>
+      `${(w * (1 - (at - s.at) / HISTORY_S)).toFixed(1)},${y(s[key]).toFixed(1)}`).join(" "));
+    svg.append(line);
+  }
+  return svg;
+}
+
+function drawFreshness(snap) {
+  const body = $("#freshness tbody");
+  body.replaceChildren();
+  const views = Object.entries(snap.freshness || {}).sort();
+  if (!views.length) {
+    const tr = document.createElement("tr");
+    const td = cell("no row carrying its input time stored here yet");
+    td.colSpan = 7;
+    tr.append(td);
+    body.append(tr);
+  }
+  for (const [view, f] of views) {
+    const hist = (freshHistory[view] ??= []);
+    const last = hist[hist.length - 1];
+    if (!last || snap.at - last.at >= WINDOW_S) {
+      const delta = last ? f.counts.map((n, i) => n - (last.counts[i] || 0)) : f.counts;
+      hist.push({ at: snap.at, counts: f.counts, p50: last ? quantile(f.buckets, delta, 0.5) : null,
+        p99: last ? quantile(f.buckets, delta, 0.99) : null });
+      while (hist.length && snap.at - hist[0].at > HISTORY_S) hist.shift();
+    }
+    const now = hist[hist.length - 1];
+    const tr = document.createElement("tr");
+    const graph = cell("");
+    graph.append(sparkline(hist, snap.at));
+    tr.append(cell(view), cell(ms(now.p50)), cell(ms(now.p99)), cell(ms(f.p50)),
+      cell(ms(f.p99)), cell(f.count), graph);
+    body.append(tr);
+  }
+}
+
 function drawPipeline(snap) {
   const body = $("#pipeline tbody");
   body.replaceChildren();
@@ -215,6 +291,7 @@ function draw(snap) {
   drawNodes(snap, map);
   drawMap(snap, map);
   drawTraffic(snap);
+  drawFreshness(snap);
   drawPipeline(snap);
   drawParts(snap);
   // the live region says only what changes rarely (screen readers announce each change)

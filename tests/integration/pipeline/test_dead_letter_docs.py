@@ -1,4 +1,5 @@
-"""The dead-letter record builder: any bytes representable, always under the limit."""
+"""The dead-letter records Spark computes: any bytes representable, always under the limit
+(``pipeline/deadletter_record.py``'s SQL, run on the tests' Spark session)."""
 
 from __future__ import annotations
 
@@ -9,16 +10,44 @@ from typing import Any
 
 import pytest
 
-from streamiq.pipeline.deadletter_record import KEY_MAX, RECORD_OVERHEAD, build, reason_class
+from streamiq.pipeline.deadletter_record import (
+    KEY_MAX,
+    RECORD_OVERHEAD,
+    letter_columns,
+    reason_class,
+)
 from streamiq.pipeline.deadletter_writer import RateLimitedLog
 
 LIMIT = 1_048_588  # Kafka's default max.message.bytes
 
 
-def _letter(key: bytes | None, value: bytes | None,
+class Letter:
+    def __init__(self, key: bytes | None, value: str) -> None:
+        self.key = key
+        self.value = value.encode()
+        self.truncated = json.loads(value)["truncated"]
+
+
+@pytest.fixture(scope="module")
+def letters(spark: Any) -> Any:
+    """letters(key, value, limit) -> the dead letter Spark computes for that record."""
+    from pyspark.sql import functions as F
+
+    def make(key: bytes | None, value: bytes | None, limit: int = LIMIT) -> Letter:
+        df = spark.createDataFrame([(key, value)], "k BINARY, v BINARY")
+        k, v = letter_columns(F.lit("invalid JSON (not a JSON object)"), "balances",
+                              F.lit("bank-transactions"), F.lit(2), F.lit(12345).cast("long"),
+                              F.lit(1_700_000_000_000).cast("long"), F.col("k"), F.col("v"),
+                              limit)
+        row = df.select(k.alias("key"), v.alias("value")).collect()[0]
+        return Letter(None if row.key is None else bytes(row.key), row.value)
+
+    return make
+
+
+def _letter(letters: Any, key: bytes | None, value: bytes | None,
             limit: int = LIMIT) -> tuple[Any, dict[str, Any]]:
-    letter = build("invalid JSON (not a JSON object)", "balances", "bank-transactions", 2,
-                   12345, 1_700_000_000_000, key, value, limit)
+    letter = letters(key, value, limit)
     size = len(letter.value) + (len(letter.key) if letter.key else 0)
     assert size <= limit - RECORD_OVERHEAD, size
     return letter, json.loads(letter.value)
@@ -31,8 +60,8 @@ def _raw(doc: dict[str, Any], field: str) -> bytes | None:
     return base64.b64decode(doc[field]) if enc == "base64" else doc[field].encode()
 
 
-def test_small_record_is_kept_whole_with_its_origin() -> None:
-    letter, doc = _letter(b"acct-1", b'{"amount": "x"}')
+def test_small_record_is_kept_whole_with_its_origin(letters: Any) -> None:
+    letter, doc = _letter(letters, b"acct-1", b'{"amount": "x"}')
     assert doc == {"reason": "invalid JSON (not a JSON object)", "view": "balances",
                    "topic": "bank-transactions", "partition": 2, "offset": 12345,
                    "timestamp": 1_700_000_000_000, "key": "acct-1", "key_encoding": "utf-8",
@@ -46,9 +75,12 @@ def test_small_record_is_kept_whole_with_its_origin() -> None:
     (None, None), (b"", b""),
     (bytes(range(256)), "é ünïcode ✓ \u0000\n\"".encode()),
 ])
-def test_any_bytes_are_representable_exactly(key: bytes | None, value: bytes | None) -> None:
-    letter, doc = _letter(key, value)
+def test_any_bytes_are_representable_exactly(letters: Any, key: bytes | None,
+                                             value: bytes | None) -> None:
+    letter, doc = _letter(letters, key, value)
     assert (_raw(doc, "key"), _raw(doc, "value")) == (key, value)
+    for f in ("key", "value"):  # base64 in one line (Spark's chunks it unless told not to)
+        assert doc[f"{f}_encoding"] != "base64" or "\n" not in doc[f]
     assert letter.key == key and doc["truncated"] is False
 
 
@@ -59,9 +91,9 @@ def test_any_bytes_are_representable_exactly(key: bytes | None, value: bytes | N
     ("é" * 700_000).encode(),  # a cut must not split a character
     b'"' * 1_000_000,
 ])
-def test_oversized_records_are_truncated_under_the_limit(value: bytes) -> None:
+def test_oversized_records_are_truncated_under_the_limit(letters: Any, value: bytes) -> None:
     key = b"k" * 5000
-    letter, doc = _letter(key, value)
+    letter, doc = _letter(letters, key, value)
     assert doc["truncated"] is True and letter.truncated
     assert (doc["offset"], doc["partition"], doc["topic"]) == (12345, 2, "bank-transactions")
     assert (doc["key_bytes"], doc["value_bytes"]) == (5000, len(value))
@@ -73,9 +105,16 @@ def test_oversized_records_are_truncated_under_the_limit(value: bytes) -> None:
 
 
 @pytest.mark.parametrize("limit", [2000, 10_000, 100_000])
-def test_small_topic_limits_are_respected(limit: int) -> None:
-    _, doc = _letter(b"\xff" * 3000, b"\xfe" * 300_000, limit)
+def test_small_topic_limits_are_respected(letters: Any, limit: int) -> None:
+    _, doc = _letter(letters, b"\xff" * 3000, b"\xfe" * 300_000, limit)
     assert doc["truncated"] and doc["offset"] == 12345
+
+
+def test_a_limit_below_the_metadata_keeps_the_metadata_alone(letters: Any) -> None:
+    letter, doc = _letter(letters, b"k" * 2000, b"v" * 2000, limit=RECORD_OVERHEAD + 400)
+    assert letter.key is None and doc["key"] is None and doc["value"] is None
+    assert doc["truncated"] and (doc["key_bytes"], doc["value_bytes"]) == (2000, 2000)
+    assert doc["offset"] == 12345 and doc["topic"] == "bank-transactions"
 
 
 def test_reason_class_is_a_bounded_label() -> None:
