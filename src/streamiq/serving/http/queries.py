@@ -23,16 +23,14 @@ from streamiq.serving.http.params import Cursor, Fresh, FromMs, Limit, Parts, Pr
 from streamiq.serving.query import model as q
 from streamiq.serving.routes import AGGREGATE, KEY_WINDOWS, MULTI_GET, SCAN, WINDOWS
 
-__all__ = ["MAX_KEYS", "MultiGet", "query_routes"]
-
-MAX_KEYS = 1000
+__all__ = ["MultiGet", "query_routes"]
 
 
 class MultiGet(BaseModel):
     """Keys to look up (columns joined by ``|``)."""
 
     model_config = {"extra": "forbid"}
-    keys: list[str] = Field(min_length=1, max_length=MAX_KEYS)
+    keys: list[str] = Field(min_length=1, max_length=q.MAX_KEYS)
 
 
 def query_routes(deps: Answers) -> APIRouter:
@@ -94,7 +92,6 @@ def _scan_routes(r: APIRouter, deps: Answers) -> None:
 
 def _key_windows_route(r: APIRouter, deps: Answers) -> None:
     """GET /v1/views/{view}/keys/{key}/windows"""
-    node = deps.node
 
     @r.get(KEY_WINDOWS.path, summary="One key's windows in [from, to)")
     async def key_windows(request: Request, view: str, key: str, fresh: Fresh,
@@ -106,7 +103,7 @@ def _key_windows_route(r: APIRouter, deps: Answers) -> None:
             return JSONResponse({"status": "OK", "view": query.view, "key": w.key,
                                  "partition": w.partition, "from": start, "to": end,
                                  "windows": w.windows, **w.stamp},
-                                headers={SERVED_BY: node.endpoint})
+                                headers={SERVED_BY: w.stamp["served_by"]})
 
         return deps.one(request, caller, await deps.key_windows(query, caller), here)
 

@@ -22,8 +22,8 @@ from streamiq.errors import BadRequest, StreamiqError
 from streamiq.serving.cluster.coordinator import Relayed
 from streamiq.serving.cluster.placement import Redirect, Refuse
 from streamiq.serving.engines.scan import MAX_LIMIT
-from streamiq.serving.http.queries import MAX_KEYS
 from streamiq.serving.query import model as q
+from streamiq.serving.query.model import MAX_KEYS
 from streamiq.serving.query.run import Queries
 from streamiq.serving.sql.engine import Bounds, Column, Freshness, Groups, Row, Rows, ViewInfo
 from streamiq.views.base import View
@@ -175,9 +175,9 @@ def _one(answer: Relayed | Refuse, field: str) -> list[Row]:
     if isinstance(answer, Refuse):
         raise answer.error
     r = answer.reply
-    if r.status_code == 404 and field == "value":
+    if r.status == 404 and field == "value":
         return []
-    if r.status_code != 200:
-        raise relayed_error(r.status_code, r.content)
-    got: Any = orjson.loads(r.content)[field]
+    if r.status != 200:
+        raise relayed_error(r.status, r.body)
+    got: Any = orjson.loads(r.body)[field]
     return list(got) if field == "windows" else [got]
