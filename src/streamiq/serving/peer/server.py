@@ -22,6 +22,7 @@ import dataclasses
 import hmac
 import logging
 from collections.abc import Callable
+from time import perf_counter
 from typing import Any
 
 import orjson
@@ -51,11 +52,14 @@ class PeerServer:
         self.tasks: set[asyncio.Task[None]] = set()
 
     def handle(self, rid: int, budget_ms: int, body: bytes, write: _Write) -> None:
-        """Answer one request: now, or from a task."""
+        """Answer one request: now, or from a task (its latency recorded as served for a
+        peer, under its query's label: ``serving/http/metrics.py``)."""
+        t0 = perf_counter()
         try:
             q, caller = self._read(body)
             if type(q) is Lookup and not q.fresh.position:
                 write(reply_frame(rid, *self._lookup(q, caller)))
+                self._timed(q.kind, t0)
                 return
             loop = asyncio.get_running_loop()
             caller = dataclasses.replace(caller, deadline=loop.time() + budget_ms / 1000)
@@ -69,6 +73,12 @@ class PeerServer:
         task = loop.create_task(self._run(rid, q, caller, write))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
+        task.add_done_callback(lambda _: self._timed(q.kind, t0))
+
+    def _timed(self, kind: str, t0: float) -> None:
+        latency = self.queries.coordinator.traffic.latency
+        if latency is not None:
+            latency.observe((kind, "peer"), perf_counter() - t0)
 
     def _read(self, body: bytes) -> tuple[Query, Caller]:
         try:
