@@ -160,6 +160,13 @@ def test_every_query_from_every_node_then_partial(cluster: Any) -> None:
         d = get(port, "/v1/views/balances/aggregate",
                 agg=["sum(balance)", "avg(balance)", "min(balance)", "max(last_update)",
                      "count(*)"]).json()
+        # top-k (issue 39): each owner's top k over the peer protocol, merged here
+        top = get(port, "/v1/views/balances/top", column="balance", k=10).json()
+        want = sorted(bal.values(), key=lambda x: (-x["balance"], x["account"]))[:10]
+        assert top["status"] == "OK" and [x["value"] for x in top["rows"]] == want, top
+        low = get(port, "/v1/views/balances/top", column="balance", k=3, order="asc").json()
+        assert [x["value"]["balance"] for x in low["rows"]] == sorted(
+            x["balance"] for x in bal.values())[:3]
         b = [x["balance"] for x in bal.values()]
         assert d["status"] == "OK" and d["groups"] == [{
             "sum(balance)": sum(b), "avg(balance)": pytest.approx(sum(b) / len(b)),

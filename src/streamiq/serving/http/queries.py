@@ -21,7 +21,8 @@ from streamiq.serving.cluster.coordinator import SERVED_BY
 from streamiq.serving.http.answers import Answers
 from streamiq.serving.http.params import Cursor, Fresh, FromMs, Limit, Parts, Prefix, ToMs
 from streamiq.serving.query import model as q
-from streamiq.serving.routes import AGGREGATE, KEY_WINDOWS, MULTI_GET, SCAN, WINDOWS
+from streamiq.serving.query.topk import MAX_K, TopK, TopKRows
+from streamiq.serving.routes import AGGREGATE, KEY_WINDOWS, MULTI_GET, SCAN, TOP_K, WINDOWS
 
 __all__ = ["MultiGet", "query_routes"]
 
@@ -39,6 +40,7 @@ def query_routes(deps: Answers) -> APIRouter:
     _scan_routes(r, deps)
     _key_windows_route(r, deps)
     _aggregate_route(r, deps)
+    _top_k_route(r, deps)
     return r
 
 
@@ -129,4 +131,23 @@ def _aggregate_route(r: APIRouter, deps: Answers) -> None:
         query = q.Aggregate(view, tuple(group_by or ()), tuple(agg or ()), prefix,
                             fresh=fresh.typed())
         answer = await deps.aggregate(query, deps.caller(request, partitions))
+        return deps.gathered(answer, body)
+
+
+def _top_k_route(r: APIRouter, deps: Answers) -> None:
+    """GET /v1/views/{view}/top"""
+
+    def body(rows: TopKRows) -> dict[str, Any]:
+        return {"column": rows.column, "order": rows.order, "rows": rows.rows,
+                "count": len(rows.rows)}
+
+    @r.get(TOP_K.path, summary="The k rows with the largest (or smallest) value of a column")
+    async def top(request: Request, view: str, fresh: Fresh,
+                  column: Annotated[str, Query(description="The column ranked.")],
+                  k: Annotated[int, Query(ge=1, le=MAX_K, description="How many rows.")] = 10,
+                  order: Annotated[str, Query(pattern="^(asc|desc)$", description=(
+                      "desc: the largest values; asc: the smallest."))] = "desc",
+                  prefix: Prefix = None, partitions: Parts = None) -> Response:
+        query = TopK(view, column, k, order, prefix, fresh=fresh.typed())
+        answer = await deps.run(query, deps.caller(request, partitions))
         return deps.gathered(answer, body)

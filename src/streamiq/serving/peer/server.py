@@ -31,7 +31,7 @@ from streamiq.errors import BadRequest, DeadlineExceeded, StreamiqError, Unauthe
 from streamiq.serving.cluster.gate import Gate
 from streamiq.serving.cluster.placement import Refuse
 from streamiq.serving.cluster.wire import MAX_REQUEST, REQUEST, reply_frame
-from streamiq.serving.query import codec
+from streamiq.serving.query import codec, kinds
 from streamiq.serving.query.model import Caller, Lookup, Query, Read
 from streamiq.serving.query.run import Queries
 
@@ -40,6 +40,7 @@ __all__ = ["PeerConnection", "PeerServer"]
 log = logging.getLogger("streamiq.routing")
 
 _NO_CREDENTIAL = Unauthenticated("a peer connection without the cluster credential")
+assert kinds.KINDS  # every query type registered before the first request is read
 _Write = Callable[[bytes], None]
 
 

@@ -169,3 +169,59 @@ async def test_bad_queries_are_400s_naming_the_problem(tmp_path: Path) -> None:
         await qs.aggregate(Aggregate("balances", group_by=("nope",)))
     with pytest.raises(BadRequest, match="is after"):
         await qs.scan(Scan("balances", start="b", to="a"))
+
+
+def _rows(qs: Queries, balances: dict[str, int | None]) -> None:
+    """Rows of ``balances`` (None: a row without a balance) in the in-memory stores."""
+    from streamiq.state.base import Checkpoint
+
+    store, n = qs.node.stores["balances"], qs.node.partitions["balances"]
+    for key, balance in balances.items():
+        row = {"account": key, "count": 1, **({} if balance is None else {"balance": balance})}
+        store.apply(qs.node.views["balances"].partition_of(key, n),
+                    [(key.encode(), json.dumps(row).encode())], Checkpoint(offset=1))
+
+
+async def test_top_k_merges_each_owners_top_k(tmp_path: Path) -> None:
+    """The k largest (or smallest) of a column across partitions, ties by key, rows
+    without the column left out; a peer's part is its own partitions' top k."""
+    from streamiq.serving.query.topk import TopK
+
+    qs = queries(tmp_path)
+    balances = {f"k{i:02d}": (i * 37) % 50 for i in range(40)} | {"none": None, "a1": 5}
+    _rows(qs, balances)
+    want = sorted(((b, k) for k, b in balances.items() if b is not None),
+                  key=lambda t: (-t[0], t[1]))
+    got = await qs.run(TopK("balances", "balance", 7))
+    assert isinstance(got, Gathered) and got.status == "OK" and got.partitions == 3
+    assert [(r["value"]["balance"], r["key"]) for r in got.result.rows] == want[:7]
+    low = await qs.run(TopK("balances", "balance", 3, "asc", prefix="k"))
+    assert isinstance(low, Gathered)
+    assert [r["key"] for r in low.result.rows] == [
+        k for _, k in sorted((b, k) for k, b in balances.items()
+                             if b is not None and k.startswith("k"))][:3]
+    p = partition_of(qs, "balances", "k01")
+    part = await qs.run(TopK("balances", "balance", 2), Caller(forwarded=True, partitions=[p]))
+    assert isinstance(part, PeerPart) and part.partial is not None
+    mine = sorted(((b, k) for k, b in balances.items() if b is not None
+                   and partition_of(qs, "balances", k) == p), key=lambda t: (-t[0], t[1]))
+    assert [r["key"] for r in part.partial["rows"]] == [k for _, k in mine[:2]]
+    with pytest.raises(BadRequest, match="no column 'nope'"):
+        await qs.run(TopK("balances", "nope"))
+    with pytest.raises(BadRequest, match="k: expected"):
+        await qs.run(TopK("balances", "balance", 0))
+
+
+async def test_top_k_travels_to_peers_as_its_typed_query(tmp_path: Path) -> None:
+    from streamiq.serving.query.codec import decode
+    from streamiq.serving.query.topk import TopK
+
+    qs = queries(tmp_path)
+    part = {"partial": {"rows": [{"key": "x", "partition": 0, "value": {"balance": 9}}]},
+            "not_active": []}
+    sent = peer_answers(qs, PeerReply(200, json.dumps(part).encode()))
+    got = await qs.run(TopK("balances", "balance", 2, prefix="x"))
+    assert isinstance(got, Gathered) and [r["key"] for r in got.result.rows] == ["x"]
+    _, doc, _ = sent[0]
+    assert doc["k"] == "topk" and decode(doc["k"], doc["q"]) == TopK("balances", "balance", 2,
+                                                                      prefix="x")
