@@ -3,13 +3,14 @@ latency, the peers found slow, and the hedges counted.
 
 "The Tail at Scale" (Dean and Barroso): a request whose replica has not answered by the
 95th percentile of that kind of request's latency is also sent to another replica, and
-the first answer wins. Here the delay is per peer and per kind of request (a lookup is
-not an aggregate): the 95th percentile of its last ``WINDOW`` answers, never under
+the first answer wins. Here latency is measured per peer and per kind of request (a
+lookup is not an aggregate): the 95th percentile of each peer's last ``WINDOW`` answers.
+The delay for a kind is the best of those percentiles (what a healthy replica takes: a
+peer behind a slow link does not teach the node to wait for it), never under
 ``FLOOR_S`` (so nothing is hedged while nothing is slow: a healthy forwarded lookup
 takes about a millisecond here, and a loaded shared machine's hiccups stay under the
 floor) and never over the kind's cap (so a peer that turned slow, or stopped, costs a
-one-partition request at most ``ONE_CAP_S`` before another replica is asked, however
-slow its recent answers were). A peer that lost a race is suspect for ``SUSPECT_S``:
+one-partition request at most ``ONE_CAP_S`` before another replica is asked). A peer that lost a race is suspect for ``SUSPECT_S``:
 placement asks it last, so a peer behind a slow link or in a long pause costs at most
 one hedge delay per period instead of one per request; membership (which removes a
 member only when it stops heartbeating or refuses a connection) is left alone, since
@@ -59,20 +60,25 @@ class Hedging:
     sent: dict[str, int] = field(default_factory=dict)  # hedges sent, per kind
     won: dict[str, int] = field(default_factory=dict)  # hedges that answered first
     _trackers: dict[tuple[str, str], Tracker] = field(default_factory=dict)
+    _best: dict[str, float] = field(default_factory=dict)  # kind -> the best peer's p95
     _suspects: dict[str, float] = field(default_factory=dict)  # peer -> until when
 
     def delay(self, address: str, kind: str, gather: bool = False) -> float:
-        """Seconds to wait for ``address`` before asking another replica too."""
-        t = self._trackers.get((address, kind))
-        p95 = 0.0 if t is None else t.p95
-        return min(GATHER_CAP_S if gather else ONE_CAP_S, max(FLOOR_S, p95))
+        """Seconds to wait for ``address`` before asking another replica too: the best
+        peer's 95th percentile for ``kind``, within the floor and the kind's cap."""
+        return min(GATHER_CAP_S if gather else ONE_CAP_S,
+                   max(FLOOR_S, self._best.get(kind, 0.0)))
 
     def observe(self, address: str, kind: str, seconds: float) -> None:
         """A reply from ``address`` after ``seconds``."""
         t = self._trackers.get((address, kind))
         if t is None:
             t = self._trackers[(address, kind)] = Tracker()
+        before = t.p95
         t.add(seconds)
+        if t.p95 != before:  # recomputed: the kind's best again (a few peers)
+            self._best[kind] = min(x.p95 for (_, k), x in self._trackers.items()
+                                   if k == kind and x.p95 > 0)
 
     def hedged(self, kind: str, slow: str) -> None:
         """A hedge was sent for a request ``slow`` had not answered: it is suspect."""

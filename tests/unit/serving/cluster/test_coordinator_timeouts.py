@@ -98,3 +98,7 @@ def test_hedge_delays_follow_the_measured_latency_within_floor_and_cap() -> None
         h.observe(SLOW, "lookup", 5.0)
     assert h.delay(SLOW, "lookup") == ONE_CAP_S  # a stalled peer costs at most the cap
     assert h.delay(SLOW, "aggregate", gather=True) == FLOOR_S  # per kind
+    for _ in range(64):
+        h.observe(FAST, "lookup", 0.03)
+    # the best peer's percentile: a slow peer does not teach the node to wait for it
+    assert h.delay(SLOW, "lookup") == h.delay(FAST, "lookup") == 0.03
