@@ -10,11 +10,12 @@ peer behind a slow link does not teach the node to wait for it), never under
 ``FLOOR_S`` (so nothing is hedged while nothing is slow: a healthy forwarded lookup
 takes about a millisecond here, and a loaded shared machine's hiccups stay under the
 floor) and never over the kind's cap (so a peer that turned slow, or stopped, costs a
-one-partition request at most ``ONE_CAP_S`` before another replica is asked). A peer that lost a race is suspect for ``SUSPECT_S``:
-placement asks it last, so a peer behind a slow link or in a long pause costs at most
-one hedge delay per period instead of one per request; membership (which removes a
-member only when it stops heartbeating or refuses a connection) is left alone, since
-suspecting a slow member there would move partitions.
+one-partition request at most ``ONE_CAP_S`` before another replica is asked). A peer
+that lost a race is suspect for ``SUSPECT_S``: placement asks it last, so a peer behind
+a slow link or in a long pause costs at most one hedge delay per period instead of one
+per request; membership (which removes a member only when it stops heartbeating or
+refuses a connection) is left alone, since suspecting a slow member there would move
+partitions.
 """
 
 from __future__ import annotations

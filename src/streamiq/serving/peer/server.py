@@ -32,7 +32,7 @@ from streamiq.serving.cluster.gate import Gate
 from streamiq.serving.cluster.placement import Refuse
 from streamiq.serving.cluster.wire import MAX_REQUEST, REQUEST, reply_frame
 from streamiq.serving.query import codec, kinds
-from streamiq.serving.query.model import Caller, Lookup, Query, Read
+from streamiq.serving.query.model import Caller, Query, Read
 from streamiq.serving.query.run import Queries
 
 __all__ = ["PeerConnection", "PeerServer"]
@@ -44,6 +44,13 @@ assert kinds.KINDS  # every query type registered before the first request is re
 _Write = Callable[[bytes], None]
 
 
+def _waits(doc: Any) -> bool:
+    """The request names a position to wait for (a task answers it, not the read)."""
+    q = doc.get("q")
+    fresh = q.get("fresh") if isinstance(q, dict) else None
+    return isinstance(fresh, dict) and bool(fresh.get("position"))
+
+
 class PeerServer:
     """This node's answers to its peers' requests."""
 
@@ -53,15 +60,15 @@ class PeerServer:
         self.tasks: set[asyncio.Task[None]] = set()
 
     def handle(self, rid: int, budget_ms: int, body: bytes, write: _Write) -> None:
-        """Answer one request: now, or from a task (its latency recorded as served for a
-        peer, under its query's label: ``serving/http/metrics.py``)."""
-        t0 = perf_counter()
+        """Answer one request: a lookup now, anything else from a task (its latency
+        recorded as served for a peer, under its query's label)."""
         try:
-            q, caller = self._read(body)
-            if type(q) is Lookup and not q.fresh.position:
-                write(reply_frame(rid, *self._lookup(q, caller)))
-                self._timed(q.kind, t0)
+            doc = orjson.loads(body)
+            if doc.get("k") == "lookup" and not _waits(doc):  # the hot path: inline
+                write(reply_frame(rid, *self._lookup(doc)))
                 return
+            t0 = perf_counter()
+            q, caller = self._read(doc)
             loop = asyncio.get_running_loop()
             caller = dataclasses.replace(caller, deadline=loop.time() + budget_ms / 1000)
         except StreamiqError as exc:
@@ -81,28 +88,42 @@ class PeerServer:
         if latency is not None:
             latency.observe((kind, "peer"), perf_counter() - t0)
 
-    def _read(self, body: bytes) -> tuple[Query, Caller]:
+    def _read(self, doc: Any) -> tuple[Query, Caller]:
         try:
-            doc = orjson.loads(body)
             q = codec.decode(doc["k"], doc["q"])
             partitions, count, token = list(doc["p"]), int(doc["n"]), doc["t"]
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, AttributeError):
             raise BadRequest("malformed peer request") from None
-        n = self.queries.node.partitions.get(q.view)
-        if n is not None and count != n:  # a different partition count: not the same p
-            raise self.queries.not_held(q.view, partitions[0] if partitions else 0)
-        if self.gate.auth.enabled:
-            self.gate.auth.reader(None if token is None else str(token), q.view)
+        self._check(q.view, count, partitions[0] if partitions else 0, token)
         return q, Caller(None if token is None else str(token), True, partitions)
 
-    def _lookup(self, q: Lookup, caller: Caller) -> tuple[int, bytes]:
-        """A key lookup decided and read now (the entry computed its partition)."""
+    def _check(self, view: str, count: int, p: int, token: Any) -> None:
+        """The partition count the entry used is this node's (else: not the same
+        partition, 421), and the client's token may read the view."""
+        n = self.queries.node.partitions.get(view)
+        if n is not None and count != n:
+            raise self.queries.not_held(view, p)
+        if self.gate.auth.enabled:
+            self.gate.auth.reader(None if token is None else str(token), view)
+
+    def _lookup(self, doc: Any) -> tuple[int, bytes]:
+        """A key lookup decided and read now (the entry computed its partition); with a
+        position to wait for, the typed query's own path (a task)."""
+        try:
+            q, (p,), count, token = doc["q"], doc["p"], doc["n"], doc["t"]
+            name, key, fresh = q["view"], q["key"], q.get("fresh") or {}
+            max_lag = fresh.get("max_lag")
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise BadRequest("malformed lookup request") from None
+        if not (type(name) is str and type(key) is str and type(p) is int
+                and type(count) is int and (max_lag is None or type(max_lag) is int)):
+            raise BadRequest("malformed lookup request")
+        self._check(name, count, p, token)
         qs = self.queries
-        view = qs.view(q.view)
-        assert caller.partitions is not None
-        if len(caller.partitions) != 1 or view.windowed:
-            raise BadRequest("a lookup asks one partition of a keyed view")
-        d = qs.decide(view, q.key, int(caller.partitions[0]), True, qs.max_lag(q.fresh.max_lag))
+        view = qs.view(name)
+        if view.windowed:
+            raise BadRequest(f"view {name!r} is windowed: a lookup asks a keyed view")
+        d = qs.decide(view, key, p, True, qs.max_lag(max_lag))
         if isinstance(d, Refuse):
             raise d.error
         if not isinstance(d, Read):  # placement answers a peer's request here or refuses it

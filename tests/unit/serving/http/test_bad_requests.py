@@ -83,8 +83,8 @@ def test_a_malformed_peer_request_is_a_bad_request() -> None:
 
     app = make_app(Path(tempfile.mkdtemp()))
     assert peer_request(app, "nope", {"view": "balances"}, [0])[0] == 400
-    status, body = peer_request(app, "lookup", {"view": "balances", "key": "a1", "x": 1}, [0])
-    assert status == 400 and "malformed lookup query" in body["detail"], body
+    status, body = peer_request(app, "scan", {"view": "balances", "x": 1}, [0])
+    assert status == 400 and "malformed scan query" in body["detail"], body
     assert peer_request(app, "lookup", {"view": "balances", "key": 7}, [0])[0] == 400
     assert peer_request(app, "lookup", {"view": "balances"}, [0])[0] == 400  # no key
 
