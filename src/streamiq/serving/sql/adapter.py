@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from streamiq.auth import Authenticator, Principal
-from streamiq.errors import BadRequest, StreamiqError
+from streamiq.errors import StreamiqError, from_problem
 from streamiq.serving.cluster.coordinator import Relayed
 from streamiq.serving.cluster.placement import Redirect, Refuse
 from streamiq.serving.engines.scan import MAX_LIMIT
@@ -44,25 +44,9 @@ def view_info(view: View) -> ViewInfo:
                     tuple(Column(c, type_of(c)) for c in view.columns))
 
 
-def _error_classes(base: type[StreamiqError] = StreamiqError) -> dict[str, type[StreamiqError]]:
-    out = {base.code: base}
-    for sub in base.__subclasses__():
-        out.update({k: v for k, v in _error_classes(sub).items() if k not in out})
-    return out
-
-
 def relayed_error(status: int, body: bytes) -> StreamiqError:
-    """A replica's error reply as the error it names (its ``code``; unknown: by status)."""
-    try:
-        doc = orjson.loads(body)
-        code, detail = str(doc.get("code")), str(doc.get("detail") or doc.get("title"))
-    except (orjson.JSONDecodeError, AttributeError):
-        code, detail = "", body[:200].decode("utf-8", "replace")
-    cls = _error_classes().get(code) or (BadRequest if 400 <= status < 500 else StreamiqError)
-    err = cls.__new__(cls)  # StreamiqError's own __init__: a subclass's may take others
-    StreamiqError.__init__(err, detail)
-    err.http_status = status
-    return err
+    """A replica's error reply as the error it names (``errors.from_problem``)."""
+    return from_problem(status, body)
 
 
 class NodeEngine:
