@@ -45,6 +45,7 @@ from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from time import perf_counter
 from typing import Any
 
+from streamiq._http import problem
 from streamiq.errors import PROBLEM_JSON, StreamiqError
 from streamiq.serving.cluster.coordinator import HOPS, SERVED_BY, Relayed
 from streamiq.serving.cluster.gate import FORWARDED
@@ -215,9 +216,8 @@ class LeanLookups:
     def refused(error: StreamiqError, forwarded: bool) -> Answer:
         """The answer of a lookup nobody can answer (421 to a peer, 503), as the full
         route gives it."""
-        body = error.render()
-        headers = [(b"content-length", str(len(body)).encode()), (b"content-type", _PROBLEM)]
-        return error.http_status, body, [*headers, (_HOPS, b"0")] if forwarded else headers
+        status, body, headers = problem(error)  # the HTTP answer of an error (_http.py)
+        return status, body, [*headers, (_HOPS, b"0")] if forwarded else headers
 
     def forward(self, view: View, key: str, p: int, max_lag: int, auth: bytes | None,
                 then: Later | None, owner: str, budget: float | None
