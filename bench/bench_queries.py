@@ -36,8 +36,9 @@ as a coroutine (what a lookup that must connect or wait for a slot takes).
 
 Before / after in one run (``--baseline``): two 2-node clusters, one running a
 baseline checkout's code and one this tree's (or ``--current``'s), both through
-``PYTHONPATH=<tree>/src`` with the same venv; local and forwarded lookups/s (c=16) and
-p50s (c=1) in alternating pairs, after / before per pair (median)::
+``PYTHONPATH=<tree>/src`` with the same venv; local and forwarded lookups/s (c=16),
+p50s (c=1) and the aggregate's p50 in alternating pairs, after / before per pair
+(median)::
 
     git worktree add /tmp/bq-base <commit>
     .venv/bin/python bench/bench_queries.py --baseline /tmp/bq-base --keys 100000
@@ -625,6 +626,8 @@ def side_by_side(a: argparse.Namespace) -> None:
                     runs.setdefault((name, kind, "rps"), []).append(loaded_run["rps"])
                     runs.setdefault((name, kind, "p50"), []).append(unloaded["p50"])
                     runs.setdefault((name, kind, "p50 c16"), []).append(loaded_run["p50"])
+                runs.setdefault((name, "aggregate", "p50"), []).append(
+                    aggregate_p50(f"{url}/v1/views/balances/aggregate", 5))
                 for what, ms in gathers(url, keys).items():
                     runs.setdefault((name, what, "ms"), []).append(ms)
             if nginx is not None:
@@ -648,6 +651,12 @@ def side_by_side(a: argparse.Namespace) -> None:
             print(f"  {kind:<9} p50 (c=16)  before {statistics.median(b16):.3f} ms  after "
                   f"{statistics.median(n16):.3f} ms  after/before "
                   f"{statistics.median(n / b for n, b in zip(n16, b16, strict=True)):.2f}x")
+        b_agg, n_agg = runs[("before", "aggregate", "p50")], runs[("after", "aggregate", "p50")]
+        agg_ratios = [n / b for n, b in zip(n_agg, b_agg, strict=True)]
+        print(f"  aggregate over {a.keys} keys (2 nodes, p50 of 5 a pair) before "
+              f"{statistics.median(b_agg):.1f} ms  after {statistics.median(n_agg):.1f} ms  "
+              f"after/before {statistics.median(agg_ratios):.2f}x (pairs "
+              f"{', '.join(f'{r:.2f}' for r in agg_ratios)})")
         if nginx is not None:
             relay = statistics.median(runs[("nginx", "relay", "p50")])
             fwd = statistics.median(runs[("after", "forwarded", "p50")])
@@ -692,6 +701,18 @@ def gathers(url: str, keys: list[str]) -> dict[str, float]:
             out[what] = (time.perf_counter() - t) * 1e3
             assert r.status_code == 200 and r.json()["status"] == "OK", r.text[:300]
     return out
+
+
+def aggregate_p50(url: str, n: int) -> float:
+    """p50 (ms) of ``n`` aggregates (group by count: count(*), sum(balance), avg(balance))."""
+    params = {"group_by": "count", "agg": ["count(*)", "sum(balance)", "avg(balance)"]}
+    lat = []
+    with httpx.Client(timeout=60) as c:
+        for _ in range(n):
+            t = time.perf_counter()
+            assert c.get(url, params=params).status_code == 200
+            lat.append((time.perf_counter() - t) * 1e3)
+    return pct(lat, 50)
 
 
 def split_paths(port: int, keys: list[str], n: int = 10_000) -> dict[str, list[str]]:

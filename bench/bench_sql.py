@@ -11,7 +11,14 @@ entry node (local) and by its peer (forwarded, one hop), in ``--pairs`` back-to-
 pairs of ``--seconds`` each, alternating which goes first, SQL / HTTP per pair
 (median, every pair shown): a neighbour's burst on this shared machine skews one pair.
 Then ``GROUP BY type`` over order_counts (the scatter-gather aggregate) against the
-HTTP aggregate, ``--agg-runs`` of each, alternating, p50.
+HTTP aggregate, ``--agg-runs`` of each, alternating, p50. Targets (issue 38): a local
+lookup's p50 by SQL at most HTTP's, the GROUP BY at most 0.2 s.
+
+Last (issue 38, "no client can hurt a node"), six SQL statements that would run for
+hours (``count(*) FROM range(1e12) WHERE ...``, on six connections to the entry node):
+the entry node's HTTP lookups (p50, c=1) and aggregates (p50) while they run against
+idle, in ``--stall-pairs`` pairs (idle, then loaded; each pair's ratio, the median
+printed), and /health's answer time while loaded. Target: at most 2x idle.
 
 Usage: .venv/bin/python bench/bench_sql.py [--keys 100000] [--pairs 6] [--seconds 2]
 """
@@ -23,6 +30,7 @@ import asyncio
 import shutil
 import statistics
 import tempfile
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -39,6 +47,8 @@ from streamiq.views.orders import ORDER_COUNTS
 
 Call = Callable[[str], Awaitable[Any]]
 GROUP_BY = "SELECT type, count(*), sum(count) FROM order_counts GROUP BY type"
+LONG = "SELECT count(*) FROM range(1000000000000) WHERE range % 7 = 3"  # hours of DuckDB
+AGG = {"group_by": "type", "agg": ["count(*)", "sum(count)"]}
 
 
 def data(n: int) -> dict[str, list[dict[str, Any]]]:
@@ -74,6 +84,10 @@ async def lookups(http_port: int, sql_port: int, keys: dict[str, list[str]],
                                     prepare=True)
             assert len(await cur.fetchall()) == 1
 
+        for k in keys["local"][:50]:  # warm: the SQL workers started, the plan cached
+            await by_sql(k)
+        await (await sql.execute(GROUP_BY)).fetchall()
+        medians = {}
         for where, ks in keys.items():
             ratios, seen = [], []
             for i in range(a.pairs):
@@ -83,15 +97,22 @@ async def lookups(http_port: int, sql_port: int, keys: dict[str, list[str]],
                 seen.append(got)
             med = {n: statistics.median(g[n]["p50"] for g in seen) for n in ("sql", "http")}
             rps = {n: statistics.median(g[n]["rps"] for g in seen) for n in ("sql", "http")}
+            medians[where] = statistics.median(ratios)
             print(f"lookup {where:9s} p50 SQL {med['sql']:.3f} ms ({rps['sql']:.0f}/s), "
                   f"HTTP {med['http']:.3f} ms ({rps['http']:.0f}/s); SQL/HTTP p50 median "
-                  f"{statistics.median(ratios):.2f}x, pairs "
-                  + " ".join(f"{r:.2f}" for r in ratios), flush=True)
-        await aggregate(http, sql, a.agg_runs)
+                  f"{medians[where]:.2f}x, pairs " + " ".join(f"{r:.2f}" for r in ratios),
+                  flush=True)
+        group_by = await aggregate(http, sql, a.agg_runs)
+        print(f"targets: local lookup p50 SQL/HTTP {medians['local']:.2f}x (at most 1.0: "
+              f"{'met' if medians['local'] <= 1.0 else 'NOT met'}); GROUP BY p50 "
+              f"{group_by:.0f} ms (at most 200: {'met' if group_by <= 200 else 'NOT met'})",
+              flush=True)
+        await stall(http, sql_port, keys["local"], a)
 
 
 async def aggregate(http: httpx.AsyncClient, sql: psycopg.AsyncConnection[Any],
-                    runs: int) -> None:
+                    runs: int) -> float:
+    """The GROUP BY's p50 by SQL (ms), printed beside the HTTP aggregate's."""
     lat: dict[str, list[float]] = {"sql": [], "http": []}
     for i in range(runs):
         for name in (("sql", "http") if i % 2 else ("http", "sql")):
@@ -99,12 +120,86 @@ async def aggregate(http: httpx.AsyncClient, sql: psycopg.AsyncConnection[Any],
             if name == "sql":
                 await (await sql.execute(GROUP_BY)).fetchall()
             else:
-                r = await http.get("/v1/views/order_counts/aggregate",
-                                   params={"group_by": "type", "agg": ["count(*)", "sum(count)"]})
+                r = await http.get("/v1/views/order_counts/aggregate", params=AGG)
                 assert r.json()["status"] == "OK"
             lat[name].append((time.perf_counter() - t) * 1e3)
     print(f"GROUP BY type over order_counts: p50 SQL {pct(lat['sql'], 50):.1f} ms, "
           f"HTTP aggregate {pct(lat['http'], 50):.1f} ms ({runs} runs each)", flush=True)
+    return pct(lat["sql"], 50)
+
+
+class _Long(threading.Thread):
+    """One long statement on a connection of its own, until cancelled."""
+
+    def __init__(self, sql_port: int) -> None:
+        super().__init__(daemon=True)
+        self.conn = psycopg.connect(host="127.0.0.1", port=sql_port, dbname="streamiq",
+                                    password="any", sslmode="disable", autocommit=True)
+        self.conn.execute("SET statement_timeout = '600s'")
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.conn.execute(LONG)
+        except psycopg.Error as exc:
+            self.error = exc
+
+    def stop(self) -> None:
+        self.conn.cancel()
+        self.join(60)
+        self.conn.close()
+
+
+def _stop_all(long: list[_Long]) -> None:
+    for t in long:
+        t.stop()
+
+
+async def _http_p50s(http: httpx.AsyncClient, keys: list[str], a: argparse.Namespace
+                     ) -> tuple[float, float]:
+    """HTTP lookups' p50 over ``--seconds`` (c=1), then aggregates' p50 (ms)."""
+
+    async def by_http(k: str) -> None:
+        assert (await http.get(f"/v1/views/balances/keys/{k}")).status_code == 200
+
+    lookup = (await timed(by_http, keys, a.seconds))["p50"]
+    lat = []
+    for _ in range(a.stall_aggs):
+        t = time.perf_counter()
+        assert (await http.get("/v1/views/order_counts/aggregate", params=AGG)).status_code \
+            == 200
+        lat.append((time.perf_counter() - t) * 1e3)
+    return lookup, pct(lat, 50)
+
+
+async def stall(http: httpx.AsyncClient, sql_port: int, keys: list[str],
+                a: argparse.Namespace) -> None:
+    ratios: dict[str, list[float]] = {"lookup": [], "aggregate": []}
+    health: list[float] = []
+    for _ in range(a.stall_pairs):
+        idle = await _http_p50s(http, keys, a)
+        long = [_Long(sql_port) for _ in range(6)]
+        for t in long:
+            t.start()
+        await asyncio.sleep(1.0)  # the statements reach the workers
+        try:
+            loaded = await _http_p50s(http, keys, a)
+            t0 = time.perf_counter()
+            assert (await http.get("/health")).status_code == 200
+            health.append((time.perf_counter() - t0) * 1e3)
+        finally:
+            await asyncio.to_thread(_stop_all, long)
+        assert all(t.error is not None for t in long), "a long statement ended by itself"
+        ratios["lookup"].append(loaded[0] / idle[0])
+        ratios["aggregate"].append(loaded[1] / idle[1])
+        print(f"  idle: lookup p50 {idle[0]:.3f} ms, aggregate p50 {idle[1]:.1f} ms; six "
+              f"long SQL statements running: {loaded[0]:.3f} ms, {loaded[1]:.1f} ms",
+              flush=True)
+    med = {k: statistics.median(v) for k, v in ratios.items()}
+    print(f"six long SQL statements on the entry node: HTTP lookup p50 {med['lookup']:.2f}x "
+          f"idle, aggregate p50 {med['aggregate']:.2f}x idle (median of {a.stall_pairs} "
+          f"pairs; target at most 2x: {'met' if max(med.values()) <= 2 else 'NOT met'}); "
+          f"/health answered in {max(health):.1f} ms at most", flush=True)
 
 
 def main() -> None:
@@ -113,6 +208,8 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=6)
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--agg-runs", type=int, default=20)
+    ap.add_argument("--stall-pairs", type=int, default=3)
+    ap.add_argument("--stall-aggs", type=int, default=10)
     a = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="bench-sql-"))
     broker = bench_broker().start()

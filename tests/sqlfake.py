@@ -10,6 +10,7 @@ was written.
 from __future__ import annotations
 
 import asyncio
+import ssl
 import threading
 import zlib
 from collections.abc import Callable, Coroutine, Mapping, Sequence
@@ -20,7 +21,8 @@ from streamiq.errors import Unauthenticated, Unavailable
 from streamiq.serving.changelog.consistency import parse_tokens
 from streamiq.serving.sql.engine import Bounds, Freshness, Groups, Row, Rows, ViewInfo
 from streamiq.serving.sql.execute import Limits
-from streamiq.serving.sql.server import PgServer
+from streamiq.serving.sql.pool import SqlWorkers
+from streamiq.serving.sql.server import PgServer, ServerBounds
 
 T = TypeVar("T")
 PARTITIONS = 4
@@ -140,14 +142,18 @@ class ServerThread:
     """A PgServer on an event loop of its own thread (sync clients block the caller)."""
 
     def __init__(self, engine: FakeEngine, *, limits: Limits | None = None,
-                 max_connections: int = 8, **kwargs: Any) -> None:
+                 tls: ssl.SSLContext | None = None, workers: SqlWorkers | None = None,
+                 **bounds: Any) -> None:
+        """``bounds``: the server's ``ServerBounds`` (max_connections 8 unless given)."""
         self.engine = engine
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self._thread.start()
-        self.server = PgServer(engine, authenticate, limits=limits,
-                               max_connections=max_connections, **kwargs)
+        self.server = PgServer(engine, authenticate, limits=limits, tls=tls,
+                               bounds=ServerBounds(**{"max_connections": 8, **bounds}),
+                               workers=workers or SqlWorkers(2))
         self.port = self.call(self.server.start("127.0.0.1", 0))
+        self.call(self.server.workers.ready(), 120)  # a test's times are its statements
 
     def call(self, coro: Coroutine[Any, Any, T], timeout: float = 30) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)

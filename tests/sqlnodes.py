@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
 import httpx
 import psycopg
 from changelog import produce_rows
-from procs import HTTP, free_port
+from procs import HTTP, Proc, free_port
 from updemo import until
 
 from streamiq.kafka.admin import ensure_topics
@@ -21,7 +22,7 @@ from streamiq.views.base import View
 from streamiq.views.orders import ORDER_COUNTS, ORDER_COUNTS_1M
 
 __all__ = ["BAL", "ORDERS", "T0", "WINDOWS", "connect", "http", "metric", "metrics", "owners",
-           "produce", "psql", "scan_all", "start_nodes"]
+           "produce", "psql", "scan_all", "start_nodes", "start_sql_nodes"]
 
 T0 = 1_700_000_040_000  # a minute's start (epoch ms)
 BAL: list[dict[str, Any]] = [
@@ -47,15 +48,23 @@ def produce(cluster: Any, view: View, rows: list[dict[str, Any]]) -> None:
 def start_nodes(cluster: Any) -> list[tuple[int, int]]:
     """3 nodes serving bank and orders (authentication on, no standbys), each with its
     SQL port, every view loaded: [(http port, sql port)]."""
+    return [(port, sql) for port, sql, _ in start_sql_nodes(cluster)]
+
+
+def start_sql_nodes(cluster: Any, n: int = 3, extra: Sequence[str] = ()
+                    ) -> list[tuple[int, int, Proc]]:
+    """``n`` nodes as ``start_nodes`` starts them, with ``extra`` flags: [(http port, sql
+    port, process)]."""
     cluster.auth = True
     data = ((BALANCES, BAL), (ORDER_COUNTS, ORDERS), (ORDER_COUNTS_1M, WINDOWS))
     for view, rows in data:
         produce(cluster, view, rows)
     started = []
-    for _ in range(3):
+    for _ in range(n):
         sql = free_port()
         port, p = cluster.node("bank,orders", extra=["--standby-replicas", "0",
-                                                     "--sql-port", str(sql)], wait=False)
+                                                     "--sql-port", str(sql), *extra],
+                               wait=False)
         started.append((port, sql, p))
     for port, _, p in started:
         p.wait_ready(f"http://127.0.0.1:{port}/health", 60)
@@ -64,7 +73,7 @@ def start_nodes(cluster: Any) -> list[tuple[int, int]]:
         cluster.settle(ports, view.name)
         until(partial(_loaded, cluster, ports[0], view.name, len(rows)), 60,
               f"{view.name} loaded")
-    return [(port, sql) for port, sql, _ in started]
+    return started
 
 
 def _loaded(cluster: Any, port: int, view: str, n: int) -> bool:

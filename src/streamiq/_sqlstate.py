@@ -19,7 +19,9 @@ from streamiq.errors import (
     NotFound,
     NotUpToBound,
     Overloaded,
+    PayloadTooLarge,
     PeerError,
+    RequestTimeout,
     StreamiqError,
     TooComplex,
     TooManyRows,
@@ -38,6 +40,7 @@ SQLSTATE: dict[type[StreamiqError], str] = {
     TooComplex: "54001",  # statement_too_complex
     NoCursor: "34000",  # invalid_cursor_name
     TooManyRows: "54000",  # program_limit_exceeded
+    PayloadTooLarge: "54000",  # a statement past --sql-max-statement-bytes
     Unauthenticated: "28P01",  # invalid_password
     Forbidden: "42501",  # insufficient_privilege
     NotFound: "42704",  # undefined_object
@@ -47,6 +50,7 @@ SQLSTATE: dict[type[StreamiqError], str] = {
     NotActive: "57P03",  # cannot_connect_now
     Unavailable: "57P03",
     Overloaded: "53300",  # too_many_connections
+    RequestTimeout: "57P05",  # idle_session_timeout
     NotUpToBound: "55000",  # object_not_in_prerequisite_state
     PeerError: "08006",  # connection_failure
 }

@@ -131,16 +131,53 @@ class Settings(BaseSettings):
         0, ge=0, le=65535, description="A node's SQL (PostgreSQL wire) port, on --host; the "
         "password is a client token (0: no SQL). 'streamiq up' gives its nodes 5433 and up.")
     sql_max_connections: int = Field(
-        64, ge=1, le=10_000, description="SQL connections a node holds at once; more are "
-        "refused (SQLSTATE 53300).")
+        64, ge=1, le=10_000, description="Authenticated SQL sessions a node holds at once; "
+        "more are refused (SQLSTATE 53300). Connections still authenticating have their own "
+        "bound (--sql-max-startups) and never take one of these.")
+    sql_max_per_address: int = Field(
+        16, ge=1, le=10_000, description="Authenticated SQL sessions from one client address "
+        "at once; more are refused (SQLSTATE 53300).")
+    sql_max_startups: int = Field(
+        16, ge=2, le=10_000, description="SQL connections still authenticating at once (a "
+        "quarter of them from one address); past either bound the oldest of the busiest "
+        "address is closed to make room, so unfinished startups never lock clients out.")
+    sql_startup_timeout_s: float = Field(
+        10.0, gt=0, le=600, description="A SQL connection must authenticate within this many "
+        "seconds of connecting, else it is closed.")
+    sql_idle_timeout_s: float = Field(
+        900.0, ge=0, le=86_400, description="A SQL session that runs no statement for this "
+        "many seconds is closed (SQLSTATE 57P05; 0: never).")
     sql_max_rows: int = Field(
         10_000, ge=1, description="Rows a SQL statement may return (more: SQLSTATE 54000).")
     sql_max_gather: int = Field(
         100_000, ge=1, description="Rows a SQL statement may gather from the owners for its "
         "final step (joins, ORDER BY...; more: SQLSTATE 54000).")
     sql_statement_timeout_s: float = Field(
-        300.0, gt=0, le=86_400, description="A SQL statement running longer is cancelled "
-        "(SQLSTATE 57014); a session's SET statement_timeout may lower it.")
+        30.0, gt=0, le=86_400, description="A SQL statement running longer, its wait for a "
+        "SQL worker included, is cancelled (SQLSTATE 57014); a session's SET "
+        "statement_timeout may lower it.")
+    sql_max_statement_bytes: int = Field(
+        1 << 20, ge=1024, le=256 << 20, description="A SQL statement (or any message) longer "
+        "than this is refused before it is parsed (SQLSTATE 54000) and its connection closed.")
+    sql_max_in_list: int = Field(
+        10_000, ge=1, le=1_000_000, description="Values one IN (...) list may hold, counted "
+        "before the statement is parsed (more: SQLSTATE 54000).")
+    sql_workers: int = Field(
+        2, ge=1, le=64, description="Processes that parse, plan and run DuckDB for a node's "
+        "SQL, at most (one runs always, more while statements wait): SQL never runs on the "
+        "node's own threads. One is kept for parsing and planning while the others run "
+        "statements; a statement running past 0.1 s is lowered to nice 10.")
+    sql_max_queued: int = Field(
+        32, ge=0, le=10_000, description="SQL statements waiting for a worker at once; more "
+        "are refused (SQLSTATE 53300).")
+    sql_memory_mb: int = Field(
+        512, ge=64, le=1 << 20, description="Memory of a node's SQL workers together; each "
+        "statement may use its worker's share (--sql-memory-mb / --sql-workers), past which "
+        "it is stopped (SQLSTATE 54000) and the worker replaced.")
+    sql_spill_mb: int = Field(
+        256, ge=0, le=1 << 20, description="Disk a node's SQL workers may spill to together "
+        "(DuckDB's sorts and joins past their memory), in <state-dir>/<node>/.sql-spill, "
+        "emptied at start; past a worker's share a statement is refused (SQLSTATE 54000).")
     cluster_secret: SecretStr | None = Field(
         None, description="Secret shared by a cluster's nodes: heartbeats are signed with "
         "it (HMAC-SHA256) and unsigned or forged ones ignored. Unset: membership is not "

@@ -37,8 +37,10 @@ _AUTH = ("auth", "jwt_secret", "api_keys")
 _TLS = ("tls_cert_file", "tls_key_file", "tls_ca_file")  # parts run on their own only
 _INGEST = ("ingest_host", "ingest_port", *_AUTH)
 _HTTP = ("request_read_timeout_s",)  # parts run on their own only, as _TLS
-_SQL = ("sql_port", "sql_max_connections", "sql_max_rows", "sql_max_gather",
-        "sql_statement_timeout_s")
+_SQL = ("sql_port", "sql_max_connections", "sql_max_per_address", "sql_max_startups",
+        "sql_startup_timeout_s", "sql_idle_timeout_s", "sql_max_rows", "sql_max_gather",
+        "sql_statement_timeout_s", "sql_max_statement_bytes", "sql_max_in_list", "sql_workers",
+        "sql_max_queued", "sql_memory_mb", "sql_spill_mb")
 _NODE = ("host", "port", "advertised", "state_dir", "store", "standby_replicas", "heartbeat_ms",
          "member_timeout_ms", "membership_period_s", "max_view_partitions", "max_views",
          "max_lag", "wait_timeout_ms",

@@ -42,12 +42,13 @@ from streamiq.supervise import Supervisor
 from streamiq.views.base import CHANGELOG_TOPIC_CONFIG, App, View, load_app
 from streamiq.views.catalog import CATALOG_TOPIC_CONFIG, ViewSpec, catalog_topic
 
-__all__ = ["Node", "Parts"]
+__all__ = ["Node", "Parts", "state_path"]
 
 log = logging.getLogger("streamiq.node")
 
 
-def _state_path(root: Path, endpoint: str) -> Path:
+def state_path(root: Path, endpoint: str) -> Path:
+    """A node's own state folder under ``--state-dir`` (its stores, its SQL spill)."""
     return root / re.sub(r"[^A-Za-z0-9_.-]", "_", endpoint)
 
 
@@ -74,7 +75,7 @@ def _build(settings: Settings, views: dict[str, View], supervisor: Supervisor,
     counts = ensure_topics(kafka, dict.fromkeys(topics.values(), s.partitions),
                            config=CHANGELOG_TOPIC_CONFIG)
     partitions = {name: counts[t] for name, t in topics.items()}
-    root = _state_path(s.state_dir, s.endpoint)
+    root = state_path(s.state_dir, s.endpoint)
     stores = {name: open_store(s.store, root / name) for name in views}
     materializer = Materializer(kafka, views, stores, topics, supervisor,
                                 on_apply=lambda: late[0].applied() if late else None,
@@ -227,7 +228,7 @@ class Node:
                                  f"{theirs}")
             return
         if own is None:  # new: store, materializer and routing first, the view last
-            root = _state_path(self.settings.state_dir, self.endpoint)
+            root = state_path(self.settings.state_dir, self.endpoint)
             store = open_store(self.settings.store, root / spec.name)
             self.materializer.add_view(view, store, spec.changelog_topic, spec.partitions)
             self.stores = {**self.stores, spec.name: store}

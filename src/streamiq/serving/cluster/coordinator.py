@@ -6,7 +6,9 @@ aggregates, top-k), each over the peer protocol (``peers.py``). A peer's request
 the partitions it must answer; a node never forwards a peer's request, so there are no
 call cycles, and it answers NOT_ACTIVE (421) for a partition it does not hold instead
 of "not found". Each partition is answered exactly once, by one replica; partitions no
-replica could answer are returned as ``missing`` so the caller reports PARTIAL.
+replica could answer are returned as ``missing`` so the caller reports PARTIAL. A
+replica that refuses the client's token (401, 403: it expired on the way) refuses the
+whole query, as the entry would: the partitions are not unreachable.
 
 A replica that has not answered within its hedge delay (``hedge.py``) is not waited
 for alone: the same request goes to the next replica, the first answer wins, and the
@@ -24,7 +26,14 @@ from typing import Any, NamedTuple, TypeVar
 
 import orjson
 
-from streamiq.errors import BadRequest, DeadlineExceeded, PeerError, from_problem
+from streamiq.errors import (
+    BadRequest,
+    DeadlineExceeded,
+    Forbidden,
+    PeerError,
+    Unauthenticated,
+    from_problem,
+)
 from streamiq.routing.router import Endpoint
 from streamiq.serving.cluster.gate import Gate
 from streamiq.serving.cluster.peers import Ask, PeerReply, Peers, Send
@@ -49,6 +58,9 @@ SERVED_BY = "x-streamiq-served-by"
 
 T = TypeVar("T")
 _Part = tuple[list[P], list[int]]  # a part's partials, and the partitions it did not answer
+#: a peer's refusal of the query itself (not of its partitions), raised as its error
+_REFUSED: dict[int, type[BadRequest | Unauthenticated | Forbidden]] = {
+    400: BadRequest, 401: Unauthenticated, 403: Forbidden}
 
 
 class Relayed(NamedTuple):
@@ -276,9 +288,9 @@ class Coordinator:
         except PeerError as err:
             self.peers.unreachable(err)
             return [], parts
-        if r.status == 400:  # the query itself is refused (it would be here too)
+        if r.status in _REFUSED:  # the query itself is refused (it would be here too)
             refused = from_problem(r.status, r.body)
-            raise BadRequest(refused.message, peer=address)
+            raise _REFUSED[r.status](refused.message, peer=address)
         if r.status != 200:
             return [], parts
         doc: GatherReply[Any] = orjson.loads(r.body)

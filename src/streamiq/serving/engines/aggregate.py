@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from streamiq.errors import BadRequest
-from streamiq.serving.engines._json import loads_row
+from streamiq.serving.engines._json import loads_rows
 from streamiq.serving.engines.partials import AggregatePartial
 from streamiq.serving.engines.scan import KeyRange
 from streamiq.state.base import Store
@@ -93,30 +93,6 @@ def _initial(agg: Agg) -> Any:
     return 0 if agg.func == "count" else [0, 0] if agg.func in ("sum", "avg") else None
 
 
-def _folder(agg: Agg) -> Callable[[Any, Any], Any]:
-    """The fold for ``agg``, chosen once per query rather than tested per row."""
-    if agg.func == "count":
-        if agg.column is None:
-            return lambda state, _value: state + 1
-        return lambda state, value: state if value is None else state + 1
-    if agg.func in ("sum", "avg"):
-        def add(state: list[Any], value: Any) -> list[Any]:
-            if value is None:
-                return state
-            if not isinstance(value, int | float) or isinstance(value, bool):
-                raise ValueError(f"agg: {agg.name}: non-numeric value {value!r}")
-            state[0] += value
-            state[1] += 1
-            return state
-        return add
-
-    def pick(state: Any, value: Any) -> Any:
-        if value is None:
-            return state
-        return value if state is None else _pick(agg, state, value)
-    return pick
-
-
 def _pick(agg: Agg, a: Any, b: Any) -> Any:
     try:
         return min(a, b) if agg.func == "min" else max(a, b)
@@ -135,42 +111,126 @@ def _combine(agg: Agg, a: Any, b: Any) -> Any:
     return _pick(agg, a, b)
 
 
+#: rows decoded at once (one orjson call for the batch: a call per row cost as much)
+_BATCH = 1024
+_COUNT_STAR, _COUNT, _SUM, _PICK = range(4)
+
+
 def aggregate_partitions(view: View, store: Store, partitions: Iterable[int],
                          group_by: Sequence[str], aggs: Sequence[Agg],
                          rng: KeyRange | None = None) -> AggregatePartial:
-    """Fold the partitions' rows into ``{"groups": {json(group): [state...]}, "rows": n}``."""
+    """Fold the partitions' rows into ``{"groups": {json(group): [state...]}, "rows": n}``,
+    a batch of rows at a time (``_Fold``)."""
     rng = rng or KeyRange()
-    needs_key = [c for c in [*group_by, *(a.column for a in aggs if a.column)]
-                 if c in view.key_columns]
-    key_idx = {c: view.key_columns.index(c) for c in view.key_columns}
-    folds = [(i, a.column, _folder(a)) for i, a in enumerate(aggs)]
-    groups: dict[Any, list[Any]] = {}
-    n = 0
     if rng.empty:
         return {"groups": {}, "rows": 0}
+    fold = _Fold(view, group_by, aggs)
     for p in partitions:
+        keys: list[bytes] = []
+        raws: list[bytes] = []
         for sk, raw in store.scan(p, rng.lo, rng.hi):
-            row = loads_row(raw)
-            if needs_key and any(c not in row for c in needs_key):
-                parts = decode_key((sk[:-9] if view.windowed else sk).decode(errors="replace"))
-                if len(parts) != len(view.key_columns):
+            keys.append(sk)
+            raws.append(raw)
+            if len(raws) == _BATCH:
+                fold.rows(keys, raws)
+                keys, raws = [], []
+        fold.rows(keys, raws)
+    return fold.partial()
+
+
+class _Fold:
+    """One owner's partial aggregate, a batch of rows at a time (decoded in one orjson
+    call, exact in the columns it reads). Per row: the group's values (one column's
+    value, else their tuple) key its states, and each aggregate's state is updated in a
+    loop chosen per query (counts, sums, a pick of min or max). A row without the key
+    columns it is grouped or aggregated by takes them from its store key. (Folding a
+    batch a column at a time, in C loops, measured no faster than this loop.)"""
+
+    def __init__(self, view: View, group_by: Sequence[str], aggs: Sequence[Agg]) -> None:
+        self.view = view
+        self.group_by = list(group_by)
+        self.aggs = list(aggs)
+        self.needs_key = [c for c in [*group_by, *(a.column for a in aggs if a.column)]
+                          if c in view.key_columns]
+        self.needed = frozenset(self.needs_key)
+        self.key_idx = {c: view.key_columns.index(c) for c in view.key_columns}
+        self.specs = [(i, a.column, _kind(a), a) for i, a in enumerate(aggs)]
+        self.columns = list(dict.fromkeys(  # the values a row's part depends on
+            [*group_by, *(a.column for a in aggs if a.column)]))
+        self.groups: dict[Any, list[Any]] = {}
+        self.n = 0
+
+    def rows(self, keys: Sequence[bytes], raws: Sequence[bytes]) -> None:
+        if not raws:
+            return
+        self._rows(keys, loads_rows(raws, self.columns))
+
+    def _rows(self, keys: Sequence[bytes], docs: Sequence[Any]) -> None:
+        one = self.group_by[0] if len(self.group_by) == 1 else None
+        cols, needed, groups, specs = self.group_by, self.needed, self.groups, self.specs
+        n = 0
+        for sk, row in zip(keys, docs, strict=True):
+            if type(row) is not dict:
+                continue  # not one JSON object: stored before rows were checked
+            if needed and not row.keys() >= needed:
+                row = self._keyed(row, sk)
+                if row is None:
                     continue  # stored before rows were checked (views/rows.py): not a row
-                for c in needs_key:
-                    row.setdefault(c, parts[key_idx[c]])
-            gk: Any = tuple([row.get(c) for c in group_by])
+            gk: Any = row.get(one) if one is not None else tuple([row.get(c) for c in cols])
             try:
                 states = groups.get(gk)
             except TypeError:  # a value that cannot key a dict (a list, an object)
-                gk = _Unhashable(json.dumps(list(gk)))
+                gk = _Unhashable(json.dumps([gk] if one is not None else list(gk)))
                 states = groups.get(gk)
             if states is None:
                 if len(groups) >= MAX_GROUPS:
+                    self.n += n
                     raise too_many_groups()
-                states = groups[gk] = [_initial(a) for a in aggs]
-            for i, col, fold in folds:
-                states[i] = fold(states[i], row.get(col) if col else None)
+                states = groups[gk] = [_initial(a) for a in self.aggs]
+            for i, col, kind, agg in specs:
+                if kind == _COUNT_STAR:
+                    states[i] += 1
+                    continue
+                v = row.get(col)
+                if v is None:
+                    continue
+                if kind == _COUNT:
+                    states[i] += 1
+                elif kind == _SUM:
+                    t = type(v)
+                    if t is not int and t is not float:
+                        raise ValueError(f"agg: {agg.name}: non-numeric value {v!r}")
+                    st = states[i]
+                    st[0] += v
+                    st[1] += 1
+                else:
+                    cur = states[i]
+                    states[i] = v if cur is None else _pick(agg, cur, v)
             n += 1
-    return {"groups": {_group_json(gk): st for gk, st in groups.items()}, "rows": n}
+        self.n += n
+
+    def _keyed(self, row: Any, sk: bytes) -> Any:
+        """``row`` with the key columns it lacks, from its store key (None: the key is
+        not the view's)."""
+        view = self.view
+        parts = decode_key((sk[:-9] if view.windowed else sk).decode(errors="replace"))
+        if len(parts) != len(view.key_columns):
+            return None
+        for c in self.needs_key:
+            row.setdefault(c, parts[self.key_idx[c]])
+        return row
+
+    def partial(self) -> AggregatePartial:
+        one = len(self.group_by) == 1
+        return {"groups": {_group_json([gk] if one and not isinstance(gk, _Unhashable)
+                                       else gk): st for gk, st in self.groups.items()},
+                "rows": self.n}
+
+
+def _kind(agg: Agg) -> int:
+    if agg.column is None:
+        return _COUNT_STAR
+    return {"count": _COUNT, "sum": _SUM, "avg": _SUM}.get(agg.func, _PICK)
 
 
 class _Unhashable(str):

@@ -12,8 +12,9 @@ query (``Caller.authorization``), which check it as they check an HTTP client's.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
+from typing import Any, TypeVar
 
 import orjson
 
@@ -31,6 +32,8 @@ from streamiq.views.base import View
 __all__ = ["NodeEngine", "view_info"]
 
 _WINDOW = ("window_start", "window_end")
+_AT_ONCE = 64  # a windowed view's keys looked up at once by one statement
+T = TypeVar("T")
 
 
 def view_info(view: View) -> ViewInfo:
@@ -85,13 +88,18 @@ class NodeEngine:
         return Rows(_one(found, "value"), hops=1)
 
     async def multi_get(self, view: str, keys: Sequence[str], fresh: Freshness) -> Rows:
+        """Each key's row: chunks of what one request to a peer may ask (``MAX_KEYS``),
+        a few at once; a windowed view's keys each looked up, ``_AT_ONCE`` at a time."""
         if self.queries.view(view).windowed:  # each key's windows, from its owner
-            each = await asyncio.gather(*(self.lookup(view, k, fresh) for k in keys))
+            each = await _few_at_once([partial(self.lookup, view, k, fresh) for k in keys],
+                                      _AT_ONCE)
             return Rows([r for got in each for r in got.rows], hops=sum(g.hops for g in each))
+        parts = await _few_at_once([partial(self.queries.multi_get, q.MultiGet(
+            view, tuple(keys[i:i + MAX_KEYS]), fresh=_fresh(fresh)), _caller(fresh))
+            for i in range(0, len(keys), MAX_KEYS)], 4)
         out = Rows([])
-        for i in range(0, len(keys), MAX_KEYS):  # what one request to a peer may ask
-            g = _gathered(await self.queries.multi_get(q.MultiGet(
-                view, tuple(keys[i:i + MAX_KEYS]), fresh=_fresh(fresh)), _caller(fresh)))
+        for part in parts:
+            g = _gathered(part)
             _add(out, [r.value for r in g.result.results if r.found], g)
         return out
 
@@ -124,6 +132,17 @@ class NodeEngine:
             q.Aggregate(view, tuple(group_by), tuple(aggs), prefix, fresh=_fresh(fresh)),
             _caller(fresh)))
         return Groups(got.result.groups, tuple(got.missing))
+
+
+async def _few_at_once(calls: Sequence[Callable[[], Awaitable[T]]], limit: int) -> list[T]:
+    """``asyncio.gather`` of the calls, at most ``limit`` of them running at once."""
+    gate = asyncio.Semaphore(limit)
+
+    async def one(call: Callable[[], Awaitable[T]]) -> T:
+        async with gate:
+            return await call()
+
+    return list(await asyncio.gather(*(one(c) for c in calls)))
 
 
 def _add(out: Rows, rows: list[Row], got: q.Gathered[Any]) -> None:

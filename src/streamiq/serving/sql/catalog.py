@@ -29,6 +29,11 @@ __all__ = ["Catalog", "Catalogs", "Schema"]
 Schema = tuple[tuple[str, str], ...]
 _SCHEMA = "public"
 _DESCRIBED = 512  # statements whose schema a catalog remembers
+#: DuckDB's bound for a catalog database. asyncpg's type introspection (a recursive CTE
+#: joining pg_type, pg_range...) needs more than 61 MB of DuckDB's blocks: measured, it
+#: failed at 64MB and ran at 128MB with ~20 MB more resident. The worker's share of
+#: --sql-memory-mb still bounds what it really takes (catalogs never spill).
+_MEMORY = "128MB"
 #: a catalog answer's column types as PostgreSQL's catalog has them: its bigint lists are
 #: oid[] (asyncpg decodes oid[] itself, and looks any other array type up in pg_type)
 _CATALOG_TYPES = {"BIGINT[]": "OID[]"}
@@ -55,7 +60,7 @@ class Catalog:
 
     def __init__(self, views: Sequence[ViewInfo]) -> None:
         self.views = {v.name: v for v in views}
-        self._db = connect("64MB", (*SHIMS, f"CREATE SCHEMA {_SCHEMA}", *map(_create, views),
+        self._db = connect(_MEMORY, (*SHIMS, f"CREATE SCHEMA {_SCHEMA}", *map(_create, views),
                                     *map(_key, views), *AFTER_TABLES))
         self._described: OrderedDict[str, Schema] = OrderedDict()
         self._lock = threading.Lock()
@@ -75,10 +80,11 @@ class Catalog:
         answer.types = tuple(_CATALOG_TYPES.get(t, t) for t in answer.types)
         return answer
 
-    async def catalog_schema(self, sql: str) -> Schema:
-        """The result columns of a client's catalog query, as ``query`` answers them."""
-        schema = await asyncio.to_thread(lambda: self.describe(rewrite(sql)))
-        return tuple((name, _CATALOG_TYPES.get(t, t)) for name, t in schema)
+    def describe_catalog(self, sql: str) -> Schema:
+        """The result columns of a client's catalog query (PostgreSQL, rewritten for the
+        shims), as ``query`` answers them. Blocking, as ``describe``."""
+        return tuple((name, _CATALOG_TYPES.get(t, t))
+                     for name, t in self.describe(rewrite(sql)))
 
     def remembered(self, sql: str) -> Schema | None:
         """The result columns of ``sql`` if described before (never blocks on DuckDB)."""

@@ -1,8 +1,13 @@
 """DuckDB as the final step: SQL over gathered rows as Arrow, on a cursor per query.
 
-DuckDB's exceptions become streamiq errors here, at its edge, so the SQLSTATE mapping
-(``streamiq._sqlstate``) sees one hierarchy. Queries run in a worker thread
-(``asyncio.to_thread``); a cancel interrupts the cursor.
+DuckDB runs only in a node's SQL workers (``worker.py``), never in the node's process:
+a client's SQL can allocate past DuckDB's own ``memory_limit`` (``len(range(1e8))``
+took 7 GB in one), which a worker answers by being stopped (``pool.py``). DuckDB's
+exceptions become streamiq errors here, at its edge, so the SQLSTATE mapping
+(``streamiq._sqlstate``) sees one hierarchy. Queries run in a thread of the worker
+(``asyncio.to_thread``); a cancel interrupts the cursor. A database spills only where
+it is told (``temp_directory``, within ``max_temp_mb``); without one it never spills
+(DuckDB's default is ``.tmp`` in the current directory).
 """
 
 from __future__ import annotations
@@ -130,6 +135,8 @@ async def in_thread(cur: duckdb.DuckDBPyConnection, work: Callable[[], Answer]) 
             cur.interrupt()
             with contextlib.suppress(asyncio.CancelledError):  # still wait for the thread
                 await asyncio.wait([running], timeout=_INTERRUPT_EVERY_S)
+        if not running.cancelled():
+            running.exception()  # retrieved: the interrupt's error is not logged as lost
         raise
 
 
@@ -139,9 +146,15 @@ LOCKDOWN = ("SET enable_external_access = false", "SET autoinstall_known_extensi
             "SET autoload_known_extensions = false", "SET lock_configuration = true")
 
 
-def connect(memory_limit: str, setup: Sequence[str] = ()) -> duckdb.DuckDBPyConnection:
-    """A private in-memory database: ``setup`` run, then locked down (``LOCKDOWN``)."""
-    db = duckdb.connect(config={"threads": 1, "memory_limit": memory_limit})
+def connect(memory_limit: str, setup: Sequence[str] = (), *, spill_dir: str | None = None,
+            spill_mb: int = 0) -> duckdb.DuckDBPyConnection:
+    """A private in-memory database: ``setup`` run, then locked down (``LOCKDOWN``). It
+    spills to ``spill_dir`` up to ``spill_mb`` MB, and nowhere without them."""
+    config: dict[str, Any] = {"threads": 1, "memory_limit": memory_limit,
+                              "temp_directory": spill_dir if spill_dir and spill_mb else ""}
+    if spill_dir and spill_mb:
+        config["max_temp_directory_size"] = f"{spill_mb}MB"
+    db = duckdb.connect(config=config)
     for stmt in (*setup, *LOCKDOWN):
         db.execute(stmt)
     return db
@@ -149,10 +162,12 @@ def connect(memory_limit: str, setup: Sequence[str] = ()) -> duckdb.DuckDBPyConn
 
 class Duck:
     """One in-memory DuckDB database for the SQL step: no data of its own, a cursor per
-    query with its Arrow tables registered, one thread each, a memory bound."""
+    query with its Arrow tables registered, one thread each, a memory bound, spilling
+    only to ``spill_dir`` within ``spill_mb`` MB."""
 
-    def __init__(self, memory_limit: str = "512MB") -> None:
-        self._db = connect(memory_limit)
+    def __init__(self, memory_limit: str = "512MB", spill_dir: str | None = None,
+                 spill_mb: int = 0) -> None:
+        self._db = connect(memory_limit, spill_dir=spill_dir, spill_mb=spill_mb)
 
     async def run(self, sql: str, tables: Mapping[str, Any], limit: int) -> Answer:
         """``sql`` over ``tables`` (name -> Arrow table), on a cursor of its own."""

@@ -2,20 +2,26 @@
 
 Rows answered without DuckDB (``direct``) are typed from the statement's description
 over the catalog's empty tables, so they look exactly as DuckDB would hand them back.
-Every read is bounded: a gather past ``max_gather`` rows and an answer past
-``max_rows`` are ``TooManyRows`` (54000). Partitions a read could not reach fail the
-statement (57P03) or, with ``streamiq.partial = on``, become a NOTICE.
+Everything DuckDB runs, runs in a SQL worker (``pool.py``); a statement that gathers
+rows for it holds its worker from the first read, so at most as many statements gather
+at once as there are workers for long requests, and at most ``--sql-workers`` of a
+node's scans and aggregates run for SQL at once (their reads run in the node's threads,
+as HTTP's do). Every read is bounded: a gather past
+``max_gather`` rows and an answer past ``max_rows`` are ``TooManyRows`` (54000; a
+direct answer reads at most ``max_rows`` + 1). Partitions a read could not reach fail
+the statement (57P03) or, with ``streamiq.partial = on``, become a NOTICE.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from streamiq.errors import TooManyRows, Unavailable
-from streamiq.serving.sql.catalog import Catalog, Schema
-from streamiq.serving.sql.duck import Answer, Duck, arrow_table
+from streamiq.serving.sql.catalog import Schema
+from streamiq.serving.sql.duck import Answer
 from streamiq.serving.sql.engine import Engine, Freshness, Groups, Row, Rows, ViewInfo
 from streamiq.serving.sql.plans import (
     AGG_TABLE,
@@ -25,8 +31,11 @@ from streamiq.serving.sql.plans import (
     Fetch,
     Lookup,
     Plan,
+    Scan,
     Source,
 )
+from streamiq.serving.sql.pool import SqlWorkers, Worker
+from streamiq.serving.sql.remote import RemoteCatalog
 from streamiq.serving.sql.stats import SqlStats
 from streamiq.serving.sql.types import coerce, duck_of_spark
 
@@ -43,7 +52,7 @@ class Limits:
 class Context:
     """What one statement runs with: the session's catalog and settings."""
 
-    catalog: Catalog
+    catalog: RemoteCatalog
     fresh: Freshness
     partial: bool = False
     #: the statement's result columns, described once before its parameters were bound
@@ -59,12 +68,15 @@ def _direct_rows(direct: Direct, schema: Schema, rows: Sequence[Row]) -> list[tu
 
 
 class Executor:
-    def __init__(self, engine: Engine, duck: Duck, limits: Limits | None = None,
+    def __init__(self, engine: Engine, workers: SqlWorkers, limits: Limits | None = None,
                  stats: SqlStats | None = None) -> None:
         self.engine = engine
-        self.duck = duck
+        self.workers = workers
         self.limits = limits or Limits()
         self.stats = stats
+        #: scans and aggregates SQL runs at once: their owners' parts read the stores in
+        #: the node's threads, which HTTP's scans and aggregates use too
+        self._reads = asyncio.Semaphore(workers.size)
 
     async def run(self, plan: Plan, ctx: Context) -> Answer:
         if self.stats is not None:
@@ -73,14 +85,17 @@ class Executor:
             return await ctx.catalog.query(plan.sql, self.limits.max_rows)
         if isinstance(plan, Aggregate):
             return await self._aggregate(plan, ctx)
-        if isinstance(plan, Fetch):
-            rows = await self._read(plan.source, ctx)
-            if plan.direct is not None:
-                return self._answer(plan.direct, ctx.schema or await ctx.catalog.schema(
-                    plan.sql), rows)
-            return await self._duck(plan.sql, {plan.source.view: rows}, ctx)
-        gathered = {s.view: await self._read(s, ctx) for s in plan.sources}
-        return await self._duck(plan.sql, gathered, ctx)
+        if isinstance(plan, Fetch) and plan.direct is not None:  # the rows are the answer:
+            cap = self.limits.max_rows if isinstance(plan.source, Scan) else (  # read no more
+                self.limits.max_gather)
+            rows = await self._read(plan.source, ctx, cap)
+            return self._answer(plan.direct, ctx.schema or await ctx.catalog.schema(
+                plan.sql), rows)
+        sources = (plan.source,) if isinstance(plan, Fetch) else plan.sources
+        async with self.workers.hold() as worker:
+            gathered = {s.view: await self._read(s, ctx, self.limits.max_gather)
+                        for s in sources}
+            return await self._duck(worker, plan.sql, gathered, ctx)
 
     def _answer(self, direct: Direct, schema: Schema, rows: Sequence[Row]) -> Answer:
         self._bound_answer(len(rows))
@@ -93,18 +108,20 @@ class Executor:
                               "row limit); add a LIMIT or narrow the WHERE",
                               limit=self.limits.max_rows)
 
-    async def _duck(self, sql: str, gathered: dict[str, Sequence[Row]], ctx: Context) -> Answer:
+    async def _duck(self, worker: Worker, sql: str, gathered: dict[str, Sequence[Row]],
+                    ctx: Context) -> Answer:
         views = ctx.catalog.views
-        tables = {name: arrow_table(self._columns(views[name]), rows)
+        tables = {name: (self._columns(views[name]), list(rows))
                   for name, rows in gathered.items()}
-        return await self.duck.run(sql, tables, self.limits.max_rows)
+        answer: Answer = await worker.call("duck", (sql, tables, self.limits.max_rows))
+        return answer
 
     @staticmethod
     def _columns(view: ViewInfo) -> list[tuple[str, str]]:
         return [(c.name, duck_of_spark(c.type)) for c in view.columns]
 
-    async def _read(self, source: Source, ctx: Context) -> Sequence[Row]:
-        cap = self.limits.max_gather
+    async def _read(self, source: Source, ctx: Context, cap: int) -> Sequence[Row]:
+        """``source``'s rows, at most ``cap`` (more: ``TooManyRows``)."""
         if isinstance(source, Lookup):
             if len(source.keys) > cap:
                 raise TooManyRows(f"{len(source.keys)} keys asked of {source.view}, more "
@@ -114,12 +131,15 @@ class Executor:
             else:
                 got = await self.engine.multi_get(source.view, source.keys, ctx.fresh)
         else:
-            got = await self.engine.scan(source.view, source.bounds, ctx.fresh,
-                                         min(cap + 1, source.limit or cap + 1))
+            async with self._reads:
+                got = await self.engine.scan(source.view, source.bounds, ctx.fresh,
+                                             min(cap + 1, source.limit or cap + 1))
             if len(got.rows) > cap:
-                raise TooManyRows(f"the statement would gather more than {cap} rows of "
-                                  f"{source.view} (the gather limit): narrow the WHERE on "
-                                  "its key, or GROUP BY to aggregate on the owners",
+                what = ("the row limit" if cap == self.limits.max_rows
+                        else "the gather limit")
+                raise TooManyRows(f"the statement would read more than {cap} rows of "
+                                  f"{source.view} ({what}): narrow the WHERE on its key, "
+                                  "or GROUP BY to aggregate on the owners",
                                   limit=cap, view=source.view)
         self._missing(source.view, got, ctx)
         return got.rows
@@ -136,12 +156,15 @@ class Executor:
         ctx.notices.append(f"partial answer: partitions {parts} of {view} are missing")
 
     async def _aggregate(self, plan: Aggregate, ctx: Context) -> Answer:
-        got = await self.engine.aggregate(plan.view, plan.group_by, plan.aggs, plan.prefix,
-                                          ctx.fresh)
+        async with self._reads:
+            got = await self.engine.aggregate(plan.view, plan.group_by, plan.aggs,
+                                              plan.prefix, ctx.fresh)
         self._missing(plan.view, got, ctx)
         if plan.direct is not None:
             return self._answer(plan.direct, ctx.schema or await ctx.catalog.schema(plan.sql),
                                 got.groups)
         columns = await ctx.catalog.schema(plan.agg_sql)
-        table = arrow_table(columns, got.groups)
-        return await self.duck.run(plan.post_sql, {AGG_TABLE: table}, self.limits.max_rows)
+        answer: Answer = await self.workers.run(
+            "duck", plan.post_sql, {AGG_TABLE: (list(columns), list(got.groups))},
+            self.limits.max_rows)
+        return answer

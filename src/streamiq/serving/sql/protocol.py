@@ -24,13 +24,13 @@ from pygwire.codec import FrontendMessageDecoder
 from pygwire.constants import ConnectionPhase
 
 from streamiq._sqlstate import error_fields
-from streamiq.errors import BadRequest, StreamiqError
+from streamiq.errors import BadRequest, PayloadTooLarge, StreamiqError
 from streamiq.serving.sql.catalog import Schema
 from streamiq.serving.sql.codecs import decode_params, format_of, row_encoder
 from streamiq.serving.sql.copyout import CopyOut
 from streamiq.serving.sql.duck import Answer
 from streamiq.serving.sql.portals import Portal, Portals
-from streamiq.serving.sql.session import Prepared, Session
+from streamiq.serving.sql.session import INLINE_SPLIT, Prepared, Session, SessionEnded
 from streamiq.serving.sql.split import split_statements
 from streamiq.serving.sql.stats import SqlStats
 from streamiq.serving.sql.types import TEXT_OID, oid_of
@@ -69,9 +69,11 @@ class Wire:
                 raise BadRequest(f"not the PostgreSQL protocol: {exc}") from None
             if msg is not None:
                 self._expected(msg)
+                if self._too_long(msg):
+                    raise self._too_large()
                 return msg
             if self.decoder.buffered > self.max_message_bytes:
-                raise BadRequest(f"a message of more than {self.max_message_bytes} bytes")
+                raise self._too_large()
             data = await self.reader.read(65536)
             if not data:
                 raise ConnectionError("the client closed the connection")
@@ -83,6 +85,16 @@ class Wire:
                 and not isinstance(msg, m.PasswordMessage | m.Terminate):
             raise BadRequest("not the PostgreSQL protocol: expected a password message, got "
                              f"{type(msg).__name__}")
+
+    def _too_large(self) -> PayloadTooLarge:
+        return PayloadTooLarge(f"a message of more than {self.max_message_bytes} bytes "
+                               "(--sql-max-statement-bytes): refused before it is parsed")
+
+    def _too_long(self, msg: m.PGMessage) -> bool:
+        """A statement that came whole in one read, longer than the bound."""
+        text = msg.query_string if isinstance(msg, m.Query) else (
+            msg.query if isinstance(msg, m.Parse) else "")
+        return len(text) > self.max_message_bytes
 
     def send(self, msg: m.PGMessage) -> None:
         phase = _PHASE_AFTER.get(type(msg))
@@ -207,7 +219,8 @@ class _Loop:
         return replace(cursor.answer, rows=rows, tag=f"FETCH {len(rows)}", notices=[])
 
     async def simple(self, text: str) -> None:
-        statements = split_statements(text)
+        statements = (split_statements(text) if len(text) <= INLINE_SPLIT
+                      else await self.session.split(text))  # a long one: in a SQL worker
         if not statements:
             self.wire.send(m.EmptyQueryResponse())
         for sql in statements:  # the first error ends the whole query string
@@ -219,6 +232,7 @@ class _Loop:
     async def extended(self, msg: m.PGMessage) -> None:
         if isinstance(msg, m.Parse):
             prepared = await self.session.prepare(msg.query.strip().rstrip(";"))
+            self.session.may_keep(msg.statement, prepared, self.statements)  # bounded
             self.statements[msg.statement] = (prepared, list(msg.param_types))
             self.wire.send(m.ParseComplete())
         elif isinstance(msg, m.Bind):
@@ -325,6 +339,8 @@ async def _answering(wire: Wire, step: Coroutine[Any, Any, None]) -> bool:
     try:
         await step
         return True
+    except SessionEnded:
+        raise  # the server answers it FATAL and closes the connection
     except StreamiqError as exc:
         wire.error(exc)
     except Exception as exc:

@@ -2,9 +2,22 @@
 
 The start of a connection is here: TLS (an ``SSLRequest`` answered ``S`` when the
 server has an ``ssl.SSLContext``, and then required), a cancel request (process id +
-secret -> that session's running statement, 57014), the bound on connections (53300),
-and the password, which is a streamiq token checked by the ``authenticate`` callback
-(28P01). The session that follows sees the views its token may read.
+secret -> that session's running statement, 57014), and the password, which is a
+streamiq token checked by the ``authenticate`` callback (28P01). The session that
+follows sees the views its token may read. What no client can take from the others:
+
+* **Slots.** A connection holds one of ``max_connections`` session slots only once its
+  token is checked (53300 past it, or past ``max_per_address`` from one address).
+  Until then it is one of at most ``max_startups`` startups (a quarter of them per
+  address), each given ``startup_timeout_s`` to authenticate: a newcomer past either
+  bound closes the oldest startup of the busiest address (53300) instead of being
+  refused, so connections that never send a password cannot lock clients out.
+* **Time.** A session that runs nothing for ``idle_timeout_s`` is closed (57P05); a
+  statement runs at most ``statement_timeout_s`` (57014); a message longer than
+  ``max_message_bytes`` is refused before it is parsed (54000) and its connection
+  closed.
+* **Work.** Parsing, planning and DuckDB run in the SQL workers (``pool.py``), never on
+  this loop or the node's threads.
 """
 
 from __future__ import annotations
@@ -14,61 +27,101 @@ import contextlib
 import logging
 import secrets
 import ssl
+import time
+from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from pygwire import PygwireError
 from pygwire import messages as m
 
 from streamiq.auth import Principal
-from streamiq.errors import BadRequest, Overloaded, StreamiqError, Unauthenticated
-from streamiq.serving.sql.catalog import Catalogs
-from streamiq.serving.sql.duck import Duck
+from streamiq.errors import (
+    BadRequest,
+    Overloaded,
+    RequestTimeout,
+    StreamiqError,
+    Unauthenticated,
+)
 from streamiq.serving.sql.engine import Authenticate, Engine
 from streamiq.serving.sql.execute import Executor, Limits
+from streamiq.serving.sql.pool import SqlWorkers
 from streamiq.serving.sql.protocol import Wire, serve_queries
-from streamiq.serving.sql.session import Session
+from streamiq.serving.sql.remote import RemoteCatalogs
+from streamiq.serving.sql.session import Session, SessionEnded
 from streamiq.serving.sql.settings import SERVER_PARAMETERS
 from streamiq.serving.sql.stats import SqlStats
 
-__all__ = ["PgServer"]
+__all__ = ["PgServer", "ServerBounds"]
 
 log = logging.getLogger("streamiq.sql")
 
 
+@dataclass(frozen=True)
+class ServerBounds:
+    """What the server holds for its clients at once, and for how long."""
+
+    max_connections: int = 64  # authenticated sessions
+    max_per_address: int = 16  # authenticated sessions from one address
+    max_startups: int = 16  # connections not authenticated yet
+    startup_timeout_s: float = 10.0
+    idle_timeout_s: float = 900.0  # 0: sessions are never closed for idling
+    statement_timeout_s: float = 30.0
+    max_message_bytes: int = (1 << 20) + 1024
+    max_in_list: int = 10_000
+
+    @property
+    def startups_per_address(self) -> int:
+        return max(1, self.max_startups // 4)
+
+
+@dataclass
+class _Startup:
+    address: str
+    since: float
+    wire: Wire
+
+
 class PgServer:
     def __init__(self, engine: Engine, authenticate: Authenticate, *,
-                 tls: ssl.SSLContext | None = None, max_connections: int = 64,
-                 limits: Limits | None = None, startup_timeout_s: float = 10.0,
-                 statement_timeout_s: float = 300.0, max_message_bytes: int = 16 << 20
-                 ) -> None:
+                 tls: ssl.SSLContext | None = None, bounds: ServerBounds | None = None,
+                 limits: Limits | None = None, workers: SqlWorkers | None = None) -> None:
         self.engine = engine
         self.authenticate = authenticate
         self.tls = tls
-        self.max_connections = max_connections
-        self.startup_timeout_s = startup_timeout_s
-        self.statement_timeout_s = statement_timeout_s
-        self.max_message_bytes = max_message_bytes
-        self.duck = Duck()
+        self.bounds = bounds or ServerBounds()
         self.stats = SqlStats()
-        self.executor = Executor(engine, self.duck, limits, self.stats)
-        self.catalogs = Catalogs()
+        self.workers = workers or SqlWorkers()
+        self.executor = Executor(engine, self.workers, limits, self.stats)
+        self.catalogs = RemoteCatalogs(self.workers)
         self.sessions: dict[int, Session] = {}
-        self._connections = 0  # past the connection bound's check (startup or session)
+        self._by_address: Counter[str] = Counter()  # sessions per client address
+        self._startups: dict[int, _Startup] = {}  # by id(wire), in arrival order
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def start(self, host: str, port: int) -> int:
         """Listen; the port bound (``port`` 0: any free one)."""
+        await self.workers.start()
         self._server = await asyncio.start_server(self._accept, host, port)
         bound: int = self._server.sockets[0].getsockname()[1]
         return bound
 
     def metrics(self) -> Iterator[Metric]:
-        """For the node's /metrics: errors by SQLSTATE, and the sessions open."""
+        """For the node's /metrics: errors by SQLSTATE, the sessions open and the
+        SQL workers."""
         yield from self.stats.metrics()
         yield GaugeMetricFamily("streamiq_sql_sessions", "SQL sessions open",
                                 value=len(self.sessions))
+        yield GaugeMetricFamily("streamiq_sql_workers", "SQL worker processes running",
+                                value=len(self.workers.pids))
+        yield GaugeMetricFamily("streamiq_sql_waiting", "SQL requests waiting for a "
+                                "worker", value=self.workers.waiting)
+        yield CounterMetricFamily("streamiq_sql_workers_replaced", "SQL workers replaced: "
+                                  "stopped past their memory share, ended, or holding more "
+                                  "than half of it after a request",
+                                  value=self.workers.replaced)
 
     async def close(self) -> None:
         if self._server is not None:
@@ -78,37 +131,68 @@ class PgServer:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._server is not None:
             await self._server.wait_closed()
-        self.catalogs.close()
-        self.duck.close()
+        await self.workers.close()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)
-        wire = Wire(reader, writer, self.max_message_bytes, self.stats)
+        wire = Wire(reader, writer, self.bounds.max_message_bytes, self.stats)
+        address = _address(wire)
         session: Session | None = None
+        self._admit(wire, address)
         try:
-            async with asyncio.timeout(self.startup_timeout_s):
-                session = await self._startup(wire)
+            try:
+                async with asyncio.timeout(self.bounds.startup_timeout_s):
+                    session = await self._startup(wire, address)
+            finally:
+                self._startups.pop(id(wire), None)
             if session is not None:
-                await serve_queries(wire, session)
+                await self._serve(wire, session)
         except (ConnectionError, asyncio.IncompleteReadError, TimeoutError, ssl.SSLError):
             pass
         except asyncio.CancelledError:
             pass  # close(): this connection task ends here (asyncio's stream callback
             # would log a cancelled client task as an error)
+        except SessionEnded as exc:
+            await self._fatal(wire, exc.error)
         except StreamiqError as exc:  # refused, or not the protocol: FATAL, then closed
-            with contextlib.suppress(ConnectionError, PygwireError):
-                wire.error(exc, fatal=True)
-                await writer.drain()
+            await self._fatal(wire, exc)
         finally:
             if session is not None:
                 self.sessions.pop(session.process_id, None)
-            self._connections -= wire.counted
+                self._by_address[address] -= 1
+                if self._by_address[address] <= 0:
+                    del self._by_address[address]
             self._tasks.discard(task)
             writer.close()
 
-    async def _startup(self, wire: Wire) -> Session | None:
+    @staticmethod
+    async def _fatal(wire: Wire, exc: StreamiqError) -> None:
+        with contextlib.suppress(ConnectionError, PygwireError, RuntimeError):
+            wire.error(exc, fatal=True)
+            await wire.writer.drain()
+
+    def _admit(self, wire: Wire, address: str) -> None:
+        """Count a new connection among the startups, closing the oldest startup of its
+        address, or else of the busiest address, when either is full."""
+        b = self.bounds
+        mine = [s for s in self._startups.values() if s.address == address]
+        if len(mine) >= b.startups_per_address:
+            self._evict(mine[0])
+        elif len(self._startups) >= b.max_startups:
+            busiest = Counter(s.address for s in self._startups.values()).most_common(1)[0][0]
+            self._evict(next(s for s in self._startups.values() if s.address == busiest))
+        self._startups[id(wire)] = _Startup(address, time.monotonic(), wire)
+
+    def _evict(self, startup: _Startup) -> None:
+        self._startups.pop(id(startup.wire), None)
+        with contextlib.suppress(ConnectionError, PygwireError, RuntimeError):
+            startup.wire.error(Overloaded("too many connections are authenticating: this "
+                                          "one waited longest"), fatal=True)
+        startup.wire.writer.close()
+
+    async def _startup(self, wire: Wire, address: str) -> Session | None:
         msg = await wire.next()
         if isinstance(msg, m.GSSEncRequest):
             wire.send(m.GSSResponse(accepted=False))
@@ -126,13 +210,20 @@ class PgServer:
             raise BadRequest(f"expected a startup message, got {type(msg).__name__}")
         if self.tls is not None and wire.writer.get_extra_info("ssl_object") is None:
             raise Unauthenticated("this server requires TLS (sslmode=require)")
-        if self._connections >= self.max_connections:
+        user = msg.params.get("user", "")
+        principal, password = await self._password(wire, user)
+        self._take_slot(address)
+        return await self._open(wire, principal, msg.params, user, password)
+
+    def _take_slot(self, address: str) -> None:
+        """A session slot for an authenticated connection (53300 when none is left)."""
+        b = self.bounds
+        if len(self.sessions) >= b.max_connections:
             raise Overloaded("sorry, too many clients already",
-                             max_connections=self.max_connections)
-        self._connections += 1
-        wire.counted = True
-        principal, password = await self._password(wire, msg.params.get("user", ""))
-        return await self._open(wire, principal, msg.params, password)
+                             max_connections=b.max_connections)
+        if self._by_address[address] >= b.max_per_address:
+            raise Overloaded(f"sorry, too many clients already from {address}",
+                             max_per_address=b.max_per_address)
 
     async def _password(self, wire: Wire, user: str) -> tuple[Principal, str]:
         wire.send(m.AuthenticationCleartextPassword())
@@ -148,16 +239,22 @@ class PgServer:
             raise Unauthenticated(f'password authentication failed for user "{user}": '
                                   f"{exc.message}") from None
 
-    async def _open(self, wire: Wire, principal: Principal, params: dict[str, str],
+    async def _open(self, wire: Wire, principal: Principal, params: dict[str, str], user: str,
                     password: str) -> Session:
         views = list(await self.engine.views(principal))
         pid = secrets.randbelow(2**31 - 1) + 1
         while pid in self.sessions:
             pid = secrets.randbelow(2**31 - 1) + 1
+
+        async def recheck() -> Principal:
+            return await self.authenticate(user, password)
+
         session = Session(principal, views, self.catalogs.of(views), self.executor, pid,
-                          secrets.token_bytes(4), self.statement_timeout_s,
-                          f"Bearer {password}" if password else None)
+                          secrets.token_bytes(4), self.bounds.statement_timeout_s,
+                          f"Bearer {password}" if password else None, recheck=recheck,
+                          max_in_list=self.bounds.max_in_list)
         self.sessions[pid] = session
+        self._by_address[_address(wire)] += 1
         wire.send(m.AuthenticationOk())
         for name, value in {**SERVER_PARAMETERS,
                             "application_name": params.get("application_name", "")}.items():
@@ -167,7 +264,38 @@ class PgServer:
         await wire.writer.drain()
         return session
 
+    async def _serve(self, wire: Wire, session: Session) -> None:
+        """The session's queries, until the client leaves or idles past the bound."""
+        idle = self.bounds.idle_timeout_s
+        if not idle:
+            await serve_queries(wire, session)
+            return
+        serving = asyncio.ensure_future(serve_queries(wire, session))
+        try:
+            while not serving.done():
+                since = session.idle_since
+                await asyncio.wait([serving], timeout=max(
+                    0.05, idle if since is None else since + idle - time.monotonic()))
+                since = session.idle_since
+                if not serving.done() and since is not None and (
+                        time.monotonic() - since >= idle):
+                    serving.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await serving
+                    raise RequestTimeout(f"terminating connection due to idle-session "
+                                         f"timeout ({idle:g} s, --sql-idle-timeout-s)")
+        except asyncio.CancelledError:
+            serving.cancel()
+            raise
+        await serving  # its error, if it ended with one
+
     def _cancel(self, msg: m.CancelRequest) -> None:
         session = self.sessions.get(msg.process_id)
         if session is not None and secrets.compare_digest(session.secret, msg.secret_key):
             session.cancel()
+
+
+def _address(wire: Wire) -> str:
+    """The client's address (a Unix socket's: ``local``)."""
+    peer = wire.writer.get_extra_info("peername")
+    return str(peer[0]) if isinstance(peer, tuple) and peer else "local"

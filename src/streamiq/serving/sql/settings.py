@@ -4,18 +4,26 @@
 ``streamiq.wait_ms`` and ``streamiq.partial`` (on/off) are the HTTP API's ``position``,
 ``max_lag`` and ``wait_ms`` parameters and its PARTIAL answers; any other name is kept
 and shown back (clients set ``client_encoding``, ``DateStyle``, ``extra_float_digits``).
+A session keeps at most ``MAX_SETTINGS`` of them, each name at most ``MAX_NAME`` and
+each value at most ``MAX_VALUE`` characters (54000 past either: clients set a few short
+ones, and every session's settings are held in the node's memory).
 """
 
 from __future__ import annotations
 
 import re
 
-from streamiq.errors import BadRequest, NotFound
+from streamiq.errors import BadRequest, NotFound, TooManyRows
 from streamiq.serving.changelog.consistency import parse_tokens
 from streamiq.serving.sql.engine import Freshness
 from streamiq.serving.sql.pgshims import SERVER_VERSION
 
-__all__ = ["SERVER_PARAMETERS", "Settings", "command_of"]
+__all__ = ["MAX_NAME", "MAX_SETTINGS", "MAX_VALUE", "SERVER_PARAMETERS", "Settings",
+           "command_of"]
+
+MAX_SETTINGS = 64  # names a session sets
+MAX_NAME = 63  # PostgreSQL's own bound on a name (NAMEDATALEN - 1)
+MAX_VALUE = 8192  # characters of a value (a position of 256 partitions fits)
 
 #: what the server reports at startup (ParameterStatus) and SHOW answers by default
 SERVER_PARAMETERS = {
@@ -85,6 +93,18 @@ def _check(name: str, value: str) -> str:
     return value
 
 
+def _bounded(name: str, value: str, count: int) -> None:
+    if len(name) > MAX_NAME:
+        raise TooManyRows(f"a setting's name of {len(name)} characters (at most {MAX_NAME})",
+                          limit=MAX_NAME)
+    if len(value) > MAX_VALUE:
+        raise TooManyRows(f'a value of {len(value)} characters for "{name}" (at most '
+                          f"{MAX_VALUE})", limit=MAX_VALUE)
+    if count > MAX_SETTINGS:
+        raise TooManyRows(f"more than {MAX_SETTINGS} settings in one session: RESET some",
+                          limit=MAX_SETTINGS)
+
+
 class Settings:
     def __init__(self) -> None:
         self.values: dict[str, str] = {}
@@ -120,6 +140,7 @@ class Settings:
         if value.upper() == "DEFAULT":
             self.values.pop(name, None)
             return
+        _bounded(name, value, len(self.values) + (name not in self.values))
         self.values[name] = _check(name, value)
 
     def show(self, sql: str) -> tuple[str, str]:

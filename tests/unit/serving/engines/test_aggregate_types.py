@@ -6,23 +6,40 @@ import json
 
 import pytest
 
-from streamiq.serving.engines.aggregate import Agg, _combine, _folder, aggregate_partitions
+from streamiq.serving.engines.aggregate import Agg, _combine, aggregate_partitions
 from streamiq.serving.engines.scan import KeyRange, scan_partitions
 from streamiq.state import Checkpoint, MemoryStore
 from streamiq.views.orders import ORDER_COUNTS
+
+
+def _store(*revenues: object) -> MemoryStore:
+    store = MemoryStore()
+    store.apply(0, [(f"s{i}|GENERAL".encode(), json.dumps(
+        {"store": f"s{i}", "type": "GENERAL", "count": 1, "revenue": r}).encode())
+        for i, r in enumerate(revenues)], Checkpoint(offset=len(revenues)))
+    return store
 
 
 @pytest.mark.parametrize("func", ["min", "max"])
 def test_min_max_of_mixed_types_is_a_clear_error(func: str) -> None:
     agg = Agg(func, "revenue")
     with pytest.raises(ValueError, match=r"different types"):
-        _folder(agg)(3, "text")
+        aggregate_partitions(ORDER_COUNTS, _store(3, "text"), [0], [], [agg])
     with pytest.raises(ValueError, match=r"different types"):
         _combine(agg, "text", 3)
 
 
+@pytest.mark.parametrize("func", ["sum", "avg"])
+def test_a_sum_of_text_or_booleans_is_a_clear_error(func: str) -> None:
+    for bad in ("text", True):
+        with pytest.raises(ValueError, match=r"non-numeric value"):
+            aggregate_partitions(ORDER_COUNTS, _store(1, bad), [0], [], [Agg(func, "revenue")])
+
+
 def test_min_max_of_comparable_values() -> None:
-    assert _folder(Agg("min", "x"))(3, 2) == 2
+    part = aggregate_partitions(ORDER_COUNTS, _store(3, 2.5, None), [0], [],
+                                [Agg("min", "revenue"), Agg("max", "revenue")])
+    assert part["groups"] == {"[]": [2.5, 3]}
     assert _combine(Agg("max", "x"), 3.5, 2) == 3.5
     assert _combine(Agg("max", "x"), None, 2) == 2
 

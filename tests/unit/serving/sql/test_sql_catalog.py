@@ -81,3 +81,20 @@ def test_the_catalog_holds_no_data_and_only_the_visible_views() -> None:
 def test_describe_types_a_statement_without_rows(catalog: Catalog) -> None:
     assert catalog.describe("SELECT account, balance * 2 AS dbl, count FROM balances") == (
         ("account", "VARCHAR"), ("dbl", "DECIMAL(38,0)"), ("count", "BIGINT"))
+
+
+def test_asyncpg_type_introspection_runs_without_spilling(catalog: Catalog) -> None:
+    """asyncpg looks a parameter's array or numeric type up with a recursive query over
+    pg_type and pg_range; a catalog never spills, so DuckDB's bound must hold it (at
+    64MB it failed: 'could not allocate block ... 61.0 MiB used')."""
+    from asyncpg import introspection
+
+    from streamiq.serving.sql.plans import bind
+    from streamiq.serving.sql.session import prepare_statement
+
+    for query in (introspection.INTRO_LOOKUP_TYPES_13, introspection.INTRO_LOOKUP_TYPES):
+        prepared = prepare_statement(query, list(VIEWS.values()), 10_000)
+        assert isinstance(prepared.plan, CatalogQuery)
+        answer = asyncio.run(catalog.query(bind(prepared.plan, [[1700, 20]]).sql, 1000))
+        names = {row[2] for row in answer.rows or []}
+        assert {"numeric", "int8"} <= names, answer.rows

@@ -35,6 +35,8 @@ def test_errors_are_counted_by_sqlstate_and_refusals_logged_once_per_interval(
         with pytest.raises(psycopg.errors.UndefinedTable):
             conn.execute("SELECT * FROM nope")
         assert 'streamiq_sql_sessions 1.0' in _exposed(server)
+        assert 'streamiq_sql_workers 1.0' in _exposed(server)  # one, while nothing waits
+        assert 'streamiq_sql_workers_replaced_total 0.0' in _exposed(server)
     text = _exposed(server)
     assert 'streamiq_sql_errors_total{scope="connection",sqlstate="28P01"} 3.0' in text
     assert 'streamiq_sql_errors_total{scope="statement",sqlstate="42P01"} 1.0' in text
