@@ -377,7 +377,7 @@ def main() -> None:
     if shutil.which("wrk") is None:
         raise SystemExit("wrk not found (Debian: apt-get install -y wrk)")
     callback_us, coroutine_us = wire_variants()
-    print(f"lookup wire, one forwarded lookup at a time (client side, median): on a callback "
+    print(f"peer protocol, one forwarded lookup at a time (client side, median): on a callback "
           f"{callback_us:.1f} us, as a coroutine {coroutine_us:.1f} us "
           f"({coroutine_us / callback_us:.2f}x): the callback is the pooled hot path, the "
           f"coroutine what a lookup that must connect or wait for a slot takes", flush=True)
@@ -613,6 +613,8 @@ def side_by_side(a: argparse.Namespace) -> None:
             loaded(nodes[0].port, a.keys)
         keys = [r["account"] for r in data]
         paths = {name: split_paths(nodes[0].port, keys) for name, nodes in clusters.items()}
+        # the relay floor: nginx relaying the after cluster's local lookups to their owner
+        nginx = start_nginx(root, clusters["after"][0].port)
         runs: dict[tuple[str, str, str], list[float]] = {}
         for i in range(a.pairs_sbs):
             for name in (trees if i % 2 == 0 else list(trees)[::-1]):
@@ -623,8 +625,15 @@ def side_by_side(a: argparse.Namespace) -> None:
                     unloaded = wrk(url, ps, root, 1, 1.0)
                     runs.setdefault((name, kind, "rps"), []).append(loaded_run["rps"])
                     runs.setdefault((name, kind, "p50"), []).append(unloaded["p50"])
+                    runs.setdefault((name, kind, "p50 c16"), []).append(loaded_run["p50"])
                 runs.setdefault((name, "aggregate", "p50"), []).append(
                     aggregate_p50(f"{url}/v1/views/balances/aggregate", 5))
+                for what, ms in gathers(url, keys).items():
+                    runs.setdefault((name, what, "ms"), []).append(ms)
+            if nginx is not None:
+                relayed = wrk(f"http://127.0.0.1:{nginx[1]}", paths["after"]["local"], root,
+                              1, 1.0)
+                runs.setdefault(("nginx", "relay", "p50"), []).append(relayed["p50"])
         print(f"\nbefore / after, one run: {trees['before']} vs {trees['after']}, "
               f"{a.pairs_sbs} pairs, {a.seconds:.0f} s at c=16 (lookups/s), 1 s at c=1 (p50)")
         for kind in ("local", "forwarded"):
@@ -638,14 +647,60 @@ def side_by_side(a: argparse.Namespace) -> None:
             print(f"  {kind:<9} p50 (c=1)   before {statistics.median(b_p50):.3f} ms  after "
                   f"{statistics.median(n_p50):.3f} ms  after/before "
                   f"{statistics.median(n / b for n, b in zip(n_p50, b_p50, strict=True)):.2f}x")
+            b16, n16 = runs[("before", kind, "p50 c16")], runs[("after", kind, "p50 c16")]
+            print(f"  {kind:<9} p50 (c=16)  before {statistics.median(b16):.3f} ms  after "
+                  f"{statistics.median(n16):.3f} ms  after/before "
+                  f"{statistics.median(n / b for n, b in zip(n16, b16, strict=True)):.2f}x")
         b_agg, n_agg = runs[("before", "aggregate", "p50")], runs[("after", "aggregate", "p50")]
         agg_ratios = [n / b for n, b in zip(n_agg, b_agg, strict=True)]
         print(f"  aggregate over {a.keys} keys (2 nodes, p50 of 5 a pair) before "
               f"{statistics.median(b_agg):.1f} ms  after {statistics.median(n_agg):.1f} ms  "
               f"after/before {statistics.median(agg_ratios):.2f}x (pairs "
               f"{', '.join(f'{r:.2f}' for r in agg_ratios)})")
+        if nginx is not None:
+            relay = statistics.median(runs[("nginx", "relay", "p50")])
+            fwd = statistics.median(runs[("after", "forwarded", "p50")])
+            met = "met" if fwd <= 1.1 * relay else "NOT met"
+            print(f"  forwarded p50 (c=1) after / nginx relay p50 {fwd:.3f} / {relay:.3f} ms = "
+                  f"{fwd / relay:.2f}x (target <= 1.10: {met})")
+        else:
+            print("  (nginx not installed: no relay floor; apt-get install -y nginx-light)")
+        for what in GATHERS:
+            b_ms, n_ms = runs[("before", what, "ms")], runs[("after", what, "ms")]
+            print(f"  {what:<36} before {statistics.median(b_ms):7.1f} ms  after "
+                  f"{statistics.median(n_ms):7.1f} ms  after/before "
+                  f"{statistics.median(n / b for n, b in zip(n_ms, b_ms, strict=True)):.2f}x")
+        sent = 0
+        for n in clusters["after"]:
+            doc = httpx.get(f"http://127.0.0.1:{n.port}/health", timeout=10).json()
+            sent += sum(doc["peers"]["hedges"]["sent"].values())
+        print(f"  hedges sent by the after cluster over the whole run: {sent}")
     finally:
+        if nginx is not None:
+            nginx[0].terminate()
+            nginx[0].wait(20)
         stop_all(clusters.values(), broker, root)
+
+
+GATHERS = ("aggregate over all keys", "multi-get 1000 keys", "scan page of 1000 keys")
+
+
+def gathers(url: str, keys: list[str]) -> dict[str, float]:
+    """One of each scatter-gather over the cluster's keys (ms): an aggregate over all
+    of them, a multi-get of 1000, a scan page of 1000."""
+    out = {}
+    with httpx.Client(timeout=120) as c:
+        for what, call in zip(GATHERS, (
+                lambda: c.get(f"{url}/v1/views/balances/aggregate",
+                              params={"agg": ["sum(balance)", "count(*)"]}),
+                lambda: c.post(f"{url}/v1/views/balances/keys", json={"keys": keys[:1000]}),
+                lambda: c.get(f"{url}/v1/views/balances/scan", params={"limit": 1000})),
+                strict=True):
+            t = time.perf_counter()
+            r = call()
+            out[what] = (time.perf_counter() - t) * 1e3
+            assert r.status_code == 200 and r.json()["status"] == "OK", r.text[:300]
+    return out
 
 
 def aggregate_p50(url: str, n: int) -> float:
@@ -673,48 +728,58 @@ def split_paths(port: int, keys: list[str], n: int = 10_000) -> dict[str, list[s
             for kind, ks in (("local", local), ("forwarded", other))}
 
 
-# -- why the lookup wire has two calling conventions --
+# -- why the peer protocol's client has two calling conventions --
 def wire_variants(n: int = 20_000) -> tuple[float, float]:
-    """Median us per forwarded lookup, one at a time, on one pooled wire connection to
-    an owner answering at once: ``HopClient.lookup`` (on a callback, from the entry's
+    """Median us per forwarded lookup, one at a time, on one pooled peer connection to
+    an owner answering at once: ``HopClient.call`` (on a callback, from the entry's
     HTTP parser) vs ``await HopClient.fetch`` (a coroutine: what a lookup that must
     connect or wait for a slot uses). The callback is why both stay."""
-    from streamiq.serving.cluster.hop import HopClient
-    from streamiq.serving.cluster.wire import PREFACE, WireServer, request_frame
+    from types import SimpleNamespace
 
-    body = b'{"view":"balances","key":"acct-000001","value":{"balance":1}}'
+    from streamiq.serving.cluster.hop import HopClient
+    from streamiq.serving.cluster.wire import PREFACE, reply_frame, request_body
+    from streamiq.serving.peer.server import PeerConnection
+
+    row = b'{"view":"balances","key":"acct-000001","value":{"balance":1}}'
+
+    class Answering:
+        gate = SimpleNamespace(mark_bytes=b"1")
+
+        def handle(self, rid: int, budget_ms: int, body: bytes, write: Any) -> None:
+            write(reply_frame(rid, 200, row))
 
     class Owner(asyncio.Protocol):
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
-            self.server = WireServer(lambda *_: (200, body), transport,  # type: ignore[arg-type]
-                                     asyncio.get_running_loop(), 60.0, b"1")
-            self.head = b""
+            self.conn = PeerConnection(Answering(), transport,  # type: ignore[arg-type]
+                                       asyncio.get_running_loop(), 60.0)
+            self.head = True
 
         def data_received(self, data: bytes) -> None:
-            if self.head is not None:
-                data, self.head = data[len(PREFACE):], None  # type: ignore[assignment]
-            self.server.feed(data)
+            if self.head:
+                data, self.head = data[len(PREFACE):], False
+            self.conn.feed(data)
 
     async def measure() -> tuple[float, float]:
         loop = asyncio.get_running_loop()
         server = await loop.create_server(Owner, "127.0.0.1", 0)
         address = f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
         hop = HopClient()
-        frame = request_frame(0, 3, b"/v1/views/balances/keys/acct-000001", b"-")
-        await hop.fetch(address, frame)  # one pooled connection
-        fetch_us, lookup_us = [], []
+        body = request_body("lookup", {"view": "balances", "key": "acct-000001"}, [0], 3, None)
+        await hop.fetch(address, body, loop.time() + 10)  # one pooled connection
+        fetch_us, call_us = [], []
         for _ in range(n):
             t = time.perf_counter()
-            await hop.fetch(address, frame)
+            await hop.fetch(address, body, loop.time() + 10)
             fetch_us.append((time.perf_counter() - t) * 1e6)
             done = loop.create_future()
             t = time.perf_counter()
-            assert hop.lookup(address, frame, lambda r, done=done, t=t: done.set_result(
-                (time.perf_counter() - t) * 1e6))
-            lookup_us.append(await done)
+            assert hop.call(address, body, loop.time() + 10,
+                            lambda r, e, done=done, t=t: done.set_result(
+                                (time.perf_counter() - t) * 1e6))
+            call_us.append(await done)
         hop.close()
         server.close()
-        return pct(lookup_us, 50), pct(fetch_us, 50)
+        return pct(call_us, 50), pct(fetch_us, 50)
 
     return asyncio.run(measure())
 

@@ -27,7 +27,8 @@ for _name, _value in FAST_ENV.items():  # pipelines and brokers the tests start 
 #: workers (pytest-xdist, ``--dist loadfile``: a file's tests on one worker, its module
 #: fixtures started once) finish together; the rest keep their order
 SLOW_FIRST = ("test_up.py", "test_pipeline_e2e.py", "test_sink.py", "test_kafka_cluster.py",
-              "test_view_discovery.py", "test_multihost.py", "test_cli_e2e.py",
+              "test_view_discovery.py", "test_multihost.py", "test_hung_node.py",
+              "test_cli_e2e.py",
               "test_read_your_writes.py", "test_positions.py", "test_queries.py",
               "test_membership_epochs.py", "test_bank_e2e.py", "test_poison_changelog.py",
               "test_bad_input.py", "test_poison_fuzz.py", "test_poison_records.py",

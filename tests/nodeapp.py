@@ -138,3 +138,26 @@ class EventStream:
     async def leave(self) -> None:
         self.gone.set()
         await asyncio.wait_for(self.task, 5)
+
+
+def peer_request(app: Any, kind: str, query: dict[str, Any], partitions: list[int],
+                 count: int = 3, token: str | None = None) -> tuple[int, Any]:
+    """What the node's peer server answers a peer's request (a lookup is answered at
+    once; others need a running loop and ``peer_request_async``)."""
+    from streamiq.serving.cluster.wire import REPLY, request_body
+
+    out: list[bytes] = []
+    app.peer_server.handle(1, 10_000, request_body(kind, query, partitions, count, token),
+                           out.append)
+    _, rid, status = REPLY.unpack_from(out[0])
+    assert rid == 1
+    return status, json.loads(out[0][REPLY.size:])
+
+
+def peer_lookup(app: Any, key: str, p: int | None = None, count: int = 3,
+                token: str | None = None, view: str = "balances") -> tuple[int, Any]:
+    """A peer's lookup of ``key`` (its partition computed as the entry would)."""
+    from streamiq.views.bank import BALANCES
+
+    p = BALANCES.partition_of(key, count) if p is None else p
+    return peer_request(app, "lookup", {"view": view, "key": key}, [p], count, token)

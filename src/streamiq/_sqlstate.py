@@ -12,6 +12,7 @@ from streamiq.errors import (
     BadRequest,
     BadSql,
     Canceled,
+    DeadlineExceeded,
     Forbidden,
     NoCursor,
     NotActive,
@@ -45,6 +46,7 @@ SQLSTATE: dict[type[StreamiqError], str] = {
     NotFound: "42704",  # undefined_object
     UnknownView: "42P01",  # undefined_table
     Canceled: "57014",  # query_canceled
+    DeadlineExceeded: "57014",  # query_canceled (PostgreSQL's statement_timeout)
     NotActive: "57P03",  # cannot_connect_now
     Unavailable: "57P03",
     Overloaded: "53300",  # too_many_connections

@@ -2,9 +2,10 @@
 
 Modelled on faust's ``web/exceptions.py`` and httpx's ``_exceptions.py``: each class
 carries its HTTP status and a stable machine-readable code, is raised where the problem
-is found, and is turned into an answer in one place: ``streamiq._http`` for HTTP, the
-same bytes for the node-to-node lookup wire (``render``). The body is an RFC 9457
-problem document (``application/problem+json``)::
+is found, and is turned into an answer in one place per front end: ``streamiq._http``
+for HTTP, ``streamiq._sqlstate`` for SQL, and for the peer protocol the same problem
+document as HTTP's (``render``), read back into its class by ``from_problem``. The body
+is an RFC 9457 problem document (``application/problem+json``)::
 
     {"type": "urn:streamiq:problem:not-active", "title": "Not Active", "status": 421,
      "code": "NOT_ACTIVE", "detail": "<message>", ...extra members}
@@ -25,6 +26,7 @@ it. Successful answers keep their own ``{"status": "OK" | "PARTIAL", ...}`` shap
     ├── Canceled                  499 CANCELED     (the client canceled its query: SQL)
     ├── Unavailable               503 UNAVAILABLE  (no replica can answer)
     │   └── NotUpToBound          503 NOT_UP_TO_BOUND (position not reflected in time)
+    ├── DeadlineExceeded          504 DEADLINE_EXCEEDED (no answer within the budget)
     └── PeerError                 502 PEER_ERROR   (another node, at the transport level)
         ├── PeerUnreachable       the peer is gone (refused, reset): a suspect
         └── PeerTimeout           the peer is slow: retried elsewhere, not blamed
@@ -39,11 +41,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["PROBLEM_JSON", "BadRequest", "BadSql", "Canceled", "Forbidden", "NoCursor",
+__all__ = ["PROBLEM_JSON", "BadRequest", "BadSql", "Canceled", "DeadlineExceeded", "Forbidden",
+           "NoCursor",
            "NotActive", "NotFound", "NotUpToBound", "Overloaded", "PayloadTooLarge", "PeerError",
            "PeerTimeout", "PeerUnreachable", "RequestHeaderTooLarge", "RequestTimeout",
            "StreamiqError", "TooComplex", "TooManyRows", "Unauthenticated", "Unavailable",
-           "UnknownView"]
+           "UnknownView", "from_problem"]
 
 _JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # as JSONResponse renders
 PROBLEM_JSON = "application/problem+json"  # RFC 9457's media type
@@ -175,6 +178,13 @@ class NotUpToBound(Unavailable):
     code = "NOT_UP_TO_BOUND"
 
 
+class DeadlineExceeded(StreamiqError):
+    """No answer within the caller's budget (every hop carries what is left of it)."""
+
+    http_status = 504
+    code = "DEADLINE_EXCEEDED"
+
+
 class PeerError(StreamiqError):
     """Another node could not be asked (transport level): try the next replica."""
 
@@ -193,3 +203,26 @@ class PeerUnreachable(PeerError):
 
 class PeerTimeout(PeerError):
     """The peer did not answer in time: it may only be slow (not blamed)."""
+
+
+def _classes(base: type[StreamiqError] = StreamiqError) -> dict[str, type[StreamiqError]]:
+    out = {base.code: base}
+    for sub in base.__subclasses__():
+        out.update({k: v for k, v in _classes(sub).items() if k not in out})
+    return out
+
+
+def from_problem(status: int, body: bytes) -> StreamiqError:
+    """The error a problem document names (``render``'s inverse: its ``code``, else its
+    status), with its detail and extra members: a peer's error reply, typed again."""
+    try:
+        doc = json.loads(body)
+        code, detail = str(doc.pop("code")), str(doc.pop("detail", None) or doc.get("title"))
+        extra = {k: v for k, v in doc.items() if k not in ("type", "title", "status")}
+    except (ValueError, KeyError, AttributeError, TypeError):
+        code, detail, extra = "", body[:200].decode("utf-8", "replace"), {}
+    cls = _classes().get(code) or (BadRequest if 400 <= status < 500 else StreamiqError)
+    err = cls.__new__(cls)  # StreamiqError's own __init__: a subclass's may take others
+    StreamiqError.__init__(err, detail, **extra)
+    err.http_status = status
+    return err

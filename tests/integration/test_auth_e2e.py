@@ -21,7 +21,7 @@ from confluent_kafka import Producer
 from streamiq.auth import hop_mark, mint
 from streamiq.client import Client
 from streamiq.kafka.admin import ensure_topics
-from streamiq.serving.cluster.wire import PREFACE, request_frame
+from streamiq.serving.cluster.wire import PREFACE, REPLY, request_body, request_frame
 from streamiq.views.bank import BALANCES
 from streamiq.views.catalog import PROGRESS_TOPIC_CONFIG, progress_topic
 from streamiq.views.orders import ORDER_COUNTS, ORDER_COUNTS_1M
@@ -29,10 +29,17 @@ from streamiq.views.orders import ORDER_COUNTS, ORDER_COUNTS_1M
 pytestmark = pytest.mark.integration
 
 
-def _wire_without_the_credential(port: int, path: bytes) -> bytes:
-    """What a node answers a lookup wire opened with a guessed credential."""
+def _lookup(rid: int, key: str, view: str, token: str | None) -> bytes:
+    """A peer's lookup of ``key`` (a request frame of the peer protocol)."""
+    view_of = {"balances": BALANCES, "order_counts": ORDER_COUNTS}[view]
+    return request_frame(rid, 10_000, request_body(
+        "lookup", {"view": view, "key": key}, [view_of.partition_of(key, 3)], 3, token))
+
+
+def _wire_without_the_credential(port: int, key: str) -> bytes:
+    """What a node answers a peer connection opened with a guessed credential."""
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-        s.sendall(PREFACE + b"1\n" + request_frame(0, 3, path, b"-"))
+        s.sendall(PREFACE + b"1\n" + _lookup(1, key, "balances", None))
         out = b""
         while chunk := s.recv(65536):  # the node closes the connection after its reply
             out += chunk
@@ -81,11 +88,13 @@ def test_tokens_scopes_and_the_cluster_credential(cluster: Any) -> None:
                 assert r.status_code == 401 and "cluster credential" in r.json()["detail"]
                 r = c.get(f"{base}/account/a1", headers={**token, "x-streamiq-forwarded": mark})
                 assert r.status_code == 401
-        # lookups forwarded by nodes went over the lookup wire, authenticated
-        wire = sum(c.get(f"http://127.0.0.1:{p}/health").json()["hops"]["wire"] for p in ports)
+        # lookups forwarded by nodes went over the peer protocol, authenticated
+        wire = sum(c.get(f"http://127.0.0.1:{p}/health").json()["peers"]["replies"]
+                   for p in ports)
         assert wire > 0
-        reply = _wire_without_the_credential(ports[0], b"/v1/views/balances/keys/a1")
-        assert reply.startswith(b"401 ") and b"UNAUTHENTICATED" in reply and b"balance" not in reply
+        reply = _wire_without_the_credential(ports[0], "a1")
+        assert REPLY.unpack_from(reply)[2] == 401
+        assert b"UNAUTHENTICATED" in reply and b"balance" not in reply
         # the ingest: writes need the ingest scope
         url = f"http://127.0.0.1:{ingest}/account/100001"
         assert c.post(url, params={"amount": 5}).status_code == 401
@@ -94,23 +103,23 @@ def test_tokens_scopes_and_the_cluster_credential(cluster: Any) -> None:
 
 
 def _wire(port: int, mark: bytes, frames: list[bytes]) -> list[tuple[int, bytes]]:
-    """Lookups over the lookup wire with the cluster credential ``mark``: (status, body)
-    of each frame's reply, in order."""
-    out: list[tuple[int, bytes]] = []
+    """Requests of the peer protocol with the cluster credential ``mark``: (status, body)
+    of each frame's reply, by request id (1, 2...)."""
+    got: dict[int, tuple[int, bytes]] = {}
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
         s.sendall(PREFACE + mark + b"\n" + b"".join(frames))
         buf = b""
-        while len(out) < len(frames):
-            head, nl, rest = buf.partition(b"\n")
-            if nl and len(rest) >= int(head.split()[1]):
-                size = int(head.split()[1])
-                out.append((int(head.split()[0]), rest[:size]))
-                buf = rest[size:]
-                continue
+        while len(got) < len(frames):
+            if len(buf) >= REPLY.size:
+                size, rid, status = REPLY.unpack_from(buf)
+                if len(buf) >= REPLY.size + size:
+                    got[rid] = (status, buf[REPLY.size:REPLY.size + size])
+                    buf = buf[REPLY.size + size:]
+                    continue
             chunk = s.recv(65536)
-            assert chunk, f"the node closed the wire after {out}"
+            assert chunk, f"the node closed the connection after {got}"
             buf += chunk
-    return out
+    return [got[i] for i in sorted(got)]
 
 
 def _until(what: str, check: Callable[[], bool], timeout: float = 60) -> None:
@@ -185,11 +194,10 @@ def test_keys_in_paths_and_metadata_by_scope(cluster: Any) -> None:
     part = ORDER_COUNTS.partition_of(key, 3)
     owner = int(meta["views"]["order_counts"][str(part)]["assigned"][0].rsplit(":", 1)[1])
     replies = _wire(owner, mark.encode(), [
-        request_frame(part, 3, path.encode(), cluster.token.encode()),
-        request_frame(part, 3, b"/v1/views/order_counts/keys/%FF%7CGENERAL",
-                      cluster.token.encode())])
+        _lookup(1, key, "order_counts", f"Bearer {cluster.token}"),
+        _lookup(2, key, "order_counts", None)])  # the owner checks the client's token
     assert replies[0][0] == 200 and json.loads(replies[0][1])["key"] == key, replies
-    assert replies[1][0] == 400 and b"not valid UTF-8" in replies[1][1], replies
+    assert replies[1][0] == 401 and b"UNAUTHENTICATED" in replies[1][1], replies
 
     # metadata: the view-scoped token sees order_counts only; cluster:read everything
     scoped = {"authorization": f"Bearer {scoped_token}"}

@@ -58,6 +58,9 @@ async def test_client_goes_direct_and_survives_stale_metadata(cluster: Any) -> N
     d = c.multi_get("balances", list(bal))
     assert {r["key"]: r["value"] for r in d["results"]} == bal
     assert [r["key"] for r in c.scan_all("balances", page=7)] == sorted(bal)
+    top = c.top("balances", "balance", 5)  # top-k: each owner's top 5, merged
+    assert [r["value"] for r in top["rows"]] == sorted(
+        bal.values(), key=lambda r: (-int(str(r["balance"])), str(r["account"])))[:5]
     d = c.aggregate("order_counts", ["sum(count)", "avg(revenue)"], group_by="type")
     assert [(g["type"], g["sum(count)"]) for g in d["groups"]] == [
         (t, sum(r["count"] for r in oc if r["type"] == t)) for t in ("GENERAL", "RESTAURANT")]

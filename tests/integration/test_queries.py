@@ -160,6 +160,13 @@ def test_every_query_from_every_node_then_partial(cluster: Any) -> None:
         d = get(port, "/v1/views/balances/aggregate",
                 agg=["sum(balance)", "avg(balance)", "min(balance)", "max(last_update)",
                      "count(*)"]).json()
+        # top-k (issue 39): each owner's top k over the peer protocol, merged here
+        top = get(port, "/v1/views/balances/top", column="balance", k=10).json()
+        want = sorted(bal.values(), key=lambda x: (-x["balance"], x["account"]))[:10]
+        assert top["status"] == "OK" and [x["value"] for x in top["rows"]] == want, top
+        low = get(port, "/v1/views/balances/top", column="balance", k=3, order="asc").json()
+        assert [x["value"]["balance"] for x in low["rows"]] == sorted(
+            x["balance"] for x in bal.values())[:3]
         b = [x["balance"] for x in bal.values()]
         assert d["status"] == "OK" and d["groups"] == [{
             "sum(balance)": sum(b), "avg(balance)": pytest.approx(sum(b) / len(b)),
@@ -184,9 +191,11 @@ def test_every_query_from_every_node_then_partial(cluster: Any) -> None:
         assert rows == sorted(rows, key=sk)
         check_bad_input(port)
     assert hops_seen == {"0", "1"}
-    # forwarded key lookups went node to node over the lookup wire, not HTTP
-    hops = [get(p, "/health").json()["hops"] for p in ports]
-    assert all(h["wire"] > 0 and h["http_only_peers"] == [] for h in hops), hops
+    # forwarded queries went node to node over the peer protocol (nodes speak no HTTP
+    # to each other), and nothing was slow enough here to be hedged... or counted if so
+    peers = [get(p, "/health").json()["peers"] for p in ports]
+    assert all(h["replies"] > 0 for h in peers), peers
+    assert all(set(h["hedges"]) == {"sent", "won", "suspects"} for h in peers), peers
 
     # stop one node hard: its partitions have no other replica -> PARTIAL, never a wrong total
     dead_port, dead = nodes[2]

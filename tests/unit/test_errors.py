@@ -1,4 +1,4 @@
-"""One error hierarchy, mapped to HTTP and to the lookup wire in one place each."""
+"""One error hierarchy, mapped to HTTP and to the peer protocol in one place each."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from streamiq.errors import (
     Unavailable,
     UnknownView,
 )
-from streamiq.serving.cluster.wire import answer
 
 
 @pytest.mark.parametrize(("cls", "status", "code"), [
@@ -38,19 +37,21 @@ def test_each_error_carries_its_status_and_code(cls: type[StreamiqError], status
     assert isinstance(err, StreamiqError)
 
 
-def test_the_wire_maps_raised_errors_like_http() -> None:
-    def lookup(p: int, n: int, path: bytes, token: bytes) -> tuple[int, bytes]:
-        if p == 0:
-            raise NotActive("not mine", partition=0)
-        if p == 1:
-            raise RuntimeError("bug")
-        return 200, b"{}"
+def test_the_peer_protocol_carries_errors_typed_both_ways() -> None:
+    """A peer's error reply is its HTTP problem document (``codec.reply``), read back
+    into the same class with its detail and members (``from_problem``)."""
+    from streamiq.errors import DeadlineExceeded, NotUpToBound, from_problem
+    from streamiq.serving.query.codec import reply
 
-    assert answer(lookup, 0, 3, b"/x", b"-") == (421, NotActive("not mine", partition=0).render())
-    assert answer(lookup, 1, 3, b"/x", b"-") == (
-        500, b'{"type":"urn:streamiq:problem:internal","title":"Internal","status":500,'
-             b'"code":"INTERNAL","detail":"lookup failed"}')
-    assert answer(lookup, 2, 3, b"/x", b"-") == (200, b"{}")
+    for err in (NotActive("not mine", partition=0), NotUpToBound("late", partition=2),
+                DeadlineExceeded("too slow"), BadRequest("no such column", field="agg")):
+        status, body = reply(err)
+        assert (status, body) == (err.http_status, err.render())
+        back = from_problem(status, body)
+        assert type(back) is type(err) and back.message == err.message
+        assert back.http_status == err.http_status and back.extra == err.extra
+    odd = from_problem(502, b"<html>bad gateway</html>")  # not a problem document
+    assert type(odd) is StreamiqError and odd.http_status == 502 and "bad gateway" in odd.message
 
 
 def test_peer_errors_name_the_peer_and_keep_the_cause() -> None:

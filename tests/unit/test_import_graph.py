@@ -185,16 +185,58 @@ def _reaches(start: str) -> set[str]:
     return seen
 
 
-def test_one_http_client_library_per_side() -> None:
-    """A node's code imports aiohttp and never httpx; the client the other way round
-    (docs/design.md, "Two HTTP client libraries, on two sides of the package")."""
+def test_nodes_call_no_http_client_library() -> None:
+    """A node asks its peers over the peer protocol only (docs/design.md, "The peer
+    protocol"): nothing a node runs imports an HTTP client; the Python client uses httpx."""
     modules = _modules()
-    node_side = _reaches("streamiq.serving.main")
-    client_side = _reaches("streamiq.client")
-    node_libs = set().union(*(_third_party(modules[m]) for m in node_side))
-    client_libs = set().union(*(_third_party(modules[m]) for m in client_side))
-    assert "aiohttp" in node_libs and "httpx" not in node_libs
-    assert "httpx" in client_libs and "aiohttp" not in client_libs
+    node_libs = set().union(*(_third_party(modules[m]) for m in _reaches("streamiq.serving.main")))
+    client_libs = set().union(*(_third_party(modules[m]) for m in _reaches("streamiq.client")))
+    assert not node_libs & {"aiohttp", "httpx", "requests", "grpc"}, node_libs
+    assert "httpx" in client_libs
+
+
+WEB = {"fastapi", "starlette", "uvicorn", "httptools"}
+
+
+def _layer(prefix: str) -> list[str]:
+    found = [m for m in _modules() if m.startswith(prefix + ".")]
+    assert found, prefix
+    return found
+
+
+def test_front_ends_sit_above_the_query_layer_and_it_above_cluster_and_engines() -> None:
+    """Layers (issue 39): the front ends (``http/``, ``sql/``, ``peer/``) only parse and
+    render, over ``query/``; ``query/`` sits above ``cluster/`` and ``engines/``; nothing
+    in ``query/`` or ``cluster/`` knows HTTP (no web framework, no HTTP front end), and
+    no front end reaches into another (SQL does not take HTTP's bounds)."""
+    modules = _modules()
+    for lower in ("streamiq.serving.query", "streamiq.serving.cluster"):
+        mods = _layer(lower)
+        libs = set().union(*(_third_party(modules[m]) for m in mods))
+        assert not libs & WEB, (lower, libs & WEB)
+        reached = set().union(*(_reaches(m) for m in mods))
+        above = ("streamiq.serving.http", "streamiq.serving.sql", "streamiq.serving.peer")
+        assert not any(m.startswith(above) for m in reached), (lower, reached)
+    for front in ("streamiq.serving.sql", "streamiq.serving.peer"):
+        reached = set().union(*(_reaches(m) for m in _layer(front)))
+        assert not any(m.startswith("streamiq.serving.http") for m in reached), front
+    cluster = set().union(*(_reaches(m) for m in _layer("streamiq.serving.cluster")))
+    assert not any(m.startswith("streamiq.serving.query") for m in cluster)
+
+
+def test_the_peer_server_dispatches_on_the_typed_query_not_on_routes() -> None:
+    """Adding a query type needs its module in ``query/`` and its renderers: the peer
+    server names no query type (a lookup is answered inline by its kind, the rest read
+    as any registered type, ``codec.decode``, and run, ``Queries.run``) and no route."""
+    path = _modules()["streamiq.serving.peer.server"]
+    names = {n.id for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Name)}
+    names |= {a.asname or a.name for n in ast.walk(ast.parse(path.read_text()))
+              if isinstance(n, ast.ImportFrom) for a in n.names}
+    from streamiq.serving.query.model import KINDS
+
+    typed = {cls.__name__ for cls in KINDS.values()}
+    assert not names & typed, names & typed
+    assert "streamiq.serving.routes" not in module_graph()["streamiq.serving.peer.server"]
 
 
 def test_engines_know_no_transport() -> None:
@@ -220,3 +262,18 @@ def test_the_query_layer_needs_no_web_framework() -> None:
     assert not libs & {"fastapi", "starlette", "uvicorn"}, libs
     reached = set().union(*(_reaches(m) for m in layer))
     assert not any(m.startswith("streamiq.serving.http") for m in reached), reached
+
+
+def test_a_new_query_type_is_one_module_in_query_plus_its_renderers() -> None:
+    """Top-k was added as the proof (issue 39): its typed query, owners' parts and merge
+    are ``query/topk.py``, registered by one import in ``query/kinds.py``; beyond that only
+    renderers name it (the HTTP route and its row in the route table; the Python client
+    asks its path). The peer protocol, the coordinator, the engines and the peer server
+    carry it without a line of their own."""
+    import re
+
+    pattern = re.compile(r"\bTopK\w*|\bTOP_K\b|query\.topk\b|import [^\n]*\btopk\b")
+    naming = sorted(str(path.relative_to(SRC / ROOT)) for path in _modules().values()
+                    if pattern.search(path.read_text()))
+    assert naming == ["serving/http/queries.py", "serving/query/kinds.py",
+                      "serving/query/topk.py", "serving/routes.py"], naming

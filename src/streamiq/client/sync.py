@@ -160,6 +160,15 @@ class Client(_Base):
             max_lag=max_lag))
         return doc
 
+    def top(
+            self, view: str, column: str, k: int = 10, *, order: str = "desc",
+            prefix: str | None = None, max_lag: int | None = None) -> dict[str, Any]:
+        """The ``k`` rows with the largest (``order="asc"``: smallest) ``column``:
+        ``top("balances", "balance", 10)``, merged from each owner's top ``k``."""
+        doc: dict[str, Any] = self._run(self._view_spec(
+            view, "top", column=column, k=k, order=order, prefix=prefix, max_lag=max_lag))
+        return doc
+
     def windows(
             self, view: str, key: str, start: int = 0, end: int | None = None, *,
             max_lag: int | None = None) -> dict[str, Any]:

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from streamiq.views.base import ID_PATTERN
 
 __all__ = ["ACCOUNT", "AGGREGATE", "FANOUT", "KEY_WINDOWS", "LOOKUP", "MULTI_GET", "ROUTES",
-           "SCAN", "UNTIMED", "WINDOWS", "Route", "lookup_target", "query_of", "undeclared",
-           "view_of"]
+           "SCAN", "TOP_K", "UNTIMED", "WINDOWS", "Route", "lookup_target", "query_of",
+           "undeclared", "view_of"]
 
 
 @dataclass(frozen=True)
@@ -81,8 +81,9 @@ SCAN = Route("GET", "/v1/views/{view}/scan", "scan", fanout=True)
 WINDOWS = Route("GET", "/v1/views/{view}/windows", "window_scan", fanout=True)
 KEY_WINDOWS = Route("GET", "/v1/views/{view}/keys/" + _KEY + "/windows", "windows")
 AGGREGATE = Route("GET", "/v1/views/{view}/aggregate", "aggregate", fanout=True)
-#: the queries: timed, labelled by ``query``
-ROUTES = (LOOKUP, ACCOUNT, MULTI_GET, SCAN, WINDOWS, KEY_WINDOWS, AGGREGATE)
+TOP_K = Route("GET", "/v1/views/{view}/top", "topk", fanout=True)
+#: the queries: timed, labelled by ``query`` (the query's ``kind``)
+ROUTES = (LOOKUP, ACCOUNT, MULTI_GET, SCAN, WINDOWS, KEY_WINDOWS, AGGREGATE, TOP_K)
 #: routes that are not queries (not timed), declared so that none is left out by mistake
 UNTIMED = tuple(Route(m, p) for m, p in (
     ("GET", "/health"), ("GET", "/metrics"), ("GET", "/v1/views"),

@@ -31,18 +31,18 @@ def second_app(tmp_path: Path) -> Any:
 def hop_fails(app: Any) -> list[str]:
     """The lean path sees another node (127.0.0.1:2, where nothing listens) as a1's
     owner, so its hop is refused; the full route, asked next, finds this node holding
-    a1. Returns the addresses the lean path's hops went to (HTTP or the wire)."""
+    a1. Returns the addresses the peer requests went to."""
     deps = app.deps
     deps.node.router.route_elsewhere("127.0.0.1:2")
     calls: list[str] = []
-    for obj, name in ((deps.coordinator.peers, "http_hop"), (deps.coordinator.peers.hop, "fetch")):
-        real = getattr(obj, name)
+    peers = deps.coordinator.peers
+    real = peers._send
 
-        def spy(address: str, *a: Any, real: Any = real, **k: Any) -> Any:
-            calls.append(address)
-            return real(address, *a, **k)
+    def spy(address: str, *a: Any, **k: Any) -> Any:
+        calls.append(address)
+        return real(address, *a, **k)
 
-        setattr(obj, name, spy)
+    peers._send = spy
     return calls
 
 

@@ -1,14 +1,19 @@
 """Request routing between nodes: key routing and partition-exact scatter-gather.
 
 A request from a client may be answered locally, forwarded to one replica (key
-lookups) or split by partition across replicas (multi-get, scans, aggregates). A
-forwarded request carries the ``X-Streamiq-Forwarded`` mark and the explicit
-``partitions`` it must answer; a node never forwards a marked request, so there are no
+lookups, a key's windows) or split by partition across replicas (multi-get, scans,
+aggregates, top-k), each over the peer protocol (``peers.py``). A peer's request names
+the partitions it must answer; a node never forwards a peer's request, so there are no
 call cycles, and it answers NOT_ACTIVE (421) for a partition it does not hold instead
-of "not found". Each partition is answered exactly once, by one replica; partitions
-no replica could answer are returned as ``missing`` so the caller reports PARTIAL. A
+of "not found". Each partition is answered exactly once, by one replica; partitions no
+replica could answer are returned as ``missing`` so the caller reports PARTIAL. A
 replica that refuses the client's token (401, 403: it expired on the way) refuses the
 whole query, as the entry would: the partitions are not unreachable.
+
+A replica that has not answered within its hedge delay (``hedge.py``) is not waited
+for alone: the same request goes to the next replica, the first answer wins, and the
+slow one is asked last for a while. Every request carries what is left of the caller's
+budget (``Ask.deadline``); nothing waits past it.
 """
 
 from __future__ import annotations
@@ -16,19 +21,35 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import AnyStr, NamedTuple, TypeVar
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, NamedTuple, TypeVar
 
-from streamiq.errors import BadRequest, Forbidden, PeerError, Unauthenticated
+import orjson
+
+from streamiq.errors import (
+    BadRequest,
+    DeadlineExceeded,
+    Forbidden,
+    PeerError,
+    Unauthenticated,
+    from_problem,
+)
 from streamiq.routing.router import Endpoint
 from streamiq.serving.cluster.gate import Gate
-from streamiq.serving.cluster.peers import Ask, Peers, Reply, Send
-from streamiq.serving.cluster.placement import Here, Placement, Redirect, Refuse
+from streamiq.serving.cluster.peers import Ask, PeerReply, Peers, Send
+from streamiq.serving.cluster.placement import (
+    Decision,
+    Forward,
+    Here,
+    Placement,
+    Redirect,
+    Refuse,
+)
 from streamiq.serving.cluster.traffic import Traffic, log_summaries
 from streamiq.serving.engines.partials import GatherReply, P
 from streamiq.serving.node import Node
 
-__all__ = ["HOPS", "SERVED_BY", "Coordinator", "Relayed", "relayed_headers"]
+__all__ = ["HOPS", "SERVED_BY", "Coordinator", "Relayed"]
 
 log = logging.getLogger("streamiq.routing")
 
@@ -36,23 +57,17 @@ HOPS = "x-streamiq-hops"
 SERVED_BY = "x-streamiq-served-by"
 
 T = TypeVar("T")
+_Part = tuple[list[P], list[int]]  # a part's partials, and the partitions it did not answer
 #: a peer's refusal of the query itself (not of its partitions), raised as its error
 _REFUSED: dict[int, type[BadRequest | Unauthenticated | Forbidden]] = {
     400: BadRequest, 401: Unauthenticated, 403: Forbidden}
 
 
-def relayed_headers(headers: Mapping[AnyStr, AnyStr], prefix: AnyStr, hops: AnyStr
-                    ) -> list[tuple[AnyStr, AnyStr]]:
-    """The owner's ``x-streamiq-*`` headers an entry relays to its client (all but the
-    hop count, which the entry sets); ``prefix`` and ``hops`` as str or bytes."""
-    return [(k, v) for k, v in headers.items() if k.startswith(prefix) and k != hops]
-
-
 class Relayed(NamedTuple):
-    """A one-partition query a replica answered: its reply, relayed as it came."""
+    """A one-partition query a replica answered: its typed reply (``status``, ``body``)."""
 
     address: str
-    reply: Reply
+    reply: PeerReply
 
 
 class Coordinator:
@@ -74,7 +89,8 @@ class Coordinator:
         self.peer_slots = asyncio.Semaphore(s.internal_concurrency)
         self.traffic = Traffic()  # counted, not logged, per answer (serving/cluster/traffic.py)
         # where a one-partition request is answered (serving/cluster/placement.py)
-        self.placement = Placement(node, self.traffic, redirect=s.redirect)
+        self.placement = Placement(node, self.traffic, redirect=s.redirect,
+                                   hedging=self.peers.hedging)
         self._summaries: asyncio.Task[None] | None = None
 
     def start(self, summary_period_s: float = 60.0) -> None:
@@ -89,13 +105,25 @@ class Coordinator:
 
     # -- one partition (key lookups, a key's windows) --
     async def route(self, ask: Ask, forwarded: bool, view: str, partition: int, max_lag: int,
-                    local: Callable[[Here], Awaitable[T]]) -> T | Relayed | Redirect | Refuse:
+                    local: Callable[[Here], Awaitable[T]], first: str | None = None
+                    ) -> T | Relayed | Redirect | Refuse:
         """Answer where ``Placement.place`` says: here (``local``'s answer), forwarded to
-        one replica after another (a 421 or an unreachable one: the next; the reply
-        ``Relayed``), or the ``Redirect`` or ``Refuse`` (421 to a peer, 503) decided."""
+        one replica after another (a 421 or an unreachable one: the next; a slow one:
+        the next as well, the first answer winning; the reply ``Relayed``), or the
+        ``Redirect`` or ``Refuse`` (421 to a peer, 503, 504 past the deadline) decided.
+        ``first``: the replica already chosen (the lean path's cached choice), asked
+        before any other; when it cannot answer, it is chosen again next time."""
         tried: list[str] = []
+        loop = asyncio.get_running_loop()
         while True:
-            d = self.placement.place(view, partition, max_lag, forwarded, tried)
+            if loop.time() >= ask.deadline:
+                return Refuse(DeadlineExceeded(f"no answer for {view} partition {partition} "
+                                               f"within the budget", tried=list(tried)))
+            if first is not None:
+                d: Decision = Forward(first)
+                tried.append(first)
+            else:
+                d = self.placement.place(view, partition, max_lag, forwarded, tried)
             if isinstance(d, Here):
                 if not forwarded:
                     return await local(d)
@@ -103,15 +131,54 @@ class Coordinator:
                     return await local(d)
             if isinstance(d, Redirect | Refuse):
                 return d
-            try:
-                r = await self.peers.send(d.address, ask)
-            except PeerError as err:
-                self.peers.unreachable(err)
-                continue
-            if r.status_code == 421:
-                continue
-            self.traffic.forwarded_to(d.address)
-            return Relayed(d.address, r)
+            got = await self._race(ask, view, partition, max_lag, d.address, tried, local)
+            if got is not None:
+                return got
+            if first is not None:
+                self.placement.forget(view, partition, max_lag)  # a stale choice
+                first = None
+
+    async def _race(self, ask: Ask, view: str, partition: int, max_lag: int, first: str,
+                    tried: list[str], local: Callable[[Here], Awaitable[T]]
+                    ) -> T | Relayed | None:
+        """``first``'s answer, or, when it is slower than its hedge delay, the first
+        answer of it and the next replica (None: neither could answer)."""
+        hedging = self.peers.hedging
+        a: asyncio.Future[Any] = asyncio.ensure_future(self._one(first, ask, partition))
+        done, _ = await asyncio.wait({a}, timeout=hedging.delay(first, ask.kind))
+        if done:
+            return a.result()  # type: ignore[no-any-return]
+        d = self.placement.place(view, partition, max_lag, False, tried)
+        if not isinstance(d, Forward | Here):
+            return await a  # type: ignore[no-any-return]  # nobody else: wait (the deadline)
+        hedging.hedged(ask.kind, first)
+        b: asyncio.Future[Any] = asyncio.ensure_future(
+            local(d) if isinstance(d, Here) else self._one(d.address, ask, partition))
+        pending: set[asyncio.Future[Any]] = {a, b}
+        try:
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for f in done:
+                    if f.result() is not None:
+                        if f is b:
+                            hedging.hedge_won(ask.kind)
+                        return f.result()  # type: ignore[no-any-return]
+            return None
+        finally:
+            for f in pending:
+                f.cancel()
+
+    async def _one(self, address: str, ask: Ask, partition: int) -> Relayed | None:
+        """``address``'s reply (None: unreachable, or it does not hold the partition)."""
+        try:
+            r = await self.peers.ask(address, ask, [partition])
+        except PeerError as err:
+            self.peers.unreachable(err)
+            return None
+        if r.status == 421:
+            return None
+        self.traffic.forwarded_to(address)
+        return Relayed(address, r)
 
     # -- many partitions (scatter-gather) --
     async def gather(self, ask: Ask, forwarded: bool, view: str, partitions: Sequence[int],
@@ -129,32 +196,36 @@ class Coordinator:
         self.traffic.fanout += 1
         pending = list(partitions)
         excluded: dict[int, set[str]] = defaultdict(set)
-        partials: list[P | None] = []
+        partials: list[P] = []
         hops = 0
+        loop = asyncio.get_running_loop()
         for _attempt in range(3):
             plan = self._plan(view, pending, max_lag, excluded)
             unplanned = [p for p in pending if not any(p in ps for ps in plan.values())]
-            calls = [self._gather_one(view, addr, ps, ask, local) for addr, ps in plan.items()]
+            calls = [self._part(view, addr, ps, ask, local, max_lag, excluded)
+                     for addr, ps in plan.items()]
             results = await asyncio.gather(*calls)
             pending = unplanned
             for addr, (got, not_done) in zip(plan, results, strict=True):
-                if got is not None:
-                    partials.append(got)
+                if got:
+                    partials += got
                     hops = max(hops, 0 if addr == self.node.endpoint else 1)
                 for p in not_done:
                     excluded[p].add(addr)
                 pending += not_done
-            if not pending or not any(plan.values()):
+            if not pending or not any(plan.values()) or loop.time() >= ask.deadline:
                 break
-        return [p for p in partials if p is not None], sorted(set(pending)), hops
+        return partials, sorted(set(pending)), hops
 
     def _plan(self, view: str, partitions: Sequence[int], max_lag: int,
               excluded: dict[int, set[str]]) -> dict[str, list[int]]:
         plan: dict[str, list[int]] = defaultdict(list)
         me = self.node.endpoint
         here_first = view in self.node.router.global_views  # held whole here: no hop
+        suspect = self.peers.hedging.suspect
         for p in partitions:
             eps: list[Endpoint] = self.node.router.replicas(view, p, max_lag)
+            eps.sort(key=lambda e: suspect(e.address))  # slow peers last (stable)
             if here_first:
                 eps.sort(key=lambda e: e.address != me)
             choice = next((e for e in eps if e.address not in excluded[p]), None)
@@ -162,22 +233,66 @@ class Coordinator:
                 plan[choice.address].append(p)
         return dict(plan)
 
-    async def _gather_one(self, view: str, address: str, parts: list[int], ask: Ask,
-                          local: Callable[[list[int]], Awaitable[P]]
-                          ) -> tuple[P | None, list[int]]:
+    async def _part(self, view: str, address: str, parts: list[int], ask: Ask,
+                    local: Callable[[list[int]], Awaitable[P]], max_lag: int,
+                    excluded: dict[int, set[str]]) -> _Part[P]:
+        """One replica's part; when it is slower than its hedge delay, the same
+        partitions are asked of the next replicas too, and the first whole answer wins."""
         if address == self.node.endpoint:
             held = [p for p in parts if self.node.holds(view, p)]
-            part = await local(held)
-            return part, [p for p in parts if p not in held]
+            return [await local(held)], [p for p in parts if p not in held]
+        hedging = self.peers.hedging
+        a: asyncio.Future[_Part[Any]] = asyncio.ensure_future(self._peer_part(address, parts,
+                                                                              ask))
+        done, _ = await asyncio.wait({a}, timeout=hedging.delay(address, ask.kind, gather=True))
+        if done:
+            return a.result()
+        others = {p: excluded[p] | {address} for p in parts}
+        plan = self._plan(view, parts, max_lag, others)
+        if not plan:
+            return await a
+        hedging.hedged(ask.kind, address)
+        b: asyncio.Future[_Part[Any]] = asyncio.ensure_future(self._hedge(view, plan, parts,
+                                                                          ask, local))
         try:
-            r = await self.peers.send(address, ask, parts)
+            done, _ = await asyncio.wait({a, b}, return_when=asyncio.FIRST_COMPLETED)
+            if a in done and not a.result()[1]:
+                return a.result()
+            got = await b
+            if b in done:
+                hedging.hedge_won(ask.kind)
+            return got
+        finally:
+            a.cancel()
+            b.cancel()
+
+    async def _hedge(self, view: str, plan: dict[str, list[int]], parts: list[int],
+                     ask: Ask, local: Callable[[list[int]], Awaitable[P]]) -> _Part[Any]:
+        """The hedge of a slow part: its partitions from the replicas ``plan`` chose."""
+        calls: list[Awaitable[_Part[Any]]] = [
+            self._peer_part(addr, ps, ask) if addr != self.node.endpoint
+            else self._local_part(view, ps, local) for addr, ps in plan.items()]
+        results = await asyncio.gather(*calls)
+        planned = {p for ps in plan.values() for p in ps}
+        got = [x for r in results for x in r[0]]
+        return got, [p for r in results for p in r[1]] + [p for p in parts if p not in planned]
+
+    async def _local_part(self, view: str, parts: list[int],
+                          local: Callable[[list[int]], Awaitable[P]]) -> _Part[P]:
+        held = [p for p in parts if self.node.holds(view, p)]
+        return [await local(held)], [p for p in parts if p not in held]
+
+    async def _peer_part(self, address: str, parts: list[int], ask: Ask) -> _Part[Any]:
+        try:
+            r = await self.peers.ask(address, ask, parts)
         except PeerError as err:
             self.peers.unreachable(err)
-            return None, parts
-        if r.status_code in _REFUSED:  # the query itself is refused (it would be here too)
-            raise _REFUSED[r.status_code](str(r.json().get("detail", "refused by a peer")),
-                                          peer=address)
-        if r.status_code != 200:
-            return None, parts
-        doc: GatherReply[P] = r.json()
-        return doc.get("partial"), [int(p) for p in doc.get("not_active", [])]
+            return [], parts
+        if r.status in _REFUSED:  # the query itself is refused (it would be here too)
+            refused = from_problem(r.status, r.body)
+            raise _REFUSED[r.status](refused.message, peer=address)
+        if r.status != 200:
+            return [], parts
+        doc: GatherReply[Any] = orjson.loads(r.body)
+        partial = doc.get("partial")
+        return ([] if partial is None else [partial]), [int(p) for p in doc.get("not_active", [])]

@@ -1,30 +1,30 @@
-"""The authentication gate of a node's routes: client tokens and the cluster credential.
+"""The authentication gate: client tokens and the cluster credential, for every front end.
 
-Every route but the open ones (``/health``, ``/metrics``, the dashboard's page) runs
-``Gate.check`` first: a request marked forwarded must carry the cluster credential
-(``streamiq.auth.hop_mark``; refused before it takes a peer slot), and the client's
-token must allow the view the route reads (``routes.view_of``: the path's ``view``, or
-an alias's view). The lean path and the lookup wire check the same token and mark.
+A request from a peer must come with the cluster credential (``streamiq.auth.hop_mark``:
+the peer protocol's connection preface, or an HTTP request's forwarded mark; refused
+before it takes a peer slot), and the client's token must allow the view the request
+reads. The HTTP routes (``serving/http/guard.py``), the lean path and the peer server
+(``serving/peer/server.py``) check the same token and mark here. No web framework: a
+front end hands over the header values it read.
 """
 
 from __future__ import annotations
 
 import hmac
 
-from fastapi import Request
-
 from streamiq.auth import Authenticator, hop_mark
 from streamiq.config import Settings
 from streamiq.errors import Unauthenticated
-from streamiq.serving.cluster.peers import FORWARDED
-from streamiq.serving.routes import view_of
 
-__all__ = ["Gate"]
+__all__ = ["FORWARDED", "Gate"]
+
+#: the HTTP header that marks a request as a peer's (its value: the cluster credential)
+FORWARDED = "x-streamiq-forwarded"
 
 
 class Gate:
     def __init__(self, settings: Settings) -> None:
-        # client tokens, and the credential forwarded requests carry (streamiq/auth.py)
+        # client tokens, and the credential peers show each other (streamiq/auth.py)
         self.auth = Authenticator.from_settings(settings)
         secret = settings.cluster_secret
         self.mark = hop_mark(secret.get_secret_value() if secret else None)
@@ -33,20 +33,16 @@ class Gate:
     def is_mark(self, got: bytes) -> bool:
         return hmac.compare_digest(got, self.mark_bytes)
 
-    def is_forwarded(self, request: Request) -> bool:
-        """A request from a peer: it carries the cluster credential."""
-        got = request.headers.get(FORWARDED)
-        return got is not None and self.is_mark(got.encode("latin-1"))
-
-    def check(self, request: Request) -> None:
-        """Authenticate a request; raises ``Unauthenticated`` or ``Forbidden``."""
-        if FORWARDED in request.headers and not self.is_forwarded(request):
+    def check(self, authorization: str | None, mark: str | None, view: str | None) -> bool:
+        """Authenticate a request: its Authorization, the forwarded mark it carries (None:
+        none) and the view it reads (None: no view). True when it is a peer's request;
+        raises ``Unauthenticated`` or ``Forbidden``."""
+        forwarded = mark is not None and self.is_mark(mark.encode("latin-1"))
+        if mark is not None and not forwarded:
             raise Unauthenticated("a request marked forwarded without the cluster "
                                   "credential")
-        authorization = request.headers.get("authorization")
-        route = request.scope.get("route")
-        view = view_of(getattr(route, "path", None), request.path_params)
         if view is None:
             self.auth.principal(authorization)
         else:
             self.auth.reader(authorization, view)
+        return forwarded

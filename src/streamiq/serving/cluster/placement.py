@@ -18,6 +18,7 @@ import time
 from typing import TYPE_CHECKING, NamedTuple
 
 from streamiq.errors import NotActive, StreamiqError, Unavailable
+from streamiq.serving.cluster.hedge import Hedging
 from streamiq.serving.cluster.traffic import Traffic
 
 if TYPE_CHECKING:
@@ -67,9 +68,11 @@ def not_held(endpoint: str, view: str, p: int) -> NotActive:
 class Placement:
     """This node's roles and the replicas it forwards to, and ``place``."""
 
-    def __init__(self, node: Node, traffic: Traffic, redirect: bool = False) -> None:
+    def __init__(self, node: Node, traffic: Traffic, redirect: bool = False,
+                 hedging: Hedging | None = None) -> None:
         self.node = node
         self.traffic = traffic
+        self.hedging = hedging or Hedging()  # peers that lost a race are asked last
         self.redirect = redirect
         self._roles: dict[tuple[str, int], str] = {}  # assigned here: "active" or "standby"
         self._roles_at = -1e9
@@ -106,7 +109,9 @@ class Placement:
     def _walk(self, view: str, p: int, max_lag: int, tried: list[str], role: str,
               lag: int) -> Decision:
         node = self.node
-        for ep in node.router.replicas(view, p, max_lag):
+        replicas = node.router.replicas(view, p, max_lag)
+        replicas.sort(key=lambda e: self.hedging.suspect(e.address))  # slow ones last
+        for ep in replicas:
             if ep.address in tried:
                 continue
             tried.append(ep.address)
@@ -119,6 +124,12 @@ class Placement:
         return Refuse(Unavailable(f"no replica of {view} partition {p} can answer within "
                                   f"max_lag={max_lag}", view=view, partition=p,
                                   tried=list(tried)))
+
+    def alternative(self, view: str, p: int, max_lag: int, besides: str) -> bool:
+        """Some replica but ``besides`` could answer partition ``p`` (a hedge's target)."""
+        me = self.node.endpoint
+        return any(e.address != besides and (e.address != me or self.node.holds(view, p))
+                   for e in self.node.router.replicas(view, p, max_lag))
 
     def active_here(self, view: str, partition: int, max_lag: int) -> bool:
         """This node is assigned active for the partition, holds it, and is fresh enough."""
@@ -151,9 +162,13 @@ class Placement:
         re-derived at most every ``_ROUTE_TTL`` seconds."""
         now = time.monotonic()
         hit = self._preferred.get((view, p, max_lag))
-        if hit is not None and now - hit[0] < _ROUTE_TTL:
+        if hit is not None and now - hit[0] < _ROUTE_TTL and not (
+                hit[1] is not None and self.hedging.suspect(hit[1])):
             return hit[1]
         ep = self.node.router.owner(view, p, max_lag)
+        if ep is not None and self.hedging.suspect(ep.address):  # it lost a race: another
+            eps = self.node.router.replicas(view, p, max_lag)
+            ep = min(eps, key=lambda e: self.hedging.suspect(e.address)) if eps else None
         owner = None if ep is None or ep.address == self.node.endpoint else ep.address
         self._preferred[(view, p, max_lag)] = (now, owner)
         return owner

@@ -10,6 +10,7 @@ engine that makes it (``engines/scan.py``, ``engines/aggregate.py``, the multi-g
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Generic, TypedDict, TypeVar
 
 __all__ = ["AggregatePartial", "GatherReply", "MultiGetPartial", "P", "ScanPartial",
@@ -45,7 +46,8 @@ class MultiGetPartial(TypedDict):
     keys: list[str]
 
 
-P = TypeVar("P", ScanPartial, AggregatePartial, MultiGetPartial)
+#: a query's partial: a JSON object (``ScanPartial``... or a query type's own, e.g. top-k's)
+P = TypeVar("P", bound=Mapping[str, Any])
 
 
 class GatherReply(TypedDict, Generic[P]):

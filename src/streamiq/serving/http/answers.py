@@ -11,6 +11,7 @@ wire (``serving/http/fastpath.py``) all answer through it.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -20,17 +21,33 @@ from fastapi.responses import JSONResponse, RedirectResponse
 
 from streamiq._http import error_response
 from streamiq.auth import Principal
-from streamiq.errors import PROBLEM_JSON
-from streamiq.serving.cluster.coordinator import HOPS, SERVED_BY, Relayed, relayed_headers
+from streamiq.errors import PROBLEM_JSON, BadRequest
+from streamiq.serving.cluster.coordinator import HOPS, SERVED_BY, Relayed
+from streamiq.serving.cluster.gate import FORWARDED
 from streamiq.serving.cluster.placement import Redirect, Refuse
 from streamiq.serving.engines.partials import GatherReply, P
 from streamiq.serving.query.model import Caller, Gathered, Lookup, PeerPart, Read
 from streamiq.serving.query.run import One, Queries
+from streamiq.serving.routes import view_of
 
-__all__ = ["Answers", "raw_path"]
+__all__ = ["TIMEOUT", "Answers", "budget_s", "raw_path"]
 
 R = TypeVar("R")
 T = TypeVar("T")
+#: the client's budget for a request, in milliseconds (else ``reads.BUDGET_S``)
+TIMEOUT = "x-streamiq-timeout-ms"
+_MAX_TIMEOUT_MS = 3_600_000
+
+
+def budget_s(raw: str | None) -> float | None:
+    """The seconds a ``X-Streamiq-Timeout-Ms`` value gives (None: none given); a 400
+    naming the header when it is not a number of milliseconds up to an hour."""
+    if raw is None:
+        return None
+    if not raw.isdigit() or not 0 < int(raw) <= _MAX_TIMEOUT_MS:
+        raise BadRequest(f"{TIMEOUT}: expected milliseconds in 1..{_MAX_TIMEOUT_MS}, got "
+                         f"{raw[:40]!r}", field=TIMEOUT)
+    return int(raw) / 1000
 
 
 def raw_path(request: Request) -> str:
@@ -47,11 +64,23 @@ class Answers(Queries):
         """The caller (its token was checked before the route ran; cached)."""
         return self.coordinator.gate.auth.principal(request.headers.get("authorization"))
 
+    def check(self, request: Request) -> None:
+        """Authenticate a request before its route runs (``Gate.check``), for the view its
+        route reads; raises ``Unauthenticated`` or ``Forbidden``."""
+        route = request.scope.get("route")
+        view = view_of(getattr(route, "path", None), request.path_params)
+        self.coordinator.gate.check(request.headers.get("authorization"),
+                                    request.headers.get(FORWARDED), view)
+
     def caller(self, request: Request, partitions: str | None = None) -> Caller:
-        """Who asks: the client's Authorization; a peer (forwarded mark, checked) asks
-        for explicit ``partitions``."""
+        """Who asks: the client's Authorization and budget; a peer (forwarded mark,
+        checked) asks for explicit ``partitions``."""
+        mark = request.headers.get(FORWARDED)
+        budget = budget_s(request.headers.get(TIMEOUT))
         return Caller(request.headers.get("authorization"),
-                      self.coordinator.gate.is_forwarded(request), partitions)
+                      mark is not None and self.coordinator.gate.is_mark(mark.encode("latin-1")),
+                      partitions, None if budget is None
+                      else asyncio.get_running_loop().time() + budget)
 
     async def lookup_response(self, request: Request, q: Lookup) -> Response:
         """A key lookup's full route: 200 and the row, or 404 and its problem document."""
@@ -69,11 +98,9 @@ class Answers(Queries):
         """The response of a one-partition answer: ``here``'s rendering of this node's
         answer, a replica's reply relayed (hops 1), a 307 or the refusal."""
         if isinstance(answer, Relayed):
-            r = answer.reply
-            headers = dict(relayed_headers(r.headers, "x-streamiq-", HOPS))
-            headers[HOPS] = "1"
-            return Response(r.content, r.status_code, headers=headers,
-                            media_type=r.headers.get("content-type"))
+            status, body = answer.reply
+            return Response(body, status, headers={HOPS: "1", SERVED_BY: answer.address},
+                            media_type="application/json" if status == 200 else PROBLEM_JSON)
         if isinstance(answer, Redirect):
             target = f"{self.coordinator.peers.scheme}://{answer.address}{raw_path(request)}"
             if request.url.query:
@@ -85,7 +112,7 @@ class Answers(Queries):
                 refused.headers[HOPS] = "0"
             return refused
         resp = here(answer)
-        resp.headers[HOPS] = "0"
+        resp.headers[HOPS] = str(getattr(answer, "hops", 0))
         return resp
 
     @staticmethod

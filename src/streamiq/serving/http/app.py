@@ -61,8 +61,8 @@ def _open_routes(deps: Answers) -> APIRouter:
 
     @r.get("/health", tags=["ops"], summary="Liveness and readiness of this node")
     async def health() -> JSONResponse:
-        # hops: lookups this node forwarded, by transport (the wire or HTTP)
-        return JSONResponse({**node.describe(), "hops": deps.coordinator.peers.hop_stats(),
+        # peers: replies from peers and the hedges sent (serving/cluster/hedge.py)
+        return JSONResponse({**node.describe(), "peers": deps.coordinator.peers.stats(),
                              "traffic": deps.coordinator.traffic.totals()},
                             status_code=200 if node.ready() else 503)
 
@@ -76,7 +76,7 @@ def _routes(deps: Answers) -> APIRouter:
 
     async def authenticated(request: Request) -> None:
         restore(request)
-        deps.coordinator.gate.check(request)
+        deps.check(request)
 
     r = APIRouter(dependencies=[Depends(authenticated)],
                   responses={401: {"description": "no valid token (UNAUTHENTICATED)"},

@@ -11,15 +11,17 @@ full route and the lookup wire make too; this module only carries it out:
   cluster credential, for a partition held here; or this node is the partition's
   active owner within the default ``--max-lag``): the row (200) or the problem
   document (404), hops 0, from one store read;
-* forwarded: one call to the preferred replica (hops 1), its 200 or 404 relayed; a
-  refused connection, 421 or 503 defers to the regular route, which tries the next
-  replica and marks the dead one. The call goes over the lookup wire
-  (``serving/cluster/wire.py``; the owner answers it in ``wire_lookup``), or over HTTP when the
-  owner does not speak the wire;
+* forwarded: one request of the peer protocol to the preferred replica (hops 1), its
+  200 or 404 relayed; a refused connection, 421 or 503 defers to the lookup's one
+  pipeline (``Queries.lookup``), which tries the next replica and marks the dead one.
+  On an idle pooled connection the hop runs on callbacks; when the replica has not
+  answered within its hedge delay (``serving/cluster/hedge.py``), the same pipeline
+  runs too, without it, and the first answer wins;
 * refused: 421 to a peer for a partition not held here, 503 when no replica can answer.
 
 The client's token is checked first (``streamiq/auth.py``; a request it does not allow
-falls through to the full app, which answers 401 or 403), and again by the owner.
+falls through to the full app, which answers 401 or 403), and again by the owner. The
+client's budget (``X-Streamiq-Timeout-Ms``, else ``BUDGET_S``) travels with the hop.
 
 Anything else (unknown view, malformed key, windowed view, redirect mode, ``max_lag`` /
 ``position`` / ``wait_ms`` parameters, a path that is not UTF-8 once percent-decoded)
@@ -37,22 +39,25 @@ JSONResponse were most of a node's CPU per lookup; the answer itself is a RocksD
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from time import perf_counter
 from typing import Any
-from urllib.parse import quote
 
-from streamiq.errors import PROBLEM_JSON, BadRequest, PeerError, StreamiqError
-from streamiq.serving.cluster.coordinator import HOPS, SERVED_BY, relayed_headers
-from streamiq.serving.cluster.hop import HopReply
-from streamiq.serving.cluster.peers import FORWARDED
-from streamiq.serving.cluster.placement import Forward, Refuse
-from streamiq.serving.cluster.wire import request_frame
-from streamiq.serving.http.answers import Answers
+from streamiq._http import problem
+from streamiq.errors import PROBLEM_JSON, StreamiqError
+from streamiq.serving.cluster.coordinator import HOPS, SERVED_BY, Relayed
+from streamiq.serving.cluster.gate import FORWARDED
+from streamiq.serving.cluster.peers import PeerReply
+from streamiq.serving.cluster.placement import Forward, Redirect, Refuse
+from streamiq.serving.cluster.wire import request_body
+from streamiq.serving.http.answers import TIMEOUT, Answers, budget_s
 from streamiq.serving.http.metrics import served_of
-from streamiq.serving.http.paths import not_utf8, segments
-from streamiq.serving.query.model import Read
+from streamiq.serving.http.paths import segments
+from streamiq.serving.peer.server import PeerServer
+from streamiq.serving.query.model import Caller, Lookup, Read
+from streamiq.serving.query.reads import BUDGET_S
 from streamiq.serving.routes import lookup_target
 from streamiq.views.base import View
 
@@ -67,6 +72,7 @@ log = logging.getLogger("streamiq.routing")
 
 _FWD = FORWARDED.encode()
 _AUTH = b"authorization"
+_TIMEOUT = TIMEOUT.encode()
 _HOPS = HOPS.encode()
 _SERVED_BY = SERVED_BY.encode()
 _JSON, _PROBLEM = b"application/json", PROBLEM_JSON.encode()  # an answer, an error (404)
@@ -87,6 +93,8 @@ class LeanLookups:
     def __init__(self, app: ASGIApp, deps: Answers) -> None:
         self.app = app
         self.deps = deps
+        # the peer protocol's server, on the same port (serving/http/protocol.py)
+        self.peer_server = PeerServer(deps, deps.coordinator.gate)
         # bound once: the same call cost as the methods these were before
         self._decide = deps.decide
         self._endpoint = deps.node.endpoint.encode()
@@ -157,12 +165,14 @@ class LeanLookups:
         node = self.deps.node
         p = view.partition_of(key, node.partitions[view.name])
         co = self.deps.coordinator
-        fwd = auth = None
+        fwd = auth = timeout = None
         for k, v in headers:
             if k == _FWD:
                 fwd = v
             elif k == _AUTH:
                 auth = v
+            elif k == _TIMEOUT:
+                timeout = v
         if not co.gate.auth.allows(auth, view.name):
             return None  # the full app answers 401 or 403
         if fwd is not None and not co.gate.is_mark(fwd):
@@ -172,9 +182,8 @@ class LeanLookups:
         if type(d) is Read:
             return self.local(d)
         if type(d) is Forward:
-            if raw_path is None or b" " in raw_path or b"\n" in raw_path:
-                raw_path = quote(path).encode()
-            return self.forward(raw_path, view, p, max_lag, auth, then, d.address)
+            budget = budget_s(None if timeout is None else timeout.decode("latin-1"))
+            return self.forward(view, key, p, max_lag, auth, then, d.address, budget)
         if type(d) is Refuse:
             return self.refused(d.error, fwd is not None)
         return None  # redirect mode: the full route answers 307
@@ -207,90 +216,119 @@ class LeanLookups:
     def refused(error: StreamiqError, forwarded: bool) -> Answer:
         """The answer of a lookup nobody can answer (421 to a peer, 503), as the full
         route gives it."""
-        body = error.render()
-        headers = [(b"content-length", str(len(body)).encode()), (b"content-type", _PROBLEM)]
-        return error.http_status, body, [*headers, (_HOPS, b"0")] if forwarded else headers
+        status, body, headers = problem(error)  # the HTTP answer of an error (_http.py)
+        return status, body, [*headers, (_HOPS, b"0")] if forwarded else headers
 
-    def wire_lookup(self, p: int, partitions: int, raw_path: bytes, token: bytes
-                    ) -> tuple[int, bytes]:
-        """The owner's answer to a lookup that came over the wire (``serving/cluster/wire.py``):
-        status and body as the regular route would give them to a forwarded request.
-        Raises ``BadRequest`` / ``NotActive`` / ``Unauthenticated`` / ``Forbidden``, or
-        ``StreamiqError`` (500) if placement broke its rule; ``wire.answer`` maps them."""
-        try:
-            parts = segments(raw_path)
-        except UnicodeDecodeError:
-            raise not_utf8(raw_path) from None
-        # the entry checked the key's form; a malformed one is in no store: a plain 404
-        target = self._target(parts, check_key=False)
-        if target is None:
-            raise BadRequest(f"not a key lookup of a keyed view: "
-                             f"{raw_path.decode('latin-1')!r}")
-        view, key = target
-        node = self.deps.node
-        auth = self.deps.coordinator.gate.auth
-        if auth.enabled:
-            auth.reader(b"Bearer " + token, view.name)
-        if partitions != node.partitions[view.name]:
-            raise self.deps.not_held(view.name, p)
-        d = self._decide(view, key, p, True, node.settings.max_lag)
-        if type(d) is Refuse:
-            raise d.error
-        if type(d) is not Read:  # placement answers a peer's request here or refuses it
-            raise StreamiqError(f"a forwarded lookup of {view.name} partition {p} was "
-                                f"placed as {type(d).__name__}: a peer's lookup is answered "
-                                "here or refused", partition=p)
-        return d
-
-    def forward(self, raw_path: bytes, view: View, p: int, max_lag: int,
-                auth: bytes | None, then: Later | None, owner: str
+    def forward(self, view: View, key: str, p: int, max_lag: int, auth: bytes | None,
+                then: Later | None, owner: str, budget: float | None
                 ) -> Awaitable[Answer | None] | _Pending:
-        """One hop to ``owner``, the replica ``decide`` chose; any trouble (a
-        ``PeerError``, a 421 or 503) defers to the regular route.
+        """One hop to ``owner``, the replica ``decide`` chose, over the peer protocol (the
+        client's Authorization in the request, checked again by the owner); any trouble
+        (a ``PeerError``, a 421 or 503) defers to the lookup's one pipeline.
 
-        Over the lookup wire (``serving/cluster/wire.py``; the client's token goes in the frame),
-        or the one HTTP hop when the owner does not speak the wire
-        (``Peers.forward_lookup``; the token as the Authorization header). With
-        ``then`` and an idle pooled wire connection, the hop runs on callbacks and
-        ``then(answer)`` gets its outcome (PENDING is returned); otherwise a coroutine
-        that may wait for a slot or connect first.
+        With ``then`` and an idle pooled connection, the hop runs on callbacks and
+        ``then(answer)`` gets its outcome (PENDING is returned), hedged by the pipeline
+        when the owner is slow (``_Hop``); otherwise the pipeline itself, as a coroutine.
         """
-        hop = self.deps.coordinator.peers.hop
-        token = b"-" if auth is None else auth[7:].strip()  # the client's, checked again
-        frame = (request_frame(p, self.deps.node.partitions[view.name], raw_path, token)
-                 if hop.speaks_wire(owner) else None)
-        if then is not None and frame is not None:
-            def relayed(reply: HopReply | None) -> None:
-                try:
-                    answer = self._relayed(reply, owner, view, p, max_lag)
-                except Exception:
-                    log.exception("lean lookup path failed; answering through the full app")
-                    answer = None
-                then(answer)
-
-            if hop.lookup(owner, frame, relayed):
+        co = self.deps.coordinator
+        authorization = None if auth is None else auth.decode("latin-1")
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        deadline = now + (budget if budget is not None else BUDGET_S)
+        if then is not None:
+            hop = _Hop(self, view, key, p, max_lag, authorization, deadline, owner, then, now)
+            body = request_body("lookup", {"view": view.name, "key": key}, [p],
+                                self.deps.node.partitions[view.name], authorization)
+            delay = co.peers.hedging.delay(owner, "lookup")
+            if co.peers.hop.call(owner, body, deadline, hop.settled, hop.slow, now + delay):
                 return PENDING
-        return self._forward(owner, frame, raw_path, auth, view, p, max_lag)
+        return self.pipeline(view, key, authorization, deadline, owner)
 
-    async def _forward(self, owner: str, frame: bytes | None, raw_path: bytes,
-                       auth: bytes | None, view: View, p: int, max_lag: int) -> Answer | None:
+    async def pipeline(self, view: View, key: str, authorization: str | None,
+                       deadline: float, first: str | None = None) -> Answer | None:
+        """The lookup's one pipeline (``Queries.lookup``: placement, forwarding to one
+        replica after another, hedging; ``first`` asked first), as this path answers it
+        (None: a redirect or anything this path does not render: the full app answers)."""
+        got = await self.deps.lookup(Lookup(view.name, key),
+                                     Caller(authorization, deadline=deadline), first)
+        return self.rendered(got)
+
+    def rendered(self, got: Read | Relayed | Redirect | Refuse) -> Answer | None:
+        if type(got) is Read:
+            return self.local(got)
+        if type(got) is Relayed:
+            return self.relayed(got.reply, got.address)
+        if type(got) is Refuse:
+            return self.refused(got.error, False)
+        return None
+
+    def relayed(self, reply: PeerReply, owner: str) -> Answer:
+        """The owner's reply as this node's answer (hops 1)."""
+        status, body = reply
+        return status, body, [(b"content-type", _JSON if status == 200 else _PROBLEM),
+                              (b"content-length", str(len(body)).encode()),
+                              (_SERVED_BY, owner.encode()), (_HOPS, b"1")]
+
+
+class _Hop:
+    """One forwarded lookup on callbacks: the owner's reply, or, once the owner is past
+    its hedge delay, the first answer of it and the lookup's pipeline run without it."""
+
+    __slots__ = ("auth", "deadline", "done", "hedge", "key", "lean", "max_lag", "owner", "p",
+                 "t0", "then", "view")
+
+    def __init__(self, lean: LeanLookups, view: View, key: str, p: int, max_lag: int,
+                 auth: str | None, deadline: float, owner: str, then: Later, t0: float
+                 ) -> None:
+        self.lean, self.view, self.key, self.p, self.max_lag = lean, view, key, p, max_lag
+        self.auth, self.deadline, self.owner, self.then, self.t0 = auth, deadline, owner, then, t0
+        self.done = False
+        self.hedge: asyncio.Task[None] | None = None
+
+    def settled(self, reply: PeerReply | None, exc: Exception | None) -> None:
+        """The owner's reply (or its failure)."""
+        co = self.lean.deps.coordinator
+        if reply is not None and reply.status in (200, 404):
+            co.peers.hedging.observe(self.owner, "lookup", asyncio.get_running_loop().time()
+                                     - self.t0)
+            if not self.done:
+                co.traffic.forwarded_to(self.owner)
+                self._finish(self.lean.relayed(reply, self.owner))
+            return
+        if self.hedge is None and not self.done:
+            # a pooled connection the owner had dropped: the pipeline asks it again on a
+            # fresh one (and marks it if it is gone); a 421 or 503: the next replica
+            first = self.owner if exc is not None else None
+            if first is None:
+                co.placement.forget(self.view.name, self.p, self.max_lag)
+            self.hedge = asyncio.get_running_loop().create_task(self._run(first, False))
+
+    def slow(self) -> None:
+        """The owner is past its hedge delay: the pipeline runs too, without it."""
+        co = self.lean.deps.coordinator
+        if self.done or not co.placement.alternative(self.view.name, self.p, self.max_lag,
+                                                     self.owner):
+            return  # nobody else could answer: wait for the owner (until the deadline)
+        co.peers.hedging.hedged("lookup", self.owner)
+        self.hedge = asyncio.get_running_loop().create_task(self._run(None, True))
+
+    async def _run(self, first: str | None, hedged: bool) -> None:
         try:
-            reply = await self.deps.coordinator.peers.forward_lookup(owner, frame, raw_path, auth)
-        except PeerError:
-            reply = None  # the regular route tries the next replica (and suspects this one)
-        return self._relayed(reply, owner, view, p, max_lag)
+            answer = await self.lean.pipeline(self.view, self.key, self.auth, self.deadline,
+                                              first)
+        except Exception:
+            log.exception("lean lookup failed; answering through the full app")
+            answer = None
+        if not self.done:
+            if answer is not None and hedged:
+                self.lean.deps.coordinator.peers.hedging.hedge_won("lookup")
+            self._finish(answer)
 
-    def _relayed(self, reply: HopReply | None, owner: str, view: View, p: int,
-                 max_lag: int) -> Answer | None:
-        """The owner's reply as this node's answer; None lets the regular route retry
-        the next replica (and mark this one, when it could not be reached)."""
-        if reply is None or reply.status not in (200, 404):  # unreachable, 421 or 503:
-            self.deps.coordinator.placement.forget(view.name, p, max_lag)  # choose again next time
-            return None
-        self.deps.coordinator.traffic.forwarded_to(owner)
-        hdrs = (relayed_headers(reply.headers, b"x-streamiq-", _HOPS)
-                if reply.headers else [(_SERVED_BY, owner.encode())])  # a wire reply
-        return reply.status, reply.body, [
-            (b"content-type", _JSON if reply.status == 200 else _PROBLEM),
-            (b"content-length", str(len(reply.body)).encode()), *hdrs, (_HOPS, b"1")]
-
+    def _finish(self, answer: Answer | None) -> None:
+        self.done = True
+        if self.hedge is not None and not self.hedge.done():
+            self.hedge.cancel()
+        try:
+            self.then(answer)
+        except Exception:
+            log.exception("lean lookup path failed")

@@ -25,7 +25,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from streamiq.metrics import Latency, exposition
 from streamiq.serving.cluster.coordinator import HOPS
-from streamiq.serving.cluster.peers import FORWARDED
+from streamiq.serving.cluster.gate import FORWARDED
 from streamiq.serving.routes import FANOUT, query_of
 
 if TYPE_CHECKING:
@@ -111,12 +111,19 @@ def _traffic(co: Coordinator) -> Iterator[Metric]:
     yield fwd
     yield CounterMetricFamily("streamiq_unavailable_answers",
                               "Queries no replica could answer (503)", value=t.unavailable)
-    hops = CounterMetricFamily("streamiq_hops", "Lean-path hops by transport",
-                               labels=["transport"])
-    for transport, n in sorted(co.peers.hop_stats().items()):
-        if isinstance(n, int):
-            hops.add_metric([transport], n)
-    yield hops
+    yield CounterMetricFamily("streamiq_peer_replies", "Replies received from peers (the "
+                              "peer protocol)", value=co.peers.hop.answered())
+    hedging = co.peers.hedging
+    sent = CounterMetricFamily("streamiq_hedges_sent", "Requests also sent to another replica "
+                               "because the first had not answered within its hedge delay",
+                               labels=["query"])
+    won = CounterMetricFamily("streamiq_hedges_won", "Hedges that answered first",
+                              labels=["query"])
+    for kind in sorted(hedging.sent):
+        sent.add_metric([kind], hedging.sent[kind])
+        won.add_metric([kind], hedging.won.get(kind, 0))
+    yield sent
+    yield won
 
 
 def _stores(node: Node) -> Iterator[Metric]:

@@ -12,8 +12,9 @@
    ``data_received`` (one that must connect or wait for a slot, or an HTTP hop, runs in
    a task). Everything else, and
    any lookup the lean path declines, goes through the app as usual.
-3. A connection that opens with the lookup wire's preface (``serving/cluster/wire.py``: other
-   nodes forwarding key lookups) is served by a ``WireServer`` instead of HTTP.
+3. A connection that opens with the peer protocol's preface (``serving/cluster/wire.py``:
+   other nodes asking their queries) is served by a ``PeerConnection``
+   (``serving/peer/server.py``) instead of HTTP.
 
 Measured with bench/bench_queries.py and ``strace`` (docs/design.md, "Forwarded
 lookups"): uvicorn's per-request task and ASGI plumbing cost more CPU than the lookup
@@ -41,10 +42,11 @@ import uvicorn
 from uvicorn.protocols.http import httptools_impl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
-from streamiq.serving.cluster.wire import PREFACE, WireServer
+from streamiq.serving.cluster.wire import PREFACE
 from streamiq.serving.http.fastpath import PENDING, Answer, LeanLookups
 from streamiq.serving.http.http_limits import LimitedHttpProtocol
 from streamiq.serving.http.metrics import served_of
+from streamiq.serving.peer.server import PeerConnection
 
 __all__ = ["MISSING_HOOKS", "NodeHttpProtocol", "missing_hooks", "node_protocol"]
 
@@ -137,7 +139,7 @@ class NodeHttpProtocol(LimitedHttpProtocol):
         super().__init__(*args, **kwargs)
         self._lean = self.app if isinstance(self.app, LeanLookups) else None
         self._head: bytes | None = b""  # a new connection's first bytes, until known
-        self._wire: WireServer | None = None
+        self._wire: PeerConnection | None = None
         self._defaults: tuple[object, bytes] = (None, b"")  # default headers, rendered
         # the lean path's answers' latency (serving/http/metrics.py); None: metrics off
         self._latency = None if self._lean is None else self._lean.deps.coordinator.traffic.latency
@@ -159,9 +161,8 @@ class NodeHttpProtocol(LimitedHttpProtocol):
                 return
             self._head = None
             if data.startswith(PREFACE):
-                self._wire = WireServer(self._lean.wire_lookup, self._raw_transport, self.loop,
-                                        self.timeout_keep_alive,
-                                        self._lean.deps.coordinator.gate.mark_bytes)
+                self._wire = PeerConnection(self._lean.peer_server, self._raw_transport,
+                                            self.loop, self.timeout_keep_alive)
                 self.data_received(data[len(PREFACE):])
                 return
         super().data_received(data)

@@ -21,18 +21,17 @@ from streamiq.serving.cluster.coordinator import SERVED_BY
 from streamiq.serving.http.answers import Answers
 from streamiq.serving.http.params import Cursor, Fresh, FromMs, Limit, Parts, Prefix, ToMs
 from streamiq.serving.query import model as q
-from streamiq.serving.routes import AGGREGATE, KEY_WINDOWS, MULTI_GET, SCAN, WINDOWS
+from streamiq.serving.query.topk import MAX_K, TopK, TopKRows
+from streamiq.serving.routes import AGGREGATE, KEY_WINDOWS, MULTI_GET, SCAN, TOP_K, WINDOWS
 
-__all__ = ["MAX_KEYS", "MultiGet", "query_routes"]
-
-MAX_KEYS = 1000
+__all__ = ["MultiGet", "query_routes"]
 
 
 class MultiGet(BaseModel):
     """Keys to look up (columns joined by ``|``)."""
 
     model_config = {"extra": "forbid"}
-    keys: list[str] = Field(min_length=1, max_length=MAX_KEYS)
+    keys: list[str] = Field(min_length=1, max_length=q.MAX_KEYS)
 
 
 def query_routes(deps: Answers) -> APIRouter:
@@ -41,6 +40,7 @@ def query_routes(deps: Answers) -> APIRouter:
     _scan_routes(r, deps)
     _key_windows_route(r, deps)
     _aggregate_route(r, deps)
+    _top_k_route(r, deps)
     return r
 
 
@@ -94,7 +94,6 @@ def _scan_routes(r: APIRouter, deps: Answers) -> None:
 
 def _key_windows_route(r: APIRouter, deps: Answers) -> None:
     """GET /v1/views/{view}/keys/{key}/windows"""
-    node = deps.node
 
     @r.get(KEY_WINDOWS.path, summary="One key's windows in [from, to)")
     async def key_windows(request: Request, view: str, key: str, fresh: Fresh,
@@ -106,7 +105,7 @@ def _key_windows_route(r: APIRouter, deps: Answers) -> None:
             return JSONResponse({"status": "OK", "view": query.view, "key": w.key,
                                  "partition": w.partition, "from": start, "to": end,
                                  "windows": w.windows, **w.stamp},
-                                headers={SERVED_BY: node.endpoint})
+                                headers={SERVED_BY: w.stamp["served_by"]})
 
         return deps.one(request, caller, await deps.key_windows(query, caller), here)
 
@@ -132,4 +131,23 @@ def _aggregate_route(r: APIRouter, deps: Answers) -> None:
         query = q.Aggregate(view, tuple(group_by or ()), tuple(agg or ()), prefix,
                             fresh=fresh.typed())
         answer = await deps.aggregate(query, deps.caller(request, partitions))
+        return deps.gathered(answer, body)
+
+
+def _top_k_route(r: APIRouter, deps: Answers) -> None:
+    """GET /v1/views/{view}/top"""
+
+    def body(rows: TopKRows) -> dict[str, Any]:
+        return {"column": rows.column, "order": rows.order, "rows": rows.rows,
+                "count": len(rows.rows)}
+
+    @r.get(TOP_K.path, summary="The k rows with the largest (or smallest) value of a column")
+    async def top(request: Request, view: str, fresh: Fresh,
+                  column: Annotated[str, Query(description="The column ranked.")],
+                  k: Annotated[int, Query(ge=1, le=MAX_K, description="How many rows.")] = 10,
+                  order: Annotated[str, Query(pattern="^(asc|desc)$", description=(
+                      "desc: the largest values; asc: the smallest."))] = "desc",
+                  prefix: Prefix = None, partitions: Parts = None) -> Response:
+        query = TopK(view, column, k, order, prefix, fresh=fresh.typed())
+        answer = await deps.run(query, deps.caller(request, partitions))
         return deps.gathered(answer, body)

@@ -11,12 +11,12 @@ it must.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from typing import Any, Generic, TypeVar
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Generic, TypeVar
 
 from streamiq.errors import BadRequest, NotUpToBound
 from streamiq.serving.engines.partials import P
-from streamiq.serving.query.asks import ask
+from streamiq.serving.query.codec import ask
 from streamiq.serving.query.model import Caller, Gathered, PeerPart, Query
 from streamiq.serving.query.reads import Reads
 from streamiq.views.base import View
@@ -26,10 +26,11 @@ __all__ = ["Gather", "explicit_partitions"]
 R = TypeVar("R")
 
 
-def explicit_partitions(raw: str, n: int) -> list[int]:
-    """A peer's ``partitions`` (``"0,2"``), each in 0..n-1, or a 400 naming them."""
+def explicit_partitions(raw: str | Sequence[int], n: int) -> list[int]:
+    """A peer's ``partitions`` (``"0,2"`` or a list), each in 0..n-1, or a 400 naming
+    them."""
     try:
-        parts = sorted({int(p) for p in raw.split(",")})
+        parts = sorted({int(p) for p in (raw.split(",") if isinstance(raw, str) else raw)})
     except ValueError:
         raise BadRequest(f"partitions: expected integers, got {raw!r}",
                          field="partitions") from None
@@ -49,14 +50,15 @@ class Gather(Generic[P]):
         fresh = q.fresh
         self.max_lag = reads.max_lag(fresh.max_lag)
         self.tokens = reads.tokens(fresh.position)
-        self.wait_s = reads.wait_s(fresh.wait_ms)
+        self.deadline = reads.deadline(caller, fresh)
+        self.wait_s = reads.wait_s(fresh.wait_ms, self.deadline)
         self.all = list(range(reads.node.partitions[view.name]))
-        if caller.forwarded and caller.partitions:
+        if caller.forwarded and caller.partitions is not None:
             self.all = explicit_partitions(caller.partitions, len(self.all))
 
     async def run(self, local: Callable[[list[int]], Awaitable[P]],
                   finish: Callable[[list[P]], R], partitions: list[int] | None = None,
-                  body: Callable[[list[int]], Any] | None = None
+                  part: Callable[[list[int]], Query] | None = None
                   ) -> Gathered[R] | PeerPart[P]:
         """Each partition's ``local`` part, here or on a peer, merged by ``finish``."""
         reads, wanted = self.reads, self.all if partitions is None else partitions
@@ -69,7 +71,8 @@ class Gather(Generic[P]):
                     self.view.name, p, self.tokens, self.wait_s) for p in held))
             return await local(held)
 
-        to_peers = ask(self.q, self.caller, reads.node.settings.wait_timeout_ms, body)
+        to_peers = ask(self.q, self.caller.authorization,
+                       reads.node.partitions[self.view.name], self.deadline, part)
         partials, missing, hops = await reads.coordinator.gather(
             to_peers, self.caller.forwarded, self.view.name, wanted, self.max_lag,
             up_to_position)

@@ -1,27 +1,32 @@
 """Typed queries and their results, for any front end (HTTP today, SQL next).
 
 A query names its view, its own parameters (a key, a range, aggregates...) and its
-``Freshness``; the ``Caller`` says who asks (the client's Authorization, which peers
-check again) and whether the query is a peer's part of a scatter-gather (``forwarded``,
-with the ``partitions`` it must answer). Results are typed rows plus the partitions no
-replica could answer (``missing``): never a silently wrong total.
+``Freshness``; its class's ``kind`` names it on the peer protocol (every subclass is
+registered in ``KINDS`` as it is defined). The ``Caller`` says who asks (the client's
+Authorization, which peers check again), whether the query is a peer's (``forwarded``,
+with the ``partitions`` it must answer) and by when it must be answered
+(``deadline``). Results are typed rows plus the partitions no replica could answer
+(``missing``): never a silently wrong total.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, NamedTuple, TypeVar
+from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
 
 import orjson
 
 from streamiq.serving.engines.partials import P, ScannedRow
 
-__all__ = ["FAR", "Aggregate", "AggregateRows", "Caller", "Freshness", "Gathered",
-           "KeyResult", "KeyWindows", "Lookup", "MultiGet", "MultiGetRows", "PeerPart",
-           "Query", "Read", "Scan", "ScanRows", "WindowScan", "Windows"]
+__all__ = ["FAR", "KINDS", "MAX_KEYS", "Aggregate", "AggregateRows", "Caller", "Freshness",
+           "Gathered", "KeyResult", "KeyWindows", "Lookup", "MultiGet", "MultiGetRows",
+           "PeerPart", "Query", "Read", "Scan", "ScanRows", "WindowScan", "Windows"]
 
 #: the end of time for window bounds (no upper bound given)
 FAR = 1 << 62
+#: the most keys one multi-get asks (an HTTP request's bound; SQL asks in parts of it)
+MAX_KEYS = 1000
 R = TypeVar("R")
 
 
@@ -37,24 +42,38 @@ class Freshness:
 
 @dataclass(frozen=True)
 class Caller:
-    """Who asks: the client's Authorization (sent on to peers), and for a peer's part of
-    a scatter-gather (``forwarded``) the partitions it must answer (``"0,2"``)."""
+    """Who asks: the client's Authorization (sent on to peers); for a peer's query
+    (``forwarded``) the partitions it must answer (a scatter-gather's part: ``"0,2"`` or
+    a list); and the ``deadline`` (the event loop's time; None: the node's default
+    budget from now) past which nobody waits for the answer."""
 
     authorization: str | None = None
     forwarded: bool = False
-    partitions: str | None = None
+    partitions: str | Sequence[int] | None = None
+    deadline: float | None = None
+
+
+#: every query type by its ``kind`` (the peer protocol's name for it)
+KINDS: dict[str, type[Query]] = {}
 
 
 @dataclass(frozen=True)
 class Query:
+    kind: ClassVar[str] = ""
     view: str
     fresh: Freshness = field(default_factory=Freshness, kw_only=True)
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        if cls.__dict__.get("kind"):
+            KINDS[cls.kind] = cls
 
 
 @dataclass(frozen=True)
 class Lookup(Query):
     """One key's row."""
 
+    kind = "lookup"
     key: str
 
 
@@ -62,6 +81,7 @@ class Lookup(Query):
 class MultiGet(Query):
     """Many keys' rows (one call per owner)."""
 
+    kind = "multiget"
     keys: tuple[str, ...]
 
 
@@ -70,6 +90,7 @@ class Scan(Query):
     """Rows in key order from ``start`` (inclusive) to ``to`` (exclusive) or with a
     ``prefix``, a page of ``limit`` resuming after ``cursor``."""
 
+    kind = "scan"
     start: str | None = None
     to: str | None = None
     prefix: str | None = None
@@ -81,6 +102,7 @@ class Scan(Query):
 class WindowScan(Query):
     """Windows of all keys (or a ``prefix``) starting in [start, end), paged."""
 
+    kind = "window_scan"
     start: int = 0
     end: int = FAR
     prefix: str | None = None
@@ -92,6 +114,7 @@ class WindowScan(Query):
 class KeyWindows(Query):
     """One key's windows starting in [start, end)."""
 
+    kind = "windows"
     key: str
     start: int = 0
     end: int = FAR
@@ -102,6 +125,7 @@ class Aggregate(Query):
     """``aggs`` (``FUNC(COLUMN)``; none: ``count(*)``) per group of ``group_by`` columns
     (each may be comma-separated; none: one group), over keys with ``prefix``."""
 
+    kind = "aggregate"
     group_by: tuple[str, ...] = ()
     aggs: tuple[str, ...] = ()
     prefix: str | None = None
@@ -150,12 +174,14 @@ class AggregateRows:
 
 @dataclass(frozen=True)
 class Windows:
-    """A key's windows, answered here (``stamp``: who answered, its role and lag)."""
+    """A key's windows (``stamp``: who answered, its role and lag; ``hops``: 0 here, 1
+    from a replica)."""
 
     key: str
     partition: int
     windows: list[Any]
     stamp: dict[str, Any]
+    hops: int = 0
 
 
 @dataclass(frozen=True)

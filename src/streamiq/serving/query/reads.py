@@ -7,6 +7,7 @@ and a key lookup's one decision and store read.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import orjson
@@ -16,10 +17,13 @@ from streamiq.serving.changelog.consistency import Token, parse_tokens
 from streamiq.serving.cluster.coordinator import Coordinator
 from streamiq.serving.cluster.placement import Forward, Here, Redirect, Refuse, not_held
 from streamiq.serving.node import Node
-from streamiq.serving.query.model import Read
+from streamiq.serving.query.model import Caller, Freshness, Read
 from streamiq.views.base import View
 
-__all__ = ["Reads", "check_key", "not_found_body"]
+__all__ = ["BUDGET_S", "Reads", "check_key", "not_found_body"]
+
+#: a client's budget when it gives none (a query with a position: plus its wait)
+BUDGET_S = 10.0
 
 
 def check_key(view: View, key: str, field: str = "key") -> None:
@@ -66,8 +70,20 @@ class Reads:
         except ValueError as exc:
             raise BadRequest(f"position: {exc}") from None
 
-    def wait_s(self, wait_ms: int | None) -> float:
-        return (self.node.settings.wait_timeout_ms if wait_ms is None else wait_ms) / 1000
+    def wait_s(self, wait_ms: int | None, deadline: float | None = None) -> float:
+        """A position wait's bound: ``wait_ms`` (None: the node's), within ``deadline``."""
+        wait = (self.node.settings.wait_timeout_ms if wait_ms is None else wait_ms) / 1000
+        if deadline is not None:
+            wait = max(0.0, min(wait, deadline - asyncio.get_running_loop().time()))
+        return wait
+
+    def deadline(self, caller: Caller, fresh: Freshness) -> float:
+        """When the answer is due (the event loop's time): the caller's deadline, else
+        ``BUDGET_S`` from now, plus the position wait of a query with a position."""
+        if caller.deadline is not None:
+            return caller.deadline
+        budget = BUDGET_S + (self.wait_s(fresh.wait_ms) if fresh.position else 0.0)
+        return asyncio.get_running_loop().time() + budget
 
     def stamp(self, view: str, partition: int, here: Here | None = None) -> dict[str, Any]:
         """Who answers: this node, its role for the partition and its lag (as placed)."""

@@ -1,17 +1,22 @@
 """``Queries``: every query type run through the coordinator, typed in, typed out.
 
-One method per query type of ``model.py``. One-partition queries (a key's row, a key's
-windows) are answered where placement decides: here (the typed answer), by a replica
-(``Relayed``: its reply as it came), or the ``Redirect`` or ``Refuse`` decided.
-Scatter-gathers (multi-get, scans, aggregates) return ``Gathered`` (typed rows plus
-the partitions no replica could answer) to a client's query, ``PeerPart`` to a peer's.
-A front end renders these; it never routes, waits or merges itself.
+One method per query type of ``model.py``, and ``run``, which dispatches any typed
+query to its method (``RUNNERS``; a query type in a module of its own registers there
+with ``runs``: ``topk.py``). One-partition queries (a key's row, a key's windows) are
+answered where placement decides: here (the typed answer), by a replica (a row:
+``Relayed``, its reply as it came; windows: typed again, ``Windows`` with hops 1), or
+the ``Redirect`` or ``Refuse`` decided. Scatter-gathers (multi-get, scans, aggregates)
+return ``Gathered`` (typed rows plus the partitions no replica could answer) to a
+client's query, ``PeerPart`` to a peer's. A front end renders these; it never routes,
+waits or merges itself.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import dataclasses
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from streamiq.errors import BadRequest
 from streamiq.serving.cluster.coordinator import Relayed
@@ -27,7 +32,7 @@ from streamiq.serving.engines.aggregate import (
 )
 from streamiq.serving.engines.partials import AggregatePartial, MultiGetPartial, ScanPartial
 from streamiq.serving.engines.scan import KeyRange, decode_cursor, merge_rows, scan_partitions
-from streamiq.serving.query.asks import ask
+from streamiq.serving.query import codec
 from streamiq.serving.query.gather import Gather
 from streamiq.serving.query.model import (
     Aggregate,
@@ -40,6 +45,7 @@ from streamiq.serving.query.model import (
     MultiGet,
     MultiGetRows,
     PeerPart,
+    Query,
     Read,
     Scan,
     ScanRows,
@@ -49,18 +55,41 @@ from streamiq.serving.query.model import (
 from streamiq.serving.query.reads import Reads, check_key
 from streamiq.views.base import View, window_bounds
 
-__all__ = ["One", "Queries"]
+__all__ = ["RUNNERS", "One", "Queries", "runs"]
 
 #: a one-partition query's answer: here (``T``), a replica's, or the decision
 One = Relayed | Redirect | Refuse
 _ME = Caller()
+Q = TypeVar("Q", bound=Query)
+Runner = Callable[["Queries", Any, Caller], Awaitable[Any]]
+#: how each query type is run (``Queries.run``)
+RUNNERS: dict[type[Query], Runner] = {}
+
+
+def runs(kind: type[Q]) -> Callable[[Callable[[Queries, Q, Caller], Awaitable[Any]]],
+                                    Callable[[Queries, Q, Caller], Awaitable[Any]]]:
+    """Register the function that runs queries of type ``kind``."""
+    def register(fn: Callable[[Queries, Q, Caller], Awaitable[Any]]
+                 ) -> Callable[[Queries, Q, Caller], Awaitable[Any]]:
+        RUNNERS[kind] = fn
+        return fn
+    return register
 
 
 class Queries(Reads):
     """The query types over this node and its peers (``caller``: who asks; by default
     a client of this node without credentials)."""
 
-    async def lookup(self, q: Lookup, caller: Caller = _ME) -> Read | One:
+    async def run(self, q: Query, caller: Caller = _ME) -> Any:
+        """Any typed query, by its type (what the peer server calls)."""
+        runner = RUNNERS.get(type(q))
+        if runner is None:
+            raise BadRequest(f"no query of type {type(q).__name__}")
+        return await runner(self, q, caller)
+
+    async def lookup(self, q: Lookup, caller: Caller = _ME, first: str | None = None
+                     ) -> Read | One:
+        """A key's row (``first``: the replica to ask first, as already decided)."""
         view = self.view(q.view)
         if view.windowed:  # before any position wait or forwarding: the answer is known
             raise BadRequest(f"view {view.name!r} is windowed: use "
@@ -68,16 +97,20 @@ class Queries(Reads):
         check_key(view, q.key)
         tokens = self.tokens(q.fresh.position)
         p = view.partition_of(q.key, self.node.partitions[view.name])
+        deadline = self.deadline(caller, q.fresh)
 
         async def local(here: Here) -> Read:
-            await self.check_position(view.name, p, tokens, self.wait_s(q.fresh.wait_ms),
+            await self.check_position(view.name, p, tokens,
+                                      self.wait_s(q.fresh.wait_ms, deadline),
                                       q.key.encode())  # the store key of a keyed view
             return self.read(view, q.key, p, here)
 
-        return await self.coordinator.route(self._ask(q, caller), caller.forwarded, view.name,
-                                            p, self.max_lag(q.fresh.max_lag), local)
+        return await self.coordinator.route(self._ask(q, caller, deadline), caller.forwarded,
+                                            view.name, p, self.max_lag(q.fresh.max_lag), local,
+                                            first)
 
-    async def key_windows(self, q: KeyWindows, caller: Caller = _ME) -> Windows | One:
+    async def key_windows(self, q: KeyWindows, caller: Caller = _ME
+                          ) -> Windows | Redirect | Refuse:
         v = self._windowed(q.view)
         check_key(v, q.key)
         if q.start > q.end:
@@ -85,14 +118,16 @@ class Queries(Reads):
         p = v.partition_of(q.key, self.node.partitions[v.name])
         lo, hi = window_bounds(q.key, q.start, q.end)
         tokens = self.tokens(q.fresh.position)
+        deadline = self.deadline(caller, q.fresh)
 
         async def local(here: Here) -> Windows:  # placed here: held (placement.py)
-            await self.check_position(v.name, p, tokens, self.wait_s(q.fresh.wait_ms))
+            await self.check_position(v.name, p, tokens, self.wait_s(q.fresh.wait_ms, deadline))
             windows = [loads_row(raw) for _, raw in self.node.stores[v.name].scan(p, lo, hi)]
             return Windows(q.key, p, windows, self.stamp(v.name, p, here))
 
-        return await self.coordinator.route(self._ask(q, caller), caller.forwarded, v.name, p,
-                                            self.max_lag(q.fresh.max_lag), local)
+        got = await self.coordinator.route(self._ask(q, caller, deadline), caller.forwarded,
+                                           v.name, p, self.max_lag(q.fresh.max_lag), local)
+        return codec.windows(got.reply) if isinstance(got, Relayed) else got
 
     async def multi_get(self, q: MultiGet, caller: Caller = _ME
                         ) -> Gathered[MultiGetRows] | PeerPart[MultiGetPartial]:
@@ -129,8 +164,8 @@ class Queries(Reads):
                                 [k for k in keys if k not in answered])
 
         wanted = sorted(set(part_of.values()) & set(g.all))
-        return await g.run(local, rows, partitions=wanted,
-                           body=lambda ps: {"keys": [k for k in keys if part_of[k] in ps]})
+        return await g.run(local, rows, partitions=wanted, part=lambda ps: dataclasses.replace(
+            q, keys=tuple(k for k in keys if part_of[k] in ps)))
 
     async def scan(self, q: Scan | WindowScan, caller: Caller = _ME
                    ) -> Gathered[ScanRows] | PeerPart[ScanPartial]:
@@ -181,8 +216,8 @@ class Queries(Reads):
         except ValueError as exc:  # data that does not fit the aggregate (e.g. text sum)
             raise BadRequest(str(exc), field="agg") from None
 
-    def _ask(self, q: Lookup | KeyWindows, caller: Caller) -> Ask:
-        return ask(q, caller, self.node.settings.wait_timeout_ms)
+    def _ask(self, q: Lookup | KeyWindows, caller: Caller, deadline: float) -> Ask:
+        return codec.ask(q, caller.authorization, self.node.partitions[q.view], deadline)
 
     def _windowed(self, name: str) -> View:
         v = self.view(name)
@@ -200,3 +235,8 @@ class Queries(Reads):
             return decode_cursor(v.name, cursor)
         except ValueError as exc:
             raise BadRequest(str(exc), field="cursor") from None
+
+
+RUNNERS.update({Lookup: Queries.lookup, KeyWindows: Queries.key_windows,
+                MultiGet: Queries.multi_get, Scan: Queries.scan, WindowScan: Queries.scan,
+                Aggregate: Queries.aggregate})

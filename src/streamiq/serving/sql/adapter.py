@@ -19,12 +19,12 @@ from typing import Any, TypeVar
 import orjson
 
 from streamiq.auth import Authenticator, Principal
-from streamiq.errors import BadRequest, StreamiqError
+from streamiq.errors import StreamiqError, from_problem
 from streamiq.serving.cluster.coordinator import Relayed
 from streamiq.serving.cluster.placement import Redirect, Refuse
 from streamiq.serving.engines.scan import MAX_LIMIT
-from streamiq.serving.http.queries import MAX_KEYS
 from streamiq.serving.query import model as q
+from streamiq.serving.query.model import MAX_KEYS
 from streamiq.serving.query.run import Queries
 from streamiq.serving.sql.engine import Bounds, Column, Freshness, Groups, Row, Rows, ViewInfo
 from streamiq.views.base import View
@@ -47,25 +47,9 @@ def view_info(view: View) -> ViewInfo:
                     tuple(Column(c, type_of(c)) for c in view.columns))
 
 
-def _error_classes(base: type[StreamiqError] = StreamiqError) -> dict[str, type[StreamiqError]]:
-    out = {base.code: base}
-    for sub in base.__subclasses__():
-        out.update({k: v for k, v in _error_classes(sub).items() if k not in out})
-    return out
-
-
 def relayed_error(status: int, body: bytes) -> StreamiqError:
-    """A replica's error reply as the error it names (its ``code``; unknown: by status)."""
-    try:
-        doc = orjson.loads(body)
-        code, detail = str(doc.get("code")), str(doc.get("detail") or doc.get("title"))
-    except (orjson.JSONDecodeError, AttributeError):
-        code, detail = "", body[:200].decode("utf-8", "replace")
-    cls = _error_classes().get(code) or (BadRequest if 400 <= status < 500 else StreamiqError)
-    err = cls.__new__(cls)  # StreamiqError's own __init__: a subclass's may take others
-    StreamiqError.__init__(err, detail)
-    err.http_status = status
-    return err
+    """A replica's error reply as the error it names (``errors.from_problem``)."""
+    return from_problem(status, body)
 
 
 class NodeEngine:
@@ -194,9 +178,9 @@ def _one(answer: Relayed | Refuse, field: str) -> list[Row]:
     if isinstance(answer, Refuse):
         raise answer.error
     r = answer.reply
-    if r.status_code == 404 and field == "value":
+    if r.status == 404 and field == "value":
         return []
-    if r.status_code != 200:
-        raise relayed_error(r.status_code, r.content)
-    got: Any = orjson.loads(r.content)[field]
+    if r.status != 200:
+        raise relayed_error(r.status, r.body)
+    got: Any = orjson.loads(r.body)[field]
     return list(got) if field == "windows" else [got]

@@ -10,7 +10,7 @@ from streamiq.config import Settings
 from streamiq.routing.memory import StaticMembership
 from streamiq.routing.router import Endpoint
 from streamiq.serving.cluster.coordinator import Coordinator
-from streamiq.serving.cluster.peers import Ask, Params, Reply
+from streamiq.serving.cluster.peers import Ask, PeerReply
 from streamiq.serving.cluster.placement import Here, Refuse
 from streamiq.serving.engines.partials import MultiGetPartial
 
@@ -34,9 +34,8 @@ def make(handler: Any) -> tuple[Coordinator, list[str]]:
         settings=Settings(internal_concurrency=4, auth=False), endpoint=ME,
         router=FakeRouter(), membership=membership,
         partitions={"v": 3}, holds=lambda view, p: p == 0, lag=lambda view, p: 0 if p == 0 else -1)
-    async def send(method: str, address: str, path: str, params: Params, body: Any,
-                   headers: dict[str, str], timeout: float = 10.0) -> Reply:
-        reply: Reply = handler(Sent(address, path, params, headers))
+    async def send(address: str, body: bytes, deadline: float) -> PeerReply:
+        reply: PeerReply = handler(Sent(address, json.loads(body)))
         return reply
 
     co = Coordinator(node, send=send)  # type: ignore[arg-type]
@@ -44,25 +43,24 @@ def make(handler: Any) -> tuple[Coordinator, list[str]]:
 
 
 class Sent:
-    def __init__(self, address: str, path: str, params: Params, headers: dict[str, str]
-                 ) -> None:
-        self.address, self.path, self.params, self.headers = address, path, params, headers
+    def __init__(self, address: str, doc: dict[str, Any]) -> None:
+        self.address, self.doc = address, doc
 
 
-def ask(params: Params, authorization: str | None = None) -> Ask:
+def ask(aggs: list[str], authorization: str | None = None) -> Ask:
     """What the coordinator asks peers (rendered from a typed query: serving/query/)."""
-    return Ask("GET", "/v1/views/v/aggregate", params, authorization=authorization)
+    return Ask("aggregate", {"view": "v", "aggs": aggs}, 3, authorization, 1e12)
 
 
 async def test_gather_each_partition_once_auth_travels_dead_owner_missing() -> None:
     seen: list[Sent] = []
 
-    def handler(req: Sent) -> Reply:
+    def handler(req: Sent) -> PeerReply:
         seen.append(req)
         if req.address == C:
             raise ConnectionRefusedError("refused")
         partial = {"found": {}, "keys": ["from a peer"]}
-        return Reply(200, {}, json.dumps({"partial": partial, "not_active": []}).encode())
+        return PeerReply(200, json.dumps({"partial": partial, "not_active": []}).encode())
 
     co, suspects = make(handler)
     locals_: list[list[int]] = []
@@ -71,22 +69,20 @@ async def test_gather_each_partition_once_auth_travels_dead_owner_missing() -> N
         locals_.append(held)
         return {"found": {}, "keys": ["here"]}
 
-    req = ask([("agg", "sum(a)"), ("agg", "max(b)")], "Bearer s3cret")
+    req = ask(["sum(a)", "max(b)"], "Bearer s3cret")
     partials, missing, hops = await co.gather(req, False, "v", [0, 1, 2], 10, local)
     assert sorted(k for p in partials for k in p["keys"]) == ["from a peer", "here"]
     assert missing == [2] and hops == 1
     assert locals_ == [[0]] and suspects == [C]
     to_b = [r for r in seen if r.address == B]
     assert len(to_b) == 1
-    r = to_b[0]
-    assert r.headers["authorization"] == "Bearer s3cret"
-    assert r.headers["x-streamiq-forwarded"] == "1"
-    assert r.params == [("agg", "sum(a)"), ("agg", "max(b)"), ("partitions", "1")]
+    assert to_b[0].doc == {"k": "aggregate", "q": {"view": "v", "aggs": ["sum(a)", "max(b)"]},
+                           "p": [1], "n": 3, "t": "Bearer s3cret"}
     await co.close()
 
 
 async def test_forwarded_requests_are_answered_locally_only() -> None:
-    def handler(req: Sent) -> Reply:
+    def handler(req: Sent) -> PeerReply:
         raise AssertionError("a forwarded request must never be forwarded again")
 
     co, _ = make(handler)

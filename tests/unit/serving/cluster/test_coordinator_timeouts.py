@@ -1,38 +1,104 @@
-"""A slow replica is retried elsewhere but not blamed; forwarded budgets cover waits."""
+"""Deadlines and hedges: a slow replica is raced by the next one and asked last for a
+while, never blamed as gone; nothing waits past the caller's budget."""
 
 from __future__ import annotations
 
+import asyncio
 from types import SimpleNamespace
 from typing import Any
 
-import aiohttp
-
 from streamiq.config import Settings
+from streamiq.errors import DeadlineExceeded
 from streamiq.routing.memory import StaticMembership
-from streamiq.serving.cluster.coordinator import Coordinator
-from streamiq.serving.cluster.peers import peer_error
-from streamiq.serving.query.asks import budget
-from streamiq.serving.query.model import Freshness
+from streamiq.routing.router import Endpoint
+from streamiq.serving.cluster.coordinator import Coordinator, Relayed
+from streamiq.serving.cluster.hedge import FLOOR_S, ONE_CAP_S, Hedging
+from streamiq.serving.cluster.peers import Ask, PeerReply
+from streamiq.serving.cluster.placement import Here, Refuse
+
+ME, SLOW, FAST = "127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"
 
 
-def _coordinator() -> tuple[Coordinator, list[str]]:
-    membership = StaticMembership("127.0.0.1:1")
-    node: Any = SimpleNamespace(settings=Settings(wait_timeout_ms=5000), membership=membership)
-    return Coordinator(node), membership.suspected
+class Router:
+    global_views: frozenset[str] = frozenset()
+
+    def replicas(self, view: str, p: int, max_lag: int) -> list[Endpoint]:
+        return [Endpoint(SLOW, "active", 0), Endpoint(FAST, "standby", 0)]
+
+    def owner(self, view: str, p: int, max_lag: int) -> Endpoint:
+        return self.replicas(view, p, max_lag)[0]
+
+    def assigned(self, view: str, p: int, members: Any = None) -> list[str]:
+        return [SLOW, FAST]
 
 
-def test_only_lost_connections_make_a_suspect() -> None:
-    co, suspects = _coordinator()
-    co.peers.unreachable(peer_error("slow:1", TimeoutError()))
-    co.peers.unreachable(peer_error("slow:2", aiohttp.ServerTimeoutError()))
-    assert suspects == []
-    co.peers.unreachable(peer_error("dead:1", ConnectionRefusedError()))
-    co.peers.unreachable(peer_error("dead:2", aiohttp.ServerDisconnectedError()))
-    assert suspects == ["dead:1", "dead:2"]
+def coordinator(delays: dict[str, float]) -> tuple[Coordinator, list[str], list[str]]:
+    """Peers answering after ``delays`` seconds (an address missing: never)."""
+    membership = StaticMembership(ME)
+    node: Any = SimpleNamespace(settings=Settings(auth=False), endpoint=ME, router=Router(),
+                                membership=membership, partitions={"v": 3},
+                                holds=lambda v, p: False, lag=lambda v, p: -1)
+    asked: list[str] = []
+
+    async def send(address: str, body: bytes, deadline: float) -> PeerReply:
+        asked.append(address)
+        async with asyncio.timeout_at(deadline):
+            await asyncio.sleep(delays.get(address, 3600))
+        return PeerReply(200, b'{"from":"%s"}' % address.encode())
+
+    return Coordinator(node, send=send), asked, membership.suspected
 
 
-def test_forward_budget_covers_the_position_wait() -> None:
-    wait_ms = Settings(wait_timeout_ms=5000).wait_timeout_ms
-    plain = budget(Freshness(), wait_ms)
-    assert budget(Freshness(position="t:0:1", wait_ms=20000), wait_ms) == plain + 20
-    assert budget(Freshness(position="t:0:1"), wait_ms) == plain + 5  # the node's default
+async def nothing_here(here: Here) -> None:
+    raise AssertionError("not held here")
+
+
+async def test_a_slow_replica_is_hedged_and_the_first_answer_wins() -> None:
+    co, asked, suspects = coordinator({FAST: 0.0})
+    loop = asyncio.get_running_loop()
+    got = await co.route(Ask("lookup", {}, 3, None, loop.time() + 30), False, "v", 0, 10,
+                         nothing_here)
+    assert isinstance(got, Relayed) and got.address == FAST and asked == [SLOW, FAST]
+    hedging = co.peers.hedging
+    assert hedging.sent == {"lookup": 1} and hedging.won == {"lookup": 1}
+    assert hedging.suspect(SLOW) and not hedging.suspect(FAST)
+    assert suspects == []  # slow is not gone: membership is not told
+    asked.clear()  # the slow one is now asked last: no hedge delay to pay
+    got = await co.route(Ask("lookup", {}, 3, None, loop.time() + 30), False, "v", 0, 10,
+                         nothing_here)
+    assert isinstance(got, Relayed) and got.address == FAST and asked == [FAST]
+
+
+async def test_no_hedge_when_the_replica_answers_in_time() -> None:
+    co, asked, _ = coordinator({SLOW: 0.0, FAST: 0.0})
+    loop = asyncio.get_running_loop()
+    for _ in range(20):
+        got = await co.route(Ask("lookup", {}, 3, None, loop.time() + 30), False, "v", 0, 10,
+                             nothing_here)
+        assert isinstance(got, Relayed) and got.address == SLOW
+    assert asked == [SLOW] * 20 and co.peers.hedging.sent == {}
+
+
+async def test_nothing_waits_past_the_deadline() -> None:
+    co, _, _ = coordinator({})  # nobody ever answers
+    loop = asyncio.get_running_loop()
+    got = await co.route(Ask("lookup", {}, 3, None, loop.time() + 0.3), False, "v", 0, 10,
+                         nothing_here)
+    assert isinstance(got, Refuse) and isinstance(got.error, DeadlineExceeded)
+    assert got.error.http_status == 504
+
+
+def test_hedge_delays_follow_the_measured_latency_within_floor_and_cap() -> None:
+    h = Hedging()
+    assert h.delay(SLOW, "lookup") == FLOOR_S  # nothing measured yet
+    for _ in range(64):
+        h.observe(SLOW, "lookup", 0.05)
+    assert h.delay(SLOW, "lookup") == 0.05  # the 95th percentile of its answers
+    for _ in range(128):
+        h.observe(SLOW, "lookup", 5.0)
+    assert h.delay(SLOW, "lookup") == ONE_CAP_S  # a stalled peer costs at most the cap
+    assert h.delay(SLOW, "aggregate", gather=True) == FLOOR_S  # per kind
+    for _ in range(64):
+        h.observe(FAST, "lookup", 0.03)
+    # the best peer's percentile: a slow peer does not teach the node to wait for it
+    assert h.delay(SLOW, "lookup") == h.delay(FAST, "lookup") == 0.03

@@ -11,12 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from nodeapp import ME, EventStream, call, make_app
+from nodeapp import ME, EventStream, call, make_app, peer_lookup
 
 from streamiq.auth import hop_mark, mint
 from streamiq.config import Settings
-from streamiq.serving.cluster.wire import answer
-from streamiq.views.bank import BALANCES
 
 SECRET, CLUSTER = "jwt-secret-for-the-tests-32-bytes-long", "cluster-secret-for-the-tests"
 TOKEN = f"Bearer {mint(SECRET, subject='t')}"
@@ -83,12 +81,10 @@ async def test_a_forged_forwarded_mark_is_refused_before_a_peer_slot(app: Any) -
     assert status == 200, body
 
 
-def test_the_owner_checks_the_token_of_a_wire_lookup(app: Any) -> None:
-    p = BALANCES.partition_of("a1", 3)
-    path = A1.encode()
-    assert answer(app.wire_lookup, p, 3, path, b"-")[0] == 401
-    assert answer(app.wire_lookup, p, 3, path, b"orders-only-key")[0] == 403
-    assert answer(app.wire_lookup, p, 3, path, TOKEN[7:].encode())[0] == 200
+def test_the_owner_checks_the_token_of_a_peers_lookup(app: Any) -> None:
+    assert peer_lookup(app, "a1")[0] == 401
+    assert peer_lookup(app, "a1", token="Bearer orders-only-key")[0] == 403
+    assert peer_lookup(app, "a1", token=TOKEN)[0] == 200
 
 
 # -- metadata: a token sees the views it may read; cluster:read (or views:*) sees all --

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import json
+import tempfile
+from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
 import httpx
 import pytest
-from nodeapp import call
+from nodeapp import call, peer_lookup
 
-from streamiq.serving.cluster.wire import answer
 from streamiq.state.base import Checkpoint
 from streamiq.views.bank import BALANCES
 from streamiq.views.base import MAX_KEY_BYTES
@@ -76,12 +77,16 @@ async def test_a_key_not_utf8_is_a_bad_request_on_the_lean_path(app: Any, bad: s
         assert "not valid UTF-8" in body["detail"] and body["segment"] == bad, body
 
 
-@pytest.mark.parametrize("bad", NOT_UTF8)
-def test_a_key_not_utf8_on_the_lookup_wire_is_a_bad_request(app: Any, bad: str) -> None:
-    _row(app, "\ufffd", 1)
-    status, body = answer(app.wire_lookup, BALANCES.partition_of("\ufffd", 3), 3,
-                          f"/v1/views/balances/keys/{bad}".encode(), b"-")
-    assert status == 400 and b"not valid UTF-8" in body, body
+def test_a_malformed_peer_request_is_a_bad_request() -> None:
+    """A peer's request that is not a typed query: 400, never a 500."""
+    from nodeapp import make_app, peer_request
+
+    app = make_app(Path(tempfile.mkdtemp()))
+    assert peer_request(app, "nope", {"view": "balances"}, [0])[0] == 400
+    status, body = peer_request(app, "scan", {"view": "balances", "x": 1}, [0])
+    assert status == 400 and "malformed scan query" in body["detail"], body
+    assert peer_request(app, "lookup", {"view": "balances", "key": 7}, [0])[0] == 400
+    assert peer_request(app, "lookup", {"view": "balances"}, [0])[0] == 400  # no key
 
 
 async def test_a_key_not_utf8_through_the_node_protocol(app: Any, serve_node: Any) -> None:
@@ -115,8 +120,8 @@ async def test_a_key_holding_a_slash_is_looked_up_as_it_is(app: Any) -> None:
                                            forwarded=False, raw_path=raw, query=query)
         assert status == 200 and body["key"] == "dir/a1" and body["value"]["balance"] == 7
         assert headers["x-streamiq-hops"] == "0"
-    status, body = answer(app.wire_lookup, BALANCES.partition_of("dir/a1", 3), 3, raw, b"-")
-    assert status == 200 and json.loads(body)["value"]["balance"] == 7
+    status, body = peer_lookup(app, "dir/a1")  # a peer's: the key as it is, no path
+    assert status == 200 and body["value"]["balance"] == 7
     status, body, _ = await call(app, "/v1/metadata/balances/dir/a1", forwarded=False,
                                  raw_path=b"/v1/metadata/balances/dir%2Fa1")
     assert status == 200 and body["key"] == "dir/a1"
@@ -128,16 +133,16 @@ async def test_a_key_holding_a_slash_is_looked_up_as_it_is(app: Any) -> None:
     assert status == 200 and body["key"] == "50%/x", body
 
 
-async def test_a_forwarded_request_keeps_the_path_as_the_client_wrote_it(app: Any) -> None:
-    """The full route forwards a lookup to the owner with ``%2F`` intact (a decoded path
-    would name another key, or no route at all)."""
-    from streamiq.serving.cluster.peers import Reply
+async def test_a_forwarded_request_asks_for_the_key_the_client_named(app: Any) -> None:
+    """The full route forwards a lookup of the key ``dir/a1`` (``%2F`` in the path): the
+    owner is asked for that key, whatever its path would have looked like."""
+    from streamiq.serving.cluster.peers import PeerReply
 
     sent: list[str] = []
 
-    async def send(method: str, address: str, path: str, *_: Any) -> Reply:
-        sent.append(path)
-        return Reply(200, {"content-type": "application/json"}, b'{"key": "dir/a1"}')
+    async def send(address: str, body: bytes, deadline: float) -> PeerReply:
+        sent.append(json.loads(body)["q"]["key"])
+        return PeerReply(200, b'{"key": "dir/a1"}')
 
     co = app.deps.coordinator
     co.peers._send = send
@@ -146,4 +151,4 @@ async def test_a_forwarded_request_keeps_the_path_as_the_client_wrote_it(app: An
     co.placement.forget_roles()
     status, body, _ = await call(app, "/v1/views/balances/keys/dir/a1", forwarded=False,
                                  raw_path=b"/v1/views/balances/keys/dir%2Fa1", query=b"wait_ms=1")
-    assert status == 200 and sent == ["/v1/views/balances/keys/dir%2Fa1"], (status, body, sent)
+    assert status == 200 and sent == ["dir/a1"], (status, body, sent)

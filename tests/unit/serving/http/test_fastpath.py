@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 from typing import Any
-from urllib.parse import quote
 
 import httpx
 import pytest
-from nodeapp import call
+from nodeapp import call, peer_lookup
 
+from streamiq.errors import NotUpToBound
+from streamiq.serving.cluster.peers import PeerReply
 from streamiq.serving.cluster.placement import Forward, Redirect
-from streamiq.serving.cluster.wire import answer
 from streamiq.state.base import Checkpoint
 from streamiq.views.bank import BALANCES
 
@@ -38,101 +38,74 @@ async def test_everything_else_goes_to_the_route(app: Any, path: str, status: in
     assert got[0] == status and "status" in got[1]
 
 
-async def test_lean_forward_carries_the_token_and_says_one_hop(app: Any) -> None:
-    from streamiq.serving.cluster.hop import HopReply
+def sending(app: Any, status: int = 200, body: bytes = b'{"k":1}'
+            ) -> list[tuple[str, dict[str, Any]]]:
+    """Every peer answers ``status`` and ``body``; what each was asked."""
+    sent: list[tuple[str, dict[str, Any]]] = []
 
+    async def send(address: str, request: bytes, deadline: float) -> PeerReply:
+        sent.append((address, json.loads(request)))
+        return PeerReply(status, body)
+
+    app.deps.coordinator.peers._send = send  # a test's transport
+    return sent
+
+
+async def test_lean_forward_carries_the_token_and_says_one_hop(app: Any) -> None:
     other = "127.0.0.1:2"
     deps = app.deps
     deps.node.router.active = other
     deps.coordinator.placement.forget_roles()
-    frames: list[bytes] = []
-
-    async def fetch(address: str, frame: bytes) -> HopReply:
-        frames.append(frame)
-        return HopReply(200, {}, b'{"k":1}')
-
-    deps.coordinator.peers.hop.fetch = fetch  # over the wire: the token rides in the frame
+    sent = sending(app)
     status, body, headers = await call(app, "/v1/views/balances/keys/zz", forwarded=False,
                                        auth="Bearer t")
     assert (status, body) == (200, {"k": 1}) and headers["x-streamiq-hops"] == "1"
+    assert headers["x-streamiq-served-by"] == other
     p = BALANCES.partition_of("zz", 3)
-    assert frames == [b"%d 3 /v1/views/balances/keys/zz t\n" % p]
-    deps.coordinator.peers.hop.http_only(other, 3600)  # an owner without the wire:
-    sent: list[tuple[str, str, dict[str, str]]] = []
-
-    async def get(address: str, path: str, headers: dict[str, str]) -> HopReply:
-        sent.append((address, path, headers))
-        return HopReply(200, {b"x-streamiq-served-by": other.encode(),
-                              b"x-streamiq-hops": b"0"}, b'{"k":1}')
-
-    deps.coordinator.peers.http_hop = get  # an HTTP hop: the token as Authorization
-    status, body, headers = await call(app, "/v1/views/balances/keys/zz", forwarded=False,
-                                       auth="Bearer t")
-    assert (status, body) == (200, {"k": 1})
-    assert headers["x-streamiq-hops"] == "1" and headers["x-streamiq-served-by"] == other
-    assert sent == [(other, "/v1/views/balances/keys/zz",
-                     {"x-streamiq-forwarded": "1", "authorization": "Bearer t"})]
+    assert sent == [(other, {"k": "lookup", "p": [p], "n": 3, "t": "Bearer t",
+                             "q": {"view": "balances", "key": "zz", "fresh": {
+                                 "max_lag": None, "position": None, "wait_ms": None}}})]
 
 
-async def test_lean_forward_goes_over_the_wire_with_the_raw_path(app: Any) -> None:
-    from streamiq.serving.cluster.hop import HopReply
-
-    deps = app.deps
-    deps.node.router.active = "127.0.0.1:2"
-    sent: list[tuple[str, bytes]] = []
-
-    async def fetch(address: str, frame: bytes) -> HopReply:
-        sent.append((address, frame))
-        return HopReply(404, {}, b'{"code":"NOT_FOUND"}')  # a wire reply: no headers
-
-    deps.coordinator.peers.hop.fetch = fetch
+async def test_lean_forward_asks_for_the_key_as_it_is(app: Any) -> None:
+    app.deps.node.router.active = "127.0.0.1:2"
+    sent = sending(app, 404, b'{"code":"NOT_FOUND"}')
     await call(app, "/v1/views/balances/keys/a b/ü", forwarded=False)
     # a key with "/" is not a single path segment: the route answers, not the lean path
     assert sent == []
     status, body, headers = await call(app, "/v1/views/balances/keys/a bü", forwarded=False)
     p = BALANCES.partition_of("a bü", 3)
-    assert sent == [("127.0.0.1:2", b"%d 3 /v1/views/balances/keys/a%%20b%%C3%%BC -\n" % p)]
+    assert [(a, d["q"]["key"], d["p"]) for a, d in sent] == [("127.0.0.1:2", "a bü", [p])]
     assert (status, body) == (404, {"code": "NOT_FOUND"})
     assert headers["content-type"] == "application/problem+json"
     assert headers["x-streamiq-hops"] == "1" and headers["x-streamiq-served-by"] == "127.0.0.1:2"
-    raw = "/v1/views/balances/keys/%61bc"  # as the client sent it: relayed unchanged
+    raw = "/v1/views/balances/keys/%61bc"  # as the client sent it: the key it names
     await call(app, "/v1/views/balances/keys/abc", forwarded=False, raw_path=raw.encode())
-    assert sent[-1][1].split()[2] == raw.encode()
+    assert sent[-1][1]["q"]["key"] == "abc"
 
 
-def wire_lookup(app: Any, key: str, p: int | None = None, n: int = 3) -> tuple[int, Any]:
-    p = BALANCES.partition_of(key, 3) if p is None else p
-    status, body = answer(app.wire_lookup, p, n, f"/v1/views/balances/keys/{quote(key)}".encode(),
-                          b"-")
-    return status, json.loads(body)
-
-
-async def test_wire_lookup_answers_like_the_route(app: Any) -> None:
+async def test_a_peers_lookup_answers_like_the_route(app: Any) -> None:
     for key in ("a1", "nobody"):
         route = await call(app, f"/v1/views/balances/keys/{key}", forwarded=True,
                            query=b"wait_ms=1")
-        assert wire_lookup(app, key) == route[:2]  # 200 with the row; 404, same body
-        status, body = answer(app.wire_lookup, BALANCES.partition_of(key, 3), 3,
-                              f"/account/{key}".encode(), b"-")
-        assert (status, json.loads(body)) == route[:2]  # the seed's shortcut, the same
+        assert peer_lookup(app, key) == route[:2]  # 200 with the row; 404, same body
     # never "not found" for a key it does not hold: a partition counted differently...
-    status, body = wire_lookup(app, "a1", BALANCES.partition_of("a1", 4), n=4)
+    status, body = peer_lookup(app, "a1", count=4)
     assert status == 421 and body["code"] == "NOT_ACTIVE"
     app.deps.node.holds = lambda v, q: False  # ...or one this node does not hold
-    assert wire_lookup(app, "a1")[0] == 421
-    status, body = answer(app.wire_lookup, 0, 3, b"/v1/views/order_counts_1m/keys/s1%7CGENERAL",
-                          b"-")
-    assert status == 400 and json.loads(body)["code"] == "BAD_REQUEST"  # windowed
+    assert peer_lookup(app, "a1")[0] == 421
+    status, body = peer_lookup(app, "s1|GENERAL", view="order_counts_1m")
+    assert status == 400 and body["code"] == "BAD_REQUEST"  # windowed
 
 
 @pytest.mark.parametrize("decision", [Forward("127.0.0.1:2"), Redirect("127.0.0.1:2")])
-def test_wire_lookup_placed_elsewhere_is_an_internal_error(app: Any, decision: Any) -> None:
+def test_a_peers_lookup_placed_elsewhere_is_an_internal_error(app: Any, decision: Any) -> None:
     """A peer's lookup is answered here or refused; were placement to forward it, the
     owner answers an explicit 500 naming the broken rule (not a silent pass under -O)."""
     app.deps.coordinator.placement.place = lambda *a, **k: decision
-    status, body = wire_lookup(app, "a1")
+    status, body = peer_lookup(app, "a1")
     assert status == 500 and body["code"] == "INTERNAL"
-    assert "forwarded lookup" in body["detail"] and type(decision).__name__ in body["detail"]
+    assert "peer's lookup" in body["detail"] and type(decision).__name__ in body["detail"]
 
 
 async def test_a_failing_lean_path_falls_back_to_the_full_app(app: Any) -> None:
@@ -163,20 +136,17 @@ async def test_windowed_view_lookup_is_refused_before_any_position_wait(app: Any
     assert "/v1/views/order_counts_1m/keys/{key}/windows" in body["detail"]
 
 
-@pytest.mark.parametrize(("status", "asks"), [(200, 1), (421, 2), (503, 2)])
+@pytest.mark.parametrize(("status", "asks"), [(200, 1), (421, 2), (503, 1)])
 async def test_forwarding_choice_is_reused_until_a_hop_says_it_is_stale(
         app: Any, status: int, asks: int) -> None:
-    from streamiq.serving.cluster.hop import HopReply
-
     deps = app.deps
     deps.node.router.route_elsewhere("127.0.0.1:2")
-    async def hop(*_: Any) -> HopReply:
-        return HopReply(status, {}, b'{"status":"NOT_ACTIVE"}' if status != 200 else b"{}")
-
-    deps.coordinator.peers.hop.fetch = hop  # the lookup wire: the owner's answer
+    sending(app, status, NotUpToBound("not yet").render() if status == 503 else b"{}")
     for _ in range(2):
         got, _, _ = await call(app, "/v1/views/balances/keys/a1", forwarded=False)
-        assert got == 200  # relayed, or answered by the full route after a 421 / 503
+        # relayed (a 503 too: the owner's answer, e.g. a position not reached), or
+        # answered by the next replica after a 421 (here: this node)
+        assert got == (503 if status == 503 else 200)
     assert deps.node.router.asked == asks  # a stale choice is made again, a good one reused
 
 
@@ -215,7 +185,7 @@ async def test_a_missing_key_is_read_once_with_the_routes_404(app: Any, path: st
     assert lean[1]["code"] == "NOT_FOUND" and lean[1]["role"] == "active"
     assert lean[2] == full[2]  # the same headers (content-type problem+json, hops 0...)
     assert lean[2]["content-type"] == "application/problem+json"
-    assert wire_lookup(app, "nobody") == (404, lean[1]) and store.gets == 3  # the wire: once
+    assert peer_lookup(app, "nobody") == (404, lean[1]) and store.gets == 3  # a peer's: once
 
 
 async def test_a_missing_key_is_read_once_over_http(app: Any, serve_node: Any) -> None:

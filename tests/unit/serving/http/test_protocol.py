@@ -14,8 +14,15 @@ import uvicorn
 from fakes import RecordingTransport
 from httpserve import read_response
 
-from streamiq.serving.cluster.hop import HopReply
-from streamiq.serving.cluster.wire import PREFACE, request_frame
+from streamiq.serving.cluster.peers import PeerReply
+from streamiq.serving.cluster.wire import (
+    PREFACE,
+    REPLY,
+    REQUEST,
+    reply_frame,
+    request_body,
+    request_frame,
+)
 from streamiq.serving.http.http_limits import HttpEdge, LimitedHttpProtocol
 from streamiq.serving.http.protocol import (
     MISSING_HOOKS,
@@ -75,10 +82,10 @@ async def test_forwarded_lookup_relays_the_owner_reply(app: Any, server: int) ->
     deps = app.deps
     deps.node.router.active = "127.0.0.1:2"
 
-    async def hop(address: str, frame: bytes) -> HopReply:
-        return HopReply(200, {}, b'{"k":1}')  # over the lookup wire: no headers
+    async def hop(address: str, body: bytes, deadline: float) -> PeerReply:
+        return PeerReply(200, b'{"k":1}')
 
-    deps.coordinator.peers.hop.fetch = hop
+    deps.coordinator.peers._send = hop
     r, w = await asyncio.open_connection("127.0.0.1", server)
     w.write(get(A1) + get(A1))  # pipelined: the second waits for the first's hop
     for _ in range(2):
@@ -101,21 +108,24 @@ async def test_failed_hop_is_answered_by_the_full_route_once(server: int,
 
 async def test_forwarded_lookups_reuse_a_pooled_hop_and_survive_a_dropped_one(
         app: Any, server: int) -> None:
-    seen: list[bytes] = []
+    """The peer protocol over a real socket: the preface and credential once, then one
+    frame per lookup on the pooled connection, the client's token in each; a pooled
+    connection the owner dropped is replaced."""
+    seen: list[dict[str, Any]] = []
     connections = 0
     dropped = asyncio.Event()
 
     async def owner(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
         nonlocal connections
         connections += 1
+        assert await r.readuntil(b"\n") == PREFACE and await r.readuntil(b"\n") == b"1\n"
         while True:
             try:
-                seen.append(await r.readuntil(b"\r\n\r\n"))
+                size, rid, _ = REQUEST.unpack(await r.readexactly(REQUEST.size))
+                seen.append(json.loads(await r.readexactly(size)))
             except asyncio.IncompleteReadError:
                 return
-            body = b'{"n":%d}' % len(seen)
-            w.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n"
-                    b"x-streamiq-served-by: o\r\n\r\n%s" % (len(body), body))
+            w.write(reply_frame(rid, 200, b'{"n":%d}' % len(seen)))
             if len(seen) == 3:  # drop the pooled connection without saying so
                 w.close()
                 await w.wait_closed()
@@ -124,25 +134,17 @@ async def test_forwarded_lookups_reuse_a_pooled_hop_and_survive_a_dropped_one(
 
     srv = await asyncio.start_server(owner, "127.0.0.1", 0)
     address = f"127.0.0.1:{srv.sockets[0].getsockname()[1]}"
-    deps = app.deps
-    deps.node.router.route_elsewhere(address)
-    hops: list[str] = []
-    http_hop = deps.coordinator.peers.http_hop
-
-    def spy(address: str, *a: Any, **k: Any) -> Any:
-        hops.append(address)
-        return http_hop(address, *a, **k)
-
-    deps.coordinator.peers.http_hop = spy  # HTTP hops: the pooled aiohttp session
-    deps.coordinator.peers.hop.http_only(address, 3600)  # an owner without the lookup wire
+    app.deps.node.router.route_elsewhere(address)
+    # this node holds a1 too: on a loaded machine a hedge would answer here first
+    app.deps.coordinator.peers.hedging.delay = lambda *_, **__: 3600.0
     r, w = await asyncio.open_connection("127.0.0.1", server)
     for n in (1, 2, 3):  # the first connects; the next ones go out on the pooled connection
         w.write(get(A1, "authorization: Bearer t"))
         status, headers, body = await read_response(r)
         assert (status, body) == (200, b'{"n":%d}' % n)
-        assert headers["x-streamiq-hops"] == "1" and headers["x-streamiq-served-by"] == "o"
-    assert connections == 1 and all(b"authorization: Bearer t" in req for req in seen)
-    assert hops == [address] * 3  # each through the lean path's HTTP hop, one connection
+        assert headers["x-streamiq-hops"] == "1" and headers["x-streamiq-served-by"] == address
+    assert connections == 1 and all(d["t"] == "Bearer t" and d["q"]["key"] == "a1"
+                                    for d in seen)
     await asyncio.wait_for(dropped.wait(), 10)  # the pooled connection is gone
     w.write(get(A1, "authorization: Bearer t"))  # no pooled connection left: connect again
     status, headers, body = await read_response(r)
@@ -233,8 +235,11 @@ async def test_the_read_timeout_spares_wire_peers_and_closes_wire_strangers(
     stranger_w.write(PREFACE + b"12")  # a credential line that never ends
     # the stranger is closed after the read timeout, with no HTTP answer on the wire
     assert await asyncio.wait_for(stranger_r.read(), 30) == b""
-    w.write(request_frame(P1, 3, A1.encode(), b"-"))  # the peer, idle longer, is served
-    status, length = (await asyncio.wait_for(r.readuntil(b"\n"), 30)).split()
-    assert status == b"200" and json.loads(await r.readexactly(int(length)))["value"]
+    # the peer, idle longer, is served
+    w.write(request_frame(7, 10_000, request_body("lookup", {"view": "balances", "key": "a1"},
+                                                  [P1], 3, None)))
+    size, rid, status = REPLY.unpack(await asyncio.wait_for(r.readexactly(REPLY.size), 30))
+    assert (rid, status) == (7, 200)
+    assert json.loads(await r.readexactly(size))["value"]
     w.close()
     stranger_w.close()

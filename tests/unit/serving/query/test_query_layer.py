@@ -2,37 +2,41 @@
 
 The node is the serving unit tests' app over in-memory stores (``../conftest.py``);
 the tests call its ``Queries`` directly (no Request, no response), as a SQL front end
-would, and see what peers are asked: rendered from the typed query.
+would, and see what peers are asked: the typed query, on the peer protocol.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from nodeapp import ME, make_app
 
-from streamiq.errors import BadRequest
+from streamiq.errors import BadRequest, NotUpToBound
 from streamiq.serving.cluster.coordinator import Relayed
-from streamiq.serving.cluster.peers import Params, Reply
+from streamiq.serving.cluster.peers import PeerReply
 from streamiq.serving.query.model import (
     Aggregate,
     Caller,
     Freshness,
     Gathered,
+    KeyWindows,
     Lookup,
     MultiGet,
     PeerPart,
     Read,
     Scan,
+    Windows,
     WindowScan,
 )
 from streamiq.serving.query.run import Queries
 
 PEER = "127.0.0.1:2"
-Sent = tuple[str, str, str, Params, Any, dict[str, str]]
+Sent = tuple[str, dict[str, Any], float]  # address, the request's JSON, its deadline
 
 
 def queries(root: Path) -> Queries:
@@ -40,15 +44,14 @@ def queries(root: Path) -> Queries:
     return deps
 
 
-def peer_answers(qs: Queries, reply: Reply) -> list[Sent]:
+def peer_answers(qs: Queries, reply: PeerReply) -> list[Sent]:
     """Every partition's replica is PEER, which answers ``reply``; what it was asked."""
     qs.node.router.fresh = [PEER]  # type: ignore[attr-defined]
     qs.node.router.active = PEER  # type: ignore[attr-defined]
     sent: list[Sent] = []
 
-    async def send(method: str, address: str, path: str, params: Params, body: Any,
-                   headers: dict[str, str], timeout: float) -> Reply:
-        sent.append((method, address, path, params, body, headers))
+    async def send(address: str, body: bytes, deadline: float) -> PeerReply:
+        sent.append((address, orjson.loads(body), deadline))
         return reply
 
     qs.coordinator.peers._send = send  # a test's transport
@@ -68,17 +71,34 @@ async def test_a_lookup_answered_here_is_typed(tmp_path: Path) -> None:
     assert isinstance(missing, Read) and missing.status == 404 and missing.row is None
 
 
-async def test_a_lookup_elsewhere_asks_the_owner_a_path_rendered_from_the_query(
+async def test_a_lookup_elsewhere_asks_the_owner_the_typed_query_with_a_deadline(
         tmp_path: Path) -> None:
     qs = queries(tmp_path)
-    sent = peer_answers(qs, Reply(200, {"x-streamiq-served-by": PEER}, b'{"value": 1}'))
+    sent = peer_answers(qs, PeerReply(200, b'{"value": 1}'))
+    loop = asyncio.get_running_loop()
     got = await qs.lookup(Lookup("balances", "a1", fresh=Freshness(max_lag=3)),
-                          Caller(authorization="Bearer t"))
-    assert isinstance(got, Relayed) and got.address == PEER and got.reply.json() == {"value": 1}
-    method, address, path, params, _, headers = sent[0]
-    assert (method, address, path, params) == ("GET", PEER, "/v1/views/balances/keys/a1",
-                                               [("max_lag", "3")])
-    assert headers["authorization"] == "Bearer t" and "x-streamiq-forwarded" in headers
+                          Caller(authorization="Bearer t", deadline=loop.time() + 2.5))
+    assert isinstance(got, Relayed) and got.address == PEER and got.reply.body == b'{"value": 1}'
+    address, doc, deadline = sent[0]
+    p = partition_of(qs, "balances", "a1")
+    assert address == PEER and doc == {
+        "k": "lookup", "q": {"view": "balances", "key": "a1",
+                             "fresh": {"max_lag": 3, "position": None, "wait_ms": None}},
+        "p": [p], "n": 3, "t": "Bearer t"}
+    assert loop.time() < deadline <= loop.time() + 2.5  # the caller's budget travels
+
+
+async def test_a_replicas_windows_are_typed_and_its_error_raised(tmp_path: Path) -> None:
+    qs = queries(tmp_path)
+    doc = {"key": "c1|x", "partition": 1, "windows": [{"n": 1}], "served_by": PEER,
+           "role": "active", "lag": 0}
+    peer_answers(qs, PeerReply(200, orjson.dumps(doc)))
+    got = await qs.key_windows(KeyWindows("order_counts_1m", "c1|x"))
+    assert isinstance(got, Windows) and got.windows == [{"n": 1}] and got.hops == 1
+    assert got.stamp == {"served_by": PEER, "role": "active", "lag": 0}
+    peer_answers(qs, PeerReply(503, NotUpToBound("not yet", partition=1).render()))
+    with pytest.raises(NotUpToBound, match="not yet"):
+        await qs.key_windows(KeyWindows("order_counts_1m", "c1|x"))
 
 
 async def test_multi_get_gives_typed_rows_and_the_unanswered_partitions(
@@ -109,37 +129,36 @@ async def test_scan_and_aggregate_are_typed(tmp_path: Path) -> None:
 async def test_a_peers_part_is_answered_here_for_its_partitions(tmp_path: Path) -> None:
     qs = queries(tmp_path)
     p = partition_of(qs, "balances", "a1")
-    got = await qs.scan(Scan("balances"), Caller(forwarded=True, partitions=str(p)))
+    got = await qs.scan(Scan("balances"), Caller(forwarded=True, partitions=[p]))
     assert isinstance(got, PeerPart) and got.not_active == [] and got.served_by == ME
     assert got.partial is not None and [r["key"] for r in got.partial["rows"]] == ["a1"]
     with pytest.raises(BadRequest, match="partitions: out of range"):
-        await qs.scan(Scan("balances"), Caller(forwarded=True, partitions="7"))
+        await qs.scan(Scan("balances"), Caller(forwarded=True, partitions=[7]))
 
 
 async def test_a_gather_asks_each_owner_from_the_typed_query(tmp_path: Path) -> None:
     qs = queries(tmp_path)
     part = {"partial": {"rows": [], "more": False}, "not_active": []}
-    sent = peer_answers(qs, Reply(200, {}, json.dumps(part).encode()))
+    sent = peer_answers(qs, PeerReply(200, json.dumps(part).encode()))
     got = await qs.scan(WindowScan("order_counts_1m", start=5, end=9, prefix="c1", limit=2,
                                    fresh=Freshness(max_lag=4)), Caller(authorization="Bearer t"))
     assert isinstance(got, Gathered) and got.status == "OK" and got.hops == 1
-    method, address, path, params, body, headers = sent[0]
-    assert (method, address, path, body) == ("GET", PEER, "/v1/views/order_counts_1m/windows",
-                                             None)
-    assert params == [("from", "5"), ("to", "9"), ("prefix", "c1"), ("limit", "2"),
-                      ("max_lag", "4"), ("partitions", "0,1,2")]
-    assert headers["authorization"] == "Bearer t"
+    address, doc, _ = sent[0]
+    assert address == PEER and doc == {
+        "k": "window_scan", "p": [0, 1, 2], "n": 3, "t": "Bearer t",
+        "q": {"view": "order_counts_1m", "start": 5, "end": 9, "prefix": "c1", "limit": 2,
+              "cursor": None, "fresh": {"max_lag": 4, "position": None, "wait_ms": None}}}
 
 
 async def test_a_multi_get_sends_each_owner_its_keys(tmp_path: Path) -> None:
     qs = queries(tmp_path)
-    sent = peer_answers(qs, Reply(200, {}, json.dumps(
+    sent = peer_answers(qs, PeerReply(200, json.dumps(
         {"partial": {"found": {}, "keys": ["a1"]}, "not_active": []}).encode()))
     got = await qs.multi_get(MultiGet("balances", ("a1",)))
     assert isinstance(got, Gathered) and [r.found for r in got.result.results] == [False]
     p = partition_of(qs, "balances", "a1")
-    assert [(s[0], s[2], s[3], s[4]) for s in sent] == [
-        ("POST", "/v1/views/balances/keys", [("partitions", str(p))], {"keys": ["a1"]})]
+    assert [(doc["k"], doc["p"], doc["q"]["keys"]) for _, doc, _ in sent] == [
+        ("multiget", [p], ["a1"])]
 
 
 async def test_bad_queries_are_400s_naming_the_problem(tmp_path: Path) -> None:
@@ -150,3 +169,59 @@ async def test_bad_queries_are_400s_naming_the_problem(tmp_path: Path) -> None:
         await qs.aggregate(Aggregate("balances", group_by=("nope",)))
     with pytest.raises(BadRequest, match="is after"):
         await qs.scan(Scan("balances", start="b", to="a"))
+
+
+def _rows(qs: Queries, balances: dict[str, int | None]) -> None:
+    """Rows of ``balances`` (None: a row without a balance) in the in-memory stores."""
+    from streamiq.state.base import Checkpoint
+
+    store, n = qs.node.stores["balances"], qs.node.partitions["balances"]
+    for key, balance in balances.items():
+        row = {"account": key, "count": 1, **({} if balance is None else {"balance": balance})}
+        store.apply(qs.node.views["balances"].partition_of(key, n),
+                    [(key.encode(), json.dumps(row).encode())], Checkpoint(offset=1))
+
+
+async def test_top_k_merges_each_owners_top_k(tmp_path: Path) -> None:
+    """The k largest (or smallest) of a column across partitions, ties by key, rows
+    without the column left out; a peer's part is its own partitions' top k."""
+    from streamiq.serving.query.topk import TopK
+
+    qs = queries(tmp_path)
+    balances = {f"k{i:02d}": (i * 37) % 50 for i in range(40)} | {"none": None, "a1": 5}
+    _rows(qs, balances)
+    want = sorted(((b, k) for k, b in balances.items() if b is not None),
+                  key=lambda t: (-t[0], t[1]))
+    got = await qs.run(TopK("balances", "balance", 7))
+    assert isinstance(got, Gathered) and got.status == "OK" and got.partitions == 3
+    assert [(r["value"]["balance"], r["key"]) for r in got.result.rows] == want[:7]
+    low = await qs.run(TopK("balances", "balance", 3, "asc", prefix="k"))
+    assert isinstance(low, Gathered)
+    assert [r["key"] for r in low.result.rows] == [
+        k for _, k in sorted((b, k) for k, b in balances.items()
+                             if b is not None and k.startswith("k"))][:3]
+    p = partition_of(qs, "balances", "k01")
+    part = await qs.run(TopK("balances", "balance", 2), Caller(forwarded=True, partitions=[p]))
+    assert isinstance(part, PeerPart) and part.partial is not None
+    mine = sorted(((b, k) for k, b in balances.items() if b is not None
+                   and partition_of(qs, "balances", k) == p), key=lambda t: (-t[0], t[1]))
+    assert [r["key"] for r in part.partial["rows"]] == [k for _, k in mine[:2]]
+    with pytest.raises(BadRequest, match="no column 'nope'"):
+        await qs.run(TopK("balances", "nope"))
+    with pytest.raises(BadRequest, match="k: expected"):
+        await qs.run(TopK("balances", "balance", 0))
+
+
+async def test_top_k_travels_to_peers_as_its_typed_query(tmp_path: Path) -> None:
+    from streamiq.serving.query.codec import decode
+    from streamiq.serving.query.topk import TopK
+
+    qs = queries(tmp_path)
+    part = {"partial": {"rows": [{"key": "x", "partition": 0, "value": {"balance": 9}}]},
+            "not_active": []}
+    sent = peer_answers(qs, PeerReply(200, json.dumps(part).encode()))
+    got = await qs.run(TopK("balances", "balance", 2, prefix="x"))
+    assert isinstance(got, Gathered) and [r["key"] for r in got.result.rows] == ["x"]
+    _, doc, _ = sent[0]
+    assert doc["k"] == "topk" and decode(doc["k"], doc["q"]) == TopK("balances", "balance", 2,
+                                                                      prefix="x")

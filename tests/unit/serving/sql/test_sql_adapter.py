@@ -21,7 +21,7 @@ from streamiq._sqlstate import sqlstate_of
 from streamiq.auth import Principal
 from streamiq.config import Settings
 from streamiq.errors import Unauthenticated, Unavailable
-from streamiq.serving.cluster.peers import Params, Reply
+from streamiq.serving.cluster.peers import PeerReply
 from streamiq.serving.query.run import Queries
 from streamiq.serving.sql import adapter
 from streamiq.serving.sql.adapter import NodeEngine, relayed_error
@@ -55,16 +55,17 @@ def engine(root: Path, settings: Settings | None = None) -> NodeEngine:
     return NodeEngine(qs, qs.coordinator.gate.auth)
 
 
-def peer_answers(e: NodeEngine, reply: Reply) -> list[dict[str, str]]:
-    """Every partition's replica is PEER, which answers ``reply``: the headers sent."""
+def peer_answers(e: NodeEngine, reply: PeerReply) -> list[dict[str, Any]]:
+    """Every partition's replica is PEER, which answers ``reply``: the requests sent
+    (the peer protocol's: the client's credential is ``authorization``)."""
     qs = e.queries
     qs.node.router.fresh = [PEER]  # type: ignore[attr-defined]
     qs.node.router.active = PEER  # type: ignore[attr-defined]
-    sent: list[dict[str, str]] = []
+    sent: list[dict[str, Any]] = []
 
-    async def send(method: str, address: str, path: str, params: Params, body: Any,
-                   headers: dict[str, str], timeout: float) -> Reply:
-        sent.append(headers)
+    async def send(address: str, body: bytes, deadline: float) -> PeerReply:
+        doc = json.loads(body)
+        sent.append({"authorization": doc["t"], **doc})
         return reply
 
     qs.coordinator.peers._send = send  # a test's transport
@@ -109,18 +110,18 @@ async def test_a_lookup_elsewhere_is_one_hop_with_the_sessions_credential(
         tmp_path: Path) -> None:
     e = engine(tmp_path)
     row = {"account": "a1", "balance": 6}
-    sent = peer_answers(e, Reply(200, {}, json.dumps({"value": row}).encode()))
+    sent = peer_answers(e, PeerReply(200, json.dumps({"value": row}).encode()))
     got = await e.lookup("balances", "a1", Freshness(max_lag=3, authorization=CREDENTIAL))
     assert got.rows == [row] and got.hops == 1
     assert [h["authorization"] for h in sent] == [CREDENTIAL]
-    peer_answers(e, Reply(404, {}, b'{"code": "NOT_FOUND"}'))
+    peer_answers(e, PeerReply(404, b'{"code": "NOT_FOUND"}'))
     assert (await e.lookup("balances", "a1", Freshness())).rows == []
 
 
 async def test_a_replicas_error_is_the_error_it_names(tmp_path: Path) -> None:
     e = engine(tmp_path)
     problem = {"code": "NOT_UP_TO_BOUND", "detail": "has not reflected the position"}
-    peer_answers(e, Reply(503, {}, json.dumps(problem).encode()))
+    peer_answers(e, PeerReply(503, json.dumps(problem).encode()))
     with pytest.raises(Unavailable, match="has not reflected") as got:
         await e.lookup("balances", "a1", Freshness())
     assert sqlstate_of(got.value) == "55000"
@@ -230,14 +231,14 @@ async def test_in_redirect_mode_a_lookup_asks_the_owner_as_a_gathers_part(
     e = engine(tmp_path, Settings(auth=False, redirect=True))
     row = {"account": "a1", "balance": 6}
     part = {"partial": {"found": {"a1": row}, "keys": ["a1"]}, "not_active": []}
-    sent = peer_answers(e, Reply(200, {}, json.dumps(part).encode()))
+    sent = peer_answers(e, PeerReply(200, json.dumps(part).encode()))
     got = await e.lookup("balances", "a1", Freshness(authorization=CREDENTIAL))
     assert got.rows == [row] and got.hops == 1
     assert [h["authorization"] for h in sent] == [CREDENTIAL]
     window = {"store": "c1", "type": "GENERAL", "window_start": 0, "count": 2}
     scanned = [{"key": k, "partition": 0, "value": {**window, "store": k[:2]}}
                for k in ("c1|GENERAL", "c1|GENERALX")]  # the prefix's other key: not it
-    peer_answers(e, Reply(200, {}, json.dumps(
+    peer_answers(e, PeerReply(200, json.dumps(
         {"partial": {"rows": scanned, "more": False}, "not_active": []}).encode()))
     windows = await e.lookup("order_counts_1m", "c1|GENERAL", Freshness())
     assert windows.rows == [window] and windows.hops == 1

@@ -1,0 +1,102 @@
+"""Typed queries and their answers on the peer protocol: what a peer is asked, what it
+answers, and both read back.
+
+A request carries the typed query as its ``kind`` (``Query.kind``) and its fields
+(orjson writes a dataclass as its fields); ``decode`` makes the same query again for
+the peer server. An answer is rendered by its type (``reply``: a key's row, a key's
+windows, a peer's part of a scatter-gather, an error), and ``windows`` reads a
+replica's windows back. A new query type needs nothing here unless it answers with a
+new type of result (register it with ``reply.register``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from streamiq.errors import BadRequest, StreamiqError, from_problem
+from streamiq.serving.cluster.peers import Ask, PeerReply
+from streamiq.serving.engines.partials import GatherReply
+from streamiq.serving.query.model import KINDS, Freshness, PeerPart, Query, Read, Windows
+
+__all__ = ["ask", "decode", "reply", "windows"]
+
+
+def ask(q: Query, authorization: str | None, count: int, deadline: float,
+        part: Callable[[list[int]], Query] | None = None) -> Ask:
+    """What peers are asked for ``q`` (``part``: the query for the partitions one peer
+    answers, e.g. a multi-get of their keys)."""
+    return Ask(q.kind, q, count, authorization, deadline, part)
+
+
+def decode(kind: str, fields: Any) -> Query:
+    """The typed query a peer's request names; ``BadRequest`` if it names none."""
+    cls = KINDS.get(kind)
+    if cls is None or not isinstance(fields, dict):
+        raise BadRequest(f"not a query of this node: {kind!r}")
+    try:
+        known = {f.name: f.type for f in dataclasses.fields(cls)}
+        for name, value in fields.items():
+            if name != "fresh" and not _fits(str(known.get(name)), value):
+                raise ValueError(f"{name}: {value!r:.40}")
+        values = {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()
+                  if k != "fresh"}
+        fresh = Freshness(**fields.get("fresh") or {})
+        return cls(**values, fresh=fresh)  # type: ignore[arg-type]  # checked by _fits
+    except (TypeError, ValueError) as exc:
+        raise BadRequest(f"malformed {kind} query: {exc}") from None
+
+
+_TYPES = {"str": str, "int": int}
+
+
+def _fits(annotation: str, value: Any) -> bool:
+    """``value`` (from JSON) is of the field's type (``str``, ``int``, optional, or a
+    tuple of them)."""
+    if annotation.endswith(" | None"):
+        return value is None or _fits(annotation[:-7], value)
+    if annotation.startswith("tuple[") and annotation.endswith(", ...]"):
+        return isinstance(value, list) and all(_fits(annotation[6:-6], v) for v in value)
+    kind = _TYPES.get(annotation)
+    return kind is not None and isinstance(value, kind) and not isinstance(value, bool)
+
+
+@functools.singledispatch
+def reply(answer: Any) -> tuple[int, bytes]:
+    """A peer's answer on the protocol: its status and body."""
+    raise TypeError(f"no peer reply for {type(answer).__name__}")
+
+
+@reply.register
+def _read(answer: Read) -> tuple[int, bytes]:
+    return answer.status, answer.body  # a row's document, or its 404's
+
+
+@reply.register
+def _windows(answer: Windows) -> tuple[int, bytes]:
+    return 200, orjson.dumps({"key": answer.key, "partition": answer.partition,
+                              "windows": answer.windows, **answer.stamp})
+
+
+@reply.register
+def _part(answer: PeerPart) -> tuple[int, bytes]:  # type: ignore[type-arg]
+    doc: GatherReply[Any] = {"partial": answer.partial, "not_active": answer.not_active}
+    return 200, orjson.dumps(doc)
+
+
+@reply.register
+def _error(answer: StreamiqError) -> tuple[int, bytes]:
+    return answer.http_status, answer.render()
+
+
+def windows(r: PeerReply) -> Windows:
+    """A replica's windows (its error reply raised as the error it names)."""
+    if r.status != 200:
+        raise from_problem(r.status, r.body)
+    doc = orjson.loads(r.body)
+    stamp = {k: doc[k] for k in ("served_by", "role", "lag")}
+    return Windows(doc["key"], doc["partition"], doc["windows"], stamp, hops=1)
