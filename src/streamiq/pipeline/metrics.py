@@ -37,14 +37,20 @@ class PipelineStats:
     last_ms: dict[str, int] = field(default_factory=dict)  # last batch's duration
     durations: Latency = field(default_factory=lambda: Latency(("view",), _BATCH_BUCKETS))
 
-    def batch(self, view: str, ev: dict[str, Any]) -> None:
-        """One micro-batch's progress (the listener's event)."""
-        self.records[view] = self.records.get(view, 0) + int(ev.get("records", 0))
+    def batch(self, view: str, ev: dict[str, Any], count_input: bool = True) -> None:
+        """One batch's progress (the listener's event); its input counted unless
+        ``count_input`` is False (real-time mode: ``read`` counts it as it is read)."""
+        if count_input:
+            self.read(view, int(ev.get("records", 0)))
         self.dead_letters[view] = self.dead_letters.get(view, 0) + int(ev.get("bad", 0))
         self.input_rate[view] = float(ev.get("input_rate") or 0.0)
         self.process_rate[view] = float(ev.get("process_rate") or 0.0)
         self.last_ms[view] = int(ev.get("duration_ms") or 0)
         self.durations.observe((view,), self.last_ms[view] / 1000)
+
+    def read(self, view: str, n: int) -> None:
+        """``n`` more input records of ``view`` read."""
+        self.records[view] = self.records.get(view, 0) + n
 
     def progress(self, view: str) -> dict[str, Any]:
         """What the dashboards show of a view (``pipeline/progress.py`` publishes it)."""

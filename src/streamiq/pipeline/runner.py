@@ -31,9 +31,10 @@ from streamiq.kafka.offsets import earliest_is_zero
 from streamiq.logs import configure_logging
 from streamiq.pipeline import modes
 from streamiq.pipeline.connector import require_connector
-from streamiq.pipeline.deadletter import DEAD_LETTER_TOPIC, METRIC, DeadLetterCounts
+from streamiq.pipeline.deadletter import DEAD_LETTER_TOPIC, DeadLetterCounts
 from streamiq.pipeline.deadletter_writer import topic_max_bytes
 from streamiq.pipeline.java_kafka import JavaKafkaConfigError, java_kafka_config
+from streamiq.pipeline.listener import Events, listen
 from streamiq.pipeline.markers import Markers
 from streamiq.pipeline.metrics import PipelineStats
 from streamiq.pipeline.progress import ProgressPublisher
@@ -44,6 +45,7 @@ from streamiq.pipeline.queries import (
     start_dead_letters,
     start_view,
 )
+from streamiq.pipeline.session import mode_session
 from streamiq.pipeline.sink_options import parse_sink_options
 from streamiq.pipeline.warmup import warm_up
 from streamiq.views.base import CHANGELOG_TOPIC_CONFIG, App, View, load_app
@@ -91,11 +93,11 @@ class Pipeline:
         self.kafka = settings.kafka()
         self.runs: dict[str, _Run] = {}
         self.stats = PipelineStats()  # --metrics-port (pipeline/metrics.py)
-        for v in app.views:  # every view's counters from the start (a real-time batch
-            self.stats.records.setdefault(v.name, 0)  # reports its input when it ends)
+        for v in app.views:  # every view's counters from the start
+            self.stats.records.setdefault(v.name, 0)
         self.progress = ProgressPublisher(  # for the nodes' dashboards
             self.kafka, settings.topic(progress_topic(settings.cluster)))
-        self.events: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.events: Events = queue.Queue()
         self.spark: SparkSession | None = None
         self._parts: dict[str, int] = {}
         self._dl_bytes = 1_000_000  # the dead letters' limit (the topic's, read at start)
@@ -162,7 +164,7 @@ class Pipeline:
         self.spark = spark
         if self.settings.warmup:
             self.warm_up()
-        self._register_listener()
+        self._listener = listen(self.spark, self.events)
         self._dl_bytes = min(self._dl_bytes, topic_max_bytes(
             self.kafka, self.settings.topic(DEAD_LETTER_TOPIC)))
         for run in self.runs.values():
@@ -249,37 +251,6 @@ class Pipeline:
         log.info("%s: query started in %s mode (checkpoint %s)", run.name,
                  modes.MICRO_BATCH if run.dead is not None else self.mode, run.checkpoint)
 
-    def _register_listener(self) -> None:
-        from pyspark.sql.streaming import StreamingQueryListener
-
-        assert self.spark is not None
-        events = self.events
-
-        class _Listener(StreamingQueryListener):
-            def onQueryStarted(self, event: Any) -> None:
-                pass
-
-            def onQueryProgress(self, event: Any) -> None:
-                p = event.progress
-                if p.numInputRows == 0:
-                    return
-                metric = p.observedMetrics.get(METRIC)
-                events.put({"name": p.name, "batch_id": p.batchId, "records": p.numInputRows,
-                            "metric": metric.asDict() if metric is not None else None,
-                            "duration_ms": p.batchDuration,
-                            "input_rate": p.inputRowsPerSecond,
-                            "process_rate": p.processedRowsPerSecond})
-
-            def onQueryIdle(self, event: Any) -> None:
-                pass
-
-            def onQueryTerminated(self, event: Any) -> None:
-                events.put({"name": None, "terminated": str(event.id),
-                            "exception": event.exception})
-
-        self._listener = _Listener()
-        self.spark.streams.addListener(self._listener)
-
     def poll(self, timeout: float = 0.2) -> None:
         """Handle query progress (markers, dead letters, counters); restart a query that
         stopped (raise if one keeps stopping)."""
@@ -322,17 +293,25 @@ class Pipeline:
         if run is None:
             return
         if run.dead is not None:
+            # a real-time batch reports its input only when it ends (minutes): its
+            # views' input is counted as this query, on the same input, reads it
+            views = self._reading(run.topics) if self.mode == modes.REAL_TIME else []
+            for view in views:
+                self.stats.read(view, int(ev["records"]))
             n = run.dead.batch(ev["metric"] or {})
             self.stats.dead_lettered(run.view.name, run.dead.reasons)
             self.stats.invalid(run.view.name, n)
-            if n:
-                self._publish_progress(run.view.name, force=True)
+            for view in {run.view.name, *views} if n or views else ():
+                self._publish_progress(view, force=bool(n) and view == run.view.name)
             return
         assert run.markers is not None
         run.markers.batch(ev["batch_id"])
         run.records += ev["records"]
-        self.stats.batch(run.view.name, ev)
+        self.stats.batch(run.view.name, ev, count_input=self.mode != modes.REAL_TIME)
         self._publish_progress(run.view.name)
+
+    def _reading(self, topics: tuple[str, ...]) -> list[str]:  # views reading ``topics``
+        return [r.view.name for r in self.runs.values() if r.markers and r.topics == topics]
 
     def _publish_progress(self, view: str, force: bool = False) -> None:
         self.progress.publish(view, self.stats.progress(view), force=force)
@@ -366,23 +345,6 @@ class Pipeline:
         self.progress.close()
 
 
-def _session(settings: Settings, app: App, slots: int) -> SparkSession:
-    """The pipeline's Spark session for its mode (``local[N]`` sized to the real-time
-    slots; a cluster with fewer is refused: ModeError)."""
-    from streamiq.pipeline.session import spark_session
-
-    master = settings.master
-    if settings.trigger == modes.REAL_TIME:
-        master = modes.local_master(master, slots)
-    conf = {**modes.session_conf(settings.trigger), **settings.spark_config}
-    spark = spark_session(master, app_name=f"streamiq-{app.name}",
-                          shuffle_partitions=modes.shuffle_partitions(
-                              settings.trigger, settings.partitions), **conf)
-    if settings.trigger == modes.REAL_TIME and master == settings.master:
-        modes.check_slots(spark, slots, master)
-    return spark
-
-
 def run_pipeline(settings: Settings) -> None:
     """Run the app's views until SIGTERM/SIGINT (blocking); exit 1 if a query fails."""
     configure_logging(settings.log_level, settings.log_format)
@@ -397,7 +359,8 @@ def run_pipeline(settings: Settings) -> None:
     pipeline = Pipeline(settings, app, stopping=stop)
     try:
         slots = pipeline.plan()
-        spark = _session(settings, app, slots)
+        spark = mode_session(settings.master, settings.trigger, settings.partitions,
+                             settings.spark_config, f"streamiq-{app.name}", slots)
     except modes.ModeError as exc:
         raise SystemExit(f"streamiq pipeline: {exc}") from None
     if settings.metrics and settings.metrics_port:

@@ -17,7 +17,8 @@ from streamiq.pipeline.connector import connector_jars
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["QUIET_LOGGERS", "SESSION_CONF", "quiet", "silence", "spark_session"]
+__all__ = ["QUIET_LOGGERS", "SESSION_CONF", "mode_session", "quiet", "silence",
+           "spark_session"]
 
 SESSION_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
@@ -109,6 +110,23 @@ def spark_session(master: str = "local[2]", app_name: str = "streamiq",
 #: micro-batches may take longer than their 2 s trigger ("falling behind")
 QUIET_LOGGERS = ("org.apache.spark.scheduler.FairSchedulableBuilder",
                  "org.apache.spark.sql.execution.streaming.runtime.ProcessingTimeExecutor")
+
+
+def mode_session(master: str, trigger: str, partitions: int, spark_config: dict[str, str],
+                 app_name: str, slots: int) -> SparkSession:
+    """The pipeline's session for its mode (``local[N]`` sized to real-time mode's
+    ``slots``; a cluster with fewer is refused: ``modes.ModeError``)."""
+    from streamiq.pipeline import modes
+
+    given = master
+    if trigger == modes.REAL_TIME:
+        master = modes.local_master(master, slots)
+    conf = {**modes.session_conf(trigger), **spark_config}
+    spark = spark_session(master, app_name=app_name, shuffle_partitions=modes.shuffle_partitions(
+        trigger, partitions), **conf)
+    if trigger == modes.REAL_TIME and master == given:
+        modes.check_slots(spark, slots, master)
+    return spark
 
 
 def _quiet(spark: SparkSession) -> None:

@@ -27,7 +27,7 @@ def _started(monkeypatch: pytest.MonkeyPatch, settings: Settings) -> list[str]:
     """Pipeline.start of an app without views; returns the steps it took."""
     steps: list[str] = []
     monkeypatch.setattr(Pipeline, "warm_up", lambda self: steps.append("warm_up"))
-    monkeypatch.setattr(Pipeline, "_register_listener", lambda self: steps.append("listener"))
+    monkeypatch.setattr(runner, "listen", lambda *a: steps.append("listener"))
     monkeypatch.setattr(runner, "topic_max_bytes", lambda *a: 1_000_000)
     p = Pipeline(settings, App(name="none", topics=(), views=()))
     p.start(spark=object())  # type: ignore[arg-type]  # no query: no Spark call
@@ -69,3 +69,40 @@ def test_ups_pipeline_takes_both(warmup: bool) -> None:
     argv = pipeline.argv
     assert json.loads(argv[argv.index("--spark-config") + 1]) == conf
     assert ("--warmup" if warmup else "--no-warmup") in argv
+
+
+class _NoDeadLetters:
+    written, reasons = 0, {}  # type: ignore[var-annotated]
+
+    def batch(self, metric: dict[str, Any]) -> int:
+        return 0
+
+
+class _MarkersSeen:
+    def __init__(self) -> None:
+        self.batches: list[int] = []
+
+    def batch(self, batch_id: int) -> None:
+        self.batches.append(batch_id)
+
+
+@pytest.mark.parametrize("trigger", ["real-time", "micro-batch"])
+def test_a_views_input_is_counted_as_it_is_read_in_either_mode(
+        monkeypatch: pytest.MonkeyPatch, trigger: str) -> None:
+    """A real-time batch reports its input only when it ends (minutes): the view's
+    input is counted from its dead-letter query, which reads the same input every 2 s;
+    in micro-batch from the view's own batches. Never both."""
+    from streamiq.views.bank import APP, BALANCES
+
+    monkeypatch.setattr(runner.Pipeline, "_publish_progress", lambda *a, **k: None)
+    p = Pipeline(Settings(trigger=trigger), APP)
+    topics = ("bank-input",)
+    view_run = runner._Run("balances", BALANCES, "/cp", topics)
+    view_run.markers = _MarkersSeen()  # type: ignore[assignment]
+    dead_run = runner._Run("balances.dead-letters", BALANCES, "/cp-dl", topics)
+    dead_run.dead = _NoDeadLetters()  # type: ignore[assignment]
+    p.runs = {r.name: r for r in (view_run, dead_run)}
+    p._handle({"name": "balances.dead-letters", "batch_id": 0, "records": 7, "metric": {}})
+    p._handle({"name": "balances", "batch_id": 0, "records": 7, "metric": None})
+    assert p.stats.records["balances"] == 7
+    assert view_run.markers.batches == [0]  # type: ignore[union-attr]
