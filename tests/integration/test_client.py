@@ -48,6 +48,9 @@ async def test_client_goes_direct_and_survives_stale_metadata(cluster: Any) -> N
             break
         assert time.monotonic() < deadline, (meta, agg)
         time.sleep(0.3)
+    # and every node's map shows each partition's assigned owner active: a client that
+    # read the map mid-handover sends a key to the old owner, by then its standby
+    cluster.settle([p for p, _ in nodes], "balances")
     c.refresh()
 
     for key, row in bal.items():
