@@ -13,6 +13,36 @@ if TYPE_CHECKING:
     from streamiq.serving.node import Parts
 
 
+class Message:
+    """A consumed Kafka record as confluent-kafka's ``Message`` reads (no error)."""
+
+    def __init__(self, topic: str, partition: int, offset: int, key: bytes | None,
+                 value: bytes | None, headers: list[tuple[str, bytes]] | None = None) -> None:
+        self._t, self._p, self._o, self._k, self._v, self._h = (
+            topic, partition, offset, key, value, headers)
+
+    def topic(self) -> str:
+        return self._t
+
+    def partition(self) -> int:
+        return self._p
+
+    def offset(self) -> int:
+        return self._o
+
+    def key(self) -> bytes | None:
+        return self._k
+
+    def value(self) -> bytes | None:
+        return self._v
+
+    def headers(self) -> list[tuple[str, bytes]] | None:
+        return self._h
+
+    def error(self) -> None:
+        return None
+
+
 class Clock:
     """A monotonic clock the test moves by hand (``clock.now += 1.5``)."""
 

@@ -90,6 +90,26 @@ def _write_and_see(up: Up, amounts: dict[str, int]) -> None:
         until(partial(exact, port, amounts), CONVERGE_S, "balances visible")
 
 
+def _lookup(c: httpx.Client, port: int, account: str, expected: dict[str, int],
+            stats: dict[str, Any]) -> None:
+    """One lookup of ``account`` through ``port``, counted in ``stats``: ok, wrong (an
+    answer other than ``expected``), failed (no answer, or not 200/404), and the
+    slowest answer's time."""
+    t0 = time.monotonic()
+    try:
+        resp = c.get(f"http://127.0.0.1:{port}/account/{account}")
+    except httpx.HTTPError as exc:
+        stats["failed"].append((port, account, repr(exc)))
+        return
+    stats["slowest"] = max(stats["slowest"], time.monotonic() - t0)
+    if resp.status_code == 200 and resp.json()["value"]["balance"] == expected[account]:
+        stats["ok"] += 1
+    elif resp.status_code in (200, 404):
+        stats["wrong"].append((port, account, resp.status_code, resp.text[:300]))
+    else:
+        stats["failed"].append((port, account, resp.status_code, resp.text[:300]))
+
+
 def test_sigkill_of_a_node_is_restarted_while_the_others_answer(up: Up) -> None:
     rng = random.Random(1)
     expected = {f"n-{i}": rng.randint(1, 1000) for i in range(60)}
@@ -98,7 +118,7 @@ def test_sigkill_of_a_node_is_restarted_while_the_others_answer(up: Up) -> None:
     victim = up.node_ports[1]
     survivors = [p for p in up.node_ports if p != victim]
     old_pid = up.child("node", victim)
-    stats: dict[str, Any] = {"ok": 0, "wrong": [], "failed": []}
+    stats: dict[str, Any] = {"ok": 0, "wrong": [], "failed": [], "slowest": 0.0}
     stop = threading.Event()
 
     def load(seed: int) -> None:
@@ -109,19 +129,7 @@ def test_sigkill_of_a_node_is_restarted_while_the_others_answer(up: Up) -> None:
             for _ in range(2000):  # bounded: ~100 queries/s per worker at most
                 if stop.is_set():
                     return
-                account, port = r.choice(list(expected)), r.choice(survivors)
-                try:
-                    resp = c.get(f"http://127.0.0.1:{port}/account/{account}")
-                except httpx.HTTPError as exc:
-                    stats["failed"].append((port, account, repr(exc)))
-                    continue
-                if resp.status_code == 200 and resp.json()["value"]["balance"] == \
-                        expected[account]:
-                    stats["ok"] += 1
-                elif resp.status_code in (200, 404):
-                    stats["wrong"].append((port, account, resp.status_code, resp.text[:300]))
-                else:
-                    stats["failed"].append((port, account, resp.status_code, resp.text[:300]))
+                _lookup(c, r.choice(survivors), r.choice(list(expected)), expected, stats)
                 time.sleep(0.01)
 
     workers = [threading.Thread(target=load, args=(s,)) for s in range(2)]
@@ -170,21 +178,7 @@ def test_sigstop_of_a_node_costs_the_others_no_more_than_a_moment(up: Up) -> Non
         r = random.Random(seed)
         with httpx.Client(headers=HEADERS, timeout=20) as c:
             while not stop.is_set():
-                account, port = r.choice(list(expected)), r.choice(survivors)
-                t0 = time.monotonic()
-                try:
-                    resp = c.get(f"http://127.0.0.1:{port}/account/{account}")
-                except httpx.HTTPError as exc:
-                    stats["failed"].append((port, account, repr(exc)))
-                    continue
-                stats["slowest"] = max(stats["slowest"], time.monotonic() - t0)
-                if resp.status_code == 200 and resp.json()["value"]["balance"] == \
-                        expected[account]:
-                    stats["ok"] += 1
-                elif resp.status_code in (200, 404):
-                    stats["wrong"].append((port, account, resp.status_code, resp.text[:300]))
-                else:
-                    stats["failed"].append((port, account, resp.status_code, resp.text[:300]))
+                _lookup(c, r.choice(survivors), r.choice(list(expected)), expected, stats)
                 time.sleep(0.01)
 
     workers = [threading.Thread(target=load, args=(s,)) for s in range(2)]

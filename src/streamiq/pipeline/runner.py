@@ -301,8 +301,9 @@ class Pipeline:
             n = run.dead.batch(ev["metric"] or {})
             self.stats.dead_lettered(run.view.name, run.dead.reasons)
             self.stats.invalid(run.view.name, n)
-            for view in {run.view.name, *views} if n or views else ():
-                self._publish_progress(view, force=bool(n) and view == run.view.name)
+            if n or views:
+                for view in {run.view.name, *views}:
+                    self._publish_progress(view, force=bool(n) and view == run.view.name)
             return
         assert run.markers is not None
         run.markers.batch(ev["batch_id"])

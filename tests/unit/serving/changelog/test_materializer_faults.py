@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError
+from fakes import Message
 from faultnode import KeyFault
 
 from streamiq.config import Settings
@@ -36,35 +37,8 @@ TOPIC = {"balances": "cl-b", "order_counts_1m": "cl-w"}
 SEAM = "streamiq.serving.changelog.materializer.before_apply"  # where tests install a fault
 
 
-class Msg:
-    def __init__(self, topic: str, partition: int, offset: int, key: bytes | None,
-                 value: bytes | None, marker: bool = False) -> None:
-        self._t, self._p, self._o, self._k, self._v = topic, partition, offset, key, value
-        self._h = [(MARKER_HEADER, b"1")] if marker else None
 
-    def topic(self) -> str:
-        return self._t
-
-    def partition(self) -> int:
-        return self._p
-
-    def offset(self) -> int:
-        return self._o
-
-    def key(self) -> bytes | None:
-        return self._k
-
-    def value(self) -> bytes | None:
-        return self._v
-
-    def headers(self) -> list[tuple[str, bytes]] | None:
-        return self._h
-
-    def error(self) -> None:
-        return None
-
-
-class Eof(Msg):
+class Eof(Message):
     """librdkafka's end-of-partition event (enable.partition.eof): a message without
     key, value or headers whose error is _PARTITION_EOF."""
 
@@ -79,13 +53,14 @@ class Log:
     """An in-memory changelog: topic -> partition -> records."""
 
     def __init__(self) -> None:
-        self.records: dict[tuple[str, int], list[Msg]] = {}
+        self.records: dict[tuple[str, int], list[Message]] = {}
         self.first_fetch_polls = 0  # polls before a newly assigned partition's first answer
 
     def append(self, topic: str, p: int, key: bytes | None, value: bytes | None,
                marker: bool = False) -> None:
         recs = self.records.setdefault((topic, p), [])
-        recs.append(Msg(topic, p, len(recs), key, value, marker))
+        recs.append(Message(topic, p, len(recs), key, value,
+                            [(MARKER_HEADER, b"1")] if marker else None))
 
 
 def _row(account: str, balance: int) -> bytes:
@@ -122,8 +97,8 @@ def fake_kafka(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Log, list[Any]
             for tp in tps:
                 self.pos.pop((tp.topic, tp.partition), None)
 
-        def consume(self, n: int, timeout: float) -> list[Msg]:
-            out: list[Msg] = []
+        def consume(self, n: int, timeout: float) -> list[Message]:
+            out: list[Message] = []
             for tp, at in self.pos.items():
                 if self.in_flight.get(tp):
                     self.in_flight[tp] -= 1
@@ -140,7 +115,7 @@ def fake_kafka(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Log, list[Any]
                 time.sleep(0.002)  # as a real consumer's poll timeout would (pacing)
             return out
 
-        def poll(self, timeout: float) -> Msg | None:
+        def poll(self, timeout: float) -> Message | None:
             got = self.consume(1, timeout)
             return got[0] if got else None
 

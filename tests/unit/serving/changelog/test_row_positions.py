@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from fakes import offline_parts
+from fakes import Message, offline_parts
 
 from streamiq.config import Settings
 from streamiq.kafka.partitioner import partition_for
@@ -27,33 +27,6 @@ from streamiq.views.orders import ORDER_COUNTS_1M
 TOPIC = {"balances": "cl-b", "order_counts_1m": "cl-w"}
 
 
-class Msg:
-    def __init__(self, topic: str, partition: int, offset: int, key: bytes | None,
-                 value: bytes | None, headers: list[tuple[str, bytes]] | None) -> None:
-        self._t, self._p, self._o, self._k, self._v, self._h = (
-            topic, partition, offset, key, value, headers)
-
-    def topic(self) -> str:
-        return self._t
-
-    def partition(self) -> int:
-        return self._p
-
-    def offset(self) -> int:
-        return self._o
-
-    def key(self) -> bytes | None:
-        return self._k
-
-    def value(self) -> bytes | None:
-        return self._v
-
-    def headers(self) -> list[tuple[str, bytes]] | None:
-        return self._h
-
-    def error(self) -> None:
-        return None
-
 
 def _key(p: int, n: int = 1) -> str:
     """An account whose key is in changelog partition ``p`` of 3."""
@@ -64,16 +37,16 @@ def _key(p: int, n: int = 1) -> str:
 
 
 def _row(account: str, balance: int, pos: str | None, ts: int | None = None,
-         offset: int = 0) -> Msg:
+         offset: int = 0) -> Message:
     value = json.dumps({"account": account, "balance": balance, "count": 1,
                         "last_update": 0}).encode()
     headers = ([(POSITION_HEADER, pos.encode())] if pos is not None else []) + (
         [(TIME_HEADER, str(ts).encode())] if ts is not None else [])
-    return Msg(TOPIC["balances"], 0, offset, account.encode(), value, headers or None)
+    return Message(TOPIC["balances"], 0, offset, account.encode(), value, headers or None)
 
 
-def _marker(offsets: dict[str, dict[str, int]], offset: int) -> Msg:
-    return Msg(TOPIC["balances"], 0, offset, MARKER_KEY,
+def _marker(offsets: dict[str, dict[str, int]], offset: int) -> Message:
+    return Message(TOPIC["balances"], 0, offset, MARKER_KEY,
                json.dumps({"batch_id": 1, "offsets": offsets}).encode(),
                [(MARKER_HEADER, b"1")])
 
@@ -133,7 +106,7 @@ def test_windowed_rows_and_rows_without_positions_are_not_remembered(tmp_path: P
     window = {"store": store, "type": "GENERAL", "window_start": 0, "window_end": 60_000,
               "count": 1, "revenue": 1.0}
     key = f"{store}|GENERAL".encode()
-    m.apply([Msg(TOPIC["order_counts_1m"], 0, 0, key, json.dumps(window).encode(),
+    m.apply([Message(TOPIC["order_counts_1m"], 0, 0, key, json.dumps(window).encode(),
                  [(POSITION_HEADER, b"in:0:1")])])
     assert m.states[("balances", 0)].rows == {}
     assert m.states[("order_counts_1m", 0)].offset == 1  # applied, and
