@@ -124,5 +124,5 @@ def test_too_few_local_task_slots_are_refused_in_one_line(bootstrap: str,
     assert done.returncode == 1, done.stderr[-2000:]
     last = done.stderr.strip().splitlines()[-1]
     assert last == ("streamiq pipeline: --master local[2] has 2 task slots; real-time mode "
-                    "holds 21 for these views (every input and shuffle partition of each "
-                    "query): give local[21] (threads, not cores), or --trigger micro-batch")
+                    "holds 24 for these views (every input and shuffle partition of each "
+                    "query): give local[24] (threads, not cores), or --trigger micro-batch")

@@ -107,7 +107,8 @@ def test_one_image_and_spark_executors_run_it_in_the_drivers_namespace() -> None
 
     cfg = tomllib.loads(_kind("ConfigMap")["data"]["streamiq.toml"])
     n, app = cfg["partitions"], load_app(cfg["app"])
-    needed = modes.slots([n] * len(app.views), n, n)
+    # a dead-letter query per input, their batches possibly at once
+    needed = modes.slots([n] * len(app.views), n, n * len(app.topics))
     have = int(conf["spark.executor.instances"]) * int(conf["spark.executor.cores"])
     assert cfg.get("pipeline", {}).get("trigger") == "micro-batch" or have >= needed, \
         (have, needed)

@@ -93,7 +93,9 @@ def trigger(mode: str, batch_s: int, trigger_ms: int) -> dict[str, str]:
 def slots(inputs: Sequence[int], shuffle: int, spare: int = 0) -> int:
     """Task slots real-time queries hold at once: each query's input partitions
     (``inputs``, one entry per query) plus its ``shuffle`` partitions, and ``spare`` for
-    micro-batch work beside them (the dead-letter queries' batches)."""
+    micro-batch work beside them (the dead-letter queries' batches, one per distinct input,
+    which may all run at once: with room for one only, a view's next real-time batch
+    was once refused CONCURRENT_SCHEDULER_INSUFFICIENT_SLOT)."""
     return sum(n + shuffle for n in inputs) + spare
 
 

@@ -150,8 +150,8 @@ class Pipeline:
         if self.mode != modes.REAL_TIME:
             return 0
         views = [r for r in self.runs.values() if r.markers is not None]
-        spare = max((sum(parts[t] for t in r.topics) for r in self.runs.values()
-                     if r.dead is not None), default=0)
+        spare = sum(sum(parts[t] for t in r.topics) for r in self.runs.values()
+                    if r.dead is not None)  # their batches may all run at once
         return modes.slots([sum(parts[t] for t in r.topics) for r in views],
                            modes.shuffle_partitions(self.mode, self.settings.partitions),
                            spare)
