@@ -131,6 +131,17 @@ class FakeEngine:
             out.append(g)
         return Groups(out, got.missing)
 
+    async def top_k(self, view: str, column: str, k: int, desc: bool, nulls_first: bool,
+                    fresh: Freshness) -> Rows:
+        self.calls.append(("top_k", view))
+        await self._wait(fresh)
+        got = self._reachable(view, list(self.rows[view]), set(range(PARTITIONS)))
+        nulls = [r for r in got.rows if r.get(column) is None]
+        ranked = sorted((r for r in got.rows if r.get(column) is not None),
+                        key=lambda r: r[column], reverse=desc)
+        got.rows = (nulls + ranked if nulls_first else ranked + nulls)[:k]
+        return got
+
 
 async def authenticate(user: str, password: str) -> Principal:
     if password not in TOKENS:

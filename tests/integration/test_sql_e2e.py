@@ -69,6 +69,7 @@ def test_sql_on_three_nodes(cluster: Any, nodes: list[tuple[int, int]]) -> None:
     _a_bad_password_is_refused(cluster, nodes)
     _psql_lists_and_queries(cluster, nodes[-1][1])
     _a_lookup_takes_at_most_one_hop(cluster, nodes)
+    _order_by_limit_is_the_top_k(cluster, nodes)
 
 
 def _equals_the_http_api(cluster: Any, nodes: list[tuple[int, int]]) -> None:
@@ -232,6 +233,29 @@ def _an_aggregate_asks_each_other_owner_once(cluster: Any,
                              for p in ports], (view, port, owning)
             assert metric(cluster, port, 'streamiq_sql_statements_total{kind="aggregate"}'
                           ) == pushed + 1
+
+
+def _order_by_limit_is_the_top_k(cluster: Any, nodes: list[tuple[int, int]]) -> None:
+    """``ORDER BY balance DESC LIMIT 10`` from any node is the owners' top-k (issue 39):
+    the 10 largest balances, each other owner asked one top-k part and nothing else."""
+    ports = [p for p, _ in nodes]
+    owning = set(owners(cluster, ports[0], "balances").values())
+    truth = {(r["account"], r["balance"]) for r in BAL}
+    largest = sorted((b for _, b in truth), reverse=True)[:10]
+    for port, sql in nodes:
+        with connect(sql, cluster.token) as conn:
+            before = [_peer_parts(cluster, p) for p in ports]
+            pushed = metric(cluster, port, 'streamiq_sql_statements_total{kind="topk"}')
+            got = conn.execute("SELECT account, balance FROM balances "
+                               "ORDER BY balance DESC LIMIT 10").fetchall()
+            after = [_peer_parts(cluster, p) for p in ports]
+        assert [b for _, b in got] == largest and set(got) <= truth, (port, got)
+        asked = [{q: n - b.get(q, 0) for q, n in a.items() if n != b.get(q, 0)}
+                 for b, a in zip(before, after, strict=True)]
+        assert asked == [{"topk": 1} if p in owning and p != port else {}
+                         for p in ports], (port, owning)
+        assert metric(cluster, port, 'streamiq_sql_statements_total{kind="topk"}'
+                      ) == pushed + 1
 
 
 def _a_bad_password_is_refused(cluster: Any, nodes: list[tuple[int, int]]) -> None:

@@ -267,13 +267,15 @@ def test_the_query_layer_needs_no_web_framework() -> None:
 def test_a_new_query_type_is_one_module_in_query_plus_its_renderers() -> None:
     """Top-k was added as the proof (issue 39): its typed query, owners' parts and merge
     are ``query/topk.py``, registered by one import in ``query/kinds.py``; beyond that only
-    renderers name it (the HTTP route and its row in the route table; the Python client
-    asks its path). The peer protocol, the coordinator, the engines and the peer server
-    carry it without a line of their own."""
+    renderers name it (the HTTP route and its row in the route table; SQL's engine, which
+    runs ``ORDER BY column LIMIT k``'s pushdown; the Python client asks its path). The
+    peer protocol, the coordinator, the engines and the peer server carry it without a
+    line of their own."""
     import re
 
     pattern = re.compile(r"\bTopK\w*|\bTOP_K\b|query\.topk\b|import [^\n]*\btopk\b")
     naming = sorted(str(path.relative_to(SRC / ROOT)) for path in _modules().values()
                     if pattern.search(path.read_text()))
     assert naming == ["serving/http/queries.py", "serving/query/kinds.py",
-                      "serving/query/topk.py", "serving/routes.py"], naming
+                      "serving/query/topk.py", "serving/routes.py",
+                      "serving/sql/adapter.py"], naming

@@ -10,7 +10,9 @@ route (``serving/http/queries.py``, ``routes.TOP_K``), the Python client
 
 Order: numbers before text, each in its own order; ties by key, so every node and
 every merge picks the same rows. Rows whose column is null or absent are left out (as
-a ``WHERE column IS NOT NULL`` would).
+a ``WHERE column IS NOT NULL`` would), unless ``nulls`` is ``"first"`` or ``"last"``: then
+they come before or after every value, as PostgreSQL orders them (SQL's pushdown asks
+so: ``ORDER BY column DESC`` puts them first, ``ASC`` last).
 """
 
 from __future__ import annotations
@@ -38,13 +40,15 @@ MAX_K = 1000
 @dataclass(frozen=True)
 class TopK(Query):
     """The ``k`` rows with the largest (``order="desc"``) or smallest (``"asc"``) value
-    of ``column``, over keys with ``prefix``."""
+    of ``column``, over keys with ``prefix``; rows without a value of it left out
+    (``nulls="omit"``), or placed before (``"first"``) or after (``"last"``) the rest."""
 
     kind = "topk"
     column: str
     k: int = 10
     order: str = "desc"
     prefix: str | None = None
+    nulls: str = "omit"
 
 
 class TopKPartial(TypedDict):
@@ -102,6 +106,8 @@ def _ranked(view: View, q: TopK, key: str, row: dict[str, Any]) -> tuple[int, An
     value = row.get(q.column)
     if value is None and q.column in view.key_columns:  # a key column the row leaves out
         value = view.parse_key(key).get(q.column)
+    if value is None and q.nulls != "omit":  # before or after every value, either order
+        return (2, 0, key) if (q.nulls == "first") == (q.order == "desc") else (-1, 0, key)
     return _rank(value, key)
 
 
@@ -139,6 +145,9 @@ async def top_k(qs: Queries, q: TopK, caller: Caller
         raise BadRequest(f"k: expected 1..{MAX_K}, got {q.k}", field="k")
     if q.order not in ("asc", "desc"):
         raise BadRequest(f"order: expected asc or desc, got {q.order!r}", field="order")
+    if q.nulls not in ("omit", "first", "last"):
+        raise BadRequest(f"nulls: expected omit, first or last, got {q.nulls!r}",
+                         field="nulls")
     g: Gather[Any] = Gather(qs, q, v, caller)
     store = qs.node.stores[v.name]
 

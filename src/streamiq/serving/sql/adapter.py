@@ -5,7 +5,8 @@ the HTTP API's requests are.
 A lookup is one ``Queries.lookup`` (the one placement decision: answered here, relayed
 from one replica, or refused); a windowed view's key is its ``KeyWindows``. Multi-gets,
 scans and aggregates are the query layer's scatter-gathers: typed rows plus the
-partitions no replica answered. The session's credential goes to the owners with every
+partitions no replica answered; so is ``ORDER BY column LIMIT k``, the ``TopK``
+query (``query/topk.py``). The session's credential goes to the owners with every
 query (``Caller.authorization``), which check it as they check an HTTP client's.
 """
 
@@ -26,6 +27,7 @@ from streamiq.serving.engines.scan import MAX_LIMIT
 from streamiq.serving.query import model as q
 from streamiq.serving.query.model import MAX_KEYS
 from streamiq.serving.query.run import Queries
+from streamiq.serving.query.topk import TopK, TopKRows
 from streamiq.serving.sql.engine import Bounds, Column, Freshness, Groups, Row, Rows, ViewInfo
 from streamiq.views.base import View
 
@@ -132,6 +134,17 @@ class NodeEngine:
             q.Aggregate(view, tuple(group_by), tuple(aggs), prefix, fresh=_fresh(fresh)),
             _caller(fresh)))
         return Groups(got.result.groups, tuple(got.missing))
+
+    async def top_k(self, view: str, column: str, k: int, desc: bool, nulls_first: bool,
+                    fresh: Freshness) -> Rows:
+        """The query layer's ``TopK`` (each owner's top ``k``, merged)."""
+        got = _gathered(await self.queries.run(TopK(
+            view, column, k, "desc" if desc else "asc",
+            nulls="first" if nulls_first else "last", fresh=_fresh(fresh)), _caller(fresh)))
+        result: TopKRows = got.result
+        out = Rows([])
+        _add(out, [r["value"] for r in result.rows], got)
+        return out
 
 
 async def _few_at_once(calls: Sequence[Callable[[], Awaitable[T]]], limit: int) -> list[T]:

@@ -99,3 +99,8 @@ class Engine(Protocol):
     async def aggregate(self, view: str, group_by: Sequence[str], aggs: Sequence[str],
                         prefix: str | None, fresh: Freshness) -> Groups:
         """The scatter-gather aggregate: each owner once; avg travels as [sum, count]."""
+
+    async def top_k(self, view: str, column: str, k: int, desc: bool, nulls_first: bool,
+                    fresh: Freshness) -> Rows:
+        """The ``k`` rows first by ``column`` (nulls first or left out): each owner's
+        top ``k``, merged."""

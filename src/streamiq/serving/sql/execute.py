@@ -33,6 +33,7 @@ from streamiq.serving.sql.plans import (
     Plan,
     Scan,
     Source,
+    Top,
 )
 from streamiq.serving.sql.pool import SqlWorkers, Worker
 from streamiq.serving.sql.remote import RemoteCatalog
@@ -130,6 +131,10 @@ class Executor:
                 got = await self.engine.lookup(source.view, source.keys[0], ctx.fresh)
             else:
                 got = await self.engine.multi_get(source.view, source.keys, ctx.fresh)
+        elif isinstance(source, Top):  # at most k rows (planner.MAX_TOP)
+            async with self._reads:
+                got = await self.engine.top_k(source.view, source.column, source.k,
+                                              source.desc, source.nulls_first, ctx.fresh)
         else:
             async with self._reads:
                 got = await self.engine.scan(source.view, source.bounds, ctx.fresh,

@@ -3,6 +3,8 @@
 * ``key = v`` / ``IN (...)`` on every key column: a routed lookup or multi-get;
 * ``LIKE 'x%'`` on the first key column: a prefix scan; ``<``, ``>``, ``BETWEEN``: a
   range scan over a superset of the keys (DuckDB then applies the exact condition);
+* ``ORDER BY column [ASC|DESC] LIMIT k`` of one view, nothing else asked of its rows: the
+  owners' top-k (``query/topk.py``), DuckDB then ordering those k rows;
 * ``GROUP BY`` columns with count/sum/min/max/avg (and at most a ``LIKE 'x%'`` key
   filter): the scatter-gather aggregate, HAVING/ORDER BY/LIMIT over its groups;
 * anything else (joins, expressions, window functions, ORDER BY, LIMIT): the views'
@@ -38,16 +40,24 @@ from streamiq.serving.sql.plans import (
     Plan,
     Scan,
     Source,
+    Top,
     marker,
 )
 
-__all__ = ["MAX_DEPTH", "parse", "plan", "prepare"]
+__all__ = ["MAX_DEPTH", "MAX_TOP", "parse", "plan", "prepare"]
 
 #: parentheses a statement may nest: sqlglot recurses about 20 Python frames per level
 #: (past ~45 levels it hits Python's recursion limit); PostgreSQL answers 54001 at its
 #: stack depth limit too, only deeper
 MAX_DEPTH = 32
 
+#: the largest LIMIT pushed down as a top-k (the query layer's MAX_K); past it the rows
+#: are gathered for DuckDB
+MAX_TOP = 1000
+#: Spark types whose values are JSON numbers (``views/rows.py`` checks a row's types), so
+#: top-k's order is theirs
+_NUMERIC = frozenset({"tinyint", "smallint", "int", "integer", "bigint", "long", "float",
+                      "double", "real", "decimal"})
 CATALOG_SCHEMAS = frozenset({"pg_catalog", "information_schema"})
 _AGGS: dict[type[exp.Expr], str] = {exp.Count: "count", exp.Sum: "sum", exp.Min: "min",
                                           exp.Max: "max", exp.Avg: "avg"}
@@ -259,10 +269,38 @@ def _limit(sel: exp.Select) -> int | None:
     return int(value.this) if str(value.this).isdigit() else None
 
 
+def _top(sel: exp.Select, view: ViewInfo) -> Top | None:
+    """``ORDER BY column [ASC|DESC] [NULLS ...] LIMIT k`` with nothing else asked of the
+    view's rows (no WHERE, grouping, DISTINCT, OFFSET, window or aggregate), over a
+    numeric column that is not a key: the owners' top-k holds the answer's rows."""
+    order, limit = sel.args.get("order"), sel.args.get("limit")
+    value = limit.expression if isinstance(limit, exp.Limit) else None
+    if order is None or len(order.expressions) != 1 or not isinstance(value, exp.Literal) \
+            or value.is_string or not str(value.this).isdigit() or sel.args.get("offset") \
+            or any(sel.args.get(k) for k in ("where", *_QUERY_TAIL) if k not in (
+                "order", "limit")) or sel.find(exp.AggFunc, exp.Window):
+        return None
+    by, k = order.expressions[0], int(value.this)
+    col = by.this if isinstance(by, exp.Ordered) else None
+    types = {c.name: c.type.split("(")[0].strip().lower() for c in view.columns}
+    if not isinstance(col, exp.Column) or col.name not in types or not 1 <= k <= MAX_TOP \
+            or col.name in view.key_columns or types[col.name] not in _NUMERIC:
+        return None
+    if any(e.alias_or_name == col.name and not (  # an output column of that name orders
+            isinstance(e.unalias(), exp.Column) and e.unalias().name == col.name)
+            for e in sel.expressions if not isinstance(e, exp.Star)):
+        return None
+    return Top(view.name, col.name, k, bool(by.args.get("desc")),
+               bool(by.args.get("nulls_first")))
+
+
 def _single(sel: exp.Select, view: ViewInfo, sql: str) -> Plan:
     agg = _aggregate(sel, view, sql)
     if agg is not None:
         return agg
+    top = _top(sel, view)
+    if top is not None:
+        return Fetch(top, sql)
     conds = _where(sel)
     src, exact = key_source(view, conds)
     direct = _direct(sel, view.names) if exact or not conds else None

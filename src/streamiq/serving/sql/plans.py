@@ -18,7 +18,7 @@ from streamiq.serving.sql.engine import Bounds
 from streamiq.serving.sql.types import sql_literal
 
 __all__ = ["AGG_TABLE", "Aggregate", "CatalogQuery", "Fetch", "Gather", "Lookup", "Plan", "Scan",
-           "Source", "bind", "has_marker", "marker", "marker_number", "unbound_sql"]
+           "Source", "Top", "bind", "has_marker", "marker", "marker_number", "unbound_sql"]
 
 #: the table the aggregate's groups are registered as for its post SQL
 AGG_TABLE = "__agg"
@@ -61,7 +61,20 @@ class Scan:
     limit: int | None = None
 
 
-Source = Lookup | Scan
+@dataclass(frozen=True)
+class Top:
+    """The owners' top-k (``ORDER BY column [DESC] LIMIT k``, nothing else asked of the
+    view's rows): the ``k`` rows first in that order, nulls where PostgreSQL puts them
+    (``nulls_first``: ``DESC``'s default); DuckDB then runs the statement over them."""
+
+    view: str
+    column: str
+    k: int
+    desc: bool
+    nulls_first: bool
+
+
+Source = Lookup | Scan | Top
 #: (output column name, the row's column) when rows are the answer as they come
 Direct = tuple[tuple[str, str], ...]
 
@@ -133,6 +146,8 @@ def _keys(template: str, values: Sequence[Any]) -> list[str]:
 
 
 def _bind_source(s: Source, values: Sequence[Any]) -> Source:
+    if isinstance(s, Top):  # a literal LIMIT and a column: nothing to bind
+        return s
     if isinstance(s, Lookup):
         return Lookup(s.view, tuple(dict.fromkeys(k for t in s.keys for k in _keys(t, values))))
     b = s.bounds

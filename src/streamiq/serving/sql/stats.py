@@ -12,7 +12,7 @@ from prometheus_client.core import CounterMetricFamily, Metric
 
 from streamiq._sqlstate import sqlstate_of
 from streamiq.errors import StreamiqError
-from streamiq.serving.sql.plans import Aggregate, CatalogQuery, Fetch, Lookup, Plan
+from streamiq.serving.sql.plans import Aggregate, CatalogQuery, Fetch, Lookup, Plan, Top
 
 __all__ = ["SqlStats", "kind_of"]
 
@@ -26,6 +26,8 @@ def kind_of(plan: Plan) -> str:
         return "aggregate"
     if isinstance(plan, Fetch) and isinstance(plan.source, Lookup):
         return "lookup" if len(plan.source.keys) == 1 else "multiget"
+    if isinstance(plan, Fetch) and isinstance(plan.source, Top):
+        return "topk"
     return "scan" if isinstance(plan, Fetch) else "gather"
 
 
@@ -61,7 +63,7 @@ class SqlStats:
     def metrics(self) -> Iterator[Metric]:
         ran = CounterMetricFamily(
             "streamiq_sql_statements", "SQL statements run, by how they read the views: "
-            "lookup, multiget, scan, aggregate (pushed down to the owners), gather (rows "
+            "lookup, multiget, scan, aggregate, topk (pushed down to the owners), gather (rows "
             "gathered for DuckDB: joins, subqueries...), catalog (no view)", labels=["kind"])
         for kind, n in sorted(self.statements.items()):
             ran.add_metric([kind], n)

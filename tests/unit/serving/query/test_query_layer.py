@@ -212,6 +212,29 @@ async def test_top_k_merges_each_owners_top_k(tmp_path: Path) -> None:
         await qs.run(TopK("balances", "balance", 0))
 
 
+async def test_top_k_places_rows_without_the_column_as_asked(tmp_path: Path) -> None:
+    """SQL's pushdown asks for PostgreSQL's order: nulls first (DESC's default) or last
+    (ASC's), so a LIMIT past the rows with a value still returns the others; "omit" (the
+    HTTP route's) leaves them out."""
+    from streamiq.serving.query.topk import TopK
+
+    qs = queries(tmp_path)
+    _rows(qs, {"za": 3, "zb": 1, "zc": 2, "zn1": None, "zn2": None})
+
+    async def keys(order: str, nulls: str, k: int = 4) -> list[str]:
+        got = await qs.run(TopK("balances", "balance", k, order, prefix="z", nulls=nulls))
+        assert isinstance(got, Gathered)
+        return [r["key"][1:] for r in got.result.rows]
+
+    assert await keys("desc", "first") == ["n1", "n2", "a", "c"]
+    assert await keys("desc", "last") == ["a", "c", "b", "n1"]
+    assert await keys("asc", "last", 5) == ["b", "c", "a", "n1", "n2"]
+    assert await keys("asc", "first", 2) == ["n1", "n2"]
+    assert await keys("asc", "omit", 5) == ["b", "c", "a"]
+    with pytest.raises(BadRequest, match="nulls: expected"):
+        await qs.run(TopK("balances", "balance", nulls="middle"))
+
+
 async def test_top_k_travels_to_peers_as_its_typed_query(tmp_path: Path) -> None:
     from streamiq.serving.query.codec import decode
     from streamiq.serving.query.topk import TopK

@@ -9,7 +9,7 @@ from sqlviews import VIEWS
 
 from streamiq.errors import BadSql, TooComplex, UnknownView
 from streamiq.serving.sql.engine import Bounds
-from streamiq.serving.sql.planner import plan, prepare
+from streamiq.serving.sql.planner import MAX_TOP, plan, prepare
 from streamiq.serving.sql.plans import (
     Aggregate,
     CatalogQuery,
@@ -18,6 +18,7 @@ from streamiq.serving.sql.plans import (
     Lookup,
     Plan,
     Scan,
+    Top,
     bind,
     unbound_sql,
 )
@@ -62,6 +63,8 @@ SHAPES: list[tuple[str, Plan | dict[str, Any]]] = [
      {"source": Scan("balances", Bounds(start="b", end="a}")), "direct": None}),
     # DuckDB over every row: ORDER BY, LIMIT, expressions, window functions, DISTINCT aggs
     ("SELECT account, balance FROM balances ORDER BY balance DESC LIMIT 3",
+     {"source": Top("balances", "balance", 3, True, True), "direct": None}),
+    ("SELECT account, balance FROM balances ORDER BY balance DESC LIMIT 3 OFFSET 2",
      {"source": Scan("balances"), "direct": None}),
     ("SELECT account, balance * 2 AS dbl, rank() OVER (ORDER BY balance) FROM balances",
      {"source": Scan("balances"), "direct": None}),
@@ -217,8 +220,11 @@ def test_schema_qualified_columns_are_the_views_columns() -> None:
 def test_limit_alone_asks_for_that_many_rows_and_limit_0_for_none() -> None:
     p = plan("SELECT t.* FROM public.balances t LIMIT 200", VIEWS)
     assert isinstance(p, Fetch) and p.source == Scan("balances", limit=200)
-    ordered = plan("SELECT * FROM balances ORDER BY balance LIMIT 5", VIEWS)
+    # an ordered LIMIT needs every row, unless the owners' top-k holds them
+    ordered = plan("SELECT * FROM balances ORDER BY account LIMIT 5", VIEWS)
     assert isinstance(ordered, Fetch) and ordered.source == Scan("balances")
+    top = plan("SELECT * FROM balances ORDER BY balance LIMIT 5", VIEWS)
+    assert isinstance(top, Fetch) and top.source == Top("balances", "balance", 5, False, False)
     for probe in ('SELECT TRUE AS "_" FROM "public"."balances" WHERE 1 <> 1 LIMIT 0',
                   "SELECT * FROM balances WHERE false", "SELECT * FROM balances LIMIT 0"):
         assert isinstance(plan(probe, VIEWS), CatalogQuery), probe  # the empty tables
@@ -250,3 +256,27 @@ def test_deep_nesting_is_54001_not_a_recursion_error() -> None:
 def test_parameters_are_typed_by_what_they_are_compared_with(sql: str,
                                                              types: tuple[int, ...]) -> None:
     assert prepare(sql, VIEWS)[1] == types
+
+
+def test_order_by_a_number_limit_k_is_the_owners_top_k() -> None:
+    """``ORDER BY balance DESC LIMIT 10`` of one view, nothing else asked of its rows, is
+    pushed down as a top-k (nulls first, as PostgreSQL orders DESC; last for ASC or when
+    asked); DuckDB still runs the statement over those rows. Anything more (a WHERE, an
+    OFFSET, an output column of that name, a text or key column, k past MAX_TOP) is not."""
+    got = plan("SELECT account, balance FROM balances ORDER BY balance DESC LIMIT 10", VIEWS)
+    assert isinstance(got, Fetch) and got.direct is None
+    assert got.source == Top("balances", "balance", 10, True, True)
+    assert "ORDER BY balance DESC NULLS FIRST LIMIT 10" in got.sql
+    asc = plan("SELECT * FROM balances ORDER BY balance LIMIT 3", VIEWS)
+    assert isinstance(asc, Fetch) and asc.source == Top("balances", "balance", 3, False, False)
+    last = plan("SELECT * FROM balances ORDER BY count DESC NULLS LAST LIMIT 5", VIEWS)
+    assert isinstance(last, Fetch) and last.source == Top("balances", "count", 5, True, False)
+    for sql in ("SELECT * FROM balances WHERE balance > 3 ORDER BY balance DESC LIMIT 3",
+                "SELECT * FROM balances ORDER BY balance DESC LIMIT 3 OFFSET 1",
+                "SELECT account, -balance AS balance FROM balances ORDER BY balance LIMIT 3",
+                "SELECT * FROM balances ORDER BY account DESC LIMIT 3",
+                "SELECT * FROM balances ORDER BY balance, count LIMIT 3",
+                f"SELECT * FROM balances ORDER BY balance DESC LIMIT {MAX_TOP + 1}",
+                "SELECT DISTINCT balance FROM balances ORDER BY balance DESC LIMIT 3"):
+        p = plan(sql, VIEWS)
+        assert not (isinstance(p, Fetch) and isinstance(p.source, Top)), sql
