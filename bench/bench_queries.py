@@ -107,7 +107,7 @@ def serve_ceiling(port: int, n: int) -> None:
 
     from streamiq._http import install_error_handlers
     from streamiq.serving.http.app import MaxLag, Position, WaitMs
-    from streamiq.serving.http.server import HttpServer
+    from streamiq.serving.http.server import HttpServer, run
 
     data = {r["account"]: r for r in rows(n)}
     app = FastAPI()
@@ -130,7 +130,7 @@ def serve_ceiling(port: int, n: int) -> None:
         return {"ok": True}
 
     sock = socket.create_server(("127.0.0.1", port))
-    asyncio.run(HttpServer(app, signals=True).serve(sock))
+    run(HttpServer(app, signals=True).serve(sock))
 
 
 # -- this machine's floor for a hop: a round trip through a relay doing no work --

@@ -202,7 +202,7 @@ def run_ingest(settings: Settings) -> None:
     import sys
 
     from streamiq.logs import configure_logging
-    from streamiq.serving.http.server import HttpServer
+    from streamiq.serving.http.server import HttpServer, run
     from streamiq.tls import scheme, server_context
 
     configure_logging(settings.log_level, settings.log_format)
@@ -219,6 +219,6 @@ def run_ingest(settings: Settings) -> None:
     server = HttpServer(app, edge=app.state.http_edge, ssl_context=server_context(settings),
                         signals=True)
     with sock:
-        code = asyncio.run(server.serve(sock))
+        code = run(server.serve(sock))
     if code:
         sys.exit(code)

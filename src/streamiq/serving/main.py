@@ -22,7 +22,7 @@ from streamiq.config import Settings
 from streamiq.logs import configure_logging
 from streamiq.serving.http.app import create_asgi
 from streamiq.serving.http.http_limits import HttpEdge
-from streamiq.serving.http.server import HttpServer
+from streamiq.serving.http.server import HttpServer, run
 from streamiq.serving.node import Node
 
 if TYPE_CHECKING:  # the SQL engines load only with --sql-port (_start_sql)
@@ -63,7 +63,7 @@ def run_node(settings: Settings) -> None:
     must never linger half-alive.
     """
     configure_logging(settings.log_level, settings.log_format)
-    code = asyncio.run(_serve(settings))
+    code = run(_serve(settings))
     if code == 1:
         log.critical("node %s exiting with status 1: a part could not recover",
                      settings.endpoint)

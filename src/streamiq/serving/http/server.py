@@ -28,20 +28,30 @@ import signal
 import socket
 import ssl
 import threading
-from collections.abc import MutableMapping
+from collections.abc import Coroutine, MutableMapping
 from email.utils import formatdate
-from typing import Any
+from typing import Any, TypeVar
+
+import uvloop
 
 from streamiq.serving.http.asgi import ASGIApp
 from streamiq.serving.http.fastpath import LeanLookups
 from streamiq.serving.http.http_limits import HttpEdge
 from streamiq.serving.http.protocol import HttpProtocol, ServerState
 
-__all__ = ["STARTUP_FAILED", "HttpServer"]
+__all__ = ["STARTUP_FAILED", "HttpServer", "run"]
 
 log = logging.getLogger("streamiq.http")
 
 STARTUP_FAILED = 3  # serve()'s status when the lifespan startup failed
+T = TypeVar("T")
+
+
+def run(main: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run`` on uvloop: the event loop of a node's and the ingest's process
+    (epoll and the transports in C; measured in docs/design.md, "The HTTP server")."""
+    result: T = uvloop.run(main)
+    return result
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
