@@ -1,14 +1,16 @@
 """Which HTTP server a node could run without overriding uvicorn's private methods,
-measured side by side in one run (issue 39; docs/design.md, "Forwarded lookups").
+measured side by side in one run (issue 39; docs/design.md, "The HTTP server").
 
 Every variant answers ``GET /v1/views/balances/keys/{key}`` from an in-process dict
 with the same JSON body, through its fastest hook, in a process of its own:
 
+* ``streamiq ASGI``: the node's own server (``serving/http/server.py``) and a bare ASGI
+  callable (a task and two ASGI messages per request: what FastAPI's routes get);
 * ``uvicorn private hook``: uvicorn's httptools protocol with ``_start_asgi_task``
-  overridden to answer inside the parser callback (what ``serving/http/protocol.py``
-  does today, pinning uvicorn <0.55);
+  overridden to answer inside the parser callback (what the node did before its own
+  server, pinning uvicorn <0.55); when uvicorn is installed (not a dependency);
 * ``uvicorn ASGI``: stock uvicorn and a bare ASGI callable (public hooks only: a task
-  and two ASGI messages per request);
+  and two ASGI messages per request); when uvicorn is installed;
 * ``granian RSGI``: granian (Rust) and its RSGI interface, one worker (when installed:
   ``uv pip install granian``; not a dependency of streamiq);
 * ``httptools protocol``: a bare asyncio protocol on httptools answering inside the
@@ -101,6 +103,15 @@ async def rsgi(scope: Any, proto: Any) -> None:
                          payload or NOT_FOUND)
 
 
+def serve_streamiq(port: int) -> None:
+    import socket
+
+    from streamiq.serving.http.server import HttpServer, run
+
+    sock = socket.create_server(("127.0.0.1", port))
+    run(HttpServer(asgi, lifespan=False, signals=True).serve(sock))
+
+
 def serve_httptools(port: int) -> None:
     import httptools
 
@@ -145,11 +156,15 @@ def _wait(port: int, path: str) -> None:
     raise TimeoutError(f"server on {port} not ready")
 
 
-VARIANTS = ["uvicorn private hook", "uvicorn ASGI", "granian RSGI", "httptools protocol"]
+VARIANTS = ["streamiq ASGI", "uvicorn private hook", "uvicorn ASGI", "granian RSGI",
+            "httptools protocol"]
+OPTIONAL = {"granian RSGI": "granian", "uvicorn private hook": "uvicorn", "uvicorn ASGI": "uvicorn"}
 
 
 def serve(name: str, port: int) -> None:
-    if name == "granian RSGI":
+    if name == "streamiq ASGI":
+        serve_streamiq(port)
+    elif name == "granian RSGI":
         serve_granian(port)
     elif name == "httptools protocol":
         serve_httptools(port)
@@ -166,7 +181,7 @@ def main() -> None:
     if a.serve:
         serve(a.serve[0], int(a.serve[1]))
         return
-    names = [v for v in VARIANTS if v != "granian RSGI" or importlib.util.find_spec("granian")]
+    names = [v for v in VARIANTS if v not in OPTIONAL or importlib.util.find_spec(OPTIONAL[v])]
     procs, ports = {}, {}
     root = Path(tempfile.mkdtemp(prefix="bench-http-"))
     paths = [f"/v1/views/balances/keys/{k}" for k in KEYS]
@@ -192,7 +207,7 @@ def main() -> None:
     med = {k: statistics.median(v) for k, v in runs.items()}
     base = names[0]
     print(f"\n{'':24}{'lookups/s c=16':>16}{'CPU us/req':>12}{'p50 c=1 ms':>12}"
-          f"{'rps vs hook':>13}{'p50 vs hook':>13}")
+          f"{'rps vs first':>13}{'p50 vs first':>13}")
     for name in names:
         print(f"{name:24}{med[(name, 'rps')]:16.0f}{med[(name, 'cpu')]:12.1f}"
               f"{med[(name, 'p50')]:12.3f}{med[(name, 'rps')] / med[(base, 'rps')]:12.2f}x"

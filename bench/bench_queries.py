@@ -2,8 +2,8 @@
 
 Setup: an embedded broker on a free port, 100k ``balances`` rows produced straight to
 the changelog (3 partitions), 3 nodes (``--standby-replicas 0``, ``--log-level
-warning``) and a *ceiling* server: the same HTTP stack (FastAPI + uvicorn, same
-settings as a node) answering the same lookup path from an in-process dict.
+warning``) and a *ceiling* server: the same HTTP stack (FastAPI on the node's HTTP server,
+same settings as a node) answering the same lookup path from an in-process dict.
 
 Load: ``wrk`` (C, one thread, keep-alive) cycling through key paths, so the load
 generator is not the bottleneck; every HTTP variant is measured the same way, at
@@ -100,13 +100,14 @@ def rows(n: int) -> list[dict[str, Any]]:
 
 # -- the ceiling: same stack, in-process dict --
 def serve_ceiling(port: int, n: int) -> None:
-    import uvicorn
+    import socket
+
     from fastapi import FastAPI
     from fastapi.responses import JSONResponse
 
     from streamiq._http import install_error_handlers
     from streamiq.serving.http.app import MaxLag, Position, WaitMs
-    from streamiq.serving.http.protocol import NodeHttpProtocol
+    from streamiq.serving.http.server import HttpServer, run
 
     data = {r["account"]: r for r in rows(n)}
     app = FastAPI()
@@ -128,8 +129,8 @@ def serve_ceiling(port: int, n: int) -> None:
     async def health() -> dict[str, bool]:
         return {"ok": True}
 
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False,
-                lifespan="on", proxy_headers=False, http=NodeHttpProtocol)
+    sock = socket.create_server(("127.0.0.1", port))
+    run(HttpServer(app, signals=True).serve(sock))
 
 
 # -- this machine's floor for a hop: a round trip through a relay doing no work --

@@ -1,35 +1,44 @@
-"""A real uvicorn server in the test's event loop, and raw HTTP/1.1 exchanges with it
-(requests written byte for byte, as a misbehaving client would)."""
+"""A real node HTTP server (``serving/http/server.py``) in the test's event loop, and raw
+HTTP/1.1 exchanges with it (requests written byte for byte, as a misbehaving client
+would)."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, Literal
+from typing import Any
 
-import uvicorn
 from procs import free_port
+
+from streamiq.serving.http.fastpath import LeanLookups
+from streamiq.serving.http.http_limits import HttpEdge
+from streamiq.serving.http.protocol import HttpProtocol
+from streamiq.serving.http.server import HttpServer
 
 __all__ = ["closed_by_server", "exchange", "read_response", "serving"]
 
 
 @asynccontextmanager
-async def serving(app: Any, http: Any,
-                  lifespan: Literal["auto", "on", "off"] = "off") -> AsyncIterator[int]:
-    """``app`` behind uvicorn with the protocol ``http``, on a free port, until exit."""
+async def serving(app: Any, edge: HttpEdge | None = None, lifespan: bool = False,
+                  protocol: type[HttpProtocol] = HttpProtocol,
+                  grace_s: float = 5.0) -> AsyncIterator[int]:
+    """``app`` behind the HTTP server as run_node runs it (the lean path when ``app`` is a
+    node's ``LeanLookups``), on a free port, until exit."""
+    import socket
+
     port = free_port()
-    # proxy_headers=False as in run_node: the lean path needs LeanLookups as the app
-    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, lifespan=lifespan,
-                                        proxy_headers=False, http=http, log_level="warning"))
-    task = asyncio.create_task(srv.serve())
+    sock = socket.create_server(("127.0.0.1", port))
+    srv = HttpServer(app, edge=edge, lean=app if isinstance(app, LeanLookups) else None,
+                     lifespan=lifespan, protocol=protocol, grace_s=grace_s)
+    task = asyncio.create_task(srv.serve(sock))
     try:
         while not srv.started:
             assert not task.done(), "server did not start"
             await asyncio.sleep(0.01)
         yield port
     finally:
-        srv.should_exit = True
+        srv.stop()
         await task
 
 

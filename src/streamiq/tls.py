@@ -13,7 +13,7 @@ import ssl
 
 from streamiq.config import Settings
 
-__all__ = ["client_context", "scheme"]
+__all__ = ["client_context", "scheme", "server_context"]
 
 
 def scheme(s: Settings) -> str:
@@ -27,4 +27,14 @@ def client_context(s: Settings) -> ssl.SSLContext | None:
     ctx = ssl.create_default_context(
         cafile=str(s.tls_ca_file) if s.tls_ca_file is not None else None)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    return ctx
+
+
+def server_context(s: Settings) -> ssl.SSLContext | None:
+    """The certificate a node (HTTP and SQL) or the ingest serves with (None: plain TCP)."""
+    if s.tls_cert_file is None or s.tls_key_file is None:
+        return None
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(str(s.tls_cert_file), str(s.tls_key_file))
     return ctx

@@ -47,6 +47,11 @@ def test_restart_resumes_from_checkpoint(bootstrap: str, tmp_path: Path, procs: 
     first.wait_ready(f"http://127.0.0.1:{port}/health")
     assert _balance(port, "r42") == 42
     first.stop()
+    # SIGTERM is a graceful stop: status 0, and every RocksDB store closed by the app's
+    # lifespan shutdown (RocksDB logs its shutdown in each store's LOG)
+    assert first.proc is not None and first.proc.returncode == 0
+    logs = list(state.rglob("LOG"))
+    assert logs and all("Shutdown complete" in p.read_text(errors="replace") for p in logs)
     produce_rows(bootstrap, topic, BALANCES, _rows(10, bump=1000))  # r0..r9 change
     second = procs("node", _node_args(bootstrap, port, state), name="second")
     second.wait_ready(f"http://127.0.0.1:{port}/health")

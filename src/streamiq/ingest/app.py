@@ -43,7 +43,7 @@ from streamiq.kafka.admin import ensure_topics
 from streamiq.kafka.clientlog import logged
 from streamiq.metrics import CONTENT_TYPE
 from streamiq.serving.changelog.consistency import token_for
-from streamiq.serving.http.http_limits import Gate, HttpEdge, LimitedHttpProtocol
+from streamiq.serving.http.http_limits import Gate, HttpEdge
 from streamiq.views import bank, orders
 from streamiq.views.base import ID_PATTERN, App, load_app
 from streamiq.views.limits import AMOUNT, ORDER_AMOUNT
@@ -196,16 +196,29 @@ def _token_gate(auth: Authenticator) -> Gate:
 
 
 def run_ingest(settings: Settings) -> None:
-    import uvicorn
+    """Serve the ingest until SIGINT/SIGTERM (``serving/http/server.py``, the nodes' HTTP
+    server without their lean path): exits 3 when its port is taken or it cannot start."""
+    import socket
+    import sys
 
     from streamiq.logs import configure_logging
+    from streamiq.serving.http.server import HttpServer, run
+    from streamiq.tls import scheme, server_context
 
     configure_logging(settings.log_level, settings.log_format)
-    scheme = "https" if settings.tls_cert_file else "http"
-    print(f"streamiq ingest listening on {scheme}://{settings.ingest_host}:"
-          f"{settings.ingest_port}", flush=True)
+    host, port = settings.ingest_host, settings.ingest_port
     app = create_ingest_app(settings)
-    uvicorn.run(app, host=settings.ingest_host, port=settings.ingest_port,
-                http=LimitedHttpProtocol.with_edge(app.state.http_edge),
-                log_level="warning", access_log=False, timeout_graceful_shutdown=5,
-                ssl_certfile=settings.tls_cert_file, ssl_keyfile=settings.tls_key_file)
+    try:
+        sock = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host
+                                    else socket.AF_INET, reuse_port=False)
+    except OSError as e:
+        print(f"streamiq ingest: cannot listen on {host}:{port} (--ingest-host/--ingest-port)"
+              f": {e.strerror or e}", file=sys.stderr, flush=True)
+        sys.exit(3)
+    print(f"streamiq ingest listening on {scheme(settings)}://{host}:{port}", flush=True)
+    server = HttpServer(app, edge=app.state.http_edge, ssl_context=server_context(settings),
+                        signals=True)
+    with sock:
+        code = run(server.serve(sock))
+    if code:
+        sys.exit(code)

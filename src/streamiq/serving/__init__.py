@@ -2,7 +2,7 @@
 
 Sub-packages by role, imports pointing down this list (docs/design.md, "The serving
 tier at a glance"; tests/unit/test_import_graph.py checks it): ``main.py`` runs a node;
-``http/`` is its HTTP edge (routes, the lean path, the uvicorn protocol, metrics, the
+``http/`` is its HTTP edge (its own HTTP server, routes, the lean path, metrics, the
 dashboard); ``cluster/`` carries requests between nodes (gate, placement, peers, the
 lookup wire); ``engines/`` answers queries over one node's stores; ``node.py`` holds
 the node's parts; ``changelog/`` follows the changelog topics into the stores;

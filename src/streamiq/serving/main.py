@@ -1,9 +1,9 @@
 """The composition root of a serving node: builds its parts and runs the process.
 
 ``run_node`` wires the node's state (``serving/node.py``), its HTTP app
-(``serving/http/app.py``) and the uvicorn protocol that speaks HTTP, the lean path and the
-lookup wire (``serving/http/protocol.py``), then serves until SIGINT/SIGTERM or a fatal
-failure. Nothing imports this module but the command line.
+(``serving/http/app.py``) and the HTTP server that speaks HTTP, the lean path and the
+peer protocol on one port (``serving/http/server.py``), then serves until SIGINT/SIGTERM
+or a fatal failure. Nothing imports this module but the command line.
 """
 
 from __future__ import annotations
@@ -17,14 +17,12 @@ import sys
 import threading
 from typing import TYPE_CHECKING
 
-import uvicorn
-
 from streamiq import tls
 from streamiq.config import Settings
 from streamiq.logs import configure_logging
 from streamiq.serving.http.app import create_asgi
 from streamiq.serving.http.http_limits import HttpEdge
-from streamiq.serving.http.protocol import node_protocol
+from streamiq.serving.http.server import HttpServer, run
 from streamiq.serving.node import Node
 
 if TYPE_CHECKING:  # the SQL engines load only with --sql-port (_start_sql)
@@ -51,21 +49,21 @@ def _force_exit() -> None:
 
 
 def run_node(settings: Settings) -> None:
-    """Serve one node until SIGINT/SIGTERM (uvicorn handles both) or a fatal failure.
+    """Serve one node until SIGINT/SIGTERM (a graceful stop, status 0) or a fatal failure.
 
     The node is opened whole first (``Node.open``: topics, stores, materializer,
     membership, router), then served. On a fatal failure (a part of the node that cannot
-    recover, see ``Node._fatal``) the server is asked to exit (``should_exit``, checked
-    by uvicorn's main loop every 0.1 s, safe to set from any thread); uvicorn then stops
-    accepting, finishes in-flight requests and returns, the node is closed (clients
-    closed, stores closed, so RocksDB is left clean), and the process exits with status 1
-    for its supervisor to restart it. That clean path is preferred over ``os._exit`` at
-    the failure: RocksDB and the Kafka clients get closed, logs get flushed.
-    ``os._exit(1)`` is only the backstop when that shutdown hangs (a thread stuck in a
-    native call) for ``FATAL_EXIT_GRACE_S``: a failed node must never linger half-alive.
+    recover, see ``Node._fatal``) the server is asked to stop (``HttpServer.stop``, safe
+    from any thread); it stops accepting, finishes in-flight requests and returns, the
+    node is closed (clients closed, stores closed, so RocksDB is left clean), and the
+    process exits with status 1 for its supervisor to restart it. That clean path is
+    preferred over ``os._exit`` at the failure: RocksDB and the Kafka clients get
+    closed, logs get flushed. ``os._exit(1)`` is only the backstop when that shutdown
+    hangs (a thread stuck in a native call) for ``FATAL_EXIT_GRACE_S``: a failed node
+    must never linger half-alive.
     """
     configure_logging(settings.log_level, settings.log_format)
-    code = asyncio.run(_serve(settings))
+    code = run(_serve(settings))
     if code == 1:
         log.critical("node %s exiting with status 1: a part could not recover",
                      settings.endpoint)
@@ -85,8 +83,8 @@ async def _start_sql(settings: Settings, queries: Queries) -> PgServer | None:
 
 
 async def _open(settings: Settings) -> Node | None:
-    """``Node.open``, or None when SIGINT/SIGTERM arrives first (uvicorn's own handlers
-    are installed only once it serves)."""
+    """``Node.open``, or None when SIGINT/SIGTERM arrives first (the server's own
+    handlers are installed only once it serves)."""
     loop = asyncio.get_running_loop()
     opening = asyncio.ensure_future(Node.open(settings))
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -123,7 +121,8 @@ def _cannot_listen(host: str, port: int, flags: str, e: OSError) -> None:
 
 async def _serve(settings: Settings) -> int:
     """Open the node, serve it until asked to stop, close it. The exit status: 0, 1 (a
-    part could not recover) or 3 (the server did not start, as ``uvicorn.run``)."""
+    part could not recover) or 3 (the server did not start: its port, or the app's
+    startup failed)."""
     sock = _bind(settings)
     if sock is None:
         return 3
@@ -136,24 +135,19 @@ async def _serve_on(settings: Settings, sock: socket.socket) -> int:
     if node is None:
         return 0
     try:
-        # proxy_headers=False: NodeHttpProtocol's lean path needs LeanLookups as the app
         asgi = create_asgi(settings, node)
-        server = uvicorn.Server(uvicorn.Config(
-            asgi, host=settings.host, port=settings.port,
-            log_level="warning", access_log=False, lifespan="on",
-            http=node_protocol().with_edge(HttpEdge(settings.request_read_timeout_s)),
-            proxy_headers=False, timeout_graceful_shutdown=5,
-            ssl_certfile=settings.tls_cert_file, ssl_keyfile=settings.tls_key_file))
+        server = HttpServer(asgi, edge=HttpEdge(settings.request_read_timeout_s), lean=asgi,
+                            ssl_context=tls.server_context(settings), signals=True)
 
         def fatal() -> None:
-            server.should_exit = True
+            server.stop()
             watchdog = threading.Timer(FATAL_EXIT_GRACE_S, _force_exit)
             watchdog.daemon = True
             watchdog.start()
 
         node.on_fatal = fatal
         try:
-            sql = await _start_sql(settings, asgi.deps)  # on this loop, before uvicorn serves
+            sql = await _start_sql(settings, asgi.deps)  # on this loop, before HTTP serves
         except OSError as e:
             _cannot_listen(settings.host, settings.sql_port, "--sql-port", e)
             return 3
@@ -164,9 +158,9 @@ async def _serve_on(settings: Settings, sock: socket.socket) -> int:
                   f"{settings.host}:{settings.sql_port}", flush=True)
         print(f"streamiq node {settings.endpoint} listening on "
               f"{tls.scheme(settings)}://{settings.host}:{settings.port}", flush=True)
-        # the app's lifespan closes the node: uvicorn re-raises a captured SIGTERM as
-        # soon as serve() returns, so nothing after it is sure to run
-        await server.serve(sockets=[sock])
-        return 1 if node.failed is not None else 0 if server.started else 3
+        # the app's lifespan shutdown closes the node (and the finally below, when the
+        # lifespan never ran)
+        code = await server.serve(sock)
+        return 1 if node.failed is not None else code
     finally:
-        await node.stop()  # when serve() raised before the lifespan's shutdown (a no-op after)
+        await node.stop()  # when serve() ended before the lifespan's shutdown (a no-op after)

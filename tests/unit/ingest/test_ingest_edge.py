@@ -1,4 +1,4 @@
-"""The ingest's HTTP edge on a real uvicorn server, as run_ingest runs it: a write's token
+"""The ingest's HTTP edge on its real HTTP server, as run_ingest runs it: a write's token
 is checked from its headers before its body is read, and the nodes' size and time limits
 apply. No broker: the producer is a fake that records what would have been produced."""
 
@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from streamiq.config import Settings
 from streamiq.ingest import app as ingest
-from streamiq.serving.http.http_limits import MAX_BODY_BYTES, MAX_HEAD_BYTES, LimitedHttpProtocol
+from streamiq.serving.http.http_limits import MAX_BODY_BYTES, MAX_HEAD_BYTES
 
 KEYS = {"w": "ingest", "r": "views:*"}  # a writer's and a reader's API key
 ORDER = b'{"order_id": "o-1", "store": "s-1", "type": "GENERAL", "amount": 12.5}'
@@ -31,8 +31,7 @@ async def port(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[int]:
     FakeIngestProducer.sent = []
     app = ingest.create_ingest_app(Settings(app="bank,orders", auth=True, api_keys=KEYS,
                                             request_read_timeout_s=0.3))
-    async with serving(app, LimitedHttpProtocol.with_edge(app.state.http_edge),
-                       lifespan="on") as p:
+    async with serving(app, app.state.http_edge, lifespan=True) as p:
         yield p
 
 
@@ -109,12 +108,23 @@ async def test_writes_are_served_and_refusals_counted_by_reason(port: int) -> No
 
 
 def test_run_ingest_serves_with_the_limits(monkeypatch: pytest.MonkeyPatch) -> None:
-    """run_ingest hands uvicorn the limited protocol with this app's gate and timeout."""
-    import uvicorn
+    """run_ingest serves its app with the HTTP server given this app's gate and timeout,
+    stopped by SIGINT/SIGTERM."""
+    from procs import free_port
 
-    seen: dict[str, Any] = {}
-    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: seen.update(kw, app=app))
-    ingest.run_ingest(Settings(auth=False, request_read_timeout_s=7.5))
-    http = seen["http"]
-    assert issubclass(http, LimitedHttpProtocol) and http.edge is seen["app"].state.http_edge
-    assert http.edge.request_read_timeout_s == 7.5 and http.edge.gate is not None
+    from streamiq.serving.http.server import HttpServer
+
+    seen: list[HttpServer] = []
+
+    async def serve(self: HttpServer, sock: Any) -> int:
+        seen.append(self)
+        return 0
+
+    monkeypatch.setattr(HttpServer, "serve", serve)
+    ingest.run_ingest(Settings(auth=False, request_read_timeout_s=7.5,
+                               ingest_port=free_port()))
+    (server,) = seen
+    edge = server.state.edge
+    assert edge is server.state.app.state.http_edge  # type: ignore[attr-defined]
+    assert edge.request_read_timeout_s == 7.5 and edge.gate is not None
+    assert server.signals and server.state.lean is None

@@ -1,5 +1,5 @@
 """Shared fixtures for the serving unit tests: node apps over in-memory stores
-(``tests/nodeapp.py``), a failing hop, a node served by uvicorn."""
+(``tests/nodeapp.py``), a failing hop, a node served by its HTTP server."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import pytest_asyncio
 from httpserve import serving
 from nodeapp import make_app
 
-from streamiq.serving.http.protocol import NodeHttpProtocol
+from streamiq.serving.http.http_limits import HttpEdge
+from streamiq.serving.http.protocol import HttpProtocol
 
 
 @pytest.fixture
@@ -48,11 +49,13 @@ def hop_fails(app: Any) -> list[str]:
 
 @pytest_asyncio.fixture(loop_scope="function")  # the tests' loop serves
 async def serve_node() -> AsyncIterator[Callable[..., Awaitable[int]]]:
-    """``port = await serve_node(app)``: the app behind uvicorn as run_node runs it (or
-    with ``http="httptools"``, uvicorn's stock protocol), on a free port."""
+    """``port = await serve_node(app)``: the app behind the HTTP server as run_node runs
+    it (optionally with other limits, ``edge``, or a ``protocol`` subclass), on a free
+    port."""
     async with AsyncExitStack() as running:
 
-        async def start(app: Any, http: Any = NodeHttpProtocol) -> int:
-            return await running.enter_async_context(serving(app, http))
+        async def start(app: Any, edge: HttpEdge | None = None,
+                        protocol: type[HttpProtocol] = HttpProtocol) -> int:
+            return await running.enter_async_context(serving(app, edge, protocol=protocol))
 
         yield start

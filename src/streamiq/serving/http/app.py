@@ -154,9 +154,8 @@ def _progress(settings: Settings) -> Progress:
 def create_app(settings: Settings, node: Node) -> FastAPI:
     """The HTTP routes over a node that is already open (``Node.open``). The lifespan
     runs the coordinator (pooled sessions, traffic summaries) and, at shutdown, closes
-    the coordinator and then the node (uvicorn re-raises a captured SIGTERM as soon as
-    it returns: the lifespan is the last sure place to close RocksDB and leave the
-    cluster)."""
+    the coordinator and then the node (the HTTP server runs it after a graceful stop:
+    RocksDB closed and the cluster left on SIGTERM)."""
     coordinator = Coordinator(node)
     if settings.metrics:  # recorded per query (serving/http/metrics.py)
         coordinator.traffic.latency = Latency(LABELS)

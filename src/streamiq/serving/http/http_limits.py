@@ -1,10 +1,11 @@
 """What a node or the ingest reads of one HTTP request: bounded in size and in time.
 
-uvicorn's httptools protocol keeps every header and the whole body in memory with no
-bound (an outside probe sent a 50 MB multi-get key: answered after 13 s, +230 MB; the
-ingest read a 300 MB body whole before checking its token: RSS 85 -> 936 MB), never
-closes a connection that stops halfway through a request, and h11's
-``h11_max_incomplete_event_size`` does not apply to httptools. So this protocol counts:
+A server that keeps every header and the whole body in memory with no bound (uvicorn's
+httptools protocol did: an outside probe sent a 50 MB multi-get key, answered after
+13 s, +230 MB; the ingest read a 300 MB body whole before checking its token: RSS
+85 -> 936 MB) or never closes a connection that stops halfway through a request is
+easy to hurt. So the node's HTTP protocol (``serving/http/protocol.py``) counts what it
+reads with these limits:
 
 * request line and headers past ``MAX_HEAD_BYTES``, or more than ``MAX_HEADERS`` header
   fields, are answered ``431``. The bytes fed to the parser while a head is incomplete
@@ -26,27 +27,21 @@ The largest legitimate request, a multi-get of 1000 keys of 1024 bytes (``MAX_KE
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from time import monotonic
-from typing import Any, ClassVar, cast
-
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from streamiq.errors import (
     PROBLEM_JSON,
-    BadRequest,
     PayloadTooLarge,
     RequestHeaderTooLarge,
-    RequestTimeout,
     StreamiqError,
 )
 
-__all__ = ["MAX_BODY_BYTES", "MAX_HEADERS", "MAX_HEAD_BYTES", "Gate", "HttpEdge",
-           "LimitedHttpProtocol", "Refusals"]
+__all__ = ["LINGER_S", "MAX_BODY_BYTES", "MAX_HEADERS", "MAX_HEAD_BYTES", "Gate", "HttpEdge",
+           "ReadBounds", "Refusals", "check_head", "head_too_large", "refusal"]
 
 log = logging.getLogger("streamiq.http")
 
@@ -81,185 +76,70 @@ class Refusals:
 
 @dataclass(frozen=True)
 class HttpEdge:
-    """How a server's ``LimitedHttpProtocol`` is set up (``with_edge``)."""
+    """The limits a server reads its requests with (``serving/http/server.py``)."""
 
     request_read_timeout_s: float = 20.0
     gate: Gate | None = None
     refusals: Refusals = field(default_factory=Refusals)
 
 
-class LimitedHttpProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol that refuses requests past the limits."""
+class ReadBounds:
+    """One connection's count of the request being read against the limits. Each
+    ``add_*`` returns the error that refuses the request, or None."""
 
-    edge: ClassVar[HttpEdge] = HttpEdge()
+    __slots__ = ("body", "fed", "head", "headers")
 
-    @classmethod
-    def with_edge(cls, edge: HttpEdge) -> type[LimitedHttpProtocol]:
-        """This protocol (or subclass) with ``edge``: what ``uvicorn.Config(http=)`` takes."""
-        return cast(type[LimitedHttpProtocol], type(cls.__name__, (cls,), {"edge": edge}))
+    def __init__(self) -> None:
+        self.fed = 0  # bytes fed to the parser since the last request ended
+        self.head = self.headers = self.body = 0
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._head_bytes = 0  # bytes of the current request's line and headers, parsed
-        self._fed = 0  # bytes fed to the parser since the last request ended
-        self._headers = 0
-        self._body_bytes = 0
-        self._in_head = True  # reading a request's line and headers (or waiting for one)
-        self._refused = False  # answered 4xx here: ignore the rest of what is read
-        self._deadline: float | None = None  # when the request being read must be whole
-        self._timer: asyncio.TimerHandle | None = None
+    def begin(self) -> None:
+        """A new request's line begins (``fed`` counts on until the last one ended)."""
+        self.head = self.headers = self.body = 0
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        self._start_reading()
+    def ended(self) -> None:
+        self.fed = 0
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        super().connection_lost(exc)
+    def room(self) -> int:
+        """How many more bytes of a head may be fed to the parser (one past the limit)."""
+        return MAX_HEAD_BYTES + 1 - self.fed
 
-    def data_received(self, data: bytes) -> None:
-        while data and not self._refused:
-            if not self._in_head:
-                super().data_received(data)
-                return
-            room = MAX_HEAD_BYTES + 1 - self._fed
-            part, data = data[:room], data[room:]
-            self._fed += len(part)
-            super().data_received(part)
-            if self._in_head and self._fed > MAX_HEAD_BYTES and not self._refused:
-                self._refuse(_head_too_large())
+    def add_head(self, n: int) -> StreamiqError | None:
+        self.head += n
+        return None if self.head <= MAX_HEAD_BYTES else head_too_large()
 
-    def send_400_response(self, msg: str) -> None:  # httptools could not parse it
-        self._refuse(BadRequest(f"not an HTTP/1.1 request: {msg}"))
+    def add_header(self, n: int) -> StreamiqError | None:
+        self.headers += 1
+        if self.headers > MAX_HEADERS:
+            return RequestHeaderTooLarge(f"the request has more than {MAX_HEADERS} header "
+                                         f"fields", limit=MAX_HEADERS)
+        return self.add_head(n)
 
-    def on_message_begin(self) -> None:
-        self._head_bytes = self._headers = self._body_bytes = 0
-        if self._deadline is None:
-            self._start_reading()
-        super().on_message_begin()
-
-    def on_url(self, url: bytes) -> None:
-        if not self._refused and self._counted_head(len(url)):
-            super().on_url(url)
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self._headers += 1
-        if self._headers > MAX_HEADERS and not self._refused:
-            self._refuse(RequestHeaderTooLarge(f"the request has more than {MAX_HEADERS} "
-                                               f"header fields", limit=MAX_HEADERS))
-        if not self._refused and self._counted_head(len(name) + len(value) + 4):
-            super().on_header(name, value)
-
-    def on_headers_complete(self) -> None:
-        if self._refused:
-            return
-        try:
-            self._check_head()
-        except StreamiqError as err:
-            self._refuse(err)
-            return
-        self._in_head = False
-        super().on_headers_complete()
-
-    def on_body(self, body: bytes) -> None:
-        if self._refused:
-            return
-        self._body_bytes += len(body)
-        if self._body_bytes > MAX_BODY_BYTES:
-            self._refuse(PayloadTooLarge(f"the request body is more than {MAX_BODY_BYTES} "
-                                         f"bytes", limit=MAX_BODY_BYTES))
-            return
-        super().on_body(body)
-
-    def on_message_complete(self) -> None:
-        if self._refused:
-            return
-        self._in_head, self._fed, self._deadline = True, 0, None  # read whole, in time
-        super().on_message_complete()
-
-    def _check_head(self) -> None:
-        """The gate, then the announced body size: raises what refuses the request."""
-        if self.edge.gate is not None:
-            self.edge.gate(self.parser.get_method(), self.headers)
-        length = _content_length(self.headers)
-        if length is not None and length > MAX_BODY_BYTES:
-            raise PayloadTooLarge(f"the request body is {length} bytes, more than "
-                                  f"{MAX_BODY_BYTES}", limit=MAX_BODY_BYTES)
-
-    def _counted_head(self, n: int) -> bool:
-        self._head_bytes += n
-        if self._head_bytes <= MAX_HEAD_BYTES:
-            return True
-        self._refuse(_head_too_large())
-        return False
-
-    # --- the read deadline: one timer per connection, moved on only when it fires ---
-
-    def _start_reading(self) -> None:
-        self._deadline = self.loop.time() + self.edge.request_read_timeout_s
-        if self._timer is None:
-            self._timer = self.loop.call_at(self._deadline, self._deadline_passed)
-
-    def _stop_reading(self) -> None:
-        """No HTTP request is read on this connection any more (the lookup wire took it)."""
-        self._deadline = None
-
-    def _deadline_passed(self) -> None:
-        self._timer = None
-        if self._deadline is None or self._refused or self.transport.is_closing():
-            return  # between requests: uvicorn's keep-alive timeout closes idle ones
-        now = self.loop.time()
-        if self.flow.read_paused:  # the server holds the request back, not the client
-            self._deadline = now + self.edge.request_read_timeout_s
-        if now < self._deadline:
-            self._timer = self.loop.call_at(self._deadline, self._deadline_passed)
-            return
-        t = self.edge.request_read_timeout_s
-        self._refuse(RequestTimeout(f"the request was not received whole within {t:g} s",
-                                    limit_s=t))
-
-    # --- refusing ---
-
-    def _answerable(self) -> bool:
-        """Whether a refusal may be answered: not while a response is being written. In
-        a body, the request's own app is cut off (its receive() sees a disconnect)."""
-        cycle = self.cycle
-        if cycle is None:
-            return True
-        if self._in_head:  # the cycle is an earlier request's
-            return cycle.response_complete
-        cycle.disconnected = True
-        cycle.message_event.set()
-        return not cycle.response_started
-
-    def _refuse(self, err: StreamiqError) -> None:
-        """Answer the error (when no response is under way) and end the connection; read
-        nothing more of it into memory.
-
-        A lingering close, as nginx does: the answer is followed by a FIN, and what the
-        client still sends is read and dropped for ``LINGER_S`` before the socket is
-        closed. Closing at once would make the kernel answer the unread bytes with a
-        reset, which a client still writing its body sees instead of the answer."""
-        self._refused = True
-        self._deadline = None
-        self.edge.refusals.note(err, self.client)
-        if not self._answerable():
-            self.transport.close()
-            return
-        write = getattr(self.transport, "write_now", self.transport.write)  # not held back
-        write(_answer(err))
-        if self.transport.can_write_eof():
-            self.transport.write_eof()
-        self.loop.call_later(LINGER_S, self.transport.close)
+    def add_body(self, n: int) -> StreamiqError | None:
+        self.body += n
+        if self.body <= MAX_BODY_BYTES:
+            return None
+        return PayloadTooLarge(f"the request body is more than {MAX_BODY_BYTES} bytes",
+                               limit=MAX_BODY_BYTES)
 
 
-def _head_too_large() -> RequestHeaderTooLarge:
+def check_head(edge: HttpEdge, method: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+    """The gate, then the announced body size: raises what refuses the request."""
+    if edge.gate is not None:
+        edge.gate(method, headers)
+    length = _content_length(headers)
+    if length is not None and length > MAX_BODY_BYTES:
+        raise PayloadTooLarge(f"the request body is {length} bytes, more than "
+                              f"{MAX_BODY_BYTES}", limit=MAX_BODY_BYTES)
+
+
+def head_too_large() -> RequestHeaderTooLarge:
     return RequestHeaderTooLarge(f"the request line and headers are more than "
                                  f"{MAX_HEAD_BYTES} bytes", limit=MAX_HEAD_BYTES)
 
 
-def _answer(err: StreamiqError) -> bytes:
+def refusal(err: StreamiqError) -> bytes:
+    """The whole HTTP answer of ``err``: its problem document, then the connection closes."""
     body = err.render()
     status = err.http_status
     extra = b"www-authenticate: Bearer\r\n" if status == 401 else b""

@@ -2,7 +2,7 @@
 
 A key may be any string: the Python client percent-encodes it whole
 (``quote(key, safe="")``), so ``/`` in a key travels as ``%2F`` and ``|`` as ``%7C``.
-uvicorn, like most servers, percent-decodes the whole path before routing, with two
+The HTTP server, like most, percent-decodes the whole path before routing, with two
 losses: ``%2F`` becomes a separator (``/v1/views/v/keys/a%2Fb`` no longer names one key)
 and bytes that are not UTF-8 (``%FF``, or ``%ED%A0%80``, a lone surrogate) become
 U+FFFD, a different key that would then be looked up.

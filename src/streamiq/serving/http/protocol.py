@@ -1,271 +1,461 @@
-"""The node's HTTP protocol: uvicorn's httptools protocol with three changes.
+"""One HTTP connection of a node or the ingest, on httptools: our own protocol, no server
+framework's private methods.
 
-1. Each response leaves in one write. uvicorn writes a response's status line and
-   headers, then its body, as two ``transport.write`` calls: two ``send`` syscalls
-   and usually two TCP segments, so a peer that is itself a node (the entry node of
-   a forwarded lookup) wakes up twice to read one reply. A transport proxy holds the
-   writes until the response is complete (or, for a streamed body, until the current
-   event-loop step ends) and sends them as one buffer.
-2. Key lookups that ``LeanLookups`` can answer skip ASGI: no task, no ASGI messages,
-   no header re-validation. A local lookup is answered inside the parser callback; one
-   forwarded over the lookup wire on a pooled connection is answered from the hop's
-   ``data_received`` (one that must connect or wait for a slot, or an HTTP hop, runs in
-   a task). Everything else, and
-   any lookup the lean path declines, goes through the app as usual.
-3. A connection that opens with the peer protocol's preface (``serving/cluster/wire.py``:
-   other nodes asking their queries) is served by a ``PeerConnection``
-   (``serving/peer/server.py``) instead of HTTP.
+What it does with the bytes it reads:
 
-Measured with bench/bench_queries.py and ``strace`` (docs/design.md, "Forwarded
-lookups"): uvicorn's per-request task and ASGI plumbing cost more CPU than the lookup
-itself, and more than nginx spends relaying the same request.
+* a connection that opens with the peer protocol's preface (``serving/cluster/wire.py``:
+  other nodes asking their queries) is served by a ``PeerConnection``
+  (``serving/peer/server.py``) instead of HTTP;
+* each request is counted against the limits of ``http_limits.py`` as it is parsed
+  (431, 413, the gate, 408 for a request not read whole in time, 400 for what is not
+  HTTP), refused with a problem document and a lingering close;
+* a key lookup the lean path (``fastpath.py``: ``LeanLookups``) can answer skips ASGI:
+  answered inside the parser callback when local, or from the hop's ``data_received``
+  when forwarded on a pooled connection (a hop that must connect or wait runs in a
+  task), in one write;
+* everything else is served to the app as ASGI (``asgi.py``: ``Cycle``), in a task;
+  pipelined requests are answered in order (reading pauses while one waits);
+* keep-alive: a connection idle between requests is closed after the keep-alive time
+  (one timer per connection, moved on when it fires, so within twice that); on a
+  graceful stop (``shutdown``) idle connections close at once, the request in flight
+  is finished and its connection closed after it, a stream is ended.
 
-Change 2 overrides uvicorn internals (``_start_asgi_task`` and what ``_respond`` does to
-a ``RequestResponseCycle``), so pyproject.toml pins the uvicorn versions this was tested
-with, and ``MISSING_HOOKS`` checks for those internals at import. When one is missing,
-``node_protocol()`` logs a warning naming it and returns uvicorn's stock protocol: the
-node still answers everything (``LeanLookups`` still answers lookups as an ASGI app) and
-peers, seeing no lookup wire, fall back to HTTP hops, so only speed is lost, and loudly.
-Failing instead would take a whole node down over a performance feature.
+Measured with bench/bench_queries.py (docs/design.md, "The HTTP server").
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
-import logging
-from collections.abc import Awaitable
+from collections import deque
+from collections.abc import Awaitable, Coroutine
+from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Any, cast
+from urllib.parse import unquote
 
-import uvicorn
-from uvicorn.protocols.http import httptools_impl
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+import httptools
 
+from streamiq.errors import BadRequest, RequestTimeout, StreamiqError
 from streamiq.serving.cluster.wire import PREFACE
+from streamiq.serving.http.asgi import STATUS_LINE, ASGIApp, Cycle, Scope
 from streamiq.serving.http.fastpath import PENDING, Answer, LeanLookups
-from streamiq.serving.http.http_limits import LimitedHttpProtocol
+from streamiq.serving.http.http_limits import (
+    LINGER_S,
+    MAX_HEAD_BYTES,
+    HttpEdge,
+    ReadBounds,
+    check_head,
+    head_too_large,
+    refusal,
+)
 from streamiq.serving.http.metrics import served_of
 from streamiq.serving.peer.server import PeerConnection
 
-__all__ = ["MISSING_HOOKS", "NodeHttpProtocol", "missing_hooks", "node_protocol"]
+__all__ = ["HttpProtocol", "ServerState"]
 
-log = logging.getLogger("streamiq.node")
-_T0 = "streamiq.t0"  # scope key: when the lean path began answering (latency metric)
-
-#: What NodeHttpProtocol uses of uvicorn's httptools protocol beyond its public API.
-_PROTOCOL_HOOKS = ("_start_asgi_task", "_unset_keepalive_if_required", "on_message_begin",
-                   "on_response_complete", "data_received", "connection_made",
-                   "connection_lost")
-#: RequestResponseCycle fields ``_respond`` reads or sets (constructor parameters).
-_CYCLE_FIELDS = ("default_headers", "message_event", "keep_alive", "on_response")
+_BODY_BUFFER = 65536  # request body bytes held for the app before reading pauses
+_ASGI = {"version": "3.0", "spec_version": "2.3"}
 
 
-def missing_hooks(protocol: type = HttpToolsProtocol, cycle: type = RequestResponseCycle,
-                  module: object = httptools_impl) -> list[str]:
-    """The uvicorn internals the lean path needs that ``protocol`` / ``cycle`` lack."""
-    missing = [f"HttpToolsProtocol.{n}" for n in _PROTOCOL_HOOKS if not hasattr(protocol, n)]
-    start = getattr(protocol, "_start_asgi_task", None)
-    if start is not None and list(inspect.signature(start).parameters) != ["self", "cycle",
-                                                                          "app"]:
-        missing.append("HttpToolsProtocol._start_asgi_task(cycle, app)")
-    fields = inspect.signature(cycle).parameters
-    missing += [f"RequestResponseCycle.{n}" for n in _CYCLE_FIELDS if n not in fields]
-    if not isinstance(getattr(module, "STATUS_LINE", None), dict):
-        missing.append("httptools_impl.STATUS_LINE")
-    return missing
+@dataclass(eq=False)
+class ServerState:
+    """What every connection of one server shares."""
+
+    app: ASGIApp
+    edge: HttpEdge = field(default_factory=HttpEdge)
+    lean: LeanLookups | None = None
+    keep_alive_s: float = 5.0
+    default_headers: bytes = b"server: streamiq\r\n"
+    app_state: dict[str, Any] = field(default_factory=dict)  # the lifespan's state
+    connections: set[HttpProtocol] = field(default_factory=set)
+    tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    stopping: bool = False
 
 
-#: Checked once, at import: empty when the installed uvicorn has what the lean path needs.
-MISSING_HOOKS = missing_hooks()
-STATUS_LINE: dict[int, bytes] = getattr(httptools_impl, "STATUS_LINE", {})
+class HttpProtocol(asyncio.Protocol):
+    """``loop.create_server(lambda: HttpProtocol(state), ...)``."""
 
-
-class _CoalescingTransport:
-    """Transport proxy: writes made within one event-loop step leave as one send."""
-
-    __slots__ = ("_loop", "_pending", "_transport")
-
-    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
-        self._transport = transport
-        self._loop = loop
-        self._pending: list[bytes] = []
-
-    def write(self, data: bytes | bytearray | memoryview) -> None:
-        if not data:
-            return
-        if not self._pending:  # a streamed body must not wait for the response's end
-            self._loop.call_soon(self.flush)
-        self._pending.append(bytes(data))
-
-    def writelines(self, lines: Any) -> None:
-        for data in lines:
-            self.write(data)
-
-    def write_now(self, data: bytes) -> None:
-        """Send at once (one whole response), after anything still pending."""
-        self.flush()
-        self._transport.write(data)
-
-    def flush(self) -> None:
-        if self._pending:
-            data = self._pending[0] if len(self._pending) == 1 else b"".join(self._pending)
-            self._pending = []
-            self._transport.write(data)
-
-    def get_write_buffer_size(self) -> int:
-        return self._transport.get_write_buffer_size() + sum(map(len, self._pending))
-
-    def write_eof(self) -> None:
-        self.flush()
-        self._transport.write_eof()
-
-    def close(self) -> None:
-        self.flush()  # what uvicorn wrote before closing still goes out, in order
-        self._transport.close()
-
-    def abort(self) -> None:
-        self._pending = []
-        self._transport.abort()
-
-    def __getattr__(self, name: str) -> Any:  # is_closing, get_extra_info, pause_reading...
-        return getattr(self._transport, name)
-
-
-class NodeHttpProtocol(LimitedHttpProtocol):
-    """``uvicorn.run(create_asgi(settings), http=NodeHttpProtocol)``."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._lean = self.app if isinstance(self.app, LeanLookups) else None
-        self._head: bytes | None = b""  # a new connection's first bytes, until known
+    def __init__(self, state: ServerState) -> None:
+        self.state = state
+        self.loop = asyncio.get_running_loop()
+        self.edge = state.edge
+        self.lean = state.lean
+        self.parser = httptools.HttpRequestParser(self)
+        self.parser.set_dangerous_leniencies(lenient_data_after_close=True)
+        self.transport: asyncio.Transport = None  # type: ignore[assignment]
+        self.client: tuple[str, int] | None = None
+        self.server: tuple[str, int] | None = None
+        self.scheme = "http"
+        self.bounds = ReadBounds()
+        self._url = b""
+        self._headers: list[tuple[bytes, bytes]] = []
+        self._expect = False
+        self._in_head = True  # reading a request's line and headers (or waiting for one)
+        self._refused = False  # answered 4xx here: ignore the rest of what is read
+        self._deadline: float | None = None  # when the request being read must be whole
+        self._idle_at: float | None = None  # when the last response ended (none since)
+        self._timer: asyncio.TimerHandle | None = None
+        self.reading: Cycle | None = None  # the request being read (its body goes there)
+        self.current: Cycle | None = None  # the request being answered
+        self.queue: deque[Cycle] = deque()  # pipelined requests read, not yet answered
+        self._read_paused = False
+        self._write_paused = False
+        self._drained: asyncio.Future[None] | None = None
+        self._first: bytes | None = b""  # a new connection's first bytes, until known
         self._wire: PeerConnection | None = None
-        self._defaults: tuple[object, bytes] = (None, b"")  # default headers, rendered
         # the lean path's answers' latency (serving/http/metrics.py); None: metrics off
-        self._latency = None if self._lean is None else self._lean.deps.coordinator.traffic.latency
+        self._latency = None if self.lean is None else self.lean.deps.coordinator.traffic.latency
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        self._raw_transport = transport  # the wire writes whole replies itself
-        super().connection_made(_CoalescingTransport(transport, self.loop))  # type: ignore[arg-type]
+    # --- asyncio ---
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's is no subclass
+        self.state.connections.add(self)
+        peer, local = transport.get_extra_info("peername"), transport.get_extra_info("sockname")
+        self.client = (peer[0], peer[1]) if isinstance(peer, tuple) else None
+        self.server = (local[0], local[1]) if isinstance(local, tuple) else None
+        self.scheme = "https" if transport.get_extra_info("sslcontext") else "http"
+        self._deadline = self.loop.time() + self.edge.request_read_timeout_s
+        self._timer = self.loop.call_at(min(self._deadline, self.loop.time()
+                                            + self.state.keep_alive_s), self._tick)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.state.connections.discard(self)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._wire is not None:
+            self._wire.close()
+        for cycle in (self.current, *self.queue):
+            if cycle is not None:
+                cycle.gone()
+        self.resume_writing()
 
     def data_received(self, data: bytes) -> None:
         if self._wire is not None:
             self._wire.feed(data)
             if self._wire.authenticated:  # a peer: the read deadline was for strangers
-                self._stop_reading()
+                self._deadline = None
             return
-        if self._head is not None and self._lean is not None:  # a lookup wire, or HTTP?
-            data = self._head + data
+        if self._first is not None and self.lean is not None:  # the peer protocol, or HTTP?
+            data = self._first + data
             if len(data) < len(PREFACE) and PREFACE.startswith(data):
-                self._head = data
+                self._first = data
                 return
-            self._head = None
+            self._first = None
             if data.startswith(PREFACE):
-                self._wire = PeerConnection(self._lean.peer_server, self._raw_transport,
-                                            self.loop, self.timeout_keep_alive)
+                self._wire = PeerConnection(self.lean.peer_server, self.transport, self.loop,
+                                            self.state.keep_alive_s)
                 self.data_received(data[len(PREFACE):])
                 return
-        super().data_received(data)
+        self._idle_at = None
+        while data and not self._refused:  # a head is fed to the parser up to its limit
+            if not self._in_head:
+                self._parse(data)
+                return
+            room = self.bounds.room()
+            part, data = data[:room], data[room:]
+            self.bounds.fed += len(part)
+            self._parse(part)
+            if self._in_head and self.bounds.fed > MAX_HEAD_BYTES and not self._refused:
+                self._refuse(head_too_large())
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self._wire is not None:
-            self._wire.close()
-        super().connection_lost(exc)
+    def eof_received(self) -> bool | None:
+        return None  # the transport closes: a half-closed client gets no answer
 
-    def _answerable(self) -> bool:  # a stranger stalling on the wire gets no HTTP answer
-        return self._wire is None and super()._answerable()
-
-    # Back-pressure on the lookup wire, as uvicorn's flow control does for HTTP: while
-    # the replies waiting in the transport are past its high-water mark (the peer is not
-    # reading them), no more requests are read, so a peer that pipelines without reading
-    # cannot grow the node's memory (it grew 83 -> 622 MB on 60 MB of requests).
+    # Back-pressure: while the transport's buffer is past its high-water mark (the
+    # client is not reading), the app's send() waits; a peer connection stops being read
+    # (a peer that pipelines without reading grew the node 83 -> 622 MB on 60 MB).
     def pause_writing(self) -> None:
-        super().pause_writing()
+        self._write_paused = True
         if self._wire is not None:
-            self._raw_transport.pause_reading()
+            self.transport.pause_reading()
 
     def resume_writing(self) -> None:
-        super().resume_writing()
-        if self._wire is not None:
-            self._raw_transport.resume_reading()
+        self._write_paused = False
+        if self._drained is not None:
+            if not self._drained.done():
+                self._drained.set_result(None)
+            self._drained = None
+        if self._wire is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
+
+    # --- what a Cycle needs (asgi.Connection) ---
+
+    @property
+    def default_headers(self) -> bytes:
+        return self.state.default_headers
+
+    def write(self, data: bytes) -> None:
+        self.transport.write(data)
+
+    def close(self) -> None:
+        self.transport.close()
+
+    def is_closing(self) -> bool:
+        return self.transport.is_closing()
+
+    def write_paused(self) -> bool:
+        return self._write_paused
+
+    async def drain(self) -> None:
+        if self._write_paused:
+            if self._drained is None:
+                self._drained = self.loop.create_future()
+            await self._drained
+
+    def resume_reading(self) -> None:
+        if self._read_paused:
+            self._read_paused = False
+            self.transport.resume_reading()
+
+    def _pause_reading(self) -> None:
+        if not self._read_paused:
+            self._read_paused = True
+            self.transport.pause_reading()
+
+    def answered(self, cycle: Cycle) -> None:
+        """``cycle``'s response is complete: the next request, or keep-alive."""
+        self.current = None
+        if not cycle.keep_alive:
+            self.transport.close()
+            return
+        if self.transport.is_closing():
+            return
+        self.resume_reading()
+        if self.queue:
+            self._start(self.queue.popleft())
+        else:
+            self._idle_at = self.loop.time()
+
+    # --- the parser's callbacks ---
+
+    def _parse(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:  # no upgrades: answered, then closed
+            if self.reading is not None:
+                self.reading.keep_alive = False
+            self._refused, self._deadline = True, None
+        except httptools.HttpParserError as exc:
+            if not self._refused:
+                self._refuse(BadRequest(f"not an HTTP/1.1 request: {exc}"))
 
     def on_message_begin(self) -> None:
-        # uvicorn cancels the keep-alive timer when bytes arrive; a lean answer can arm
-        # it between two pipelined requests of one read, so cancel it here as well
-        self._unset_keepalive_if_required()
-        super().on_message_begin()
+        self._url = b""
+        self._headers = []
+        self._expect = False
+        self.bounds.begin()
+        self._idle_at = None
+        if self._deadline is None:
+            self._deadline = self.loop.time() + self.edge.request_read_timeout_s
 
-    def on_response_complete(self) -> None:
-        self.transport.flush()  # type: ignore[attr-defined]  # the proxy from connection_made
-        super().on_response_complete()
+    def on_url(self, url: bytes) -> None:
+        if not self._refused:
+            self._url += url
+            self._check(self.bounds.add_head(len(url)))
 
-    def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
-        scope = cycle.scope
-        if (self._lean is not None and app is self.app and scope["method"] == "GET"
-                and not scope["query_string"]):
-            cast(Any, scope)[_T0] = perf_counter()
-            pending = self._lean.begin(scope["path"], scope["headers"],
-                                       lambda answer: self._answered(cycle, answer),
-                                       scope["raw_path"])
-            if pending is PENDING:  # a hop on a pooled connection: _answered follows
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self._refused or self._check(self.bounds.add_header(len(name) + len(value) + 4)):
+            return
+        name = name.lower()
+        if name == b"expect" and value.lower() == b"100-continue":
+            self._expect = True
+        self._headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        if self._refused:
+            return
+        parser = self.parser
+        method = parser.get_method()
+        try:
+            check_head(self.edge, method, self._headers)
+            target = httptools.parse_url(self._url)
+            raw = target.path
+            path = raw.decode("ascii")
+        except StreamiqError as err:
+            self._refuse(err)
+            return
+        except (httptools.HttpParserInvalidURLError, UnicodeDecodeError):
+            self._refuse(BadRequest("the request target is not a URL path"))
+            return
+        self._in_head = False
+        version = parser.get_http_version()
+        keep_alive = (version != "1.0" and parser.should_keep_alive()
+                      and not self.state.stopping)
+        cycle = self.reading = Cycle(self, method.decode("ascii"),
+                                     unquote(path) if "%" in path else path, raw,
+                                     target.query or b"", self._headers, version, keep_alive,
+                                     self._expect)
+        if self.current is None:
+            self._start(cycle)
+        else:  # pipelined: answered in turn
+            self.queue.append(cycle)
+            self._pause_reading()
+
+    def on_body(self, body: bytes) -> None:
+        if self._refused or self._check(self.bounds.add_body(len(body))):
+            return
+        cycle = self.reading
+        if cycle is None or not cycle.busy:
+            return
+        cycle.body += body
+        if len(cycle.body) > _BODY_BUFFER:
+            self._pause_reading()
+        cycle.event.set()
+
+    def on_message_complete(self) -> None:
+        if self._refused:
+            return
+        self._in_head, self._deadline = True, None  # read whole, in time
+        self.bounds.ended()
+        if self.reading is not None:
+            self.reading.more_body = False
+            self.reading.event.set()
+
+    # --- answering ---
+
+    def _start(self, cycle: Cycle) -> None:
+        self.current = cycle
+        lean = self.lean
+        if lean is None:
+            self._run(cycle, self.state.app)
+            return
+        if cycle.method == "GET" and not cycle.query:
+            cycle.t0 = perf_counter()
+            pending = lean.begin(cycle.path, cycle.headers,
+                                 lambda answer: self._lean_answered(cycle, answer),
+                                 cycle.raw_path)
+            if pending is PENDING:  # a hop on a pooled connection: _lean_answered follows
                 return
             if isinstance(pending, tuple):
                 self._respond(cycle, pending)
                 return
             if pending is not None:  # a hop that may have to wait or connect first
-                task = self.loop.create_task(self._relay(cycle, cast(Any, pending)))
-                task.add_done_callback(self.tasks.discard)
-                self.tasks.add(task)
+                self._track(self._relay(cycle, cast(Awaitable[Answer | None], pending)))
                 return
-            app = self._lean.app  # declined: the full app answers, without asking again
-        super()._start_asgi_task(cycle, app)
+        self._run(cycle, lean.app)  # declined: the full app answers, without asking again
 
-    def _answered(self, cycle: RequestResponseCycle, answer: Answer | None) -> None:
-        assert self._lean is not None
+    def _run(self, cycle: Cycle, app: ASGIApp) -> None:
+        self._track(cycle.run(app, self._scope(cycle)))
+
+    def _track(self, work: Coroutine[Any, Any, None]) -> None:
+        task = self.loop.create_task(work)
+        self.state.tasks.add(task)
+        task.add_done_callback(self.state.tasks.discard)
+
+    def _scope(self, cycle: Cycle) -> Scope:
+        return {"type": "http", "asgi": _ASGI, "http_version": cycle.version,
+                "server": self.server, "client": self.client, "scheme": self.scheme,
+                "method": cycle.method, "root_path": "", "path": cycle.path,
+                "raw_path": cycle.raw_path, "query_string": cycle.query,
+                "headers": cycle.headers, "state": self.state.app_state.copy()}
+
+    async def _relay(self, cycle: Cycle, pending: Awaitable[Answer | None]) -> None:
+        assert self.lean is not None
+        self._lean_answered(cycle, await self.lean.settle(pending))
+
+    def _lean_answered(self, cycle: Cycle, answer: Answer | None) -> None:
+        assert self.lean is not None
         if answer is not None:
             self._respond(cycle, answer)
-        elif not cycle.disconnected:  # the full route answers (and tries other replicas)
-            HttpToolsProtocol._start_asgi_task(self, cycle, cast(Any, self._lean.app))
+        elif cycle.busy:  # the full route answers (and tries other replicas)
+            self._run(cycle, self.lean.app)
 
-    async def _relay(self, cycle: RequestResponseCycle,
-                     pending: Awaitable[Answer | None]) -> None:
-        assert self._lean is not None
-        self._answered(cycle, await self._lean.settle(pending))
-
-    def _respond(self, cycle: RequestResponseCycle, answer: Answer) -> None:
-        """Write a whole response at once and finish the cycle, as uvicorn's send would."""
-        if cycle.disconnected or cycle.response_complete:
+    def _respond(self, cycle: Cycle, answer: Answer) -> None:
+        """A lean answer: the whole response in one write."""
+        if not cycle.busy:
             return
         status, body, headers = answer
         if self._latency is not None:
-            self._latency.observe(("lookup", served_of("lookup", cycle.scope["headers"], headers)),
-                                  perf_counter() - cast(Any, cycle.scope)[_T0])
-        src, defaults = self._defaults
-        if cycle.default_headers is not src:  # uvicorn sets a new list (date) every second
-            defaults = b"".join(b"%s: %s\r\n" % h for h in cycle.default_headers)
-            self._defaults = (cycle.default_headers, defaults)
-        out = [STATUS_LINE[status], defaults]
+            self._latency.observe(("lookup", served_of("lookup", cycle.headers, headers)),
+                                  perf_counter() - cycle.t0)
+        out = [STATUS_LINE[status], self.state.default_headers]
         for name, value in headers:
             out += (name, b": ", value, b"\r\n")
         if not cycle.keep_alive:
             out.append(b"connection: close\r\n")
         out += (b"\r\n", body)
-        self.transport.write_now(b"".join(out))  # type: ignore[attr-defined]
-        cycle.response_started = cycle.response_complete = True
-        cycle.message_event.set()
-        if not cycle.keep_alive:
+        self.transport.write(b"".join(out))
+        cycle.started = True
+        cycle.finish()
+
+    # --- time: the read deadline and keep-alive on one timer, moved on when it fires ---
+
+    def _tick(self) -> None:
+        self._timer = None
+        if self._refused or self.transport.is_closing():
+            return
+        if self._wire is not None and self._deadline is None:
+            return  # a peer: its own idle timer (PeerConnection)
+        now = self.loop.time()
+        at = now + self.state.keep_alive_s
+        if self._deadline is not None:
+            if self._read_paused:  # the server holds the request back, not the client
+                self._deadline = now + self.edge.request_read_timeout_s
+            if now >= self._deadline:
+                t = self.edge.request_read_timeout_s
+                self._refuse(RequestTimeout(f"the request was not received whole within "
+                                            f"{t:g} s", limit_s=t))
+                return
+            at = min(at, self._deadline)
+        elif self._idle_at is not None and self.current is None:
+            if now - self._idle_at >= self.state.keep_alive_s:
+                self.transport.close()
+                return
+            at = self._idle_at + self.state.keep_alive_s
+        self._timer = self.loop.call_at(at, self._tick)
+
+    # --- refusing, stopping ---
+
+    def _check(self, err: StreamiqError | None) -> bool:
+        if err is not None:
+            self._refuse(err)
+        return err is not None
+
+    def _answerable(self) -> bool:
+        """Whether a refusal may be answered: not while a response is being written. In
+        a body, the request's own app is cut off (its receive() sees a disconnect)."""
+        if self._wire is not None:  # a stranger stalling on the wire gets no HTTP answer
+            return False
+        if not self._in_head and self.reading is not None:
+            self.reading.gone()
+            return self.current is self.reading and not self.reading.started
+        return self.current is None
+
+    def _refuse(self, err: StreamiqError) -> None:
+        """Answer the error (when no response is under way) and end the connection; read
+        nothing more of it into memory.
+
+        A lingering close, as nginx does: the answer is followed by a FIN, and what the
+        client still sends is read and dropped for ``LINGER_S`` before the socket is
+        closed. Closing at once would make the kernel answer the unread bytes with a
+        reset, which a client still writing its body sees instead of the answer."""
+        self._refused = True
+        self._deadline = None
+        self.edge.refusals.note(err, self.client)
+        if not self._answerable():
             self.transport.close()
-        cycle.on_response()
+            return
+        self.transport.write(refusal(err))
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self.loop.call_later(LINGER_S, self.transport.close)
 
+    def busy(self) -> bool:
+        """A request is being answered (a graceful stop waits for it)."""
+        return self.current is not None and self.current.busy
 
-def node_protocol(missing: list[str] = MISSING_HOOKS) -> type[LimitedHttpProtocol]:
-    """The ``http=`` a node's uvicorn runs: ``NodeHttpProtocol``, or, when this uvicorn
-    lacks a hook it overrides, uvicorn's stock httptools protocol with the size limits
-    (``LimitedHttpProtocol``), with a warning. Both keep the size and time limits
-    (``serving/http/http_limits.py``; ``with_edge`` sets the read timeout)."""
-    if not missing:
-        return NodeHttpProtocol
-    log.warning("uvicorn %s lacks %s: serving without the lean lookup path and the lookup "
-                "wire (slower; peers use HTTP hops). Install a uvicorn version streamiq "
-                "pins (pyproject.toml).", uvicorn.__version__, ", ".join(missing))
-    return LimitedHttpProtocol
+    def shutdown(self) -> None:
+        """Graceful stop: close when idle, else after the response in flight; a stream
+        ends now (its app sees the client leave)."""
+        cycle = self.current
+        if self._wire is not None or cycle is None or not cycle.busy:
+            self.transport.close()
+            return
+        cycle.keep_alive = False
+        if cycle.streaming:
+            if cycle.chunked:
+                self.transport.write(b"0\r\n\r\n")
+            cycle.gone()
+            self.transport.close()

@@ -1,6 +1,6 @@
 """The node's SQL port: a ``PgServer`` over the node's query layer, with its settings.
 
-``serving/main.py`` starts it on the node's loop before uvicorn serves (``--sql-port``;
+``serving/main.py`` starts it on the node's loop before HTTP serves (``--sql-port``;
 0: none) and the node closes it first when it stops. TLS is the HTTP API's: with
 ``--tls-cert-file`` the SQL port takes TLS connections only. Its SQL workers spill into
 ``.sql-spill`` in the node's own state folder (``<state-dir>/<node>``), emptied here at
@@ -9,8 +9,6 @@ start.
 
 from __future__ import annotations
 
-import ssl
-
 from streamiq.config import Settings
 from streamiq.serving.node import state_path
 from streamiq.serving.query.run import Queries
@@ -18,20 +16,11 @@ from streamiq.serving.sql.adapter import NodeEngine
 from streamiq.serving.sql.execute import Limits
 from streamiq.serving.sql.pool import SqlWorkers
 from streamiq.serving.sql.server import PgServer, ServerBounds
+from streamiq.tls import server_context
 
-__all__ = ["bounds_of", "server_context", "start_sql"]
+__all__ = ["bounds_of", "start_sql"]
 
 SPILL_FOLDER = ".sql-spill"  # no view is named so (view names start with a letter, digit or _)
-
-
-def server_context(s: Settings) -> ssl.SSLContext | None:
-    """The node's certificate for its SQL clients (None: plain TCP)."""
-    if s.tls_cert_file is None or s.tls_key_file is None:
-        return None
-    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    ctx.load_cert_chain(str(s.tls_cert_file), str(s.tls_key_file))
-    return ctx
 
 
 def bounds_of(s: Settings) -> ServerBounds:

@@ -23,7 +23,7 @@ from streamiq.serving.cluster.wire import (
     request_body,
     request_frame,
 )
-from streamiq.serving.http.protocol import NodeHttpProtocol
+from streamiq.serving.http.protocol import HttpProtocol
 from streamiq.serving.peer.server import PeerConnection
 from streamiq.views.bank import BALANCES
 
@@ -57,12 +57,12 @@ async def test_the_node_port_speaks_the_peer_protocol_after_its_preface(
         app: Any, serve_node: Serve) -> None:
     reads: list[bytes] = []
 
-    class Reading(NodeHttpProtocol):
+    class Reading(HttpProtocol):
         def data_received(self, data: bytes) -> None:
             reads.append(data)
             super().data_received(data)
 
-    port = await serve_node(app, Reading)
+    port = await serve_node(app, protocol=Reading)
     r, w = await asyncio.open_connection("127.0.0.1", port)
     w.write(PREFACE[:5])  # the preface may arrive in pieces
     await until(lambda: reads, "the node to read the first piece")

@@ -90,7 +90,7 @@ def test_a_malformed_peer_request_is_a_bad_request() -> None:
 
 
 async def test_a_key_not_utf8_through_the_node_protocol(app: Any, serve_node: Any) -> None:
-    """Over a real socket, through the protocol's lean path and uvicorn's decoding."""
+    """Over a real socket, through the protocol's lean path and the server's decoding."""
     _row(app, "\ufffd", 1)
     port = await serve_node(app)
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as c:

@@ -1,4 +1,4 @@
-"""Requests past the size and time limits are refused while read, on a real uvicorn
+"""Requests past the size and time limits are refused while read, on the node's real HTTP
 server: answered with a JSON problem naming the limit, then the connection closed."""
 
 from __future__ import annotations
@@ -19,10 +19,8 @@ from streamiq.serving.http.http_limits import (
     MAX_HEAD_BYTES,
     MAX_HEADERS,
     HttpEdge,
-    LimitedHttpProtocol,
     Refusals,
 )
-from streamiq.serving.http.protocol import NodeHttpProtocol
 from streamiq.views.base import MAX_KEY_BYTES
 
 Serve = Callable[..., Awaitable[int]]
@@ -63,9 +61,9 @@ async def test_the_largest_legitimate_multi_get_is_answered(app: Any, serve_node
 A1_HEAD = b"GET /v1/views/balances/keys/a1 HTTP/1.1\r\nhost: n\r\n"
 
 
-def timed(seconds: float = 0.3, refusals: Refusals | None = None) -> Any:
-    """The node protocol with a short request-read timeout."""
-    return NodeHttpProtocol.with_edge(HttpEdge(seconds, refusals=refusals or Refusals()))
+def timed(seconds: float = 0.3, refusals: Refusals | None = None) -> HttpEdge:
+    """The limits with a short request-read timeout."""
+    return HttpEdge(seconds, refusals=refusals or Refusals())
 
 
 async def test_a_header_that_never_ends_is_431_before_its_end(app: Any,
@@ -153,23 +151,28 @@ def test_refusals_are_counted_each_and_logged_once_per_reason(
     assert len(caplog.records) == 2 and "10.0.0.9" in caplog.records[0].getMessage()
 
 
-async def test_a_websocket_outlives_the_read_timeout() -> None:
-    """Once upgraded, the connection is the WebSocket protocol's: no 408 cuts it (the
-    upgrade request was read whole, which ends its read deadline)."""
+async def test_a_stream_outlives_the_read_timeout() -> None:
+    """Once its request is read whole, a response streamed for longer than the read
+    timeout (server-sent events) is not cut by a 408: the read deadline ended with the
+    request. (The server upgrades to no WebSocket; a stream is its long-lived answer.)"""
     from starlette.applications import Starlette
-    from starlette.routing import WebSocketRoute
-    from starlette.websockets import WebSocket
-    from websockets.asyncio.client import connect
+    from starlette.responses import StreamingResponse
+    from starlette.routing import Route
 
-    async def echo(ws: WebSocket) -> None:
-        await ws.accept()
-        while True:
-            await ws.send_text(await ws.receive_text())
-
-    app = Starlette(routes=[WebSocketRoute("/ws", echo)])
-    async with serving(app, LimitedHttpProtocol.with_edge(HttpEdge(0.2))) as port, \
-            connect(f"ws://127.0.0.1:{port}/ws") as ws:
+    async def ticks() -> Any:
         for i in range(8):  # well past the read timeout in all
-            await ws.send(f"m{i}")
-            assert await asyncio.wait_for(ws.recv(), 30) == f"m{i}"
-            await asyncio.sleep(0.1)  # a client's pace, not a wait for the server
+            yield f"data: m{i}\n\n".encode()
+            await asyncio.sleep(0.1)
+
+    async def events(_: Any) -> StreamingResponse:
+        return StreamingResponse(ticks(), media_type="text/event-stream")
+
+    app = Starlette(routes=[Route("/events", events)])
+    async with serving(app, HttpEdge(0.2)) as port:
+        r, w = await asyncio.open_connection("127.0.0.1", port)
+        w.write(b"GET /events HTTP/1.1\r\nhost: n\r\n\r\n")
+        head = await asyncio.wait_for(r.readuntil(b"\r\n\r\n"), 30)
+        assert head.startswith(b"HTTP/1.1 200") and b"transfer-encoding: chunked" in head
+        rest = await asyncio.wait_for(r.readuntil(b"0\r\n\r\n"), 30)
+        assert [f"m{i}".encode() in rest for i in range(8)] == [True] * 8
+        w.close()

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 import pytest_asyncio
-import uvicorn
 from fakes import RecordingTransport
 from httpserve import read_response
 
@@ -23,14 +21,8 @@ from streamiq.serving.cluster.wire import (
     request_body,
     request_frame,
 )
-from streamiq.serving.http.http_limits import HttpEdge, LimitedHttpProtocol
-from streamiq.serving.http.protocol import (
-    MISSING_HOOKS,
-    NodeHttpProtocol,
-    _CoalescingTransport,
-    missing_hooks,
-    node_protocol,
-)
+from streamiq.serving.http.http_limits import HttpEdge
+from streamiq.serving.http.protocol import HttpProtocol, ServerState
 from streamiq.views.bank import BALANCES
 
 A1 = "/v1/views/balances/keys/a1"
@@ -46,7 +38,7 @@ def get(path: str, *extra: str) -> bytes:
     return "\r\n".join([f"GET {path} HTTP/1.1", "host: x", *extra, "", ""]).encode()
 
 
-async def test_lean_answers_keep_the_connection_and_carry_uvicorns_headers(server: int) -> None:
+async def test_lean_answers_keep_the_connection_and_carry_the_servers_headers(server: int) -> None:
     r, w = await asyncio.open_connection("127.0.0.1", server)
     for _ in range(3):  # one connection, several requests
         w.write(get(A1))
@@ -153,25 +145,6 @@ async def test_forwarded_lookups_reuse_a_pooled_hop_and_survive_a_dropped_one(
     srv.close()
 
 
-async def test_coalescing_transport_sends_one_buffer_per_step() -> None:
-    rec = RecordingTransport()
-    t = _CoalescingTransport(rec, asyncio.get_running_loop())  # type: ignore[arg-type]
-    t.write(b"head ")
-    t.write(b"")
-    t.write(b"body")
-    assert rec.writes == [] and t.get_write_buffer_size() == 9
-    await asyncio.sleep(0)  # the end of this step flushes (a streamed body is not held)
-    assert rec.writes == [b"head body"]
-    t.write(b"last")
-    t.close()  # close flushes first: nothing written before it is lost
-    assert rec.writes == [b"head body", b"last"] and rec.closed and t.is_closing()
-    t2 = _CoalescingTransport(RecordingTransport(), asyncio.get_running_loop())  # type: ignore[arg-type]
-    t2.write(b"x")
-    t2.abort()  # abort drops what is pending, like a transport's abort
-    await asyncio.sleep(0)
-    assert t2._transport.writes == []  # type: ignore[attr-defined]
-
-
 class _Peer(RecordingTransport):
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         return {"peername": ("127.0.0.1", 5), "sockname": ("127.0.0.1", 6)}.get(name, default)
@@ -181,19 +154,20 @@ class _Peer(RecordingTransport):
     def resume_reading(self) -> None: ...
 
 
+def _connection(app: Any) -> tuple[HttpProtocol, _Peer]:
+    proto = HttpProtocol(ServerState(app, lean=app))
+    peer = _Peer()
+    proto.connection_made(peer)  # type: ignore[arg-type]
+    return proto, peer
+
+
 @pytest.mark.parametrize("path", [A1, "/account/a1"])
 async def test_a_local_lookup_is_answered_in_the_parser_callback_with_one_write(
         app: Any, path: str) -> None:
     """No task, no ASGI round: the whole response is written before data_received returns."""
-    from uvicorn.server import ServerState
-
-    proto = NodeHttpProtocol(config=uvicorn.Config(app, lifespan="off", proxy_headers=False),
-                             server_state=ServerState(), app_state={},
-                             _loop=asyncio.get_running_loop())
-    peer = _Peer()
-    proto.connection_made(peer)  # type: ignore[arg-type]
+    proto, peer = _connection(app)
     proto.data_received(get(path) + get(path))
-    assert len(peer.writes) == 2 and not proto.tasks
+    assert len(peer.writes) == 2 and not proto.state.tasks
     for raw in peer.writes:
         head, _, body = raw.partition(b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 200 OK\r\n") and json.loads(body)["key"] == "a1"
@@ -201,33 +175,21 @@ async def test_a_local_lookup_is_answered_in_the_parser_callback_with_one_write(
     proto.connection_lost(None)
 
 
-def test_the_installed_uvicorn_has_every_hook_the_lean_path_overrides() -> None:
-    assert MISSING_HOOKS == []
-    assert node_protocol() is NodeHttpProtocol
-
-
-def test_a_uvicorn_without_the_hook_falls_back_loudly(caplog: pytest.LogCaptureFixture
-                                                       ) -> None:
-    class OldProtocol:  # no _start_asgi_task, as in a uvicorn that renamed it
-        def data_received(self, data: bytes) -> None: ...
-
-    class OldCycle:
-        def __init__(self, scope: Any, keep_alive: bool) -> None: ...
-
-    missing = missing_hooks(OldProtocol, OldCycle, module=object())
-    assert "HttpToolsProtocol._start_asgi_task" in missing
-    assert "RequestResponseCycle.on_response" in missing
-    assert "httptools_impl.STATUS_LINE" in missing
-    with caplog.at_level(logging.WARNING, logger="streamiq.node"):
-        # uvicorn's stock protocol, still with the request size limits
-        assert node_protocol(missing) is LimitedHttpProtocol
-    assert "without the lean lookup path" in caplog.text
-    assert "HttpToolsProtocol._start_asgi_task" in caplog.text
+async def test_a_whole_asgi_response_leaves_in_one_write(app: Any) -> None:
+    """The full app's answer (head, then body, two ASGI messages) is one write: a peer
+    reading it wakes up once."""
+    proto, peer = _connection(app)
+    proto.data_received(get("/v1/views/balances/keys/nobody"))  # 404 from the full route
+    await asyncio.wait_for(asyncio.gather(*proto.state.tasks), 30)
+    (raw,) = peer.writes
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 404 ") and json.loads(body)["code"] == "NOT_FOUND"
+    proto.connection_lost(None)
 
 
 async def test_the_read_timeout_spares_wire_peers_and_closes_wire_strangers(
         app: Any, serve_node: Callable[..., Awaitable[int]]) -> None:
-    port = await serve_node(app, NodeHttpProtocol.with_edge(HttpEdge(0.3)))
+    port = await serve_node(app, HttpEdge(0.3))
     r, w = await asyncio.open_connection("127.0.0.1", port)
     w.write(PREFACE + b"1\n")  # a peer: the credential (no secret: "1"), then idle
     await asyncio.wait_for(w.drain(), 30)
