@@ -20,6 +20,9 @@ What it does with the bytes it reads:
   graceful stop (``shutdown``) idle connections close at once, the request in flight
   is finished and its connection closed after it, a stream is ended.
 
+Two mixins hold parts of it: ``leanserve.py`` (the lean path's answers) and ``flow.py``
+(back-pressure, and what a ``Cycle`` writes through).
+
 Measured with bench/bench_queries.py (docs/design.md, "The HTTP server").
 """
 
@@ -27,18 +30,18 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Awaitable, Coroutine
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from time import perf_counter
-from typing import Any, cast
+from typing import Any
 from urllib.parse import unquote
 
 import httptools
 
 from streamiq.errors import BadRequest, RequestTimeout, StreamiqError
 from streamiq.serving.cluster.wire import PREFACE
-from streamiq.serving.http.asgi import STATUS_LINE, ASGIApp, Cycle, Scope
-from streamiq.serving.http.fastpath import PENDING, Answer, LeanLookups
+from streamiq.serving.http.asgi import ASGIApp, Cycle, Scope
+from streamiq.serving.http.fastpath import LeanLookups
+from streamiq.serving.http.flow import Flow
 from streamiq.serving.http.http_limits import (
     LINGER_S,
     MAX_HEAD_BYTES,
@@ -48,7 +51,7 @@ from streamiq.serving.http.http_limits import (
     head_too_large,
     refusal,
 )
-from streamiq.serving.http.metrics import served_of
+from streamiq.serving.http.leanserve import LeanServing
 from streamiq.serving.peer.server import PeerConnection
 
 __all__ = ["HttpProtocol", "ServerState"]
@@ -72,8 +75,10 @@ class ServerState:
     stopping: bool = False
 
 
-class HttpProtocol(asyncio.Protocol):
+class HttpProtocol(LeanServing, Flow, asyncio.Protocol):
     """``loop.create_server(lambda: HttpProtocol(state), ...)``."""
+
+    state: ServerState
 
     def __init__(self, state: ServerState) -> None:
         self.state = state
@@ -163,56 +168,9 @@ class HttpProtocol(asyncio.Protocol):
     def eof_received(self) -> bool | None:
         return None  # the transport closes: a half-closed client gets no answer
 
-    # Back-pressure: while the transport's buffer is past its high-water mark (the
-    # client is not reading), the app's send() waits; a peer connection stops being read
-    # (a peer that pipelines without reading grew the node 83 -> 622 MB on 60 MB).
-    def pause_writing(self) -> None:
-        self._write_paused = True
-        if self._wire is not None:
-            self.transport.pause_reading()
-
-    def resume_writing(self) -> None:
-        self._write_paused = False
-        if self._drained is not None:
-            if not self._drained.done():
-                self._drained.set_result(None)
-            self._drained = None
-        if self._wire is not None and not self.transport.is_closing():
-            self.transport.resume_reading()
-
-    # --- what a Cycle needs (asgi.Connection) ---
-
     @property
-    def default_headers(self) -> bytes:
+    def default_headers(self) -> bytes:  # asgi.Connection
         return self.state.default_headers
-
-    def write(self, data: bytes) -> None:
-        self.transport.write(data)
-
-    def close(self) -> None:
-        self.transport.close()
-
-    def is_closing(self) -> bool:
-        return self.transport.is_closing()
-
-    def write_paused(self) -> bool:
-        return self._write_paused
-
-    async def drain(self) -> None:
-        if self._write_paused:
-            if self._drained is None:
-                self._drained = self.loop.create_future()
-            await self._drained
-
-    def resume_reading(self) -> None:
-        if self._read_paused:
-            self._read_paused = False
-            self.transport.resume_reading()
-
-    def _pause_reading(self) -> None:
-        if not self._read_paused:
-            self._read_paused = True
-            self.transport.pause_reading()
 
     def answered(self, cycle: Cycle) -> None:
         """``cycle``'s response is complete: the next request, or keep-alive."""
@@ -313,28 +271,7 @@ class HttpProtocol(asyncio.Protocol):
             self.reading.more_body = False
             self.reading.event.set()
 
-    # --- answering ---
-
-    def _start(self, cycle: Cycle) -> None:
-        self.current = cycle
-        lean = self.lean
-        if lean is None:
-            self._run(cycle, self.state.app)
-            return
-        if cycle.method == "GET" and not cycle.query:
-            cycle.t0 = perf_counter()
-            pending = lean.begin(cycle.path, cycle.headers,
-                                 lambda answer: self._lean_answered(cycle, answer),
-                                 cycle.raw_path)
-            if pending is PENDING:  # a hop on a pooled connection: _lean_answered follows
-                return
-            if isinstance(pending, tuple):
-                self._respond(cycle, pending)
-                return
-            if pending is not None:  # a hop that may have to wait or connect first
-                self._track(self._relay(cycle, cast(Awaitable[Answer | None], pending)))
-                return
-        self._run(cycle, lean.app)  # declined: the full app answers, without asking again
+    # --- answering (the lean path: leanserve.py) ---
 
     def _run(self, cycle: Cycle, app: ASGIApp) -> None:
         self._track(cycle.run(app, self._scope(cycle)))
@@ -350,35 +287,6 @@ class HttpProtocol(asyncio.Protocol):
                 "method": cycle.method, "root_path": "", "path": cycle.path,
                 "raw_path": cycle.raw_path, "query_string": cycle.query,
                 "headers": cycle.headers, "state": self.state.app_state.copy()}
-
-    async def _relay(self, cycle: Cycle, pending: Awaitable[Answer | None]) -> None:
-        assert self.lean is not None
-        self._lean_answered(cycle, await self.lean.settle(pending))
-
-    def _lean_answered(self, cycle: Cycle, answer: Answer | None) -> None:
-        assert self.lean is not None
-        if answer is not None:
-            self._respond(cycle, answer)
-        elif cycle.busy:  # the full route answers (and tries other replicas)
-            self._run(cycle, self.lean.app)
-
-    def _respond(self, cycle: Cycle, answer: Answer) -> None:
-        """A lean answer: the whole response in one write."""
-        if not cycle.busy:
-            return
-        status, body, headers = answer
-        if self._latency is not None:
-            self._latency.observe(("lookup", served_of("lookup", cycle.headers, headers)),
-                                  perf_counter() - cycle.t0)
-        out = [STATUS_LINE[status], self.state.default_headers]
-        for name, value in headers:
-            out += (name, b": ", value, b"\r\n")
-        if not cycle.keep_alive:
-            out.append(b"connection: close\r\n")
-        out += (b"\r\n", body)
-        self.transport.write(b"".join(out))
-        cycle.started = True
-        cycle.finish()
 
     # --- time: the read deadline and keep-alive on one timer, moved on when it fires ---
 
