@@ -106,3 +106,41 @@ def test_a_views_input_is_counted_as_it_is_read_in_either_mode(
     p._handle({"name": "balances", "batch_id": 0, "records": 7, "metric": None})
     assert p.stats.records["balances"] == 7
     assert view_run.markers.batches == [0]  # type: ignore[union-attr]
+
+
+class _Reader:
+    """A stand-in for ``spark.readStream``: records the options it is given."""
+
+    def __init__(self) -> None:
+        self.options_given: dict[str, str] = {}
+        self.readStream = self
+
+    def format(self, name: str) -> _Reader:
+        return self
+
+    def option(self, key: str, value: str) -> _Reader:
+        self.options_given[key] = value
+        return self
+
+    def options(self, **kw: str) -> _Reader:
+        self.options_given.update(kw)
+        return self
+
+    def load(self) -> str:
+        return "rows"
+
+
+@pytest.mark.parametrize("micro_batch", [True, False])
+def test_a_micro_batch_source_waits_10_ms_for_a_fetch_a_real_time_one_the_default(
+        micro_batch: bool) -> None:
+    """Each micro-batch seeks the Java consumer and polls: at its default fetch wait
+    (500 ms) a one-record batch's read waited ~140 ms; a real-time task polls without
+    seeking, and a 10 ms wait would only make an idle query fetch 100 times a second."""
+    from streamiq.pipeline import queries
+
+    reader = _Reader()
+    queries._source(reader, {"bootstrap.servers": "h:1"}, ["t"],  # type: ignore[arg-type]
+                    micro_batch=micro_batch)
+    assert reader.options_given["subscribe"] == "t"
+    assert reader.options_given.get("kafka.fetch.max.wait.ms") == ("10" if micro_batch
+                                                                   else None)
