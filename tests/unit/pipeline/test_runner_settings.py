@@ -144,3 +144,22 @@ def test_a_micro_batch_source_waits_10_ms_for_a_fetch_a_real_time_one_the_defaul
     assert reader.options_given["subscribe"] == "t"
     assert reader.options_given.get("kafka.fetch.max.wait.ms") == ("10" if micro_batch
                                                                    else None)
+
+
+def test_a_progress_event_is_read_from_sparks_json_of_it() -> None:
+    """The listener reads each progress report as Spark's JSON (one call into the JVM):
+    the batch, its input count and the dead-letter query's observed metric come from
+    it; a batch that read nothing is no event."""
+    from streamiq.pipeline.deadletter import METRIC
+    from streamiq.pipeline.listener import progress_event
+
+    progress = {"id": "q", "name": "balances.dead-letters", "batchId": 41,
+                "batchDuration": 312, "numInputRows": 7, "processedRowsPerSecond": 22.4,
+                "durationMs": {"addBatch": 200},
+                "observedMetrics": {METRIC: {"null value": 2, "sample": "null value: null"}}}
+    assert progress_event(progress) == {
+        "name": "balances.dead-letters", "batch_id": 41, "records": 7,
+        "metric": {"null value": 2, "sample": "null value: null"}, "duration_ms": 312,
+        "input_rate": None, "process_rate": 22.4}
+    assert progress_event({**progress, "numInputRows": 0}) is None
+    assert progress_event({**progress, "observedMetrics": {}})["metric"] is None  # type: ignore[index]
