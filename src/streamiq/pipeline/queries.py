@@ -7,7 +7,7 @@ A view's query: Spark's ``kafka`` source (earliest) -> ``from_json`` + validatio
 (:mod:`~streamiq.pipeline.changelog`) -> Spark's ``kafka`` sink, in update mode. No
 Python runs per row, so the query runs in real-time mode as well as in micro-batch.
 
-A dead-letter query (micro-batch, every 2 s): the same source and validation, the
+A dead-letter query (micro-batch, every 10 s): the same source and validation, the
 invalid records as dead letters, to the dead-letter topic through the same sink.
 """
 
@@ -29,9 +29,13 @@ if TYPE_CHECKING:
 __all__ = ["DEAD_LETTER_TRIGGER", "MICRO_BATCH_SOURCE", "build_view_stream", "changelog_records",
            "sink_options", "start_dead_letters", "start_view"]
 
-#: how often a dead-letter query looks for new input (dead letters need no milliseconds;
-#: each micro-batch costs about a second of CPU on a loaded 2-core machine)
-DEAD_LETTER_TRIGGER = "2 seconds"
+#: how often a dead-letter query looks for new input (dead letters need no milliseconds).
+#: Its batches are the pipeline's dearest (planning alone 500-900 ms: the reasons' many
+#: expressions are planned anew each batch): at 2 s the two of bank and orders ran back
+#: to back (1.7-2.4 s a batch, under load), their threads 25 % of the driver JVM's CPU
+#: samples against the three views' 16 %, taking cores from the views in either mode
+#: (docs/design.md, "Micro-batch: where a batch's time went")
+DEAD_LETTER_TRIGGER = "10 seconds"
 #: a micro-batch's source: each batch's tasks seek the Java consumer to their offsets and
 #: poll. At the client's default fetch wait (500 ms) a task of a one-record batch waited
 #: ~140 ms for its records (9 ms of CPU in 150 ms of run time, from Spark's task metrics);

@@ -116,7 +116,7 @@ def spark_session(master: str = "local[2]", app_name: str = "streamiq",
 
 #: loggers whose warnings are expected, not news: the FAIR scheduler's pool per query is
 #: made on first use ("pool ... has not been configured"), and the dead-letter queries'
-#: micro-batches may take longer than their 2 s trigger ("falling behind")
+#: micro-batches may take longer than their 10 s trigger ("falling behind")
 QUIET_LOGGERS = ("org.apache.spark.scheduler.FairSchedulableBuilder",
                  "org.apache.spark.sql.execution.streaming.runtime.ProcessingTimeExecutor")
 

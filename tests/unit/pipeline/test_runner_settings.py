@@ -90,7 +90,7 @@ class _MarkersSeen:
 def test_a_views_input_is_counted_as_it_is_read_in_either_mode(
         monkeypatch: pytest.MonkeyPatch, trigger: str) -> None:
     """A real-time batch reports its input only when it ends (minutes): the view's
-    input is counted from its dead-letter query, which reads the same input every 2 s;
+    input is counted from its dead-letter query, which reads the same input every 10 s;
     in micro-batch from the view's own batches. Never both."""
     from streamiq.views.bank import APP, BALANCES
 
