@@ -118,7 +118,8 @@ def run_query(spark: Any, bs: str, topic: str, ckpt: str, max_per_trigger: int |
         if not k.startswith("spark.shuffle.streaming"):  # set when the session was made
             spark.conf.set(k, v)
     try:
-        rows = build_view_stream(spark, view, kafka, max_per_trigger, (topic,), inputs)
+        rows = build_view_stream(spark, view, kafka, max_per_trigger, (topic,), inputs,
+                                 mode == modes.MICRO_BATCH)
         q = start_view(rows, view, inputs, kafka, view.changelog_topic, ckpt,
                        modes.trigger(mode, REALTIME_BATCH_S, 0))
     finally:

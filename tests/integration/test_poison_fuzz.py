@@ -358,7 +358,7 @@ def test_no_record_on_any_topic_stops_a_part(up: Up) -> None:
         return {k: after.get(k, 0) - before.get(k, 0) for k in after
                 if after.get(k, 0) > before.get(k, 0)}
 
-    # the dead letters are counted by their own micro-batch query (every 2 s, beside the
+    # the dead letters are counted by their own micro-batch query (every 10 s, beside the
     # views' queries): bounded wait for its batches to report, not a fixed sleep
     until(lambda: any("dead" in k for k in rose()), CONVERGE_S,
           "dead letters counted")

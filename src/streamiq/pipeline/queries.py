@@ -7,7 +7,7 @@ A view's query: Spark's ``kafka`` source (earliest) -> ``from_json`` + validatio
 (:mod:`~streamiq.pipeline.changelog`) -> Spark's ``kafka`` sink, in update mode. No
 Python runs per row, so the query runs in real-time mode as well as in micro-batch.
 
-A dead-letter query (micro-batch, every 2 s): the same source and validation, the
+A dead-letter query (micro-batch, every 10 s): the same source and validation, the
 invalid records as dead letters, to the dead-letter topic through the same sink.
 """
 
@@ -26,19 +26,32 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
-__all__ = ["DEAD_LETTER_TRIGGER", "build_view_stream", "changelog_records", "sink_options",
-           "start_dead_letters", "start_view"]
+__all__ = ["DEAD_LETTER_TRIGGER", "MICRO_BATCH_SOURCE", "build_view_stream", "changelog_records",
+           "sink_options", "start_dead_letters", "start_view"]
 
-#: how often a dead-letter query looks for new input (dead letters need no milliseconds;
-#: each micro-batch costs about a second of CPU on a loaded 2-core machine)
-DEAD_LETTER_TRIGGER = "2 seconds"
+#: how often a dead-letter query looks for new input (dead letters need no milliseconds).
+#: Its batches are the pipeline's dearest (planning alone 500-900 ms: the reasons' many
+#: expressions are planned anew each batch): at 2 s the two of bank and orders ran back
+#: to back (1.7-2.4 s a batch, under load), their threads 25 % of the driver JVM's CPU
+#: samples against the three views' 16 %, taking cores from the views in either mode
+#: (docs/design.md, "Micro-batch: where a batch's time went")
+DEAD_LETTER_TRIGGER = "10 seconds"
+#: a micro-batch's source: each batch's tasks seek the Java consumer to their offsets and
+#: poll. At the client's default fetch wait (500 ms) a task of a one-record batch waited
+#: ~140 ms for its records (9 ms of CPU in 150 ms of run time, from Spark's task metrics);
+#: at 10 ms the read stage took 30 ms, a batch 200 ms less (docs/design.md, "Micro-batch:
+#: where a batch's time went"). A real-time task polls without seeking: left at default
+MICRO_BATCH_SOURCE = {"kafka.fetch.max.wait.ms": "10"}
 Input = tuple[str, int]
 
 
 def _source(spark: SparkSession, kafka: Mapping[str, Any], topics: Sequence[str],
-            max_offsets_per_trigger: int | None = None) -> DataFrame:
+            max_offsets_per_trigger: int | None = None, micro_batch: bool = False
+            ) -> DataFrame:
     reader = (spark.readStream.format("kafka").options(**source_options(kafka))
               .option("subscribe", ",".join(topics)).option("startingOffsets", "earliest"))
+    if micro_batch:
+        reader = reader.options(**MICRO_BATCH_SOURCE)
     if max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
     return reader.load()
@@ -47,15 +60,17 @@ def _source(spark: SparkSession, kafka: Mapping[str, Any], topics: Sequence[str]
 def build_view_stream(spark: SparkSession, view: View, kafka: Mapping[str, Any],
                       max_offsets_per_trigger: int | None = None,
                       topics: Sequence[str] | None = None,
-                      inputs: Sequence[Input] = ()) -> DataFrame:
+                      inputs: Sequence[Input] = (), micro_batch: bool = False) -> DataFrame:
     """The view's streaming rows: its columns (a ``window`` struct or its bounds), then
     the position columns when ``inputs`` is given and the transform takes them.
 
-    ``topics``: the real input topic names (default ``view.source_topics``, unprefixed).
+    ``topics``: the real input topic names (default ``view.source_topics``, unprefixed);
+    ``micro_batch``: the source is read by micro-batches (:data:`MICRO_BATCH_SOURCE`).
     """
     from pyspark.sql import functions as F
 
-    raw = _source(spark, kafka, topics or view.source_topics, max_offsets_per_trigger)
+    raw = _source(spark, kafka, topics or view.source_topics, max_offsets_per_trigger,
+                  micro_batch)
     parsed = parse_input(raw, view)
     good = parsed.where(valid_column(view)).select(
         *[F.col(f"`{n}`") for n in field_names(view)], "kafka_timestamp", "_streamiq_topic",
@@ -94,7 +109,8 @@ def start_dead_letters(spark: SparkSession, view: View, kafka: Mapping[str, Any]
                        topics: Sequence[str], topic: str, max_bytes: int, checkpoint: str,
                        name: str) -> StreamingQuery:
     """Start the dead-letter query of ``view``'s input (append mode, micro-batch)."""
-    letters = dead_letter_stream(_source(spark, kafka, topics), view, max_bytes)
+    letters = dead_letter_stream(_source(spark, kafka, topics, micro_batch=True), view,
+                                 max_bytes)
     return (letters.writeStream.format("kafka").options(**sink_options(kafka, topic))
             .option("kafka.max.request.size", str(max_bytes)).queryName(name)
             .outputMode("append").option("checkpointLocation", checkpoint)

@@ -199,7 +199,8 @@ class Pipeline:
 
         def build(view: View, topics: tuple[str, ...]) -> DataFrame:
             inputs = [(t, 0) for t in topics] if view.takes_extra else []
-            rows = build_view_stream(spark, view, self.kafka, None, topics, inputs)
+            rows = build_view_stream(spark, view, self.kafka, None, topics, inputs,
+                                     self.mode == modes.MICRO_BATCH)
             return changelog_records(rows, view, inputs)
 
         topic = s.topic(f"_streamiq-warmup-{uuid.uuid4().hex[:8]}")
@@ -240,9 +241,9 @@ class Pipeline:
                                                run.name)
             else:
                 assert run.markers is not None
+                micro = self.mode == modes.MICRO_BATCH
                 rows = build_view_stream(spark, run.view, self.kafka, s.max_offsets_per_trigger
-                                         if self.mode == modes.MICRO_BATCH else None,
-                                         run.topics, run.inputs)
+                                         if micro else None, run.topics, run.inputs, micro)
                 run.query = start_view(rows, run.view, run.inputs, self.kafka,
                                        run.markers.topic, run.checkpoint, modes.trigger(
                                            self.mode, s.realtime_batch_s, s.trigger_ms))

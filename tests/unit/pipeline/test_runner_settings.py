@@ -90,7 +90,7 @@ class _MarkersSeen:
 def test_a_views_input_is_counted_as_it_is_read_in_either_mode(
         monkeypatch: pytest.MonkeyPatch, trigger: str) -> None:
     """A real-time batch reports its input only when it ends (minutes): the view's
-    input is counted from its dead-letter query, which reads the same input every 2 s;
+    input is counted from its dead-letter query, which reads the same input every 10 s;
     in micro-batch from the view's own batches. Never both."""
     from streamiq.views.bank import APP, BALANCES
 
@@ -106,3 +106,60 @@ def test_a_views_input_is_counted_as_it_is_read_in_either_mode(
     p._handle({"name": "balances", "batch_id": 0, "records": 7, "metric": None})
     assert p.stats.records["balances"] == 7
     assert view_run.markers.batches == [0]  # type: ignore[union-attr]
+
+
+class _Reader:
+    """A stand-in for ``spark.readStream``: records the options it is given."""
+
+    def __init__(self) -> None:
+        self.options_given: dict[str, str] = {}
+        self.readStream = self
+
+    def format(self, name: str) -> _Reader:
+        return self
+
+    def option(self, key: str, value: str) -> _Reader:
+        self.options_given[key] = value
+        return self
+
+    def options(self, **kw: str) -> _Reader:
+        self.options_given.update(kw)
+        return self
+
+    def load(self) -> str:
+        return "rows"
+
+
+@pytest.mark.parametrize("micro_batch", [True, False])
+def test_a_micro_batch_source_waits_10_ms_for_a_fetch_a_real_time_one_the_default(
+        micro_batch: bool) -> None:
+    """Each micro-batch seeks the Java consumer and polls: at its default fetch wait
+    (500 ms) a one-record batch's read waited ~140 ms; a real-time task polls without
+    seeking, and a 10 ms wait would only make an idle query fetch 100 times a second."""
+    from streamiq.pipeline import queries
+
+    reader = _Reader()
+    queries._source(reader, {"bootstrap.servers": "h:1"}, ["t"],  # type: ignore[arg-type]
+                    micro_batch=micro_batch)
+    assert reader.options_given["subscribe"] == "t"
+    assert reader.options_given.get("kafka.fetch.max.wait.ms") == ("10" if micro_batch
+                                                                   else None)
+
+
+def test_a_progress_event_is_read_from_sparks_json_of_it() -> None:
+    """The listener reads each progress report as Spark's JSON (one call into the JVM):
+    the batch, its input count and the dead-letter query's observed metric come from
+    it; a batch that read nothing is no event."""
+    from streamiq.pipeline.deadletter import METRIC
+    from streamiq.pipeline.listener import progress_event
+
+    progress = {"id": "q", "name": "balances.dead-letters", "batchId": 41,
+                "batchDuration": 312, "numInputRows": 7, "processedRowsPerSecond": 22.4,
+                "durationMs": {"addBatch": 200},
+                "observedMetrics": {METRIC: {"null value": 2, "sample": "null value: null"}}}
+    assert progress_event(progress) == {
+        "name": "balances.dead-letters", "batch_id": 41, "records": 7,
+        "metric": {"null value": 2, "sample": "null value: null"}, "duration_ms": 312,
+        "input_rate": None, "process_rate": 22.4}
+    assert progress_event({**progress, "numInputRows": 0}) is None
+    assert progress_event({**progress, "observedMetrics": {}})["metric"] is None  # type: ignore[index]
