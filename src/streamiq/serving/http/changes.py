@@ -1,0 +1,104 @@
+"""``GET /v1/views/{view}/changes``: a view's changes as Server-Sent Events (issue 40).
+
+``key=`` (repeatable), ``prefix=`` or neither (the whole view); ``from=`` or the
+``Last-Event-ID`` header resumes after a position. Each change is an event whose
+``data:`` is the row (``found``, ``value``; ``deleted`` for a tombstone, ``coalesced``
+for a newest value standing for several changes; windowed views' ``window_start`` and
+``window_end``) and whose ``id:`` is the position after it. Parameters are checked
+before the stream starts, so a refusal is a 4xx with a JSON problem. This node serves
+the partitions it holds (``serving/changes/stream.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Query
+from fastapi.responses import StreamingResponse
+
+from streamiq.errors import BadRequest
+from streamiq.serving.changes.position import parse
+from streamiq.serving.changes.stream import Event, Scope, Subscription
+from streamiq.serving.http.answers import Answers
+from streamiq.serving.http.params import Prefix
+from streamiq.serving.query.model import MAX_KEYS
+from streamiq.serving.query.reads import check_key
+from streamiq.serving.routes import CHANGES
+from streamiq.views.base import View
+
+__all__ = ["changes_routes", "sse"]
+
+MEDIA = "text/event-stream"
+_KEEPALIVE = b": keepalive\n\n"
+
+Keys = Annotated[list[str] | None, Query(alias="key", description=(
+    "A key to watch (repeatable; columns joined by '|')."))]
+From = Annotated[str | None, Query(alias="from", description=(
+    "Resume after this position (an event's id): no gap, no duplicate."))]
+
+
+def sse(e: Event) -> bytes:
+    """One event as Server-Sent Events text."""
+    if e.kind == "keepalive":
+        return _KEEPALIVE
+    out = []
+    if e.id is not None:
+        out.append(b"id: " + e.id.encode() + b"\n")
+    if e.kind is not None:
+        out.append(b"event: " + e.kind.encode() + b"\n")
+    data = e.data or b""
+    for line in data.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n"):
+        out.append(b"data: " + line + b"\n")
+    out.append(b"\n")
+    return b"".join(out)
+
+
+def scope_of(view: View, partitions: int, keys: list[str] | None, prefix: str | None
+             ) -> Scope:
+    """What a request watches, or a 400 naming the parameter."""
+    if keys and prefix is not None:
+        raise BadRequest("key and prefix: give one of them (or neither: the whole view)",
+                         field="prefix")
+    if keys:
+        if len(keys) > MAX_KEYS:
+            raise BadRequest(f"key: {len(keys)} keys, more than {MAX_KEYS}", field="key")
+        for k in keys:
+            check_key(view, k)
+        unique = tuple(dict.fromkeys(keys))
+        parts = sorted({view.partition_of(k, partitions) for k in unique})
+        return Scope(view, tuple(parts), keys=unique)
+    return Scope(view, tuple(range(partitions)), prefix=prefix or None)
+
+
+def changes_routes(deps: Answers) -> APIRouter:
+    r = APIRouter(tags=["changes"])
+    node = deps.node
+
+    @r.get(CHANGES.path, response_class=StreamingResponse,
+           summary="Live changes of keys, a prefix or the whole view (Server-Sent Events)",
+           responses={200: {"content": {MEDIA: {}}}})
+    async def changes(view: str, key: Keys = None, prefix: Prefix = None,
+                      start: From = None,
+                      last_event_id: Annotated[str | None, Header()] = None
+                      ) -> StreamingResponse:
+        v = deps.view(view)
+        scope = scope_of(v, node.partitions[v.name], key, prefix)
+        given, field = (start, "from") if start is not None else (last_event_id,
+                                                                   "Last-Event-ID")
+        position = None if given is None else parse(given, scope.partitions, field)
+        sub = await Subscription.open(node, scope, position)
+        keepalive = node.settings.changes_keepalive_s
+
+        async def body() -> AsyncIterator[bytes]:
+            try:
+                async for e in sub.events(keepalive):
+                    yield sse(e)
+            finally:
+                sub.close()
+
+        return StreamingResponse(body(), media_type=MEDIA,
+                                 headers={"cache-control": "no-cache",
+                                          "x-accel-buffering": "no"})
+
+    return r
