@@ -5,8 +5,9 @@
 ``data:`` is the row (``found``, ``value``; ``deleted`` for a tombstone, ``coalesced``
 for a newest value standing for several changes; windowed views' ``window_start`` and
 ``window_end``) and whose ``id:`` is the position after it. Parameters are checked
-before the stream starts, so a refusal is a 4xx with a JSON problem. This node serves
-the partitions it holds (``serving/changes/stream.py``).
+before the stream starts, so a refusal is a 4xx with a JSON problem. A node holding
+every partition of the scope serves it (``serving/changes/stream.py``); any other merges
+the owners' streams (``serving/changes/merge.py``).
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Query
+from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import StreamingResponse
 
 from streamiq.errors import BadRequest
+from streamiq.serving.changes.merge import Merge
 from streamiq.serving.changes.position import parse
 from streamiq.serving.changes.stream import Event, Scope, Subscription
 from streamiq.serving.http.answers import Answers
@@ -54,6 +56,10 @@ def sse(e: Event) -> bytes:
     return b"".join(out)
 
 
+def _nothing() -> None:
+    pass
+
+
 def scope_of(view: View, partitions: int, keys: list[str] | None, prefix: str | None
              ) -> Scope:
     """What a request watches, or a 400 naming the parameter."""
@@ -78,7 +84,7 @@ def changes_routes(deps: Answers) -> APIRouter:
     @r.get(CHANGES.path, response_class=StreamingResponse,
            summary="Live changes of keys, a prefix or the whole view (Server-Sent Events)",
            responses={200: {"content": {MEDIA: {}}}})
-    async def changes(view: str, key: Keys = None, prefix: Prefix = None,
+    async def changes(request: Request, view: str, key: Keys = None, prefix: Prefix = None,
                       start: From = None,
                       last_event_id: Annotated[str | None, Header()] = None
                       ) -> StreamingResponse:
@@ -87,15 +93,21 @@ def changes_routes(deps: Answers) -> APIRouter:
         given, field = (start, "from") if start is not None else (last_event_id,
                                                                    "Last-Event-ID")
         position = None if given is None else parse(given, scope.partitions, field)
-        sub = await Subscription.open(node, scope, position)
         keepalive = node.settings.changes_keepalive_s
+        if all(node.holds(v.name, p) for p in scope.partitions):
+            sub = await Subscription.open(node, scope, position)
+            events, close = sub.events(keepalive), sub.close
+        else:  # the owners' streams, merged (serving/changes/merge.py)
+            merge = Merge(node, deps.coordinator.peers.mark, scope, position,
+                          request.headers.get("authorization"))
+            events, close = merge.events(keepalive), _nothing
 
         async def body() -> AsyncIterator[bytes]:
             try:
-                async for e in sub.events(keepalive):
+                async for e in events:
                     yield sse(e)
             finally:
-                sub.close()
+                close()
 
         return StreamingResponse(body(), media_type=MEDIA,
                                  headers={"cache-control": "no-cache",

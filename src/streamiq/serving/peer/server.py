@@ -31,6 +31,7 @@ from streamiq.errors import BadRequest, DeadlineExceeded, StreamiqError, Unauthe
 from streamiq.serving.cluster.gate import Gate
 from streamiq.serving.cluster.placement import Refuse
 from streamiq.serving.cluster.wire import MAX_REQUEST, REQUEST, reply_frame
+from streamiq.serving.peer.changes import serve_changes
 from streamiq.serving.query import codec, kinds
 from streamiq.serving.query.model import Caller, Query, Read
 from streamiq.serving.query.run import Queries
@@ -41,7 +42,7 @@ log = logging.getLogger("streamiq.routing")
 
 _NO_CREDENTIAL = Unauthenticated("a peer connection without the cluster credential")
 assert kinds.KINDS  # every query type registered before the first request is read
-_Write = Callable[[bytes], None]
+_Write = Callable[[bytes], int]  # bytes waiting in the transport after it, -1: closed
 
 
 def _waits(doc: Any) -> bool:
@@ -64,6 +65,9 @@ class PeerServer:
         recorded as served for a peer, under its query's label)."""
         try:
             doc = orjson.loads(body)
+            if doc.get("k") == "changes":  # a subscription: a stream of frames
+                self._changes(rid, doc, write)
+                return
             if doc.get("k") == "lookup" and not _waits(doc):  # the hot path: inline
                 write(reply_frame(rid, *self._lookup(doc)))
                 return
@@ -82,6 +86,18 @@ class PeerServer:
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
         task.add_done_callback(lambda _: self._timed(q.kind, t0))
+
+    def _changes(self, rid: int, doc: Any, write: _Write) -> None:
+        try:
+            q, parts = doc["q"], doc["p"]
+            self._check(str(q["view"]), int(doc["n"]), int(parts[0]) if parts else 0,
+                        doc["t"])
+        except (KeyError, TypeError, ValueError, IndexError):
+            raise BadRequest("malformed changes request") from None
+        task = asyncio.get_running_loop().create_task(
+            serve_changes(self.queries, rid, doc, write))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
 
     def _timed(self, kind: str, t0: float) -> None:
         latency = self.queries.coordinator.traffic.latency
@@ -202,9 +218,14 @@ class PeerConnection:
             self._server.handle(rid, budget, body, self._write)
         del buf[:start]
 
-    def _write(self, frame: bytes) -> None:
-        if not self._transport.is_closing():
-            self._transport.write(frame)
+    def _write(self, frame: bytes) -> int:
+        """Write a frame; the bytes still waiting to be sent, -1 once closing (a
+        subscription's stream watches both: ``serving/peer/changes.py``)."""
+        if self._transport.is_closing():
+            return -1
+        self._seen = True  # a stream's frames keep the connection from being idle
+        self._transport.write(frame)
+        return self._transport.get_write_buffer_size()
 
     def _refuse(self) -> None:
         log.warning("peer connection without the cluster credential; closing it")
