@@ -130,6 +130,12 @@ class Settings(BaseSettings):
     changes_keepalive_s: float = Field(
         15.0, ge=0.05, le=3_600, description="A live subscription with nothing to send "
         "sends a ': keepalive' comment this often.")
+    changes_max_subscriptions: int = Field(
+        10_000, ge=1, le=1_000_000, description="Live subscriptions a node serves its "
+        "clients at once; more are refused (429 TOO_MANY_SUBSCRIPTIONS).")
+    changes_max_per_token: int = Field(
+        1_000, ge=1, le=1_000_000, description="Live subscriptions one token holds on a "
+        "node at once (with --auth); more are refused (429 TOO_MANY_SUBSCRIPTIONS).")
     changes_replay_max: int = Field(
         100_000, ge=0, le=100_000_000, description="A subscription resumed this many "
         "changelog records or fewer behind is replayed from Kafka exactly; further behind "

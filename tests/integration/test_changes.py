@@ -9,6 +9,7 @@ of the module (a few seconds saved per test).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from procs import HTTP, Deployment, Proc, free_port
 from sse import Sse, SseEvent
 from updemo import until
 
+from streamiq.auth import mint
 from streamiq.kafka.admin import ensure_topics
 from streamiq.kafka.partitioner import partition_for
 from streamiq.views.bank import BALANCES
@@ -180,3 +182,62 @@ def test_bad_parameters_are_a_4xx_naming_them(env: Env, params: dict[str, str],
 def test_an_unknown_view_is_404(env: Env) -> None:
     r = HTTP.get(f"http://127.0.0.1:{env.port}/v1/views/nope/changes")
     assert r.status_code == 404 and r.json()["code"] == "UNKNOWN_VIEW"
+
+
+def test_limits_per_node_and_token_and_an_expiring_token(cluster: Deployment) -> None:
+    """429 with a JSON problem past --changes-max-per-token and
+    --changes-max-subscriptions, a slot back once a stream closes; a stream whose token
+    expires ends (event end) instead of streaming on."""
+    cluster.auth = True
+    ensure_topics({"bootstrap.servers": cluster.bootstrap},
+                  {cluster.topic(BALANCES.changelog_topic): P})
+    port, _ = cluster.node("bank", extra=["--partitions", str(P), "--changes-keepalive-s",
+                                          "0.2", "--changes-max-per-token", "2",
+                                          "--changes-max-subscriptions", "3"])
+    url = f"http://127.0.0.1:{port}/v1/views/balances/changes"
+    a, b = ({"authorization": f"Bearer {mint(cluster.jwt_secret, subject=s)}"}
+            for s in ("a", "b"))
+
+    def refused(headers: dict[str, str]) -> str:
+        r = HTTP.get(url, params={"key": "x"}, headers=headers)
+        assert r.status_code == 429, r.text
+        assert r.headers["content-type"].startswith("application/problem+json")
+        return str(r.json()["detail"])
+
+    assert HTTP.get(url, params={"key": "x"}).status_code == 401  # scopes as for queries
+    s1, s2 = Sse(url, params={"key": "x"}, headers=a), Sse(url, params={"key": "x"}, headers=a)
+    assert s1.event().data["key"] == "x"
+    assert "--changes-max-per-token" in refused(a)
+    s3 = Sse(url, params={"key": "x"}, headers=b)  # another token: its own count
+    assert "--changes-max-subscriptions" in refused(b)
+    metrics = HTTP.get(f"http://127.0.0.1:{port}/metrics", headers=a).text
+    assert "streamiq_subscriptions_open 3.0" in metrics, metrics
+    assert re.search(r"^streamiq_subscription_events_total [1-9]", metrics, re.M), metrics
+    s1.close()  # the node sees the stream go and gives its slot back
+    opened: list[Sse] = []
+
+    def slot() -> bool:
+        s = Sse(url, params={"key": "x"}, headers=b)
+        if s.response.status_code == 200:
+            opened.append(s)
+            return True
+        s.close()
+        return False
+
+    until(slot, 30, "a slot freed by a closed stream")
+    assert opened[0].event().data["key"] == "x"
+    opened[0].close()
+    s2.close()
+    s3.close()
+    short = {"authorization": f"Bearer {mint(cluster.jwt_secret, subject='c', ttl_s=2)}"}
+    with Sse(url, params={"key": "x"}, headers=short) as s:
+        for _ in range(200):  # a keepalive every 0.2 s: the token's 2 s many times over
+            e = s.next()
+            if e.event == "end":
+                break
+            assert e.event in (None, "ready") or e.comment == "keepalive"
+        else:
+            raise AssertionError("the stream outlived its token")
+        assert e.data == {"reason": "the token has expired"}
+        with pytest.raises(EOFError):
+            s.event()

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -133,7 +133,7 @@ class Merge:
         await self.queue.put((g, ConnectionResetError("the stream ended")))
 
     # -- the merged events --
-    async def events(self, keepalive_s: float) -> AsyncIterator[Event]:
+    async def events(self, keepalive_s: float) -> AsyncGenerator[Event]:
         try:
             await self._start(list(self.scope.partitions))
             while True:

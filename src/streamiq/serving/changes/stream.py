@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -169,7 +169,7 @@ class Subscription:
             self._rows = self._read_scope()
 
     # -- the events (the event loop) --
-    async def events(self, keepalive_s: float) -> AsyncIterator[Event]:
+    async def events(self, keepalive_s: float) -> AsyncGenerator[Event]:
         try:
             if self.start is None:
                 async for e in self._scope_events(coalesced=False):

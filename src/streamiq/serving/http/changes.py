@@ -7,11 +7,15 @@ for a newest value standing for several changes; windowed views' ``window_start`
 ``window_end``) and whose ``id:`` is the position after it. Parameters are checked
 before the stream starts, so a refusal is a 4xx with a JSON problem. A node holding
 every partition of the scope serves it (``serving/changes/stream.py``); any other merges
-the owners' streams (``serving/changes/merge.py``).
+the owners' streams (``serving/changes/merge.py``). Subscriptions are limited per node
+and per token (429, ``serving/changes/limits.py``); one whose token expires ends with
+``event: end`` before anything else is sent.
 """
 
 from __future__ import annotations
 
+import contextlib
+import time
 from collections.abc import AsyncIterator
 from typing import Annotated
 
@@ -19,6 +23,7 @@ from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import StreamingResponse
 
 from streamiq.errors import BadRequest
+from streamiq.serving.changes.limits import Limits
 from streamiq.serving.changes.merge import Merge
 from streamiq.serving.changes.position import parse
 from streamiq.serving.changes.stream import Event, Scope, Subscription
@@ -33,6 +38,7 @@ __all__ = ["changes_routes", "sse"]
 
 MEDIA = "text/event-stream"
 _KEEPALIVE = b": keepalive\n\n"
+_EXPIRED = b'{"reason":"the token has expired"}'
 
 Keys = Annotated[list[str] | None, Query(alias="key", description=(
     "A key to watch (repeatable; columns joined by '|')."))]
@@ -80,6 +86,11 @@ def scope_of(view: View, partitions: int, keys: list[str] | None, prefix: str | 
 def changes_routes(deps: Answers) -> APIRouter:
     r = APIRouter(tags=["changes"])
     node = deps.node
+    s = node.settings
+    limits = Limits(s.changes_max_subscriptions, s.changes_max_per_token,
+                    by_token=deps.coordinator.gate.auth.enabled)
+    if hasattr(node, "collectors"):  # its metrics on /metrics (a test's fake node: none)
+        node.collectors.append(limits.metrics)
 
     @r.get(CHANGES.path, response_class=StreamingResponse,
            summary="Live changes of keys, a prefix or the whole view (Server-Sent Events)",
@@ -94,20 +105,33 @@ def changes_routes(deps: Answers) -> APIRouter:
                                                                    "Last-Event-ID")
         position = None if given is None else parse(given, scope.partitions, field)
         keepalive = node.settings.changes_keepalive_s
-        if all(node.holds(v.name, p) for p in scope.partitions):
-            sub = await Subscription.open(node, scope, position)
-            events, close = sub.events(keepalive), sub.close
-        else:  # the owners' streams, merged (serving/changes/merge.py)
-            merge = Merge(node, deps.coordinator.peers.mark, scope, position,
-                          request.headers.get("authorization"))
-            events, close = merge.events(keepalive), _nothing
+        authorization = request.headers.get("authorization")
+        expires = deps.coordinator.gate.auth.expires(authorization)
+        release = limits.admit(authorization)
+        try:
+            if all(node.holds(v.name, p) for p in scope.partitions):
+                sub = await Subscription.open(node, scope, position)
+                events, close = sub.events(keepalive), sub.close
+            else:  # the owners' streams, merged (serving/changes/merge.py)
+                merge = Merge(node, deps.coordinator.peers.mark, scope, position,
+                              authorization)
+                events, close = merge.events(keepalive), _nothing
+        except BaseException:
+            release()
+            raise
 
         async def body() -> AsyncIterator[bytes]:
             try:
-                async for e in events:
-                    yield sse(e)
+                async with contextlib.aclosing(events):
+                    async for e in events:
+                        if time.time() >= expires:  # nothing more for this token
+                            yield sse(Event(kind="end", data=_EXPIRED))
+                            return
+                        limits.sending(e)
+                        yield sse(e)
             finally:
                 close()
+                release()
 
         return StreamingResponse(body(), media_type=MEDIA,
                                  headers={"cache-control": "no-cache",
