@@ -153,6 +153,28 @@ def test_a_prefix_and_the_whole_view_start_with_their_rows_then_change(env: Env)
         assert {"zzz", "ready", *rows} <= keys
 
 
+def test_an_aggregate_streams_its_result_to_the_exact_totals(env: Env) -> None:
+    url = f"http://127.0.0.1:{env.port}/v1/views/balances/aggregate/changes"
+    params = {"prefix": "agg", "agg": ["sum(balance)", "count(*)"], "interval": "50"}
+    with Sse(url, params=params) as s:
+        first = s.event()
+        assert first.id is None and first.data["status"] == "OK"
+        assert first.data["rows"] == 0
+        final = {f"agg{i}": 0 for i in range(10)}
+        for round_ in range(1, 6):  # 50 changes in 5 bursts: results coalesced
+            rows = [(k, round_ * 10 + i) for i, k in enumerate(final)]
+            env.put(*rows)
+            final.update(rows)
+        results = []
+        while True:
+            e = s.event()
+            assert e.event is None and e.id is None
+            results.append(e.data["groups"])
+            if e.data["rows"] == 10 and results[-1][0]["sum(balance)"] == sum(final.values()):
+                break
+        assert len(results) <= 50  # never more results than changes
+
+
 def test_an_idle_stream_gets_keepalive_comments(env: Env) -> None:
     with env.stream(key="idle") as s:
         first = s.event()

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 
 from streamiq.views.base import ID_PATTERN
 
-__all__ = ["ACCOUNT", "AGGREGATE", "CHANGES", "FANOUT", "KEY_WINDOWS", "LOOKUP", "MULTI_GET",
-           "ROUTES", "SCAN", "TOP_K", "UNTIMED", "WINDOWS", "Route", "lookup_target", "query_of",
-           "undeclared", "view_of"]
+__all__ = ["ACCOUNT", "AGGREGATE", "AGGREGATE_CHANGES", "CHANGES", "FANOUT", "KEY_WINDOWS",
+           "LOOKUP", "MULTI_GET", "ROUTES", "SCAN", "TOP_K", "UNTIMED", "WINDOWS", "Route",
+           "lookup_target", "query_of", "undeclared", "view_of"]
 
 
 @dataclass(frozen=True)
@@ -86,8 +86,10 @@ TOP_K = Route("GET", "/v1/views/{view}/top", "topk", fanout=True)
 ROUTES = (LOOKUP, ACCOUNT, MULTI_GET, SCAN, WINDOWS, KEY_WINDOWS, AGGREGATE, TOP_K)
 #: a view's live changes (Server-Sent Events): a stream, not a query (untimed)
 CHANGES = Route("GET", "/v1/views/{view}/changes")
+#: an aggregate's result each time it changes (Server-Sent Events)
+AGGREGATE_CHANGES = Route("GET", "/v1/views/{view}/aggregate/changes")
 #: routes that are not queries (not timed), declared so that none is left out by mistake
-UNTIMED = (CHANGES, *(Route(m, p) for m, p in (
+UNTIMED = (CHANGES, AGGREGATE_CHANGES, *(Route(m, p) for m, p in (
     ("GET", "/health"), ("GET", "/metrics"), ("GET", "/v1/views"),
     ("GET", "/v1/metadata/{view}/" + _KEY), ("GET", "/v1/cluster"),
     ("GET", "/v1/dashboard"), ("GET", "/v1/pipeline"), ("GET", "/v1/events"), ("GET", "/"))))

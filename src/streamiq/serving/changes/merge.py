@@ -102,10 +102,10 @@ class Merge:
             n = self.node.partitions[self.scope.view.name]
             keys = tuple(k for k in keys if self.scope.view.partition_of(k, n) in g.partitions)
         if g.address == self.node.endpoint:
-            return self._local(Scope(self.scope.view, g.partitions, keys, self.scope.prefix),
-                               start)
+            return self._local(Scope(self.scope.view, g.partitions, keys, self.scope.prefix,
+                                     self.scope.tail), start)
         query: dict[str, Any] = {"view": self.scope.view.name, "keys": keys,
-                                 "prefix": self.scope.prefix,
+                                 "prefix": self.scope.prefix, "tail": self.scope.tail,
                                  "from": None if start is None else render(start)}
         return upstream(g.address, self.mark, self.ssl, query, list(g.partitions),
                         self.node.partitions[self.scope.view.name], self.token)

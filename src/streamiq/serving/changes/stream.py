@@ -49,6 +49,8 @@ class Scope:
     partitions: tuple[int, ...]
     keys: tuple[str, ...] | None = None
     prefix: str | None = None
+    #: changes from now on only: no first rows (an aggregate's trigger)
+    tail: bool = False
 
     def wanted(self) -> Callable[[bytes], bool]:
         """Whether a store key is in scope."""
@@ -110,7 +112,7 @@ class Subscription:
         with self.feed.lock:
             self.cursor = self._offsets()
             self.feed.add(self.inbox)
-            if self.start is None:
+            if self.start is None and not self.scope.tail:
                 self._rows = self._read_scope()
 
     def _offsets(self) -> dict[int, int]:

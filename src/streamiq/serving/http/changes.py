@@ -10,28 +10,36 @@ every partition of the scope serves it (``serving/changes/stream.py``); any othe
 the owners' streams (``serving/changes/merge.py``). Subscriptions are limited per node
 and per token (429, ``serving/changes/limits.py``); one whose token expires ends with
 ``event: end`` before anything else is sent.
+
+``GET /v1/views/{view}/aggregate/changes`` takes the aggregate query's parameters and
+``interval`` (ms, 50 by default): the merged result first, then each time it changes, at
+most once per interval (``serving/changes/aggregate.py``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Annotated
 
+import orjson
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import StreamingResponse
 
 from streamiq.errors import BadRequest
+from streamiq.serving.changes.aggregate import AggregateChanges
 from streamiq.serving.changes.limits import Limits
 from streamiq.serving.changes.merge import Merge
 from streamiq.serving.changes.position import parse
 from streamiq.serving.changes.stream import Event, Scope, Subscription
 from streamiq.serving.http.answers import Answers
-from streamiq.serving.http.params import Prefix
-from streamiq.serving.query.model import MAX_KEYS
+from streamiq.serving.http.params import Aggs, GroupBy, Prefix
+from streamiq.serving.http.queries import aggregate_body
+from streamiq.serving.query import model as q
+from streamiq.serving.query.model import MAX_KEYS, Caller, Gathered
 from streamiq.serving.query.reads import check_key
-from streamiq.serving.routes import CHANGES
+from streamiq.serving.routes import AGGREGATE_CHANGES, CHANGES
 from streamiq.views.base import View
 
 __all__ = ["changes_routes", "sse"]
@@ -44,6 +52,8 @@ Keys = Annotated[list[str] | None, Query(alias="key", description=(
     "A key to watch (repeatable; columns joined by '|')."))]
 From = Annotated[str | None, Query(alias="from", description=(
     "Resume after this position (an event's id): no gap, no duplicate."))]
+Interval = Annotated[int, Query(ge=1, le=60_000, description=(
+    "At most one result per this many milliseconds."))]
 
 
 def sse(e: Event) -> bytes:
@@ -104,21 +114,54 @@ def changes_routes(deps: Answers) -> APIRouter:
         given, field = (start, "from") if start is not None else (last_event_id,
                                                                    "Last-Event-ID")
         position = None if given is None else parse(given, scope.partitions, field)
-        keepalive = node.settings.changes_keepalive_s
         authorization = request.headers.get("authorization")
-        expires = deps.coordinator.gate.auth.expires(authorization)
         release = limits.admit(authorization)
         try:
             if all(node.holds(v.name, p) for p in scope.partitions):
                 sub = await Subscription.open(node, scope, position)
-                events, close = sub.events(keepalive), sub.close
+                events, close = sub.events(keepalive()), sub.close
             else:  # the owners' streams, merged (serving/changes/merge.py)
                 merge = Merge(node, deps.coordinator.peers.mark, scope, position,
                               authorization)
-                events, close = merge.events(keepalive), _nothing
+                events, close = merge.events(keepalive()), _nothing
         except BaseException:
             release()
             raise
+        return respond(events, authorization, release, close)
+
+    @r.get(AGGREGATE_CHANGES.path, response_class=StreamingResponse,
+           summary="An aggregate's result each time it changes (Server-Sent Events)",
+           responses={200: {"content": {MEDIA: {}}}})
+    async def aggregate_changes(request: Request, view: str, group_by: GroupBy = None,
+                                agg: Aggs = None, prefix: Prefix = None,
+                                interval: Interval = 50) -> StreamingResponse:
+        v = deps.view(view)
+        authorization = request.headers.get("authorization")
+        query = q.Aggregate(v.name, tuple(group_by or ()), tuple(agg or ()), prefix)
+        caller = Caller(authorization)
+
+        async def ask() -> bytes:
+            answer = await deps.aggregate(query, caller)
+            assert isinstance(answer, Gathered)  # a client's, not a peer's part
+            return orjson.dumps({"status": answer.status, "view": answer.view,
+                                 **aggregate_body(answer.result),
+                                 "partitions": answer.partitions,
+                                 "missing_partitions": answer.missing})
+
+        first = await ask()  # a bad group_by or agg: its 400 now
+        release = limits.admit(authorization)
+        trigger = Merge(node, deps.coordinator.peers.mark,
+                        Scope(v, tuple(range(node.partitions[v.name])), prefix=prefix,
+                              tail=True), None, authorization)
+        stream = AggregateChanges(trigger, ask, first, interval / 1000)
+        return respond(stream.events(keepalive()), authorization, release, _nothing)
+
+    def keepalive() -> float:
+        return float(node.settings.changes_keepalive_s)
+
+    def respond(events: AsyncGenerator[Event], authorization: str | None,
+                release: Callable[[], None], close: Callable[[], None]) -> StreamingResponse:
+        expires = deps.coordinator.gate.auth.expires(authorization)
 
         async def body() -> AsyncIterator[bytes]:
             try:

@@ -55,7 +55,7 @@ def _scope(queries: Queries, q: Any, partitions: list[int]) -> tuple[Scope,
     except (KeyError, TypeError, ValueError, AttributeError):
         raise BadRequest("malformed changes request") from None
     scope = Scope(view, parts, keys=None if keys is None else tuple(str(k) for k in keys),
-                  prefix=None if prefix is None else str(prefix))
+                  prefix=None if prefix is None else str(prefix), tail=q.get("tail") is True)
     return scope, None if start is None else parse(str(start), parts)
 
 
