@@ -12,8 +12,9 @@ import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+import httpx
 import pytest
 from confluent_kafka import Producer
 from procs import HTTP, Deployment, Proc, free_port
@@ -21,6 +22,7 @@ from sse import Sse, SseEvent
 from updemo import until
 
 from streamiq.auth import mint
+from streamiq.client import Client
 from streamiq.kafka.admin import ensure_topics
 from streamiq.kafka.partitioner import partition_for
 from streamiq.views.bank import BALANCES
@@ -173,6 +175,53 @@ def test_an_aggregate_streams_its_result_to_the_exact_totals(env: Env) -> None:
             if e.data["rows"] == 10 and results[-1][0]["sum(balance)"] == sum(final.values()):
                 break
         assert len(results) <= 50  # never more results than changes
+
+
+class _Dropping(httpx.BaseTransport):
+    """A transport whose first streamed response breaks after ``after`` chunks: a
+    connection dropped under the client."""
+
+    def __init__(self, after: int) -> None:
+        self.inner = httpx.HTTPTransport()
+        self.after = after
+        self.dropped = 0
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        response = self.inner.handle_request(request)
+        if not request.url.path.endswith("/changes") or self.dropped:
+            return response
+        self.dropped += 1
+        stream, after = cast(httpx.SyncByteStream, response.stream), self.after
+
+        class Breaking(httpx.SyncByteStream):
+            def __iter__(self) -> Iterator[bytes]:
+                for i, chunk in enumerate(stream):
+                    if i == after:
+                        raise httpx.ReadError("connection dropped (test)")
+                    yield chunk
+
+            def close(self) -> None:
+                stream.close()
+
+        return httpx.Response(response.status_code, headers=response.headers,
+                              stream=Breaking(), request=request)
+
+
+def test_the_client_resumes_a_dropped_stream_by_itself(env: Env) -> None:
+    env.put(("cl", 1))
+    until(lambda: env.balance("cl") == 1, 30, "cl stored")
+    transport = _Dropping(after=3)
+    with Client(f"127.0.0.1:{env.port}", transport=transport) as client:
+        changes = client.changes("balances", key="cl")
+        assert next(changes)["value"]["balance"] == 1
+        env.put(*(("cl", v) for v in range(2, 9)))
+        got: list[dict[str, Any]] = []
+        while not got or got[-1]["value"]["balance"] != 8:
+            got.append(next(changes))
+        changes.close()
+    assert transport.dropped == 1
+    assert [c["value"]["balance"] for c in got] == list(range(2, 9))
+    assert [c["offset"] for c in got] == sorted({c["offset"] for c in got})
 
 
 def test_an_idle_stream_gets_keepalive_comments(env: Env) -> None:
