@@ -91,6 +91,13 @@ def test_any_node_streams_a_key_through_a_kill_and_a_hang_of_its_owners(
     finally:
         for pid in stopped:
             os.kill(pid, signal.SIGCONT)
+    # a resume by Last-Event-ID on another node continues exactly after it
+    other = next(a for a, proc in procs.items() if a != entry and proc.alive())
+    _writer(cluster.bootstrap, topic, range(101, 106), 0).join()
+    with Sse(f"http://{other}/v1/views/balances/changes", params={"key": KEY},
+             headers={"last-event-id": got[-1].id or ""}) as s:
+        resumed = _until_balance(s, 105)
+    assert [e.data["value"]["balance"] for e in resumed] == list(range(101, 106))
     log = procs[entry].log()  # the entry resumed on another replica after each
     assert "ConnectionResetError" in log and "TimeoutError" in log and \
         log.count("resume elsewhere") >= 2
