@@ -5,9 +5,10 @@
 ``data:`` is the row (``found``, ``value``; ``deleted`` for a tombstone, ``coalesced``
 for a newest value standing for several changes; windowed views' ``window_start`` and
 ``window_end``) and whose ``id:`` is the position after it. Parameters are checked
-before the stream starts, so a refusal is a 4xx with a JSON problem. A node holding
-every partition of the scope serves it (``serving/changes/stream.py``); any other merges
-the owners' streams (``serving/changes/merge.py``). Subscriptions are limited per node
+before the stream starts, so a refusal is a 4xx with a JSON problem. Every stream is a
+merge (``serving/changes/merge.py``): partitions held here read here
+(``serving/changes/stream.py``), the others from their owners, and a partition handed
+over mid-stream resumed on its new owner. Subscriptions are limited per node
 and per token (429, ``serving/changes/limits.py``); one whose token expires ends with
 ``event: end`` before anything else is sent.
 
@@ -32,7 +33,7 @@ from streamiq.serving.changes.aggregate import AggregateChanges
 from streamiq.serving.changes.limits import Limits
 from streamiq.serving.changes.merge import Merge
 from streamiq.serving.changes.position import parse
-from streamiq.serving.changes.stream import Event, Scope, Subscription
+from streamiq.serving.changes.stream import Event, Scope
 from streamiq.serving.http.answers import Answers
 from streamiq.serving.http.params import Aggs, GroupBy, Prefix
 from streamiq.serving.http.queries import aggregate_body
@@ -116,18 +117,10 @@ def changes_routes(deps: Answers) -> APIRouter:
         position = None if given is None else parse(given, scope.partitions, field)
         authorization = request.headers.get("authorization")
         release = limits.admit(authorization)
-        try:
-            if all(node.holds(v.name, p) for p in scope.partitions):
-                sub = await Subscription.open(node, scope, position)
-                events, close = sub.events(keepalive()), sub.close
-            else:  # the owners' streams, merged (serving/changes/merge.py)
-                merge = Merge(node, deps.coordinator.peers.mark, scope, position,
-                              authorization)
-                events, close = merge.events(keepalive()), _nothing
-        except BaseException:
-            release()
-            raise
-        return respond(events, authorization, release, close)
+        # always merged (serving/changes/merge.py): partitions held here are read here,
+        # and a partition handed over while streaming resumes on its new owner
+        merge = Merge(node, deps.coordinator.peers.mark, scope, position, authorization)
+        return respond(merge.events(keepalive()), authorization, release, _nothing)
 
     @r.get(AGGREGATE_CHANGES.path, response_class=StreamingResponse,
            summary="An aggregate's result each time it changes (Server-Sent Events)",

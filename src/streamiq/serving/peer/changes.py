@@ -27,7 +27,7 @@ from streamiq.serving.cluster.wire import reply_frame
 from streamiq.serving.query import codec
 from streamiq.serving.query.run import Queries
 
-__all__ = ["HEARTBEAT_S", "HIGH_WATER", "serve_changes"]
+__all__ = ["HEARTBEAT_S", "HIGH_WATER", "Waiting", "Write", "serve_changes"]
 
 log = logging.getLogger("streamiq.routing")
 
@@ -36,8 +36,10 @@ HEARTBEAT_S = 1.0
 #: bytes waiting unsent to the entry past which the stream stops taking events
 HIGH_WATER = 1 << 20
 
-#: write a frame; returns the bytes still waiting in the transport, -1 once it closes
-Write = Callable[[bytes], int]
+#: write a frame
+Write = Callable[[bytes], None]
+#: the bytes still waiting in the transport, -1 once it closes
+Waiting = Callable[[], int]
 
 
 def event_body(e: Event) -> bytes:
@@ -59,18 +61,20 @@ def _scope(queries: Queries, q: Any, partitions: list[int]) -> tuple[Scope,
     return scope, None if start is None else parse(str(start), parts)
 
 
-async def serve_changes(queries: Queries, rid: int, doc: Any, write: Write) -> None:
+async def serve_changes(queries: Queries, rid: int, doc: Any, write: Write,
+                        waiting: Waiting) -> None:
     """Stream a peer's subscription until it ends or the connection closes."""
     sub: Subscription | None = None
     try:
         scope, start = _scope(queries, doc.get("q"), list(doc.get("p") or ()))
         sub = await Subscription.open(queries.node, scope, start)
         async for e in sub.events(HEARTBEAT_S):
-            waiting = write(reply_frame(rid, 200, event_body(e)))
-            while waiting > HIGH_WATER:  # the entry reads nothing: let the inbox coalesce
+            write(reply_frame(rid, 200, event_body(e)))
+            unsent = waiting()
+            while unsent > HIGH_WATER:  # the entry reads nothing: let the inbox coalesce
                 await asyncio.sleep(0.01)
-                waiting = write(b"")
-            if waiting < 0:
+                unsent = waiting()
+            if unsent < 0:
                 return
     except StreamiqError as exc:
         write(reply_frame(rid, *codec.reply(exc)))

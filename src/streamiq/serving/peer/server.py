@@ -42,7 +42,8 @@ log = logging.getLogger("streamiq.routing")
 
 _NO_CREDENTIAL = Unauthenticated("a peer connection without the cluster credential")
 assert kinds.KINDS  # every query type registered before the first request is read
-_Write = Callable[[bytes], int]  # bytes waiting in the transport after it, -1: closed
+_Write = Callable[[bytes], None]
+_Waiting = Callable[[], int]  # bytes waiting unsent to the peer, -1 once closing
 
 
 def _waits(doc: Any) -> bool:
@@ -60,13 +61,14 @@ class PeerServer:
         self.gate = gate
         self.tasks: set[asyncio.Task[None]] = set()
 
-    def handle(self, rid: int, budget_ms: int, body: bytes, write: _Write) -> None:
+    def handle(self, rid: int, budget_ms: int, body: bytes, write: _Write,
+               waiting: _Waiting | None = None) -> None:
         """Answer one request: a lookup now, anything else from a task (its latency
         recorded as served for a peer, under its query's label)."""
         try:
             doc = orjson.loads(body)
-            if doc.get("k") == "changes":  # a subscription: a stream of frames
-                self._changes(rid, doc, write)
+            if doc.get("k") == "changes" and waiting is not None:  # a stream of frames
+                self._changes(rid, doc, write, waiting)
                 return
             if doc.get("k") == "lookup" and not _waits(doc):  # the hot path: inline
                 write(reply_frame(rid, *self._lookup(doc)))
@@ -87,7 +89,7 @@ class PeerServer:
         task.add_done_callback(self.tasks.discard)
         task.add_done_callback(lambda _: self._timed(q.kind, t0))
 
-    def _changes(self, rid: int, doc: Any, write: _Write) -> None:
+    def _changes(self, rid: int, doc: Any, write: _Write, waiting: _Waiting) -> None:
         try:
             q, parts = doc["q"], doc["p"]
             self._check(str(q["view"]), int(doc["n"]), int(parts[0]) if parts else 0,
@@ -95,7 +97,7 @@ class PeerServer:
         except (KeyError, TypeError, ValueError, IndexError):
             raise BadRequest("malformed changes request") from None
         task = asyncio.get_running_loop().create_task(
-            serve_changes(self.queries, rid, doc, write))
+            serve_changes(self.queries, rid, doc, write, waiting))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
@@ -215,16 +217,20 @@ class PeerConnection:
                 break
             body = bytes(buf[start + REQUEST.size:end])
             start = end
-            self._server.handle(rid, budget, body, self._write)
+            self._server.handle(rid, budget, body, self._write, self._waiting)
         del buf[:start]
 
-    def _write(self, frame: bytes) -> int:
-        """Write a frame; the bytes still waiting to be sent, -1 once closing (a
-        subscription's stream watches both: ``serving/peer/changes.py``)."""
+    def _write(self, frame: bytes) -> None:
+        if not self._transport.is_closing():
+            self._transport.write(frame)
+
+    def _waiting(self) -> int:
+        """The bytes not yet sent to the peer, -1 once closing: what a subscription's
+        stream watches after each frame (``serving/peer/changes.py``), which also keeps
+        the connection from being idle."""
         if self._transport.is_closing():
             return -1
-        self._seen = True  # a stream's frames keep the connection from being idle
-        self._transport.write(frame)
+        self._seen = True
         return self._transport.get_write_buffer_size()
 
     def _refuse(self) -> None:
