@@ -25,6 +25,7 @@ from streamiq.errors import (
     StreamiqError,
     TooComplex,
     TooManyRows,
+    TooManySubscriptions,
     Unauthenticated,
     Unavailable,
     UnknownView,
@@ -50,6 +51,7 @@ SQLSTATE: dict[type[StreamiqError], str] = {
     NotActive: "57P03",  # cannot_connect_now
     Unavailable: "57P03",
     Overloaded: "53300",  # too_many_connections
+    TooManySubscriptions: "53300",
     RequestTimeout: "57P05",  # idle_session_timeout
     NotUpToBound: "55000",  # object_not_in_prerequisite_state
     PeerError: "08006",  # connection_failure

@@ -130,6 +130,17 @@ class Authenticator:
         self._cache[raw] = (found, until)
         return found
 
+    def expires(self, authorization: bytes | str | None) -> float:
+        """When the token of this Authorization stops being valid (``time.time()``;
+        infinite for API keys, tokens without ``exp`` and without authentication)."""
+        if not self.enabled:
+            return math.inf
+        self.principal(authorization)
+        raw = authorization.encode("latin-1") if isinstance(authorization, str) \
+            else authorization
+        hit = self._cache.get(raw or b"")
+        return math.inf if hit is None else hit[1]
+
     def reader(self, authorization: bytes | str | None, view: str) -> Principal:
         """``principal`` that may read ``view``; raises ``Forbidden`` otherwise."""
         who = self.principal(authorization)

@@ -123,6 +123,23 @@ class Settings(BaseSettings):
         1_000, ge=1, le=100_000, description="Queries a node holds waiting for a position "
         "at once; more are refused (503 OVERLOADED) rather than slowing every answer."
     )
+    changes_buffer: int = Field(
+        1_000, ge=1, le=1_000_000, description="Changes a live subscription holds for a "
+        "reader that has not taken them; past it the newest value per key is sent, marked "
+        "coalesced.")
+    changes_keepalive_s: float = Field(
+        15.0, ge=0.05, le=3_600, description="A live subscription with nothing to send "
+        "sends a ': keepalive' comment this often.")
+    changes_max_subscriptions: int = Field(
+        10_000, ge=1, le=1_000_000, description="Live subscriptions a node serves its "
+        "clients at once; more are refused (429 TOO_MANY_SUBSCRIPTIONS).")
+    changes_max_per_token: int = Field(
+        1_000, ge=1, le=1_000_000, description="Live subscriptions one token holds on a "
+        "node at once (with --auth); more are refused (429 TOO_MANY_SUBSCRIPTIONS).")
+    changes_replay_max: int = Field(
+        100_000, ge=0, le=100_000_000, description="A subscription resumed this many "
+        "changelog records or fewer behind is replayed from Kafka exactly; further behind "
+        "it restarts with a reset and the current values.")
     internal_concurrency: int = Field(
         64, ge=1, le=10_000, description="Concurrent internal (forwarded) requests per node."
     )

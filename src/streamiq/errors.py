@@ -24,6 +24,7 @@ it. Successful answers keep their own ``{"status": "OK" | "PARTIAL", ...}`` shap
     │   └── UnknownView           404 UNKNOWN_VIEW
     ├── NotActive                 421 NOT_ACTIVE   (this node does not hold the partition)
     ├── Canceled                  499 CANCELED     (the client canceled its query: SQL)
+    ├── TooManySubscriptions      429 TOO_MANY_SUBSCRIPTIONS (live subscriptions past a limit)
     ├── Unavailable               503 UNAVAILABLE  (no replica can answer)
     │   └── NotUpToBound          503 NOT_UP_TO_BOUND (position not reflected in time)
     ├── DeadlineExceeded          504 DEADLINE_EXCEEDED (no answer within the budget)
@@ -45,8 +46,8 @@ __all__ = ["PROBLEM_JSON", "BadRequest", "BadSql", "Canceled", "DeadlineExceeded
            "NoCursor",
            "NotActive", "NotFound", "NotUpToBound", "Overloaded", "PayloadTooLarge", "PeerError",
            "PeerTimeout", "PeerUnreachable", "RequestHeaderTooLarge", "RequestTimeout",
-           "StreamiqError", "TooComplex", "TooManyRows", "Unauthenticated", "Unavailable",
-           "UnknownView", "from_problem"]
+           "StreamiqError", "TooComplex", "TooManyRows", "TooManySubscriptions",
+           "Unauthenticated", "Unavailable", "UnknownView", "from_problem"]
 
 _JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # as JSONResponse renders
 PROBLEM_JSON = "application/problem+json"  # RFC 9457's media type
@@ -159,6 +160,13 @@ class NotActive(StreamiqError):
 
     http_status = 421
     code = "NOT_ACTIVE"
+
+
+class TooManySubscriptions(StreamiqError):
+    """Live subscriptions past the node's or the token's limit."""
+
+    http_status = 429
+    code = "TOO_MANY_SUBSCRIPTIONS"
 
 
 class Unavailable(StreamiqError):

@@ -44,7 +44,9 @@ _SQL = ("sql_port", "sql_max_connections", "sql_max_per_address", "sql_max_start
 _NODE = ("host", "port", "advertised", "state_dir", "store", "standby_replicas", "heartbeat_ms",
          "member_timeout_ms", "membership_period_s", "max_view_partitions", "max_views",
          "max_lag", "wait_timeout_ms",
-         "max_waiters", "internal_concurrency", "redirect", "cluster_secret", *_AUTH,
+         "max_waiters", "changes_buffer", "changes_keepalive_s", "changes_replay_max",
+         "changes_max_subscriptions", "changes_max_per_token",
+         "internal_concurrency", "redirect", "cluster_secret", *_AUTH,
          *_TLS, *_HTTP, *_SQL)
 _PIPELINE = ("master", "checkpoint_dir", "trigger", "realtime_batch_s", "trigger_ms",
              "max_offsets_per_trigger",

@@ -14,6 +14,7 @@ answers 400 (``QueryError`` with ``code`` BAD_REQUEST).
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Iterable, Sequence
@@ -25,7 +26,7 @@ import httpx
 
 from streamiq.kafka.partitioner import partition_for
 
-__all__ = ["QueryError", "Served", "Spec", "segment", "with_token"]
+__all__ = ["QueryError", "Served", "Spec", "SseReader", "segment", "with_token"]
 
 #: A node that refused a connection is tried last for this long (seconds).
 DOWN_S = 5.0
@@ -53,6 +54,44 @@ class QueryError(Exception):
                                                  else "ERROR"))
         self.detail: str = str(doc.get("detail", body))
         super().__init__(f"{http_status} {self.code}: {self.detail}")
+
+
+class SseReader:
+    """Server-Sent Events read line by line: ``line()`` returns an event once whole (a
+    change's data with its ``position``; another event as ``{"event": kind, ...}``;
+    ``{"reset": True}`` for a reset), None otherwise (comments: keepalives)."""
+
+    def __init__(self) -> None:
+        self._data: list[str] = []
+        self._id: str | None = None
+        self._event: str | None = None
+
+    def line(self, line: str) -> dict[str, Any] | None:
+        if line == "":
+            data, ident, kind = self._data, self._id, self._event
+            self._data, self._id, self._event = [], None, None
+            if not data and kind is None:
+                return None
+            doc = json.loads("\n".join(data)) if data else {}
+            out: dict[str, Any] = doc if isinstance(doc, dict) else {"data": doc}
+            if ident is not None:
+                out["position"] = ident
+            if kind == "reset":
+                return {"reset": True}
+            if kind is not None:
+                out["event"] = kind
+            return out
+        if line.startswith(":"):
+            return None
+        name, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if name == "data":
+            self._data.append(value)
+        elif name == "id":
+            self._id = value
+        elif name == "event":
+            self._event = value
+        return None
 
 
 @dataclass(frozen=True)
@@ -223,6 +262,19 @@ class _Base:
     @staticmethod
     def _metadata_spec(view: str, key: str) -> Spec:
         return Spec("GET", f"/v1/metadata/{segment(view)}/{segment(key)}")
+
+    def _changes_spec(self, view: str, key: str | Sequence[str] | None,
+                      prefix: str | None) -> Spec:
+        keys = [key] if isinstance(key, str) else list(key or ())
+        return Spec("GET", f"/v1/views/{segment(view)}/changes",
+                    _params(key=keys or None, prefix=prefix), None, view, keys)
+
+    def _refused(self, node: str, r: httpx.Response) -> None:
+        """A subscription refused: another node is tried for what a node cannot serve
+        now (421, 503, 504), anything else is the caller's (``QueryError``)."""
+        if r.status_code not in (421, 503, 504):
+            self._result(node, r, False)
+        self._failed(node)
 
     def _windows_spec(self, view: str, key: str, start: int, end: int | None,
                       max_lag: int | None) -> Spec:

@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from streamiq.client._core import QueryError, Spec, _Base, with_token
+from streamiq.client._core import QueryError, Spec, SseReader, _Base, with_token
 
 __all__ = ["Client"]
 
@@ -168,6 +168,43 @@ class Client(_Base):
         doc: dict[str, Any] = self._run(self._view_spec(
             view, "top", column=column, k=k, order=order, prefix=prefix, max_lag=max_lag))
         return doc
+
+    def changes(
+            self, view: str, *, key: str | Sequence[str] | None = None,
+            prefix: str | None = None, position: str | None = None, idle_s: float = 60.0
+            ) -> Generator[dict[str, Any], None]:
+        """Each change of ``key`` (one or several), of the keys with ``prefix`` or of the
+        whole view, as it happens (Server-Sent Events): the row as a lookup has it
+        (``found``, ``value``, ``deleted``, ``coalesced``) and ``position``, the stream's
+        position after it. Without ``position``: first each key's current value. After a
+        dropped connection (or nothing for ``idle_s``) it resumes by itself from the last
+        position, on any node: no gap, no duplicate. ``{"reset": True}`` says the rows
+        that follow replace everything held (a resume too far behind)."""
+        spec = self._changes_spec(view, key, prefix)
+        last = position
+        while True:
+            node = self._first(spec)
+            headers = {} if last is None else {"last-event-id": last}
+            try:
+                with self._http.stream(
+                        "GET", f"{self.scheme}://{node}{spec.path}",
+                        params=tuple(spec.params) or None, headers=headers,
+                        timeout=httpx.Timeout(idle_s, connect=1.0)) as r:
+                    if r.status_code >= 400:
+                        r.read()
+                        self._refused(node, r)
+                        continue
+                    reader = SseReader()
+                    for line in r.iter_lines():
+                        event = reader.line(line)
+                        if event is None:
+                            continue
+                        last = event.get("position") or last
+                        if event.get("event") is None or event.get("reset"):
+                            yield event
+            except httpx.TransportError:
+                self._failed(node)
+                self.refresh()
 
     def windows(
             self, view: str, key: str, start: int = 0, end: int | None = None, *,

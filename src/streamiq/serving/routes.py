@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 
 from streamiq.views.base import ID_PATTERN
 
-__all__ = ["ACCOUNT", "AGGREGATE", "FANOUT", "KEY_WINDOWS", "LOOKUP", "MULTI_GET", "ROUTES",
-           "SCAN", "TOP_K", "UNTIMED", "WINDOWS", "Route", "lookup_target", "query_of",
-           "undeclared", "view_of"]
+__all__ = ["ACCOUNT", "AGGREGATE", "AGGREGATE_CHANGES", "CHANGES", "FANOUT", "KEY_WINDOWS",
+           "LOOKUP", "MULTI_GET", "ROUTES", "SCAN", "TOP_K", "UNTIMED", "WINDOWS", "Route",
+           "lookup_target", "query_of", "undeclared", "view_of"]
 
 
 @dataclass(frozen=True)
@@ -84,11 +84,15 @@ AGGREGATE = Route("GET", "/v1/views/{view}/aggregate", "aggregate", fanout=True)
 TOP_K = Route("GET", "/v1/views/{view}/top", "topk", fanout=True)
 #: the queries: timed, labelled by ``query`` (the query's ``kind``)
 ROUTES = (LOOKUP, ACCOUNT, MULTI_GET, SCAN, WINDOWS, KEY_WINDOWS, AGGREGATE, TOP_K)
+#: a view's live changes (Server-Sent Events): a stream, not a query (untimed)
+CHANGES = Route("GET", "/v1/views/{view}/changes")
+#: an aggregate's result each time it changes (Server-Sent Events)
+AGGREGATE_CHANGES = Route("GET", "/v1/views/{view}/aggregate/changes")
 #: routes that are not queries (not timed), declared so that none is left out by mistake
-UNTIMED = tuple(Route(m, p) for m, p in (
+UNTIMED = (CHANGES, AGGREGATE_CHANGES, *(Route(m, p) for m, p in (
     ("GET", "/health"), ("GET", "/metrics"), ("GET", "/v1/views"),
     ("GET", "/v1/metadata/{view}/" + _KEY), ("GET", "/v1/cluster"),
-    ("GET", "/v1/dashboard"), ("GET", "/v1/pipeline"), ("GET", "/v1/events"), ("GET", "/")))
+    ("GET", "/v1/dashboard"), ("GET", "/v1/pipeline"), ("GET", "/v1/events"), ("GET", "/"))))
 #: the labels of scatter-gather queries (served "fanout")
 FANOUT = frozenset(r.query for r in ROUTES if r.fanout)
 _LOOKUPS = {r.size: r for r in ROUTES if r.query == "lookup"}

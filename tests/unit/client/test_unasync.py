@@ -21,6 +21,8 @@ RULE = unasync.Rule("aio.py", "sync.py", additional_replacements={
     "AsyncClient": "Client",
     "AsyncBaseTransport": "BaseTransport",
     "aclose": "close",
+    "aiter_lines": "iter_lines",
+    "aread": "read",
 })
 
 

@@ -37,7 +37,8 @@ class _Echo:
         self.gate: Any = type("G", (), {"mark_bytes": b"k"})()
         self.seen: list[tuple[int, int, bytes]] = []
 
-    def handle(self, rid: int, budget_ms: int, body: bytes, write: Any) -> None:
+    def handle(self, rid: int, budget_ms: int, body: bytes, write: Any,
+               waiting: Any = None) -> None:
         self.seen.append((rid, budget_ms, body))
         write(reply_frame(rid, 200, body))
 

@@ -41,6 +41,7 @@ from typing import Any
 from streamiq.kafka.skips import Skip, Skips
 from streamiq.metrics import Latency
 from streamiq.serving.changelog.consistency import row_covered
+from streamiq.serving.changelog.feed import Feed
 from streamiq.serving.changelog.markers import EndsQuery, InputEnds, kafka_ends, parse_marker
 from streamiq.state.base import Checkpoint, Store
 from streamiq.supervise import Supervisor
@@ -135,6 +136,8 @@ class Materializer:
         #: (rows with a ``streamiq-ts`` header, once their partition is restored)
         self.freshness = Latency(("view",), FRESHNESS_BUCKETS)
         self.on_apply = on_apply  # called (loop thread) after records were applied
+        #: live subscriptions: each applied batch handed to them (``feed.py``)
+        self.feed = Feed()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.supervisor = supervisor or Supervisor()
@@ -154,6 +157,8 @@ class Materializer:
         with self._lock:
             self._stop.set()
             self.states = {}
+        with self.feed.lock:
+            self.feed.end_all("the node failed")
 
     @property
     def stopped(self) -> bool:
@@ -164,6 +169,8 @@ class Materializer:
         """After a crash: nothing is held until the restarted loop has restored it."""
         with self._lock:
             self.states = {}
+        with self.feed.lock:
+            self.feed.end_all("the node's materializer restarts")
 
     def add_view(self, view: View, store: Store, topic: str,
                  partitions: int | None = None) -> None:
@@ -211,8 +218,10 @@ class Materializer:
                     if gone:
                         consumer.incremental_unassign(
                             [TopicPartition(self.topics[v], p) for v, p in gone])
-                        for vp in gone:
-                            self.states.pop(vp, None)
+                        with self.feed.lock:
+                            for vp in gone:
+                                self.states.pop(vp, None)
+                                self.feed.end(*vp, "the partition was handed over")
                     if new:
                         tps = []
                         for v, p in sorted(new):
@@ -268,6 +277,7 @@ class Materializer:
                 # truncated): our rows describe a log that is gone.
                 self._rebuild(view, p, st, records[0].offset())
             puts: list[tuple[bytes, bytes | None]] = []
+            offsets: list[int] = []  # each put's changelog offset (for the feed)
             position = {t: dict(po) for t, po in st.position.items()}
             rows: dict[bytes, bytes] = {}
             marked = False
@@ -278,10 +288,18 @@ class Materializer:
                     self._skip(view, p, m.offset(), exc.reason, exc)
                 except Exception as exc:  # a record no check foresaw: still never fatal
                     self._skip(view, p, m.offset(), "undecodable", exc)
+                if len(offsets) < len(puts):
+                    offsets.append(m.offset())
             next_offset = records[-1].offset() + 1
-            self.stores[view].apply(p, puts, Checkpoint(offset=next_offset, position=position))
-            st.offset = next_offset
-            st.position = position
+            with self.feed.lock:  # subscriptions read their first values under it
+                self.stores[view].apply(p, puts, Checkpoint(offset=next_offset,
+                                                            position=position))
+                st.offset = next_offset
+                st.position = position
+                if puts and self.feed.watched(view, p):
+                    self.feed.publish(view, p, self.views[view].windowed,
+                                      [(o, k, v) for o, (k, v) in zip(offsets, puts,
+                                                                      strict=True)])
             self._remember(st, rows, marked)
         if batches and self.on_apply is not None:
             self.on_apply()
@@ -362,8 +380,10 @@ class Materializer:
     def _rebuild(self, view: str, p: int, st: PartitionState, seen: int) -> None:
         log.warning("%s partition %d: changelog restarted (offset %d is below checkpoint %d); "
                     "rebuilding the partition from the log", view, p, seen, st.offset)
-        self.stores[view].drop(p)
-        st.offset, st.position, st.restored, st.target = 0, {}, False, -1
+        with self.feed.lock:
+            self.stores[view].drop(p)
+            st.offset, st.position, st.restored, st.target = 0, {}, False, -1
+            self.feed.end(view, p, "the changelog restarted")
         st.rows = {}
 
     def _refresh_watermarks(self, consumer: Any, assigned: set[tuple[str, int]]) -> None:

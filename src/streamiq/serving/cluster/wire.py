@@ -27,6 +27,11 @@ is: 200 the typed answer (a row document, a key's windows, a part of a scatter-g
 (``errors.from_problem`` reads it back). Replies carry their request's id, so a late
 reply (after a hedge won, or past the budget) is never taken for another's.
 
+One kind is a stream, not a call: ``changes`` (a live subscription, issue 40) is
+answered by many replies under its request's id, one per event, until the subscription
+ends or the connection closes; the entry node opens a connection of its own for each
+(``serving/changes/upstream.py``; the owner's side ``serving/peer/changes.py``).
+
 Why this wire and not gRPC: bench/bench_peer_transport.py, docs/design.md ("The peer
 protocol").
 """

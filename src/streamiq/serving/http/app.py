@@ -27,6 +27,7 @@ from streamiq.metrics import CONTENT_TYPE, Latency
 from streamiq.serving.changelog.progress import Progress
 from streamiq.serving.cluster.coordinator import Coordinator
 from streamiq.serving.http.answers import Answers
+from streamiq.serving.http.changes import changes_routes
 from streamiq.serving.http.dashboard import dashboard_routes, mount_page
 from streamiq.serving.http.dashboard.upstate import UpState
 from streamiq.serving.http.fastpath import LeanLookups
@@ -184,6 +185,7 @@ def create_app(settings: Settings, node: Node) -> FastAPI:
     mount_page(app)  # the dashboard's page and files: open, they hold no data
     guarded = _routes(deps)
     guarded.include_router(query_routes(deps))
+    guarded.include_router(changes_routes(deps))
     guarded.include_router(dashboard_routes(deps, progress, UpState.from_env()))
     app.include_router(guarded)
     app.state.deps = deps

@@ -14,8 +14,8 @@ from fastapi import Depends, Query
 from streamiq.serving.engines.scan import MAX_LIMIT
 from streamiq.serving.query import model
 
-__all__ = ["MAX_MS", "Cursor", "Fresh", "Freshness", "FromMs", "Limit", "MaxLag", "Parts",
-           "Position", "Prefix", "ToMs", "WaitMs"]
+__all__ = ["MAX_MS", "Aggs", "Cursor", "Fresh", "Freshness", "FromMs", "GroupBy", "Limit",
+           "MaxLag", "Parts", "Position", "Prefix", "ToMs", "WaitMs"]
 
 MaxLag = Annotated[int | None, Query(ge=0, description="Max changelog lag (records) of the "
                                      "answering replica(s); default: the node's --max-lag.")]
@@ -28,6 +28,11 @@ WaitMs = Annotated[int | None, Query(ge=0, le=120_000, description="Bound on the
 Limit = Annotated[int, Query(ge=1, le=MAX_LIMIT, description="Page size (rows).")]
 Cursor = Annotated[str | None, Query(description="Resume after the page that returned it.")]
 Prefix = Annotated[str | None, Query(description="Only keys starting with this.")]
+GroupBy = Annotated[list[str] | None, Query(description="Column(s) to group by (repeat or "
+                                            "comma-separate); none: one group.")]
+Aggs = Annotated[list[str] | None, Query(description="FUNC(COLUMN), repeatable; FUNC is "
+                                         "count, sum, min, max or avg; count(*) counts rows. "
+                                         "Default count(*).")]
 Parts = Annotated[str | None, Query(include_in_schema=False)]  # set on forwarded requests
 #: window bounds are stored as signed 64-bit epoch ms
 MAX_MS = (1 << 63) - 1

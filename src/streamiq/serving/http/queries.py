@@ -19,12 +19,22 @@ from pydantic import BaseModel, Field
 
 from streamiq.serving.cluster.coordinator import SERVED_BY
 from streamiq.serving.http.answers import Answers
-from streamiq.serving.http.params import Cursor, Fresh, FromMs, Limit, Parts, Prefix, ToMs
+from streamiq.serving.http.params import (
+    Aggs,
+    Cursor,
+    Fresh,
+    FromMs,
+    GroupBy,
+    Limit,
+    Parts,
+    Prefix,
+    ToMs,
+)
 from streamiq.serving.query import model as q
 from streamiq.serving.query.topk import MAX_K, TopK, TopKRows
 from streamiq.serving.routes import AGGREGATE, KEY_WINDOWS, MULTI_GET, SCAN, TOP_K, WINDOWS
 
-__all__ = ["MultiGet", "query_routes"]
+__all__ = ["MultiGet", "aggregate_body", "query_routes"]
 
 
 class MultiGet(BaseModel):
@@ -110,28 +120,24 @@ def _key_windows_route(r: APIRouter, deps: Answers) -> None:
         return deps.one(request, caller, await deps.key_windows(query, caller), here)
 
 
+def aggregate_body(rows: q.AggregateRows) -> dict[str, Any]:
+    """An aggregate's result as JSON (the route's and its live changes')."""
+    return {"group_by": rows.group_by, "aggregates": rows.aggregates,
+            "groups": rows.groups, "rows": rows.rows}
+
+
 def _aggregate_route(r: APIRouter, deps: Answers) -> None:
     """GET /v1/views/{view}/aggregate"""
 
-    def body(rows: q.AggregateRows) -> dict[str, Any]:
-        return {"group_by": rows.group_by, "aggregates": rows.aggregates,
-                "groups": rows.groups, "rows": rows.rows}
-
     @r.get(AGGREGATE.path,
            summary="Group by columns with count/sum/min/max/avg, across all partitions")
-    async def aggregate(request: Request, view: str, fresh: Fresh,
-                        group_by: Annotated[list[str] | None, Query(
-                            description="Column(s) to group by (repeat or comma-separate); "
-                                        "none: one group.")] = None,
-                        agg: Annotated[list[str] | None, Query(
-                            description="FUNC(COLUMN), repeatable; FUNC is count, sum, min, "
-                                        "max or avg; count(*) counts rows. Default count(*)."
-                        )] = None,
-                        prefix: Prefix = None, partitions: Parts = None) -> Response:
+    async def aggregate(request: Request, view: str, fresh: Fresh, group_by: GroupBy = None,
+                        agg: Aggs = None, prefix: Prefix = None, partitions: Parts = None
+                        ) -> Response:
         query = q.Aggregate(view, tuple(group_by or ()), tuple(agg or ()), prefix,
                             fresh=fresh.typed())
         answer = await deps.aggregate(query, deps.caller(request, partitions))
-        return deps.gathered(answer, body)
+        return deps.gathered(answer, aggregate_body)
 
 
 def _top_k_route(r: APIRouter, deps: Answers) -> None:

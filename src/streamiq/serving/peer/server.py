@@ -31,6 +31,7 @@ from streamiq.errors import BadRequest, DeadlineExceeded, StreamiqError, Unauthe
 from streamiq.serving.cluster.gate import Gate
 from streamiq.serving.cluster.placement import Refuse
 from streamiq.serving.cluster.wire import MAX_REQUEST, REQUEST, reply_frame
+from streamiq.serving.peer.changes import serve_changes
 from streamiq.serving.query import codec, kinds
 from streamiq.serving.query.model import Caller, Query, Read
 from streamiq.serving.query.run import Queries
@@ -42,6 +43,7 @@ log = logging.getLogger("streamiq.routing")
 _NO_CREDENTIAL = Unauthenticated("a peer connection without the cluster credential")
 assert kinds.KINDS  # every query type registered before the first request is read
 _Write = Callable[[bytes], None]
+_Waiting = Callable[[], int]  # bytes waiting unsent to the peer, -1 once closing
 
 
 def _waits(doc: Any) -> bool:
@@ -59,11 +61,15 @@ class PeerServer:
         self.gate = gate
         self.tasks: set[asyncio.Task[None]] = set()
 
-    def handle(self, rid: int, budget_ms: int, body: bytes, write: _Write) -> None:
+    def handle(self, rid: int, budget_ms: int, body: bytes, write: _Write,
+               waiting: _Waiting | None = None) -> None:
         """Answer one request: a lookup now, anything else from a task (its latency
         recorded as served for a peer, under its query's label)."""
         try:
             doc = orjson.loads(body)
+            if doc.get("k") == "changes" and waiting is not None:  # a stream of frames
+                self._changes(rid, doc, write, waiting)
+                return
             if doc.get("k") == "lookup" and not _waits(doc):  # the hot path: inline
                 write(reply_frame(rid, *self._lookup(doc)))
                 return
@@ -82,6 +88,18 @@ class PeerServer:
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
         task.add_done_callback(lambda _: self._timed(q.kind, t0))
+
+    def _changes(self, rid: int, doc: Any, write: _Write, waiting: _Waiting) -> None:
+        try:
+            q, parts = doc["q"], doc["p"]
+            self._check(str(q["view"]), int(doc["n"]), int(parts[0]) if parts else 0,
+                        doc["t"])
+        except (KeyError, TypeError, ValueError, IndexError):
+            raise BadRequest("malformed changes request") from None
+        task = asyncio.get_running_loop().create_task(
+            serve_changes(self.queries, rid, doc, write, waiting))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
 
     def _timed(self, kind: str, t0: float) -> None:
         latency = self.queries.coordinator.traffic.latency
@@ -199,12 +217,21 @@ class PeerConnection:
                 break
             body = bytes(buf[start + REQUEST.size:end])
             start = end
-            self._server.handle(rid, budget, body, self._write)
+            self._server.handle(rid, budget, body, self._write, self._waiting)
         del buf[:start]
 
     def _write(self, frame: bytes) -> None:
         if not self._transport.is_closing():
             self._transport.write(frame)
+
+    def _waiting(self) -> int:
+        """The bytes not yet sent to the peer, -1 once closing: what a subscription's
+        stream watches after each frame (``serving/peer/changes.py``), which also keeps
+        the connection from being idle."""
+        if self._transport.is_closing():
+            return -1
+        self._seen = True
+        return self._transport.get_write_buffer_size()
 
     def _refuse(self) -> None:
         log.warning("peer connection without the cluster credential; closing it")

@@ -123,7 +123,8 @@ class Server:
         self.asked: list[bytes] = []
         self.fail = fail
 
-    def handle(self, rid: int, budget_ms: int, body: bytes, write: Any) -> None:
+    def handle(self, rid: int, budget_ms: int, body: bytes, write: Any,
+               waiting: Any = None) -> None:
         self.asked.append(body)
         write(reply_frame(rid, 200, b"{}"))
 

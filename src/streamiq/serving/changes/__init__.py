@@ -1,0 +1,1 @@
+"""Live subscriptions: a view's changes streamed to clients as they are applied."""

@@ -1,0 +1,183 @@
+"""A subscription from any node: the owners' streams merged into one (issue 40).
+
+The scope's partitions are grouped by the replica that serves each (the router's most
+preferred; this node itself when it holds one: a local subscription), and each group is
+one upstream: a local ``Subscription`` or a peer stream (``upstream.py``). Their events
+are merged onto one position: every event with an ``id`` moves the partitions it names,
+and the merged event carries the whole position. A fresh subscription's first rows carry
+no id, and one ``ready`` comes once every group is ready.
+
+When an upstream fails (the owner is gone, hangs past ``upstream.HANG_S``, refuses, or
+ends because it no longer holds a partition), its partitions are subscribed again on
+another replica from the position last delivered (a group that was not ready yet starts
+over: its first rows may come twice, its changes never): the client sees no gap, no
+duplicate and no reconnect. A replica that failed is asked last until one answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from streamiq import tls
+from streamiq.errors import StreamiqError
+from streamiq.serving.changes.position import parse, render
+from streamiq.serving.changes.stream import Event, Scope, Subscription
+from streamiq.serving.changes.upstream import HANG_S, upstream
+from streamiq.serving.node import Node
+
+__all__ = ["Merge"]
+
+log = logging.getLogger("streamiq.changes")
+
+#: how long a subscription looks for a replica of a partition before it ends
+_FIND_S = 30.0
+_QUEUE = 64  # events queued from the upstreams before they wait for the client
+
+
+@dataclass(frozen=True, eq=False)
+class _Group:
+    address: str
+    partitions: tuple[int, ...]
+
+
+class Merge:
+    """See the module's docstring."""
+
+    def __init__(self, node: Node, mark: str, scope: Scope, start: dict[int, int] | None,
+                 token: str | None) -> None:
+        self.node = node
+        self.mark = mark
+        self.ssl = tls.client_context(node.settings)
+        self.scope = scope
+        self.token = token
+        self.fresh = start is None
+        self.cursor: dict[int, int] = dict(start or {})
+        self.waiting = set(scope.partitions)  # partitions whose group is not ready yet
+        self.announced = not self.fresh  # events carry the merged position
+        self.readied = False  # the merged ready sent
+        self.failed: set[str] = set()
+        self.queue: asyncio.Queue[tuple[_Group, Event | Exception]] = asyncio.Queue(_QUEUE)
+        self.tasks: dict[_Group, asyncio.Task[None]] = {}
+
+    # -- where each partition is read --
+    def _groups(self, partitions: list[int]) -> list[_Group] | None:
+        """Partitions by the replica to ask (failed ones last); None if one has none."""
+        by: dict[str, list[int]] = {}
+        view = self.scope.view.name
+        for p in partitions:
+            if self.node.holds(view, p):
+                by.setdefault(self.node.endpoint, []).append(p)
+                continue
+            found = [e.address for e in self.node.router.replicas(
+                view, p, self.node.settings.max_lag)]
+            found.sort(key=lambda a: a in self.failed)
+            if not found:
+                return None
+            by.setdefault(found[0], []).append(p)
+        return [_Group(a, tuple(ps)) for a, ps in by.items()]
+
+    async def _start(self, partitions: list[int]) -> None:
+        deadline = asyncio.get_running_loop().time() + _FIND_S
+        while (groups := self._groups(partitions)) is None:
+            if asyncio.get_running_loop().time() > deadline:
+                raise StreamiqError(f"no replica of {self.scope.view.name!r} partitions "
+                                    f"{partitions} within {_FIND_S:.0f}s")
+            await asyncio.sleep(0.2)
+        for g in groups:
+            self.tasks[g] = asyncio.get_running_loop().create_task(self._pump(g))
+
+    # -- one upstream --
+    def _events(self, g: _Group) -> AsyncIterator[Event]:
+        ready = not self.fresh or not (set(g.partitions) & self.waiting)
+        start = {p: self.cursor[p] for p in g.partitions} if ready else None
+        keys = self.scope.keys
+        if keys is not None:
+            n = self.node.partitions[self.scope.view.name]
+            keys = tuple(k for k in keys if self.scope.view.partition_of(k, n) in g.partitions)
+        if g.address == self.node.endpoint:
+            return self._local(Scope(self.scope.view, g.partitions, keys, self.scope.prefix,
+                                     self.scope.tail), start)
+        query: dict[str, Any] = {"view": self.scope.view.name, "keys": keys,
+                                 "prefix": self.scope.prefix, "tail": self.scope.tail,
+                                 "from": None if start is None else render(start)}
+        return upstream(g.address, self.mark, self.ssl, query, list(g.partitions),
+                        self.node.partitions[self.scope.view.name], self.token)
+
+    async def _local(self, scope: Scope, start: dict[int, int] | None
+                     ) -> AsyncIterator[Event]:
+        sub = await Subscription.open(self.node, scope, start)
+        try:
+            async for e in sub.events(HANG_S):
+                yield e
+        finally:
+            sub.close()
+
+    async def _pump(self, g: _Group) -> None:
+        try:
+            async for e in self._events(g):
+                await self.queue.put((g, e))
+                if e.kind == "end":
+                    return
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # PeerError, a refusal: resumed elsewhere
+            await self.queue.put((g, exc))
+            return
+        await self.queue.put((g, ConnectionResetError("the stream ended")))
+
+    # -- the merged events --
+    async def events(self, keepalive_s: float) -> AsyncGenerator[Event]:
+        try:
+            await self._start(list(self.scope.partitions))
+            while True:
+                try:
+                    async with asyncio.timeout(keepalive_s):
+                        g, x = await self.queue.get()
+                except TimeoutError:
+                    yield Event(kind="keepalive")
+                    continue
+                if self.tasks.get(g) is None:
+                    continue  # a group already replaced
+                if isinstance(x, Exception) or x.kind == "end":
+                    await self._failover(g, x)
+                    continue
+                out = self._merge(g, x)
+                if out is not None:
+                    yield out
+                if x.kind == "ready" and not self.waiting and not self.readied:
+                    self.announced = self.readied = True
+                    yield Event(kind="ready", id=render(self.cursor),
+                                data=orjson.dumps({"position": render(self.cursor)}))
+        finally:
+            for t in self.tasks.values():
+                t.cancel()
+            for t in self.tasks.values():
+                with contextlib.suppress(BaseException):
+                    await t
+
+    def _merge(self, g: _Group, e: Event) -> Event | None:
+        if e.kind == "keepalive":
+            return None
+        if e.id is not None:
+            self.cursor.update(parse(e.id, g.partitions, "id"))
+        if e.kind == "ready":
+            self.waiting -= set(g.partitions)
+            return None
+        return Event(data=e.data, kind=e.kind, at=e.at,
+                     id=render(self.cursor) if self.announced and e.id is not None else None)
+
+    async def _failover(self, g: _Group, why: Event | Exception) -> None:
+        del self.tasks[g]
+        if g.address != self.node.endpoint:
+            self.failed.add(g.address)
+        log.info("subscription to %s: %s partitions %s resume elsewhere (%s)", g.address,
+                 self.scope.view.name, list(g.partitions),
+                 why if isinstance(why, Exception) else why.data)
+        await self._start(list(g.partitions))
