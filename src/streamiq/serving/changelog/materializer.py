@@ -35,7 +35,6 @@ import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from streamiq.kafka.skips import Skip, Skips
@@ -43,6 +42,7 @@ from streamiq.metrics import Latency
 from streamiq.serving.changelog.consistency import row_covered
 from streamiq.serving.changelog.feed import Feed
 from streamiq.serving.changelog.markers import EndsQuery, InputEnds, kafka_ends, parse_marker
+from streamiq.serving.changelog.partition import PartitionState
 from streamiq.state.base import Checkpoint, Store
 from streamiq.supervise import Supervisor
 from streamiq.views.base import MARKER_HEADER, POSITION_HEADER, TIME_HEADER, View
@@ -69,33 +69,6 @@ _PARTITION_EOF = -191
 #: Test seam, None in production: called (loop thread) with each poll's fetched records
 #: before any of them is applied; what it raises crashes the loop, as a bug would.
 before_apply: Callable[[list[Any]], None] | None = None
-
-
-@dataclass
-class PartitionState:
-    """In-memory view of one materialised partition (mirrors its checkpoint)."""
-
-    offset: int = 0
-    high_watermark: int = -1
-    position: dict[str, dict[int, int]] = field(default_factory=dict)
-    started: float = field(default_factory=time.monotonic)
-    #: The changelog end seen when restoring began; the restore is complete once the
-    #: partition's offset reaches it. A replica still restoring never answers, so a
-    #: missing key is never reported "not found".
-    target: int = -1
-    restored: bool = False
-    #: A fetch for the partition has answered (a record or its end) since it was
-    #: assigned. Until then librdkafka's cached end may be the one it had when the
-    #: partition was held before, so neither target nor lag is taken from it.
-    fetched: bool = False
-    #: store key -> the input positions its stored row reflects (its ``streamiq-pos``
-    #: header), for rows stored since the last marker that did not cover them
-    rows: dict[bytes, bytes] = field(default_factory=dict)
-
-    @property
-    def lag(self) -> int:
-        """Changelog records not yet applied; -1 while the end is not yet known."""
-        return -1 if self.high_watermark < 0 else max(0, self.high_watermark - self.offset)
 
 
 def _fetch(consumer: Any) -> list[Any]:
