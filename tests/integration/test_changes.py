@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -257,8 +258,9 @@ def test_an_unknown_view_is_404(env: Env) -> None:
 
 def test_limits_per_node_and_token_and_an_expiring_token(cluster: Deployment) -> None:
     """429 with a JSON problem past --changes-max-per-token and
-    --changes-max-subscriptions, a slot back once a stream closes; a stream whose token
-    expires ends (event end) instead of streaming on."""
+    --changes-max-subscriptions, a slot back once a stream closes (also one a client
+    hung up on before its first byte); a stream whose token expires ends (event end)
+    instead of streaming on."""
     cluster.auth = True
     ensure_topics({"bootstrap.servers": cluster.bootstrap},
                   {cluster.topic(BALANCES.changelog_topic): P})
@@ -312,3 +314,21 @@ def test_limits_per_node_and_token_and_an_expiring_token(cluster: Deployment) ->
         assert e.data == {"reason": "the token has expired"}
         with pytest.raises(EOFError):
             s.event()
+    for target in ("/v1/views/balances/changes?key=x",
+                   "/v1/views/balances/aggregate/changes?agg=count(*)"):
+        _hang_up(port, target, a, 6)  # more than either limit
+    until(lambda: "streamiq_subscriptions_open 0.0" in HTTP.get(
+        f"http://127.0.0.1:{port}/metrics", headers=a).text, 30,
+        "the slots of streams hung up on before their first byte given back")
+    with Sse(url, params={"key": "x"}, headers=a) as s1, \
+            Sse(url, params={"key": "x"}, headers=a) as s2:
+        assert s1.event().data["key"] == s2.event().data["key"] == "x"
+
+
+def _hang_up(port: int, target: str, headers: dict[str, str], n: int) -> None:
+    """Ask for a stream n times, each connection closed before reading a byte."""
+    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    request = f"GET {target} HTTP/1.1\r\nhost: 127.0.0.1\r\n{head}\r\n".encode()
+    for _ in range(n):
+        with socket.create_connection(("127.0.0.1", port)) as c:
+            c.sendall(request)

@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import Annotated
 
 import orjson
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import StreamingResponse
+from starlette.types import Receive, Send
+from starlette.types import Scope as ASGIScope
 
 from streamiq.errors import BadRequest
 from streamiq.serving.changes.aggregate import AggregateChanges
@@ -73,8 +75,27 @@ def sse(e: Event) -> bytes:
     return b"".join(out)
 
 
-def _nothing() -> None:
-    pass
+class _Stream(StreamingResponse):
+    """A stream whose subscription slot is given back whatever happens: a client gone
+    before the first byte (the body never started: its own ``finally`` never runs), an
+    error or a cancellation while streaming, or the end of the stream."""
+
+    def __init__(self, body: AsyncGenerator[bytes], events: AsyncGenerator[Event],
+                 release: Callable[[], None]) -> None:
+        super().__init__(body, media_type=MEDIA,
+                         headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
+        self._generators = (body, events)
+        self._release = release
+
+    async def __call__(self, scope: ASGIScope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            try:
+                for g in self._generators:  # unstarted: closed without running
+                    await g.aclose()
+            finally:
+                self._release()
 
 
 def scope_of(view: View, partitions: int, keys: list[str] | None, prefix: str | None
@@ -117,10 +138,14 @@ def changes_routes(deps: Answers) -> APIRouter:
         position = None if given is None else parse(given, scope.partitions, field)
         authorization = request.headers.get("authorization")
         release = limits.admit(authorization)
-        # always merged (serving/changes/merge.py): partitions held here are read here,
-        # and a partition handed over while streaming resumes on its new owner
-        merge = Merge(node, deps.coordinator.peers.mark, scope, position, authorization)
-        return respond(merge.events(keepalive()), authorization, release, _nothing)
+        try:
+            # always merged (serving/changes/merge.py): partitions held here are read
+            # here, and a partition handed over while streaming resumes on its new owner
+            merge = Merge(node, deps.coordinator.peers.mark, scope, position, authorization)
+            return respond(merge.events(keepalive()), authorization, release)
+        except BaseException:
+            release()
+            raise
 
     @r.get(AGGREGATE_CHANGES.path, response_class=StreamingResponse,
            summary="An aggregate's result each time it changes (Server-Sent Events)",
@@ -143,20 +168,24 @@ def changes_routes(deps: Answers) -> APIRouter:
 
         first = await ask()  # a bad group_by or agg: its 400 now
         release = limits.admit(authorization)
-        trigger = Merge(node, deps.coordinator.peers.mark,
-                        Scope(v, tuple(range(node.partitions[v.name])), prefix=prefix,
-                              tail=True), None, authorization)
-        stream = AggregateChanges(trigger, ask, first, interval / 1000)
-        return respond(stream.events(keepalive()), authorization, release, _nothing)
+        try:
+            trigger = Merge(node, deps.coordinator.peers.mark,
+                            Scope(v, tuple(range(node.partitions[v.name])), prefix=prefix,
+                                  tail=True), None, authorization)
+            stream = AggregateChanges(trigger, ask, first, interval / 1000)
+            return respond(stream.events(keepalive()), authorization, release)
+        except BaseException:
+            release()
+            raise
 
     def keepalive() -> float:
         return float(node.settings.changes_keepalive_s)
 
     def respond(events: AsyncGenerator[Event], authorization: str | None,
-                release: Callable[[], None], close: Callable[[], None]) -> StreamingResponse:
+                release: Callable[[], None]) -> StreamingResponse:
         expires = deps.coordinator.gate.auth.expires(authorization)
 
-        async def body() -> AsyncIterator[bytes]:
+        async def body() -> AsyncGenerator[bytes]:
             try:
                 async with contextlib.aclosing(events):
                     async for e in events:
@@ -166,11 +195,8 @@ def changes_routes(deps: Answers) -> APIRouter:
                         limits.sending(e)
                         yield sse(e)
             finally:
-                close()
                 release()
 
-        return StreamingResponse(body(), media_type=MEDIA,
-                                 headers={"cache-control": "no-cache",
-                                          "x-accel-buffering": "no"})
+        return _Stream(body(), events, release)
 
     return r
