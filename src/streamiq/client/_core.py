@@ -14,8 +14,10 @@ answers 400 (``QueryError`` with ``code`` BAD_REQUEST).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import random
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -30,6 +32,8 @@ __all__ = ["QueryError", "Served", "Spec", "SseReader", "segment", "with_token"]
 
 #: A node that refused a connection is tried last for this long (seconds).
 DOWN_S = 5.0
+#: a subscription refused with these is tried again (another node, after a backoff)
+RETRYABLE = (421, 429)
 
 
 def with_token(headers: dict[str, str] | None, token: str | None) -> dict[str, str]:
@@ -54,6 +58,26 @@ class QueryError(Exception):
                                                  else "ERROR"))
         self.detail: str = str(doc.get("detail", body))
         super().__init__(f"{http_status} {self.code}: {self.detail}")
+
+
+class Backoff:
+    """The waits between a subscription's tries: none after a stream that delivered an
+    event (resume at once, on another node if need be), then 0.1 s doubling up to 5 s
+    while every try fails, each wait drawn in [half, whole] (jitter: clients refused
+    together do not all come back together)."""
+
+    FIRST, MOST = 0.1, 5.0
+
+    def __init__(self) -> None:
+        self.delay = 0.0
+
+    def reset(self) -> None:
+        self.delay = 0.0
+
+    def next(self) -> float:
+        wait = random.uniform(self.delay / 2, self.delay)
+        self.delay = min(max(self.FIRST, self.delay * 2), self.MOST)
+        return wait
 
 
 class SseReader:
@@ -270,11 +294,20 @@ class _Base:
                     _params(key=keys or None, prefix=prefix), None, view, keys)
 
     def _refused(self, node: str, r: httpx.Response) -> None:
-        """A subscription refused: another node is tried for what a node cannot serve
-        now (421, 503, 504), anything else is the caller's (``QueryError``)."""
-        if r.status_code not in (421, 503, 504):
+        """A subscription refused: another node is tried, after a backoff, for what a node
+        cannot serve now (421, 429 too many subscriptions, 5xx); any other 4xx (400, 401,
+        403, 404...) is the caller's, raised at once (``QueryError``)."""
+        if r.status_code not in RETRYABLE and r.status_code < 500:
             self._result(node, r, False)
         self._failed(node)
+
+    @staticmethod
+    async def _asleep(seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+    @staticmethod
+    def _sleep(seconds: float) -> None:
+        time.sleep(seconds)
 
     def _windows_spec(self, view: str, key: str, start: int, end: int | None,
                       max_lag: int | None) -> Spec:

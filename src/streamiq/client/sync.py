@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from streamiq.client._core import QueryError, Spec, SseReader, _Base, with_token
+from streamiq.client._core import Backoff, QueryError, Spec, SseReader, _Base, with_token
 
 __all__ = ["Client"]
 
@@ -178,10 +178,14 @@ class Client(_Base):
         (``found``, ``value``, ``deleted``, ``coalesced``) and ``position``, the stream's
         position after it. Without ``position``: first each key's current value. After a
         dropped connection (or nothing for ``idle_s``) it resumes by itself from the last
-        position, on any node: no gap, no duplicate. ``{"reset": True}`` says the rows
-        that follow replace everything held (a resume too far behind)."""
+        position, on any node: no gap, no duplicate; while every node refuses (421, 429,
+        5xx) or is down it tries again after 0.1 s doubling to 5 s (with jitter), and
+        raises any other refusal (400, 401, 403, 404) at once as ``QueryError``.
+        ``{"reset": True}`` says the rows that follow replace everything held (a resume
+        too far behind)."""
         spec = self._changes_spec(view, key, prefix)
         last = position
+        backoff = Backoff()
         while True:
             node = self._first(spec)
             headers = {} if last is None else {"last-event-id": last}
@@ -193,18 +197,20 @@ class Client(_Base):
                     if r.status_code >= 400:
                         r.read()
                         self._refused(node, r)
-                        continue
-                    reader = SseReader()
-                    for line in r.iter_lines():
-                        event = reader.line(line)
-                        if event is None:
-                            continue
-                        last = event.get("position") or last
-                        if event.get("event") is None or event.get("reset"):
-                            yield event
+                    else:
+                        reader = SseReader()
+                        for line in r.iter_lines():
+                            event = reader.line(line)
+                            if event is None:
+                                continue
+                            backoff.reset()
+                            last = event.get("position") or last
+                            if event.get("event") is None or event.get("reset"):
+                                yield event
             except httpx.TransportError:
                 self._failed(node)
                 self.refresh()
+            self._sleep(backoff.next())
 
     def windows(
             self, view: str, key: str, start: int = 0, end: int | None = None, *,

@@ -23,6 +23,7 @@ RULE = unasync.Rule("aio.py", "sync.py", additional_replacements={
     "aclose": "close",
     "aiter_lines": "iter_lines",
     "aread": "read",
+    "_asleep": "_sleep",
 })
 
 
