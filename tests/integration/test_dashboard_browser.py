@@ -1,8 +1,8 @@
 """The dashboard in a real browser (headless Chromium, driven by Playwright) against
 three real nodes with authentication on: its data is refused without the token, it
 shows every node and partition and plots write to stored per view, the map changes when
-a node stops, queries typed in the box answer the right values, and event streams end
-with their clients.
+a node stops, queries typed in the box answer the right values (and, live, follow a
+key's changes through /changes), and event streams end with their clients.
 
 A screenshot of each state is saved under tests/artifacts/ (git-ignored; the folder to
 keep as a CI job's artifacts). Chromium is Debian's package (``make install`` and
@@ -13,6 +13,7 @@ so nothing is downloaded.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import time
 from pathlib import Path
@@ -125,6 +126,31 @@ def test_dashboard_shows_the_cluster_live_and_runs_queries(cluster: Any) -> None
             total = 2 * sum(range(30))  # a0..a29 and f0..f29
             expect(page.locator("#q-answer")).to_contain_text(f'"sum(balance)": {total}',
                                                               timeout=WAIT_MS)
+
+            # live: the key's changes through /changes, drawn as they come
+            page.select_option("#q-type", "lookup")
+            page.fill("#q-key", "a7")
+            page.fill("#q-params", "")
+            page.check("#q-live")
+            page.click("#query button")
+            expect(page.locator("#q-meta")).to_contain_text("live: 1 key", timeout=WAIT_MS)
+            expect(page.locator("#q-answer")).to_contain_text('"balance": 7')
+            produce_rows(cluster.bootstrap, cluster.topic(BALANCES.changelog_topic), BALANCES,
+                         [{"account": "a7", "balance": 77, "count": 2, "last_update": 0}])
+            expect(page.locator("#q-answer")).to_contain_text('"balance": 77',
+                                                              timeout=WAIT_MS)
+            expect(page.locator("#q-meta")).to_contain_text(re.compile(r"position \d+-\d+"))
+            # the stream failing (the connection cut, as a buffering proxy might): polled
+            changes = re.compile(r"/changes\?")
+            page.route(changes, lambda route: route.abort())
+            page.click("#query button")
+            expect(page.locator("#q-meta")).to_contain_text("live (polling every 2 s): 200",
+                                                            timeout=WAIT_MS)
+            expect(page.locator("#q-answer")).to_contain_text('"balance": 77')
+            page.unroute(changes)
+            page.uncheck("#q-live")
+            page.click("#query button")  # once: the polling stops
+            expect(page.locator("#q-meta")).to_contain_text("200 in", timeout=WAIT_MS)
 
             stopped = ports[2]
             nodes[2][1].stop()

@@ -22,4 +22,9 @@ async def test_page_and_files_are_open_and_come_from_the_package(tmp_path: Path)
         for name, kind in (("app.js", "javascript"), ("style.css", "text/css")):
             r = await c.get(f"/dashboard/{name}")
             assert r.status_code == 200 and kind in r.headers["content-type"], name
-        assert "https://" not in page.text + (await c.get("/dashboard/app.js")).text  # no CDN
+        script = (await c.get("/dashboard/app.js")).text
+        assert "https://" not in page.text + script  # no CDN
+        # live queries read the views' change streams (polling only as a fallback)
+        assert '<label for="q-live">' in page.text
+        assert "/changes?" in script and "/aggregate/changes?" in script
+        assert "last-event-id" in script

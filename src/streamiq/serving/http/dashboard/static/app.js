@@ -1,9 +1,11 @@
 // streamiq dashboard: reads /v1/events (server-sent events, fetched with the token) and
-// draws the cluster; runs queries against this node. Plain ES module, no dependencies.
+// draws the cluster; runs queries against this node, once or live (the views' /changes
+// and /aggregate/changes streams, polling if those fail). Plain ES module, no dependencies.
 
 const $ = (sel) => document.querySelector(sel);
 let previous = null; // the last snapshot: request rates are differences between two
 let reading = null;  // the AbortController of the open event stream
+let watching = null; // the AbortController of the live query (stream or polling)
 
 function authHeaders() {
   const token = sessionStorage.getItem("streamiq-token") || "";
@@ -301,6 +303,22 @@ function draw(snap) {
   previous = snap;
 }
 
+// The frames of a server-sent events response, as they arrive.
+async function* sseFrames(response) {
+  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buf = "";
+  while (true) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buf += value;
+    let end;
+    while ((end = buf.indexOf("\n\n")) >= 0) {
+      yield buf.slice(0, end);
+      buf = buf.slice(end + 2);
+    }
+  }
+}
+
 async function follow() {
   if (reading) reading.abort();
   reading = new AbortController();
@@ -312,18 +330,8 @@ async function follow() {
         return;
       }
       if (!r.ok) throw new Error(`HTTP ${r.status}`);
-      const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
-      let buf = "";
-      while (true) {
-        const { value, done } = await reader.read();
-        if (done) break;
-        buf += value;
-        let end;
-        while ((end = buf.indexOf("\n\n")) >= 0) {
-          const frame = buf.slice(0, end);
-          buf = buf.slice(end + 2);
-          if (frame.startsWith("data: ")) draw(JSON.parse(frame.slice(6)));
-        }
+      for await (const frame of sseFrames(r)) {
+        if (frame.startsWith("data: ")) draw(JSON.parse(frame.slice(6)));
       }
     } catch (err) {
       if (reading.signal.aborted) return;
@@ -350,9 +358,106 @@ function queryRequest(form) {
   }
 }
 
+// A live query: the changes of its keys (lookup, multi-get), of a prefix (scan) or its
+// result (aggregate) as server-sent events, read with fetch to send the token (an
+// EventSource cannot); resumed by Last-Event-ID when dropped. If the stream cannot be
+// had (an older node, a proxy that buffers), the query is polled every 2 s instead.
+function liveRequest(form) {
+  const type = form.get("type");
+  const view = encodeURIComponent(form.get("view").trim());
+  const params = new URLSearchParams(form.get("params").trim());
+  const base = `/v1/views/${view}`;
+  if (type === "aggregate") return `${base}/aggregate/changes?${params}`;
+  if (type === "lookup" || type === "multiget") {
+    const keys = form.get("key").split(",").map((k) => k.trim()).filter(Boolean);
+    return `${base}/changes?${keys.map((k) => `key=${encodeURIComponent(k)}`).join("&")}`;
+  }
+  if (type === "scan") {
+    const prefix = params.get("prefix");
+    return `${base}/changes${prefix ? `?prefix=${encodeURIComponent(prefix)}` : ""}`;
+  }
+  return null; // windows: polled
+}
+
+async function streamLive(url, signal, show) {
+  const rows = new Map();
+  let last = null;
+  let failures = 0;
+  while (failures < 2) {
+    try {
+      const headers = { ...authHeaders(), ...(last ? { "last-event-id": last } : {}) };
+      const r = await fetch(url, { headers, signal });
+      if (!r.ok || !(r.headers.get("content-type") || "").startsWith("text/event-stream")) {
+        show(`${r.status} ${await r.text()}`, `live stream refused (${r.status})`);
+        if (r.status >= 400 && r.status < 500 && r.status !== 429) return true;
+        throw new Error(`HTTP ${r.status}`);
+      }
+      for await (const frame of sseFrames(r)) {
+        const ev = {};
+        for (const line of frame.split("\n")) {
+          const at = line.indexOf(":");
+          if (at <= 0) continue; // a comment (keepalive)
+          ev[line.slice(0, at)] = (ev[line.slice(0, at)] || "") + line.slice(at + 1).trim();
+        }
+        if (ev.id) last = ev.id;
+        if (ev.event === "reset") rows.clear();
+        if (ev.event || !ev.data) continue;
+        const doc = JSON.parse(ev.data);
+        failures = 0;
+        if (doc.key === undefined) show(JSON.stringify(doc, null, 2), "live: aggregate");
+        else {
+          rows.set(doc.key, doc);
+          show(JSON.stringify([...rows.values()], null, 2),
+            `live: ${rows.size} key${rows.size === 1 ? "" : "s"}, position ${last || "-"}`);
+        }
+      }
+    } catch (err) {
+      if (signal.aborted) return true;
+      failures += 1;
+    }
+  }
+  return false; // the stream failed twice in a row: poll instead
+}
+
+async function pollLive(url, init, signal, show) {
+  while (!signal.aborted) {
+    try {
+      const r = await fetch(url, { ...init, signal,
+        headers: { ...(init.headers || {}), ...authHeaders() } });
+      const text = await r.text();
+      let shown = text;
+      try { shown = JSON.stringify(JSON.parse(text), null, 2); } catch { /* not JSON */ }
+      show(shown, `live (polling every 2 s): ${r.status}`);
+    } catch (err) {
+      if (signal.aborted) return;
+      show("", `live (polling): failed: ${err.message}`);
+    }
+    await new Promise((ok) => setTimeout(ok, 2000));
+  }
+}
+
+async function watch(form) {
+  if (watching) watching.abort();
+  watching = new AbortController();
+  const signal = watching.signal;
+  const show = (text, note) => {
+    if (signal.aborted) return;
+    $("#q-answer").textContent = text;
+    $("#q-meta").textContent = note;
+  };
+  const url = liveRequest(form);
+  $("#q-meta").textContent = `live: ${url || "polling"} ...`;
+  if (url && await streamLive(url, signal, show)) return;
+  const [pollUrl, init] = queryRequest(form);
+  await pollLive(pollUrl, init, signal, show);
+}
+
 async function runQuery(event) {
   event.preventDefault();
-  const [url, init] = queryRequest(new FormData(event.target));
+  const form = new FormData(event.target);
+  if (watching) { watching.abort(); watching = null; }
+  if (form.get("live")) { watch(form); return; }
+  const [url, init] = queryRequest(form);
   const meta = $("#q-meta");
   const answer = $("#q-answer");
   meta.textContent = `${init.method || "GET"} ${url} ...`;
