@@ -37,7 +37,7 @@ from typing import Any
 import httpx
 import jwt
 import pytest
-from procs import HTTP
+from procs import HTTP, favoured
 from updemo import (
     CONVERGE_S,
     HEADERS,
@@ -182,17 +182,20 @@ def test_sigstop_of_a_node_costs_the_others_no_more_than_a_moment(up: Up) -> Non
                 time.sleep(0.01)
 
     workers = [threading.Thread(target=load, args=(s,)) for s in range(2)]
-    for w in workers:
-        w.start()
-    try:
-        time.sleep(2)
-        os.kill(pid, signal.SIGSTOP)
-        time.sleep(30)  # the load runs through the pause (pacing, not a timing)
-    finally:
-        os.kill(pid, signal.SIGCONT)
-        stop.set()
+    # the survivors and the load's threads (started inside: they inherit it): favoured
+    with favoured([up.child("node", p) for p in survivors]):
         for w in workers:
-            w.join(60)
+            w.start()
+        try:
+            time.sleep(2)
+            stats["slowest"] = 0.0  # what the stopped node costs: from its SIGSTOP on
+            os.kill(pid, signal.SIGSTOP)
+            time.sleep(30)  # the load runs through the pause (pacing, not a timing)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+            stop.set()
+            for w in workers:
+                w.join(60)
     print(f"\nnode stop: {stats['ok']} ok, {len(stats['wrong'])} wrong, "
           f"{len(stats['failed'])} failed through {survivors}, slowest "
           f"{stats['slowest'] * 1000:.0f} ms")
@@ -574,7 +577,9 @@ def test_sigterm_to_the_process_group_stops_everything_and_a_second_up_resumes(
 
         until(orders_visible, CONVERGE_S, "orders visible")
     held = {port: _partition_offsets(port) for port in up.node_ports}
-    assert all(sum(h.values()) >= 300 for h in held.values()), held
+    # the 300 rows above are in the changelogs (each node holds some of their
+    # partitions: how many rows of them depends on the module's earlier tests)
+    assert all(held.values()) and sum(sum(h.values()) for h in held.values()) >= 300, held
 
     # what systemd, Docker, Kubernetes and a terminal's Ctrl-C do: up and all its children
     out = _stop_and_check(up, lambda: os.killpg(up.pid, signal.SIGTERM))
