@@ -75,6 +75,8 @@ class Connection(Protocol):
 
     def write_paused(self) -> bool: ...
 
+    def streaming(self) -> None: ...
+
     def answered(self, cycle: Cycle) -> None: ...
 
 
@@ -219,6 +221,8 @@ class Cycle:
                 length = int(value)
             elif name == b"transfer-encoding" and value.lower() == b"chunked":
                 chunked = True
+            elif name == b"content-type" and value.startswith(b"text/event-stream"):
+                self.conn.streaming()  # a live stream: little held in the kernel
             elif name == b"connection" and b"close" in value.lower():
                 self.keep_alive = False
                 continue  # written once, below

@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
+from streamiq.serving.changes.sockets import cap
+
 if TYPE_CHECKING:
     from streamiq.serving.peer.server import PeerConnection
 
@@ -50,6 +52,10 @@ class Flow:
 
     def is_closing(self) -> bool:
         return self.transport.is_closing()
+
+    def streaming(self) -> None:
+        """The response is an event stream: the socket holds little (``sockets.py``)."""
+        cap(self.transport)
 
     def write_paused(self) -> bool:
         return self._write_paused

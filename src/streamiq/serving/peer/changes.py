@@ -33,8 +33,11 @@ log = logging.getLogger("streamiq.routing")
 
 #: at most this long between two frames of a stream (the entry's hang bound is 3x)
 HEARTBEAT_S = 1.0
-#: bytes waiting unsent to the entry past which the stream stops taking events
-HIGH_WATER = 1 << 20
+#: bytes waiting unsent to the entry past which the stream stops taking events (its
+#: subscription's bounded buffer then takes them, and past it the newest value per
+#: key). Small: the transport holds each small frame written with some hundreds of
+#: bytes of its own (16 stalled streams grew a node 72 MB with 1 MiB here)
+HIGH_WATER = 64 * 1024
 
 #: write a frame
 Write = Callable[[bytes], None]

@@ -28,6 +28,7 @@ from typing import Any
 import orjson
 
 from streamiq.errors import BadRequest, DeadlineExceeded, StreamiqError, Unauthenticated
+from streamiq.serving.changes.sockets import cap
 from streamiq.serving.cluster.gate import Gate
 from streamiq.serving.cluster.placement import Refuse
 from streamiq.serving.cluster.wire import MAX_REQUEST, REQUEST, reply_frame
@@ -173,7 +174,8 @@ class PeerConnection:
     an idle HTTP keep-alive connection.
     """
 
-    __slots__ = ("_buf", "_mark", "_seen", "_server", "_timeout", "_timer", "_transport")
+    __slots__ = ("_buf", "_capped", "_mark", "_seen", "_server", "_timeout", "_timer",
+                 "_transport")
 
     def __init__(self, server: PeerServer, transport: asyncio.Transport,
                  loop: asyncio.AbstractEventLoop, idle_timeout: float) -> None:
@@ -182,6 +184,7 @@ class PeerConnection:
         self._transport = transport
         self._buf = bytearray()
         self._seen = True
+        self._capped = False
         self._timeout = idle_timeout
         self._timer: asyncio.TimerHandle | None = loop.call_later(idle_timeout, self._idle)
 
@@ -230,6 +233,9 @@ class PeerConnection:
         the connection from being idle."""
         if self._transport.is_closing():
             return -1
+        if not self._capped:  # it carries a stream: little held in the kernel
+            self._capped = True
+            cap(self._transport)
         self._seen = True
         return self._transport.get_write_buffer_size()
 
