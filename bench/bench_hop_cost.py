@@ -3,10 +3,11 @@
 Two nodes (this tree), 20k ``balances`` rows, nginx relaying to the first node. For each
 of ``--rounds`` rounds, wrk at c=1 for ``--seconds`` on: forwarded lookups (entry node
 -> owner over the peer protocol), local lookups relayed by nginx (nginx -> the node
-over HTTP) and local lookups; printed: p50 and the CPU each process spent per request
-(its background threads included, spread over the requests). Then ``strace -c`` on the
-entry node under forwarded load, on nginx under relayed load and on the owner: syscalls
-per request by kind (docs/design.md, "The HTTP server").
+over HTTP), the same relayed by the least a Python hop can do (``pyrelay.py``: bytes
+passed on unparsed, uvloop) and local lookups; printed: p50 and the CPU each process
+spent per request (its background threads included, spread over the requests). Then
+``strace -c`` on the entry node under forwarded load, on nginx under relayed load and on
+the owner: syscalls per request by kind (docs/design.md, "The HTTP server").
 
 Usage: .venv/bin/python bench/bench_hop_cost.py [--rounds 3] [--seconds 3]
 Needs wrk, nginx and strace (Debian: apt-get install -y wrk nginx-light strace).
@@ -51,8 +52,18 @@ def straced(pid: int, run: Callable[[], dict[str, float]]) -> dict[str, float]:
         print(summary)
 
 
+def start_pyrelay(upstream: int) -> tuple[subprocess.Popen[str], int]:
+    """``pyrelay.py`` relaying to ``upstream``: the least a Python hop does."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).parent / "pyrelay.py"),
+                             str(port), str(upstream)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    return proc, port
+
+
 def measure(a: argparse.Namespace, root: Path, nodes: list[NodeProc],
-            nginx: tuple[subprocess.Popen[bytes], int]) -> None:
+            nginx: tuple[subprocess.Popen[bytes], int],
+            pyrelay: tuple[subprocess.Popen[str], int]) -> None:
     paths = split_paths(nodes[0].port, [r["account"] for r in rows(KEYS)])
     entry, owner = nodes[0], nodes[1]
     url, relay = f"http://127.0.0.1:{entry.port}", f"http://127.0.0.1:{nginx[1]}"
@@ -62,6 +73,8 @@ def measure(a: argparse.Namespace, root: Path, nodes: list[NodeProc],
                                                 "owner": owner.proc.pid}),
         ("nginx -> local", relay, paths["local"], {"nginx": nginx[0].pid,
                                                    "owner": entry.proc.pid}),
+        ("pyrelay -> local", f"http://127.0.0.1:{pyrelay[1]}", paths["local"],
+         {"pyrelay": pyrelay[0].pid, "owner": entry.proc.pid}),
         ("local", url, paths["local"], {"node": entry.proc.pid})]
     for i in range(a.rounds):
         for name, u, ps, pids in variants:
@@ -90,6 +103,7 @@ def main() -> None:
     broker = bench_broker().start()
     nodes: list[NodeProc] = []
     nginx = None
+    pyrelay: tuple[subprocess.Popen[str], int] | None = None
     try:
         topic = f"hc-{BALANCES.changelog_topic}"
         ensure_topics({"bootstrap.servers": broker.bootstrap_servers}, {topic: 3})
@@ -104,8 +118,12 @@ def main() -> None:
         nginx = start_nginx(root, nodes[0].port)
         if nginx is None:
             raise SystemExit("nginx not found (Debian: apt-get install -y nginx-light)")
-        measure(a, root, nodes, nginx)
+        pyrelay = start_pyrelay(nodes[0].port)
+        measure(a, root, nodes, nginx, pyrelay)
     finally:
+        if pyrelay is not None:
+            pyrelay[0].terminate()
+            pyrelay[0].wait(20)
         if nginx is not None:
             nginx[0].terminate()
             nginx[0].wait(20)
