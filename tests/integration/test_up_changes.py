@@ -169,6 +169,39 @@ def test_a_key_owned_elsewhere_streams_through_a_sigstop_of_its_owner(up: Up) ->
     _through_a_fault(up, "stop", stop=True)
 
 
+def test_a_resume_by_last_event_id_on_another_node_continues_exactly_after_it(
+        up: Up) -> None:
+    """A reader of one node leaves after 15 changes; writes go on; it comes back on
+    another node with the id of its 10th: changes 11 to 30 exactly (the ones it had
+    again, since it asked for them, then the ones it missed), none twice, in order."""
+    key, _ = _owned_elsewhere(up, up.node_ports[0], "resume")
+    amounts = [random.Random(key).randint(1, 100) for _ in range(30)]
+    with _subscribe(up.node_ports[0], key) as s:
+        _write(up, key, amounts[:15], -1, lambda: None).join(120)
+        s_ids: list[str] = []
+        first: list[tuple[int, int]] = []
+        while len(first) < 15:
+            e = s.event()
+            assert e.event is None and e.id is not None, e
+            s_ids.append(e.id)
+            first.append((e.data["value"]["balance"], e.data["value"]["count"]))
+    _write(up, key, amounts[15:], -1, lambda: None).join(120)
+    resumed: list[tuple[int, int]] = []
+    headers = {**HEADERS, "last-event-id": s_ids[9]}
+    with Sse(f"http://127.0.0.1:{up.node_ports[2]}/v1/views/balances/changes", timeout=60,
+             params={"key": key}, headers=headers) as s:
+        assert s.response.status_code == 200, s.response.read()
+        while not resumed or resumed[-1][1] < 30:
+            e = s.event()
+            if e.event == "ready":  # the replay caught up with the store: live from here
+                continue
+            assert e.event is None, e
+            resumed.append((e.data["value"]["balance"], e.data["value"]["count"]))
+    log = _changelog(up, key, 30)
+    assert first == log[:15]
+    assert resumed == log[10:]  # exactly after the 10th: no gap, no duplicate
+
+
 def test_an_aggregate_subscription_ends_at_the_exact_totals(up: Up) -> None:
     """Order counts by type under a prefix of new stores, from a node: results only
     grow (no count twice) and the last is the exact totals."""
