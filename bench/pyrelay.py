@@ -20,7 +20,8 @@ class _Upstream(asyncio.Protocol):
         self.client = client
 
     def data_received(self, data: bytes) -> None:
-        self.client.write(data)
+        if not self.client.is_closing():  # the client may have left meanwhile
+            self.client.write(data)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.client.close()
@@ -48,7 +49,7 @@ class _Client(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.up is None:
             self.held.append(data)
-        else:
+        elif not self.up.is_closing():
             self.up.write(data)
 
     def connection_lost(self, exc: Exception | None) -> None:
