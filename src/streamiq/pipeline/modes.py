@@ -144,7 +144,8 @@ def running(spark: SparkSession, query: StreamingQuery) -> bool:
     order's first write after "ready" took 0.52 s where a bank write took 0.15 s)."""
     tracker = spark.sparkContext.statusTracker()
     jobs = [tracker.getJobInfo(j) for j in tracker.getJobIdsForGroup(str(query.runId))]
-    stages = [tracker.getStageInfo(sid) for job in jobs if job is not None
+    stages = [tracker.getStageInfo(sid) for job in jobs  # the batch running now (an
+              if job is not None and job.status == "RUNNING"  # ended one's stages idle)
               for sid in job.stageIds]
     return bool(stages) and all(st is not None and 0 < st.numTasks == st.numActiveTasks
                                 for st in stages)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -115,3 +116,38 @@ def test_a_checkpoint_of_the_other_mode_is_refused_when_records_were_deleted(
     assert (ck / "commits").is_dir()  # nothing removed
     # the same mode again: kept, and no positions (its state has no room for them)
     assert prepare_checkpoint(ck, MICRO_BATCH, INPUTS, lambda: False) == []
+
+
+class _Tracker:
+    """Spark's status tracker as ``modes.running`` reads it: jobs of a group, their
+    stages' task counts."""
+
+    def __init__(self, jobs: dict[int, tuple[str, dict[int, tuple[int, int]]]]) -> None:
+        self.jobs = jobs  # job id -> (status, {stage id: (tasks, active)})
+
+    def getJobIdsForGroup(self, group: str) -> list[int]:
+        return list(self.jobs)
+
+    def getJobInfo(self, job: int) -> SimpleNamespace:
+        status, stages = self.jobs[job]
+        return SimpleNamespace(status=status, stageIds=list(stages))
+
+    def getStageInfo(self, stage: int) -> SimpleNamespace:
+        tasks, active = next(s[stage] for _, s in self.jobs.values() if stage in s)
+        return SimpleNamespace(numTasks=tasks, numActiveTasks=active)
+
+
+def _running(jobs: dict[int, tuple[str, dict[int, tuple[int, int]]]]) -> bool:
+    spark = SimpleNamespace(sparkContext=SimpleNamespace(statusTracker=lambda: _Tracker(jobs)))
+    return modes.running(spark, SimpleNamespace(runId="r"))  # type: ignore[arg-type]
+
+
+def test_a_real_time_query_runs_once_every_task_of_its_running_batch_does() -> None:
+    assert not _running({})  # no job yet
+    assert not _running({0: ("RUNNING", {0: (3, 3), 1: (3, 1)})})  # tasks still starting
+    assert _running({0: ("RUNNING", {0: (3, 3), 1: (3, 3)})})
+    # a batch that ended (its stages idle) beside the next one running: the running one
+    # counts (tests run 10 s batches: an earlier batch had ended before ready was asked)
+    assert _running({0: ("SUCCEEDED", {0: (3, 0), 1: (3, 0)}),
+                     1: ("RUNNING", {2: (3, 3), 3: (3, 3)})})
+    assert not _running({0: ("SUCCEEDED", {0: (3, 0)})})  # between two batches

@@ -17,9 +17,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from streamiq.errors import TooManySubscriptions
 from streamiq.metrics import Latency
+from streamiq.serving.changelog.feed import Feed
 from streamiq.serving.changes.stream import Event
 
-__all__ = ["DELIVERY_BUCKETS", "Limits"]
+__all__ = ["DELIVERY_BUCKETS", "Limits", "feed_metrics"]
 
 #: seconds, applied to delivered (local changes)
 DELIVERY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
@@ -88,3 +89,15 @@ class Limits:
         yield self.delivery.family("streamiq_subscription_delivery_seconds",
                                    "Applied to the store to handed to the client (changes "
                                    "read on this node)")
+
+
+def feed_metrics(feed: Feed) -> Callable[[], Iterator[Metric]]:
+    """The subscriptions this node's stores feed (an owner's side of them)."""
+
+    def metrics() -> Iterator[Metric]:
+        yield GaugeMetricFamily("streamiq_subscription_feeds",
+                                "Subscriptions fed by this node's stores: its clients' "
+                                "streams over partitions it holds, and its peers'",
+                                value=feed.open)
+
+    return metrics

@@ -32,7 +32,7 @@ from starlette.types import Scope as ASGIScope
 
 from streamiq.errors import BadRequest
 from streamiq.serving.changes.aggregate import AggregateChanges
-from streamiq.serving.changes.limits import Limits
+from streamiq.serving.changes.limits import Limits, feed_metrics
 from streamiq.serving.changes.merge import Merge
 from streamiq.serving.changes.position import parse
 from streamiq.serving.changes.stream import Event, Scope
@@ -122,7 +122,7 @@ def changes_routes(deps: Answers) -> APIRouter:
     limits = Limits(s.changes_max_subscriptions, s.changes_max_per_token,
                     by_token=deps.coordinator.gate.auth.enabled)
     if hasattr(node, "collectors"):  # its metrics on /metrics (a test's fake node: none)
-        node.collectors.append(limits.metrics)
+        node.collectors += [limits.metrics, feed_metrics(node.materializer.feed)]
 
     @r.get(CHANGES.path, response_class=StreamingResponse,
            summary="Live changes of keys, a prefix or the whole view (Server-Sent Events)",
