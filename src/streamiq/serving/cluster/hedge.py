@@ -77,9 +77,10 @@ class Hedging:
             t = self._trackers[(address, kind)] = Tracker()
         before = t.p95
         t.add(seconds)
-        if t.p95 != before:  # recomputed: the kind's best again (a few peers)
-            self._best[kind] = min(x.p95 for (_, k), x in self._trackers.items()
-                                   if k == kind and x.p95 > 0)
+        if t.p95 != before:  # recomputed: the kind's best again (a few peers); 0 when
+            # every answer took under the clock's tick (uvloop's is 1 ms): the floor
+            self._best[kind] = min((x.p95 for (_, k), x in self._trackers.items()
+                                    if k == kind and x.p95 > 0), default=0.0)
 
     def hedged(self, kind: str, slow: str) -> None:
         """A hedge was sent for a request ``slow`` had not answered: it is suspect."""

@@ -289,11 +289,11 @@ class _Hop:
         """The owner's reply (or its failure)."""
         co = self.lean.deps.coordinator
         if reply is not None and reply.status in (200, 404):
+            if not self.done:  # the answer first: bookkeeping never stands in its way
+                self._finish(self.lean.relayed(reply, self.owner))
+                co.traffic.forwarded_to(self.owner)
             co.peers.hedging.observe(self.owner, "lookup", asyncio.get_running_loop().time()
                                      - self.t0)
-            if not self.done:
-                co.traffic.forwarded_to(self.owner)
-                self._finish(self.lean.relayed(reply, self.owner))
             return
         if self.hedge is None and not self.done:
             # a pooled connection the owner had dropped: the pipeline asks it again on a
