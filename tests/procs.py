@@ -137,17 +137,15 @@ def favoured(pids: list[int]) -> Iterator[None]:
     own does not wait for them; niceness gives the measured processes that machine (it
     needs root, as the scale-out tests do; without it nothing changes). Threads a
     process starts later inherit their creator's niceness."""
-    me = [0]
-    before = {0: os.getpriority(os.PRIO_PROCESS, 0)}
-    tids = [t for pid in pids for t in _threads(pid)]
-    for tid in [*me, *tids]:
+    before = os.getpriority(os.PRIO_PROCESS, 0)  # 0: the calling thread
+    for tid in [0, *(t for pid in pids for t in _threads(pid))]:
         with suppress(OSError):
             os.setpriority(os.PRIO_PROCESS, tid, FAVOURED_NICE)
     try:
         yield
     finally:
         with suppress(OSError):
-            os.setpriority(os.PRIO_PROCESS, 0, before[0])
+            os.setpriority(os.PRIO_PROCESS, 0, before)
 
 
 class Proc:
