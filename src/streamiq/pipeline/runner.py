@@ -45,6 +45,7 @@ from streamiq.pipeline.queries import (
     start_dead_letters,
     start_view,
 )
+from streamiq.pipeline.scratch import LOCAL_DIR, scratch_dir
 from streamiq.pipeline.session import mode_session
 from streamiq.pipeline.sink_options import parse_sink_options
 from streamiq.pipeline.warmup import warm_up
@@ -361,8 +362,11 @@ def run_pipeline(settings: Settings) -> None:
     pipeline = Pipeline(settings, app, stopping=stop)
     try:
         slots = pipeline.plan()
+        conf = dict(settings.spark_config)
+        if LOCAL_DIR not in conf:  # a killed run's leftovers are swept, not left in /tmp
+            conf[LOCAL_DIR] = str(scratch_dir(Path(settings.checkpoint_dir).resolve()))
         spark = mode_session(settings.master, settings.trigger, settings.partitions,
-                             settings.spark_config, f"streamiq-{app.name}", slots)
+                             conf, f"streamiq-{app.name}", slots)
     except modes.ModeError as exc:
         raise SystemExit(f"streamiq pipeline: {exc}") from None
     if settings.metrics and settings.metrics_port:

@@ -152,6 +152,12 @@ def test_exactly_once_across_kills(bootstrap: str, tmp_path: Path) -> None:
         pipe.start()
         # the last run streams too: a batch of its own committed while records arrive
         until(partial(committed_beyond, before), "a batch of the last run", 180)
+        # Spark's scratch of the killed runs (RocksDB working copies) was swept at this
+        # start: only the running pipeline's is left, beside the checkpoints, none in /tmp
+        assert pipe.proc is not None
+        scratch = tmp_path / "ck" / ".spark-local"
+        assert [d.name for d in scratch.iterdir()] == [str(pipe.proc.pid)]
+        assert any((scratch / str(pipe.proc.pid)).iterdir())
         stop.set()
         producer.join(60)
         ends = input_ends(bootstrap, topic)
