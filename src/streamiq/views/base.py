@@ -131,19 +131,25 @@ class View:
         """Split a ``|``-joined key into its columns (400-worthy ValueError if malformed:
         the wrong number of columns, an empty one, longer than ``MAX_KEY_BYTES`` in UTF-8,
         or not encodable as UTF-8 at all, e.g. a lone surrogate)."""
+        self.checked_key(key)
+        return dict(zip(self.key_columns, decode_key(key), strict=True))
+
+    def checked_key(self, key: str) -> bytes:
+        """The key's UTF-8 bytes, once ``parse_key`` would accept it (its ValueError
+        otherwise): what the lean path checks, without building the columns."""
         try:
-            size = len(key.encode())
+            raw = key.encode()
         except UnicodeEncodeError:
             raise ValueError(f"view {self.name!r}: the key is not valid Unicode "
                              f"(a lone surrogate?): {key!r}") from None
-        if size > MAX_KEY_BYTES:
-            raise ValueError(f"view {self.name!r}: the key is {size} bytes in UTF-8, more "
+        if len(raw) > MAX_KEY_BYTES:
+            raise ValueError(f"view {self.name!r}: the key is {len(raw)} bytes in UTF-8, more "
                              f"than {MAX_KEY_BYTES}")
         parts = decode_key(key)
-        if len(parts) != len(self.key_columns) or any(p == "" for p in parts):
+        if len(parts) != len(self.key_columns) or "" in parts:
             cols = KEY_SEP.join(self.key_columns)
             raise ValueError(f"view {self.name!r} keys have the form {cols!r}, got {key!r}")
-        return dict(zip(self.key_columns, parts, strict=True))
+        return raw
 
     def describe(self) -> dict[str, Any]:
         return {

@@ -48,6 +48,7 @@ class _Conn(asyncio.Protocol):
 
     def __init__(self, mark: bytes) -> None:
         self.transport: asyncio.Transport | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None  # its loop (no lookup per call)
         self.closed = False
         self._then: _Settle | None = None  # the request in flight, if any
         self._rid = 0
@@ -63,9 +64,15 @@ class _Conn(asyncio.Protocol):
     # -- asyncio.Protocol --
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        self.loop = asyncio.get_running_loop()
 
     def data_received(self, data: bytes) -> None:
         self._got_bytes = True
+        if not self._buf and self._need < 0 and len(data) >= REPLY.size:  # the usual: one read
+            size, rid, status = REPLY.unpack_from(data)
+            if len(data) == REPLY.size + size and rid == self._rid and self._then is not None:
+                self._settle(PeerReply(status, data[REPLY.size:]), None)
+                return
         try:
             self._feed(data)
         except ConnectionError as exc:
@@ -79,11 +86,6 @@ class _Conn(asyncio.Protocol):
 
     def _feed(self, data: bytes) -> None:
         buf = self._buf
-        if not buf and self._need < 0 and len(data) >= REPLY.size:  # the usual: one read
-            size, rid, status = REPLY.unpack_from(data)
-            if len(data) == REPLY.size + size:
-                self._settled(rid, status, data[REPLY.size:])
-                return
         buf += data
         if self._need < 0:
             if len(buf) < REPLY.size:
@@ -121,7 +123,7 @@ class _Conn(asyncio.Protocol):
         self._timer = None
         if self._then is None or self.closed:
             return
-        loop = asyncio.get_running_loop()
+        loop = cast(asyncio.AbstractEventLoop, self.loop)
         now = loop.time()
         if now >= self._deadline:
             self._fail(TimeoutError("no reply from the peer within the budget"))
@@ -151,7 +153,7 @@ class _Conn(asyncio.Protocol):
         came by then. The write is the last thing done here: on loopback it wakes the
         peer, which may then share this CPU until we yield it."""
         assert self.transport is not None and self._then is None
-        loop = asyncio.get_running_loop()
+        loop = cast(asyncio.AbstractEventLoop, self.loop)
         now = loop.time()
         self._got_bytes = False
         self._then, self._slow, self._hedge_at = then, slow, hedge_at

@@ -47,6 +47,7 @@ from typing import Any
 
 from streamiq._http import problem
 from streamiq.errors import PROBLEM_JSON, StreamiqError
+from streamiq.kafka.partitioner import partition_for
 from streamiq.serving.cluster.coordinator import HOPS, SERVED_BY, Relayed
 from streamiq.serving.cluster.gate import FORWARDED
 from streamiq.serving.cluster.peers import PeerReply
@@ -76,6 +77,8 @@ _TIMEOUT = TIMEOUT.encode()
 _HOPS = HOPS.encode()
 _SERVED_BY = SERVED_BY.encode()
 _JSON, _PROBLEM = b"application/json", PROBLEM_JSON.encode()  # an answer, an error (404)
+_TYPE_JSON, _TYPE_PROBLEM = (b"content-type", _JSON), (b"content-type", _PROBLEM)
+_NO_HOP, _ONE_HOP = (_HOPS, b"0"), (_HOPS, b"1")
 Answer = tuple[int, bytes, list[tuple[bytes, bytes]]]  # status, body, headers
 Later = Callable[[Answer | None], None]
 
@@ -98,6 +101,7 @@ class LeanLookups:
         # bound once: the same call cost as the methods these were before
         self._decide = deps.decide
         self._endpoint = deps.node.endpoint.encode()
+        self._served: dict[str, tuple[bytes, bytes]] = {}  # a peer's served-by header
 
     async def __call__(self, scope: Scope, receive: Callable[[], Awaitable[Message]],
                        send: Callable[[Message], Awaitable[None]]) -> None:
@@ -135,22 +139,25 @@ class LeanLookups:
             return None
 
     def begin(self, path: str, headers: Iterable[tuple[bytes, bytes]],
-              then: Later | None = None, raw_path: bytes | None = None
+              then: Later | None = None, raw_path: bytes | None = None,
+              loop: asyncio.AbstractEventLoop | None = None
               ) -> Answer | Awaitable[Answer | None] | _Pending | None:
         """Answer now (a local lookup), later (the forwarded hop: PENDING when ``then``
         will get the answer, else a coroutine), or None: the full app answers.
 
         Never raises: if the lean path itself fails, the full app answers instead
-        (no bare 500s from here).
+        (no bare 500s from here). ``loop``: the running one, when the caller has it at
+        hand (``asyncio.get_running_loop`` asks the OS for the process id each time).
         """
         try:
-            return self._begin(path, headers, then, raw_path)
+            return self._begin(path, headers, then, raw_path, loop)
         except Exception:
             log.exception("lean lookup path failed; answering through the full app")
             return None
 
     def _begin(self, path: str, headers: Iterable[tuple[bytes, bytes]], then: Later | None,
-               raw_path: bytes | None) -> Answer | Awaitable[Answer | None] | _Pending | None:
+               raw_path: bytes | None, loop: asyncio.AbstractEventLoop | None
+               ) -> Answer | Awaitable[Answer | None] | _Pending | None:
         if raw_path is not None and b"%" in raw_path:
             try:
                 parts = segments(raw_path)
@@ -161,9 +168,9 @@ class LeanLookups:
         target = self._target(parts)
         if target is None:
             return None
-        view, key = target
+        view, key, raw = target
         node = self.deps.node
-        p = view.partition_of(key, node.partitions[view.name])
+        p = partition_for(raw, node.partitions[view.name])
         co = self.deps.coordinator
         fwd = auth = timeout = None
         for k, v in headers:
@@ -182,35 +189,35 @@ class LeanLookups:
         if type(d) is Read:
             return self.local(d)
         if type(d) is Forward:
-            budget = budget_s(None if timeout is None else timeout.decode("latin-1"))
-            return self.forward(view, key, p, max_lag, auth, then, d.address, budget)
+            budget = None if timeout is None else budget_s(timeout.decode("latin-1"))
+            return self.forward(view, key, p, max_lag, auth, then, d.address, budget,
+                                loop or asyncio.get_running_loop())
         if type(d) is Refuse:
             return self.refused(d.error, fwd is not None)
         return None  # redirect mode: the full route answers 307
 
-    def _target(self, parts: list[str], check_key: bool = True) -> tuple[View, str] | None:
-        """(view, key) of a lean-able lookup path (``routes.lookup_target``), given as its
-        decoded segments; None for anything else."""
+    def _target(self, parts: list[str]) -> tuple[View, str, bytes] | None:
+        """(view, key, the key's bytes) of a lean-able lookup path
+        (``routes.lookup_target``), given as its decoded segments; None for anything else
+        (a malformed key too: the full route names the problem)."""
         target = lookup_target(parts)
         if target is None:
             return None
         view = self.deps.node.views.get(target[0])
         key = target[1]
-        if view is None or view.windowed:
+        if view is None or view.window is not None:
             return None
-        if check_key:
-            try:
-                view.parse_key(key)
-            except ValueError:
-                return None
-        return view, key
+        try:
+            return view, key, view.checked_key(key)
+        except ValueError:
+            return None
 
     def local(self, read: Read) -> Answer:
         """This node's answer: the row (200) or the problem document (404), as read."""
         status, body = read
-        return status, body, [(b"content-type", _JSON if status == 200 else _PROBLEM),
-                              (b"content-length", str(len(body)).encode()),
-                              (_SERVED_BY, self._endpoint), (_HOPS, b"0")]
+        return status, body, [_TYPE_JSON if status == 200 else _TYPE_PROBLEM,
+                              (b"content-length", b"%d" % len(body)),
+                              (_SERVED_BY, self._endpoint), _NO_HOP]
 
     @staticmethod
     def refused(error: StreamiqError, forwarded: bool) -> Answer:
@@ -220,8 +227,8 @@ class LeanLookups:
         return status, body, [*headers, (_HOPS, b"0")] if forwarded else headers
 
     def forward(self, view: View, key: str, p: int, max_lag: int, auth: bytes | None,
-                then: Later | None, owner: str, budget: float | None
-                ) -> Awaitable[Answer | None] | _Pending:
+                then: Later | None, owner: str, budget: float | None,
+                loop: asyncio.AbstractEventLoop) -> Awaitable[Answer | None] | _Pending:
         """One hop to ``owner``, the replica ``decide`` chose, over the peer protocol (the
         client's Authorization in the request, checked again by the owner); any trouble
         (a ``PeerError``, a 421 or 503) defers to the lookup's one pipeline.
@@ -232,11 +239,11 @@ class LeanLookups:
         """
         co = self.deps.coordinator
         authorization = None if auth is None else auth.decode("latin-1")
-        loop = asyncio.get_running_loop()
         now = loop.time()
         deadline = now + (budget if budget is not None else BUDGET_S)
         if then is not None:
-            hop = _Hop(self, view, key, p, max_lag, authorization, deadline, owner, then, now)
+            hop = _Hop(self, view, key, p, max_lag, authorization, deadline, owner, then, now,
+                       loop)
             body = request_body("lookup", {"view": view.name, "key": key}, [p],
                                 self.deps.node.partitions[view.name], authorization)
             delay = co.peers.hedging.delay(owner, "lookup")
@@ -265,23 +272,26 @@ class LeanLookups:
     def relayed(self, reply: PeerReply, owner: str) -> Answer:
         """The owner's reply as this node's answer (hops 1)."""
         status, body = reply
-        return status, body, [(b"content-type", _JSON if status == 200 else _PROBLEM),
-                              (b"content-length", str(len(body)).encode()),
-                              (_SERVED_BY, owner.encode()), (_HOPS, b"1")]
+        served = self._served.get(owner)
+        if served is None:
+            served = self._served[owner] = (_SERVED_BY, owner.encode())
+        return status, body, [_TYPE_JSON if status == 200 else _TYPE_PROBLEM,
+                              (b"content-length", b"%d" % len(body)), served, _ONE_HOP]
 
 
 class _Hop:
     """One forwarded lookup on callbacks: the owner's reply, or, once the owner is past
     its hedge delay, the first answer of it and the lookup's pipeline run without it."""
 
-    __slots__ = ("auth", "deadline", "done", "hedge", "key", "lean", "max_lag", "owner", "p",
-                 "t0", "then", "view")
+    __slots__ = ("auth", "deadline", "done", "hedge", "key", "lean", "loop", "max_lag", "owner",
+                 "p", "t0", "then", "view")
 
     def __init__(self, lean: LeanLookups, view: View, key: str, p: int, max_lag: int,
-                 auth: str | None, deadline: float, owner: str, then: Later, t0: float
-                 ) -> None:
+                 auth: str | None, deadline: float, owner: str, then: Later, t0: float,
+                 loop: asyncio.AbstractEventLoop) -> None:
         self.lean, self.view, self.key, self.p, self.max_lag = lean, view, key, p, max_lag
         self.auth, self.deadline, self.owner, self.then, self.t0 = auth, deadline, owner, then, t0
+        self.loop = loop
         self.done = False
         self.hedge: asyncio.Task[None] | None = None
 
@@ -292,8 +302,7 @@ class _Hop:
             if not self.done:  # the answer first: bookkeeping never stands in its way
                 self._finish(self.lean.relayed(reply, self.owner))
                 co.traffic.forwarded_to(self.owner)
-            co.peers.hedging.observe(self.owner, "lookup", asyncio.get_running_loop().time()
-                                     - self.t0)
+            co.peers.hedging.observe(self.owner, "lookup", self.loop.time() - self.t0)
             return
         if self.hedge is None and not self.done:
             # a pooled connection the owner had dropped: the pipeline asks it again on a
@@ -301,7 +310,7 @@ class _Hop:
             first = self.owner if exc is not None else None
             if first is None:
                 co.placement.forget(self.view.name, self.p, self.max_lag)
-            self.hedge = asyncio.get_running_loop().create_task(self._run(first, False))
+            self.hedge = self.loop.create_task(self._run(first, False))
 
     def slow(self) -> None:
         """The owner is past its hedge delay: the pipeline runs too, without it."""
@@ -310,7 +319,7 @@ class _Hop:
                                                      self.owner):
             return  # nobody else could answer: wait for the owner (until the deadline)
         co.peers.hedging.hedged("lookup", self.owner)
-        self.hedge = asyncio.get_running_loop().create_task(self._run(None, True))
+        self.hedge = self.loop.create_task(self._run(None, True))
 
     async def _run(self, first: str | None, hedged: bool) -> None:
         try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Coroutine
+from functools import partial
 from time import perf_counter
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -42,6 +43,7 @@ class LeanServing:
     lean: LeanLookups | None
     current: Cycle | None
     transport: asyncio.Transport
+    loop: asyncio.AbstractEventLoop
     _latency: Latency | None
 
     def _run(self, cycle: Cycle, app: ASGIApp) -> None:
@@ -59,8 +61,7 @@ class LeanServing:
         if cycle.method == "GET" and not cycle.query:
             cycle.t0 = perf_counter()
             pending = lean.begin(cycle.path, cycle.headers,
-                                 lambda answer: self._lean_answered(cycle, answer),
-                                 cycle.raw_path)
+                                 partial(self._lean_answered, cycle), cycle.raw_path, self.loop)
             if pending is PENDING:  # a hop on a pooled connection: _lean_answered follows
                 return
             if isinstance(pending, tuple):

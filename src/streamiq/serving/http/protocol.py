@@ -260,7 +260,7 @@ class HttpProtocol(LeanServing, Flow, asyncio.Protocol):
         cycle.body += body
         if len(cycle.body) > _BODY_BUFFER:
             self._pause_reading()
-        cycle.event.set()
+        cycle.wake()
 
     def on_message_complete(self) -> None:
         if self._refused:
@@ -269,7 +269,7 @@ class HttpProtocol(LeanServing, Flow, asyncio.Protocol):
         self.bounds.ended()
         if self.reading is not None:
             self.reading.more_body = False
-            self.reading.event.set()
+            self.reading.wake()
 
     # --- answering (the lean path: leanserve.py) ---
 
