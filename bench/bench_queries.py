@@ -746,7 +746,8 @@ def wire_variants(n: int = 20_000) -> tuple[float, float]:
     class Answering:
         gate = SimpleNamespace(mark_bytes=b"1")
 
-        def handle(self, rid: int, budget_ms: int, body: bytes, write: Any) -> None:
+        def handle(self, rid: int, budget_ms: int, body: bytes, write: Any,
+                   waiting: Any = None) -> None:
             write(reply_frame(rid, 200, row))
 
     class Owner(asyncio.Protocol):

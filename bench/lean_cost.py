@@ -1,9 +1,11 @@
 """The Python a node spends on one key lookup, in process, with the sockets replaced by
 lists (no syscalls, caches hot): an entry node answering it locally, an entry node
 forwarding it (request parsed, peer frame written; the owner's reply read, the answer
-written), and the owner answering the peer frame. ``bench_hop_cost.py`` prints these
-beside the lookups' p50s; in a running node each costs about twice as much (cold caches
-after every wake-up).
+written), and the owner answering the peer frame; and, of the forwarded lookup, the
+HTTP server's part alone (parse, limits, the response written) and with the lean path's
+decision (route, key, partition, token, placement) but no hop. ``bench_hop_cost.py``
+prints these beside the lookups' p50s; in a running node each costs two to three times
+as much (cold caches after every wake-up).
 
 Usage: .venv/bin/python bench/lean_cost.py [--requests 50000]
 """
@@ -26,6 +28,8 @@ from nodeapp import make_app
 
 from streamiq.serving.cluster.hop import _Conn
 from streamiq.serving.cluster.wire import REPLY, request_body, request_frame
+from streamiq.serving.http.asgi import Cycle
+from streamiq.serving.http.fastpath import Answer, LeanLookups
 from streamiq.serving.http.http_limits import HttpEdge
 from streamiq.serving.http.protocol import HttpProtocol, ServerState
 from streamiq.serving.peer.server import PeerConnection
@@ -67,11 +71,33 @@ def _timed(one: Callable[[], None], n: int) -> float:
     return (time.perf_counter() - t0) / n * 1e6
 
 
-def _entry(forwarded: bool) -> Callable[[], None]:
+_CANNED: Answer = (200, ROW, [(b"content-type", b"application/json"),
+                              (b"content-length", b"%d" % len(ROW))])
+
+
+class _HttpOnly(HttpProtocol):
+    """The HTTP server's part alone: every request answered at once, the same answer."""
+
+    def _start(self, cycle: Cycle) -> None:
+        self.current = cycle
+        self._respond(cycle, _CANNED)
+
+
+class _DecideOnly(LeanLookups):
+    """The lean path up to its decision to forward: the hop not made, the same answer."""
+
+    def forward(self, *args: Any) -> Answer:  # type: ignore[override]
+        return _CANNED
+
+
+def _entry(forwarded: bool, part: str = "") -> Callable[[], None]:
     app = make_app(Path(tempfile.mkdtemp(prefix="lean-cost-")) / "node")
     if forwarded:
         app.deps.node.router.active = OWNER
-    proto = HttpProtocol(ServerState(app, HttpEdge(), app, 5.0))
+    if part == "decide":
+        app.__class__ = _DecideOnly
+    protocol = _HttpOnly if part == "http" else HttpProtocol
+    proto = protocol(ServerState(app, HttpEdge(), app, 5.0))
     client = _Sink()
     proto.connection_made(client)  # type: ignore[arg-type]
     conn, peer = _Conn(b"1"), _Sink()
@@ -80,7 +106,7 @@ def _entry(forwarded: bool) -> Callable[[], None]:
 
     def one() -> None:
         proto.data_received(REQUEST)
-        if forwarded:
+        if forwarded and not part:
             peer.out.pop()
             conn.data_received(REPLY.pack(len(ROW), conn._rid, 200) + ROW)
         assert client.out.pop().startswith(b"HTTP/1.1 200 OK")
@@ -106,6 +132,8 @@ def _owner() -> Callable[[], None]:
 async def _measure(n: int) -> dict[str, float]:
     return {"entry, local": _timed(_entry(False), n),
             "entry, forwarded": _timed(_entry(True), n),
+            "  HTTP alone": _timed(_entry(True, "http"), n),
+            "  HTTP + decision": _timed(_entry(True, "decide"), n),
             "owner, peer lookup": _timed(_owner(), n)}
 
 

@@ -68,10 +68,11 @@ class PeerServer:
         recorded as served for a peer, under its query's label)."""
         try:
             doc = orjson.loads(body)
-            if doc.get("k") == "changes" and waiting is not None:  # a stream of frames
+            kind = doc.get("k")
+            if kind == "changes" and waiting is not None:  # a stream of frames
                 self._changes(rid, doc, write, waiting)
                 return
-            if doc.get("k") == "lookup" and not _waits(doc):  # the hot path: inline
+            if kind == "lookup" and not _waits(doc):  # the hot path: inline
                 write(reply_frame(rid, *self._lookup(doc)))
                 return
             t0 = perf_counter()
