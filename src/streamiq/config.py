@@ -222,9 +222,7 @@ class Settings(BaseSettings):
     # --- pipeline ---
     master: str = Field("local[*]", description="Spark master URL.")
     checkpoint_dir: Path = Field(
-        Path(".streamiq/checkpoints"), description="Spark streaming checkpoint root (Spark's "
-        "scratch too, in its .spark-local folder, unless --spark-config sets "
-        "spark.local.dir)."
+        Path(".streamiq/checkpoints"), description="Spark streaming checkpoint root."
     )
     trigger: str = Field(
         "real-time", pattern="^(real-time|micro-batch)$",

@@ -364,7 +364,7 @@ def run_pipeline(settings: Settings) -> None:
         slots = pipeline.plan()
         conf = dict(settings.spark_config)
         if LOCAL_DIR not in conf:  # a killed run's leftovers are swept, not left in /tmp
-            conf[LOCAL_DIR] = str(scratch_dir(Path(settings.checkpoint_dir).resolve()))
+            conf[LOCAL_DIR] = str(scratch_dir())
         spark = mode_session(settings.master, settings.trigger, settings.partitions,
                              conf, f"streamiq-{app.name}", slots)
     except modes.ModeError as exc:

@@ -4,6 +4,7 @@ and exactly-once effect across SIGKILLs."""
 from __future__ import annotations
 
 import json
+import os
 import random
 import threading
 import time
@@ -136,6 +137,9 @@ def test_exactly_once_across_kills(bootstrap: str, tmp_path: Path) -> None:
 
     producer = threading.Thread(target=stream, daemon=True)
     pipe = PipelineProcess(bootstrap, tmp_path / "ck", suffix, tmp_path / "pipeline.log")
+    scratch_root = tmp_path / "tmp"  # the pipeline's temp dir: its Spark scratch goes there
+    scratch_root.mkdir()
+    pipe.env["TMPDIR"] = str(scratch_root)
     producer.start()
     kills = 0
     try:
@@ -153,9 +157,9 @@ def test_exactly_once_across_kills(bootstrap: str, tmp_path: Path) -> None:
         # the last run streams too: a batch of its own committed while records arrive
         until(partial(committed_beyond, before), "a batch of the last run", 180)
         # Spark's scratch of the killed runs (RocksDB working copies) was swept at this
-        # start: only the running pipeline's is left, beside the checkpoints, none in /tmp
+        # start: only the running pipeline's is left
         assert pipe.proc is not None
-        scratch = tmp_path / "ck" / ".spark-local"
+        scratch = scratch_root / f"streamiq-spark-{os.getuid()}"
         assert [d.name for d in scratch.iterdir()] == [str(pipe.proc.pid)]
         assert any((scratch / str(pipe.proc.pid)).iterdir())
         stop.set()
