@@ -17,6 +17,7 @@ import contextlib
 import functools
 import logging
 import queue
+import shutil
 import threading
 import time
 from dataclasses import dataclass, field
@@ -363,8 +364,9 @@ def run_pipeline(settings: Settings) -> None:
     try:
         slots = pipeline.plan()
         conf = dict(settings.spark_config)
-        if LOCAL_DIR not in conf:  # a killed run's leftovers are swept, not left in /tmp
-            conf[LOCAL_DIR] = str(scratch_dir())
+        scratch = None if LOCAL_DIR in conf else scratch_dir()  # a killed run's is swept
+        if scratch is not None:
+            conf[LOCAL_DIR] = str(scratch)
         spark = mode_session(settings.master, settings.trigger, settings.partitions,
                              conf, f"streamiq-{app.name}", slots)
     except modes.ModeError as exc:
@@ -387,5 +389,7 @@ def run_pipeline(settings: Settings) -> None:
         pipeline.stop()
         log.info("pipeline stopped (%d dead letters written)", pipeline.dead_letters)
         spark.stop()
+        if scratch is not None:  # nothing of a stopped context is read again
+            shutil.rmtree(scratch, ignore_errors=True)
     if failed:
         raise SystemExit(1)

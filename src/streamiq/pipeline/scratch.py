@@ -9,8 +9,9 @@ loop fills ``/tmp``. Measured on this project's CI machine: 182 such folders, 3.
 
 So the pipeline's scratch is ``<temp dir>/streamiq-spark-<uid>/<pid>`` (the temp dir:
 ``TMPDIR``, else ``/tmp``; local disk, as Spark wants it, where the checkpoints may be
-on a shared one), and a starting pipeline removes the folders of processes that no
-longer run. A user's own ``spark.local.dir`` (``--spark-config``) is left as it is.
+on a shared one). A pipeline removes its own at a clean stop, and a starting pipeline
+removes the folders of processes that no longer run. A user's own ``spark.local.dir``
+(``--spark-config``) is left as it is.
 """
 
 from __future__ import annotations

@@ -140,6 +140,7 @@ def test_exactly_once_across_kills(bootstrap: str, tmp_path: Path) -> None:
     scratch_root = tmp_path / "tmp"  # the pipeline's temp dir: its Spark scratch goes there
     scratch_root.mkdir()
     pipe.env["TMPDIR"] = str(scratch_root)
+    scratch = scratch_root / f"streamiq-spark-{os.getuid()}"
     producer.start()
     kills = 0
     try:
@@ -159,7 +160,6 @@ def test_exactly_once_across_kills(bootstrap: str, tmp_path: Path) -> None:
         # Spark's scratch of the killed runs (RocksDB working copies) was swept at this
         # start: only the running pipeline's is left
         assert pipe.proc is not None
-        scratch = scratch_root / f"streamiq-spark-{os.getuid()}"
         assert [d.name for d in scratch.iterdir()] == [str(pipe.proc.pid)]
         assert any((scratch / str(pipe.proc.pid)).iterdir())
         stop.set()
@@ -174,3 +174,4 @@ def test_exactly_once_across_kills(bootstrap: str, tmp_path: Path) -> None:
         stop.set()
         rc = pipe.terminate() if pipe.proc else None
     assert kills == 2 and rc == 0, pipe.tail()
+    assert not any(scratch.iterdir())  # a clean stop leaves no scratch folder behind
