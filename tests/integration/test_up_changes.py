@@ -237,6 +237,12 @@ STALLED = 16  # readers that stop, all on one node
 KEYS = 200
 RCVBUF = 4096  # the readers' socket buffer: the node, not the kernel, holds what waits
 FLAT_MB = 16  # RSS growth in the minute's second half, per node
+# a stalled stream holds about 2,000 changes before it coalesces (its inbox of 1,000 and
+# the socket's 64 KiB, which Linux doubles): the stall lasts until far more were written
+# (13-20k in the minute on a quiet machine; 1.8k once, with two test suites on 2 cores,
+# and none was coalesced)
+MIN_WRITES = 6_000
+MAX_STALL_S = 300
 
 
 class _Stalled:
@@ -334,29 +340,40 @@ def test_a_reader_that_stops_for_a_minute_leaves_memory_flat(up: Up) -> None:
                     b, n = want.get(key, (0, 0))
                     want[key] = (b + amount, n + 1)
 
+    def written() -> int:
+        with lock:
+            return sum(n for _, n in want.values())
+
     writers = [threading.Thread(target=write, args=(s,), daemon=True) for s in range(3)]
     rss: list[dict[int, float]] = []
+    t0 = time.monotonic()
     try:
         for w in writers:
             w.start()
-        for _ in range(STALL_S // 5):  # pacing: a sample every 5 s through the minute
+        while True:  # pacing: a sample every 5 s through the stall
             time.sleep(5)
             rss.append({p: _rss_mb(pid) for p, pid in pids.items()})
+            stalled = time.monotonic() - t0
+            if stalled >= MAX_STALL_S or (stalled >= STALL_S and written() >= MIN_WRITES):
+                break
         stop.set()
         for w in writers:
             w.join(60)
-        writes = sum(n for _, n in want.values())
-        growth = {p: max(s[p] for s in rss[6:]) - rss[5][p] for p in pids}  # 2nd half
-        print(f"\nslow readers: {writes} writes to {len(want)} keys while {STALLED} "
-              f"readers stopped; RSS (MB) {[{p: round(v) for p, v in s.items()} for s in rss]}"
-              f"; growth in the second half {growth}")
+        writes = written()
+        half = len(rss) // 2
+        growth = {p: max(s[p] for s in rss[half:]) - rss[half - 1][p] for p in pids}
+        print(f"\nslow readers: {writes} writes to {len(want)} keys in {stalled:.0f} s while "
+              f"{STALLED} readers stopped; RSS (MB) "
+              f"{[{p: round(v) for p, v in s.items()} for s in rss]}; growth in the second "
+              f"half {growth}")
         coalesced = [r.drain(want) for r in readers]
         print(f"read again: events marked coalesced per reader {coalesced}")
     finally:
         stop.set()
         for r in readers:
             r.close()
-    assert writes > 5 * KEYS  # far more changes than keys: a buffer would have to grow
+    # far more changes than a stream holds: a buffer would have to grow
+    assert writes >= MIN_WRITES, f"only {writes} writes in {stalled:.0f} s: too few to test"
     assert all(c > 0 for c in coalesced), coalesced  # the newest value per key, said so
     # flat: with 1 MiB unsent per peer stream (HIGH_WATER before) the owner of the other
     # partitions grew 72 MB in the minute, 9 MB every 5 s; bounded, 2-8 MB. (An
