@@ -16,6 +16,8 @@ import random
 import shutil
 import subprocess
 
+from streamiq._pids import alive
+
 __all__ = ["Hosts", "available"]
 
 _PREFIX = "siq"
@@ -34,27 +36,17 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["ip", *args], capture_output=True, text=True, check=check)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def remove_leftovers() -> None:
     """Namespaces and bridges of test runs whose process is gone."""
     for line in _ip("netns", "list", check=False).stdout.splitlines():
         name = line.split()[0] if line.split() else ""
         pid = name[len(_PREFIX):].split("h")[0]
-        if name.startswith(_PREFIX) and pid.isdigit() and not _alive(int(pid)):
+        if name.startswith(_PREFIX) and pid.isdigit() and not alive(int(pid)):
             _ip("netns", "del", name, check=False)
     for line in _ip("-o", "link", "show", "type", "bridge", check=False).stdout.splitlines():
         name = line.split(":")[1].strip().split("@")[0]
         pid = name[len(_PREFIX) + 1:]
-        if name.startswith(_PREFIX + "b") and pid.isdigit() and not _alive(int(pid)):
+        if name.startswith(_PREFIX + "b") and pid.isdigit() and not alive(int(pid)):
             _ip("link", "del", name, check=False)
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 from typing import Any
 
@@ -24,6 +23,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from streamiq._pids import alive
 from streamiq.cli.common import (
     CliError,
     add_address,
@@ -214,13 +214,11 @@ def up_parts() -> dict[str, Any] | None:
     """The ``up.json`` of a ``streamiq up`` still running (its PID alive), else None."""
     try:
         doc = json.loads(saved_file("up.json").read_text())
-        os.kill(int(doc["pid"]), 0)
-    except ProcessLookupError:
-        return None  # left by an up that was killed
-    except PermissionError:
-        pass  # another user's up: it runs
+        pid = int(doc["pid"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
+    if not alive(pid):
+        return None  # left by an up that was killed
     return doc if isinstance(doc, dict) and isinstance(doc.get("parts"), list) else None
 
 

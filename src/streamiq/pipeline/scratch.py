@@ -22,6 +22,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from streamiq._pids import alive
+
 __all__ = ["LOCAL_DIR", "scratch_dir"]
 
 LOCAL_DIR = "spark.local.dir"
@@ -35,19 +37,10 @@ def scratch_dir(base: Path | None = None) -> Path:
         base = Path(tempfile.gettempdir()) / f"streamiq-spark-{os.getuid()}"
     base.mkdir(parents=True, exist_ok=True)
     for old in base.iterdir():
-        if old.name.isdigit() and int(old.name) != os.getpid() and not _alive(int(old.name)):
+        if old.name.isdigit() and int(old.name) != os.getpid() and not alive(int(old.name)):
             shutil.rmtree(old, ignore_errors=True)
             log.info("removed Spark scratch of a stopped pipeline (pid %s)", old.name)
     mine = base / str(os.getpid())
     mine.mkdir(exist_ok=True)
     return mine
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's process: not ours to judge
-    return True

@@ -131,12 +131,16 @@ class View:
         """Split a ``|``-joined key into its columns (400-worthy ValueError if malformed:
         the wrong number of columns, an empty one, longer than ``MAX_KEY_BYTES`` in UTF-8,
         or not encodable as UTF-8 at all, e.g. a lone surrogate)."""
-        self.checked_key(key)
-        return dict(zip(self.key_columns, decode_key(key), strict=True))
+        return dict(zip(self.key_columns, self._checked(key)[1], strict=True))
 
     def checked_key(self, key: str) -> bytes:
         """The key's UTF-8 bytes, once ``parse_key`` would accept it (its ValueError
         otherwise): what the lean path checks, without building the columns."""
+        return self._checked(key)[0]
+
+    def _checked(self, key: str) -> tuple[bytes, list[str]]:
+        """The key's UTF-8 bytes and its columns' values, or the ValueError naming what
+        is wrong with it."""
         try:
             raw = key.encode()
         except UnicodeEncodeError:
@@ -149,7 +153,7 @@ class View:
         if len(parts) != len(self.key_columns) or "" in parts:
             cols = KEY_SEP.join(self.key_columns)
             raise ValueError(f"view {self.name!r} keys have the form {cols!r}, got {key!r}")
-        return raw
+        return raw, parts
 
     def describe(self) -> dict[str, Any]:
         return {
