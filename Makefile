@@ -46,8 +46,9 @@ demo: $(STAMP) $(JARS)
 	$(BIN)/streamiq up $(ARGS)
 
 # before pytest, side by side (each part's output kept together): the tests' Spark
-# class-data archive; Kafka's jars and the connector (streamiq install); the linters; Chromium (fresh
-# clones on 2 cores: 84 s one after the other, 20 s of it Chromium's install; ~40 s now)
+# class-data archive; Kafka's jars and the connector (streamiq install); the linters and
+# the docs' strict build; Chromium (fresh clones on 2 cores: 84 s one after the other,
+# 20 s of it Chromium's install; ~40 s now)
 test: $(STAMP)
 	$(MAKE) --no-print-directory -j3 -O spark-cds $(JARS) lint chromium
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/pytest -q -ra --durations=25 \
@@ -65,9 +66,12 @@ test-unit: $(STAMP)
 test-integration: spark-cds $(JARS) chromium
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/pytest -q -ra tests/integration
 
+# the docs site too: --strict fails on a link to a missing page or #anchor (mkdocs.yml's
+# validation); the site goes to .venv/site
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy src tests  # strict (pyproject.toml: [tool.mypy])
+	$(BIN)/mkdocs build --strict --quiet
 
 # client/sync.py from client/aio.py, by the unasync package (the rule: tests/unit/client/test_unasync.py)
 unasync: $(STAMP)

@@ -2,7 +2,7 @@
 
 A known workload (N writes through ingest, two invalid records straight to the input
 topic, M lookups on one node) is counted exactly where it happened, and every family
-the README lists is there on the part that owns it.
+docs/operations.md lists is there on the part that owns it.
 """
 
 from __future__ import annotations

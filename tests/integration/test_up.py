@@ -284,7 +284,7 @@ def test_sigkill_of_the_pipeline_loses_and_double_counts_nothing(up: Up) -> None
 
 
 def test_every_example_runs_as_readme_says_with_its_own_session(up: Up) -> None:
-    """README: with the demo running and its token exported, ``.venv/bin/python
+    """docs/sink.md: with the demo running and its token exported, ``.venv/bin/python
     examples/X.py`` (here with this up's addresses as arguments). Each runs its own
     SparkSession with no PYSPARK_PYTHON or other setting of ours, and checks its view's
     answers from every node itself (exit 0 only then)."""

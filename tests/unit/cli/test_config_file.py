@@ -202,10 +202,10 @@ def test_servers_ignore_the_client_table_but_check_it(tmp_path: Path,
 
 def _toml_blocks() -> list[tuple[str, str]]:
     root = Path(__file__).resolve().parents[3]
-    return [(f"{doc}#{i}", block)
-            for doc in ("README.md", "docs/deploy.md")
-            for i, block in enumerate(re.findall(r"```toml\n(.*?)```",
-                                                 (root / doc).read_text(), re.S))]
+    docs = [root / "README.md", *sorted((root / "docs").rglob("*.md"))]
+    return [(f"{doc.relative_to(root)}#{i}", block)
+            for doc in docs
+            for i, block in enumerate(re.findall(r"```toml\n(.*?)```", doc.read_text(), re.S))]
 
 
 @pytest.mark.parametrize(("where", "text"), _toml_blocks(), ids=lambda v: v[:20])

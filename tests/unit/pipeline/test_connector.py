@@ -71,8 +71,8 @@ def test_the_versions_are_named_once_and_pyproject_pins_pyspark_to_them() -> Non
     deps = tomllib.loads((root / "pyproject.toml").read_text())["project"]["dependencies"]
     assert f"pyspark=={SPARK_VERSION}" in [d.split(";")[0].strip() for d in deps]
     assert spark_version() == SPARK_VERSION  # what is installed is what is pinned
-    readme = (root / "README.md").read_text()
-    assert f"PySpark {SPARK_VERSION}" in readme and f"{CONNECTOR} {CONNECTOR_VERSION}" in readme
+    docs = (root / "docs" / "pipeline.md").read_text()  # "Reading Kafka in Spark"
+    assert f"PySpark {SPARK_VERSION}" in docs and f"{CONNECTOR} {CONNECTOR_VERSION}" in docs
 
 
 def test_missing_connector_names_the_jar_and_the_command(tmp_path: Path) -> None:
