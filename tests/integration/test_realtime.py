@@ -95,7 +95,7 @@ def test_every_read_with_a_position_is_answered_without_a_marker(cluster: Any) -
             w = c.post(f"http://127.0.0.1:{ingest}/account/rt-mine",
                        params={"amount": 10}).json()
             mine = 10 * (i + 1)
-            at = {"position": w["position"], "wait_ms": 60_000}
+            at: dict[str, str | int] = {"position": w["position"], "wait_ms": 60_000}
             base = f"http://127.0.0.1:{port}/v1/views/balances"
             r = c.get(f"http://127.0.0.1:{port}/account/rt-mine", params=at)
             assert r.status_code == 200, r.text
@@ -116,7 +116,8 @@ def test_every_read_with_a_position_is_answered_without_a_marker(cluster: Any) -
             assert r.status_code == 200, r.text
             assert [x["value"]["balance"] for x in r.json()["rows"]] == [mine], r.text
         topic, part, offset = w["position"].rsplit(":", 2)
-        ahead = {"position": f"{topic}:{part}:{int(offset) + 1000}", "wait_ms": 500}
+        ahead: dict[str, str | int] = {"position": f"{topic}:{part}:{int(offset) + 1000}",
+                                       "wait_ms": 500}
         for r in (c.get(f"http://127.0.0.1:{ports[0]}/account/rt-other", params=ahead),
                   c.get(f"http://127.0.0.1:{ports[1]}/v1/views/balances/aggregate",
                         params={**ahead, "agg": "sum(balance)"})):

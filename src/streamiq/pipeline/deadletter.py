@@ -35,6 +35,7 @@ cannot crash-loop the pipeline.
 from __future__ import annotations
 
 import logging
+import re
 from collections import Counter
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -137,11 +138,16 @@ def _non_finite(name: str) -> Column:
 def checks(view: View) -> list[tuple[str, str]]:
     """The view's ``checks``, then: no string key column starts with the ticks' reserved
     prefix (``views/base.TICK_PREFIX``: a row of such a key would be taken for a tick's)."""
-    names = set(field_names(view))
     reserved = [(f"NOT startswith(`{c}`, '{TICK_PREFIX}')",
                  f"{c} starts with the reserved {TICK_PREFIX!r}")
-                for c in view.key_columns if c in names and view.types.get(c) == "string"]
+                for c in view.key_columns if _string_field(view.value_schema, c)]
     return [*view.checks, *reserved]
+
+
+def _string_field(schema: str, name: str) -> bool:
+    """``name`` is a top-level STRING field of a DDL ``schema`` (read without Spark)."""
+    return re.search(rf"(^|,)\s*`?{re.escape(name)}`?\s+string\s*(,|$)", schema,
+                     re.IGNORECASE) is not None
 
 
 def valid_column(view: View) -> Column:

@@ -47,6 +47,9 @@ __all__ = ["Node", "Parts", "state_path"]
 
 log = logging.getLogger("streamiq.node")
 
+#: a read still waiting for its position after this long asks for a newer tick
+RETICK_S = 0.5
+
 
 def state_path(root: Path, endpoint: str) -> Path:
     """A node's own state folder under ``--state-dir`` (its stores, its SQL spill)."""
@@ -306,6 +309,11 @@ class Node:
                         await self._changed.wait()
                 if self._reflects(view, partition, tokens, key):
                     return True
+                # again (a tick after since), each time: the partition may be held only
+                # now, and a tick may be lost with a restarted task; at most one per
+                # RETICK_S while nothing reflects
+                self._ask_ticks(view, partition, tokens,
+                                max(arrived, time.monotonic() - RETICK_S))
         finally:
             self.waiters -= 1
 
