@@ -58,7 +58,8 @@ def _wait_line(log: Path, text: str, timeout: float) -> None:
 class Parts:
     """Ingest, 3 nodes and the pipeline of one mode."""
 
-    def __init__(self, bootstrap: str, mode: str, batch_s: int | None) -> None:
+    def __init__(self, bootstrap: str, mode: str, batch_s: int | None, sql: bool = False
+                 ) -> None:
         self.root = Path(tempfile.mkdtemp(prefix=f"streamiq-bench-fresh-{mode}-"))
         self.mode = mode
         common = ["--bootstrap-servers", bootstrap, "--app", "bank,orders",
@@ -68,9 +69,11 @@ class Parts:
         self.procs.append(_spawn("ingest", [*common, "--ingest-port", str(self.ingest)],
                                  self.root / "ingest.log"))
         self.ports = [free_port() for _ in range(3)]
-        for p in self.ports:
+        self.sql_ports = [free_port() for _ in self.ports] if sql else []
+        for i, p in enumerate(self.ports):
+            more = ["--sql-port", str(self.sql_ports[i])] if sql else []
             self.procs.append(_spawn("node", [*common, "--port", str(p), "--state-dir",
-                                              str(self.root / "state")],
+                                              str(self.root / "state"), *more],
                                      self.root / f"node{p}.log"))
         extra = ["--realtime-batch-s", str(batch_s)] if batch_s else []
         self.procs.append(_spawn("pipeline", [*common, "--checkpoint-dir",

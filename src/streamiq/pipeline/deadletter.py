@@ -35,21 +35,34 @@ cannot crash-loop the pipeline.
 from __future__ import annotations
 
 import logging
+import re
 from collections import Counter
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from streamiq.pipeline.deadletter_record import letter_columns
 from streamiq.pipeline.deadletter_writer import RateLimitedLog
-from streamiq.views.base import View
+from streamiq.pipeline.ticks import is_tick
+from streamiq.views.base import TICK_PREFIX, View
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
 __all__ = [
-    "CORRUPT", "DEAD_LETTER_TOPIC", "MAX_VALUE_BYTES", "METRIC", "RAW_VALUE",
-    "DeadLetterCounts", "dead_letter_stream", "field_names", "float_fields", "parse_input",
-    "reason_classes", "reason_column", "valid_column",
+    "CORRUPT",
+    "DEAD_LETTER_TOPIC",
+    "MAX_VALUE_BYTES",
+    "METRIC",
+    "RAW_VALUE",
+    "DeadLetterCounts",
+    "checks",
+    "dead_letter_stream",
+    "field_names",
+    "float_fields",
+    "parse_input",
+    "reason_classes",
+    "reason_column",
+    "valid_column",
 ]
 
 log = logging.getLogger(__name__)
@@ -122,6 +135,21 @@ def _non_finite(name: str) -> Column:
     return F.coalesce(F.isnan(c) | (F.abs(c) == F.lit(float("inf"))), F.lit(False))
 
 
+def checks(view: View) -> list[tuple[str, str]]:
+    """The view's ``checks``, then: no string key column starts with the ticks' reserved
+    prefix (``views/base.TICK_PREFIX``: a row of such a key would be taken for a tick's)."""
+    reserved = [(f"NOT startswith(`{c}`, '{TICK_PREFIX}')",
+                 f"{c} starts with the reserved {TICK_PREFIX!r}")
+                for c in view.key_columns if _string_field(view.value_schema, c)]
+    return [*view.checks, *reserved]
+
+
+def _string_field(schema: str, name: str) -> bool:
+    """``name`` is a top-level STRING field of a DDL ``schema`` (read without Spark)."""
+    return re.search(rf"(^|,)\s*`?{re.escape(name)}`?\s+string\s*(,|$)", schema,
+                     re.IGNORECASE) is not None
+
+
 def valid_column(view: View) -> Column:
     """True for records the view accepts (JSON object of the right types, required,
     finite floating-point fields, checks)."""
@@ -133,7 +161,7 @@ def valid_column(view: View) -> Column:
         cond = cond & F.col(f"`{c}`").isNotNull()
     for c in float_fields(view):
         cond = cond & ~_non_finite(c)
-    for sql, _ in view.checks:
+    for sql, _ in checks(view):
         cond = cond & F.coalesce(F.expr(sql), F.lit(False))
     return cond
 
@@ -162,7 +190,7 @@ def reason_column(view: View) -> Column:
         bad = F.concat_ws(", ", *[F.when(_non_finite(n), F.lit(n)) for n in floats])
         r = r.when(bad != "", F.concat(
             F.lit("not a finite number (NaN or Infinity) in field(s): "), bad))
-    for sql, reason in view.checks:
+    for sql, reason in checks(view):
         r = r.when(~F.coalesce(F.expr(sql), F.lit(False)), F.lit(f"check failed: {reason}"))
     return r
 
@@ -174,7 +202,7 @@ def reason_classes(view: View) -> list[str]:
            "wrong type for field(s)"]
     out += ["missing field(s)"] if view.required else []
     out += ["not a finite number (NaN or Infinity) in field(s)"] if float_fields(view) else []
-    return out + [f"check failed: {reason}" for _, reason in view.checks]
+    return out + [f"check failed: {reason}" for _, reason in checks(view)]
 
 
 def dead_letter_stream(raw: DataFrame, view: View, max_bytes: int) -> DataFrame:
@@ -185,7 +213,7 @@ def dead_letter_stream(raw: DataFrame, view: View, max_bytes: int) -> DataFrame:
 
     parsed = parse_input(raw, view)
     reason = F.coalesce(reason_column(view), F.lit("invalid"))
-    bad = parsed.where(~valid_column(view)).withColumn("_reason", reason)
+    bad = parsed.where(~valid_column(view) & ~is_tick()).withColumn("_reason", reason)
     cls = F.when(F.col("_reason").startswith("check failed:"), F.col("_reason")).otherwise(
         F.substring_index(F.col("_reason"), ":", 1))
     sample = F.concat(F.col("_reason"), F.lit(": "), F.substring(

@@ -56,15 +56,17 @@ def aggregates(inputs: Sequence[Input]) -> dict[str, Column]:
     return out
 
 
-def headers(inputs: Sequence[Input]) -> Column:
-    """The record headers made of the extra columns (``array<struct<key, value>>``)."""
+def headers(inputs: Sequence[Input], more: Sequence[Column] = ()) -> Column:
+    """The record headers made of the extra columns (``array<struct<key, value>>``), and
+    ``more`` header structs, each left out of a row where its value is null."""
     from pyspark.sql import functions as F
 
     parts = [F.when(F.col(name).isNotNull(), F.concat(F.lit(f"{t}:{p}:"),
                                                       F.col(name).cast("string")))
              for name, (t, p) in zip(names(inputs), inputs, strict=False)]
     pos = F.concat_ws(",", *parts) if parts else F.lit("")
-    return F.array(
+    out = F.array(
         F.struct(F.lit(POSITION_HEADER).alias("key"), pos.cast("binary").alias("value")),
         F.struct(F.lit(TIME_HEADER).alias("key"),
-                 F.col(TS_COLUMN).cast("string").cast("binary").alias("value")))
+                 F.col(TS_COLUMN).cast("string").cast("binary").alias("value")), *more)
+    return F.filter(out, lambda h: h["value"].isNotNull()) if more else out

@@ -106,7 +106,8 @@ def prepare(opts: SinkOptions, schema: StructType) -> ViewSpec:
     spec = ViewSpec.from_schema(schema, name=opts.view, key_columns=opts.key,
                                 changelog_topic=opts.changelog_topic,
                                 partitions=changelog_partitions(opts), window=opts.window,
-                                is_global=opts.is_global, description=opts.description)
+                                is_global=opts.is_global, description=opts.description,
+                                ticks=opts.ticks)
     memo = (opts.kafka.get("bootstrap.servers", ""), opts.catalog_topic, spec.to_json())
     with _LOCK:
         if memo in _PREPARED:

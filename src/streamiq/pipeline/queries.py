@@ -20,6 +20,7 @@ from streamiq.pipeline import positions
 from streamiq.pipeline.changelog import changelog_columns, view_rows
 from streamiq.pipeline.deadletter import dead_letter_stream, field_names, parse_input, valid_column
 from streamiq.pipeline.java_kafka import source_options
+from streamiq.pipeline.ticks import Ticks, is_tick, tick_header, tick_rows
 from streamiq.views.base import View
 
 if TYPE_CHECKING:
@@ -60,21 +61,30 @@ def _source(spark: SparkSession, kafka: Mapping[str, Any], topics: Sequence[str]
 def build_view_stream(spark: SparkSession, view: View, kafka: Mapping[str, Any],
                       max_offsets_per_trigger: int | None = None,
                       topics: Sequence[str] | None = None,
-                      inputs: Sequence[Input] = (), micro_batch: bool = False) -> DataFrame:
+                      inputs: Sequence[Input] = (), micro_batch: bool = False,
+                      ticks: Ticks | None = None) -> DataFrame:
     """The view's streaming rows: its columns (a ``window`` struct or its bounds), then
     the position columns when ``inputs`` is given and the transform takes them.
 
     ``topics``: the real input topic names (default ``view.source_topics``, unprefixed);
-    ``micro_batch``: the source is read by micro-batches (:data:`MICRO_BATCH_SOURCE`).
+    ``micro_batch``: the source is read by micro-batches (:data:`MICRO_BATCH_SOURCE`);
+    ``ticks``: fold ticks into rows of these keys (``ticks.py``; with ``inputs``, for a
+    view that :attr:`~streamiq.views.base.View.ticks_ok`), else ticks are dropped.
     """
     from pyspark.sql import functions as F
 
     raw = _source(spark, kafka, topics or view.source_topics, max_offsets_per_trigger,
                   micro_batch)
-    parsed = parse_input(raw, view)
-    good = parsed.where(valid_column(view)).select(
+    parsed = parse_input(raw, view).withColumn("_streamiq_tick", is_tick())
+    folding = ticks is not None and bool(ticks.keys) and bool(inputs) and view.ticks_ok
+    keep = (valid_column(view) | F.col("_streamiq_tick")) if folding else (
+        valid_column(view) & ~F.col("_streamiq_tick"))
+    good = parsed.where(keep).select(
         *[F.col(f"`{n}`") for n in field_names(view)], "kafka_timestamp", "_streamiq_topic",
-        "_streamiq_partition", "_streamiq_offset")
+        "_streamiq_partition", "_streamiq_offset", *(["_streamiq_tick"] if folding else []))
+    if folding:
+        assert ticks is not None
+        good = tick_rows(good, view, ticks.keys)
     if view.event_time:
         good = good.withColumn("event_time", F.timestamp_millis(F.col(view.event_time)))
     if inputs and view.takes_extra:
@@ -83,13 +93,16 @@ def build_view_stream(spark: SparkSession, view: View, kafka: Mapping[str, Any],
     return view_rows(view.transform(good), view)
 
 
-def changelog_records(rows: DataFrame, view: View, inputs: Sequence[Input] = ()) -> DataFrame:
+def changelog_records(rows: DataFrame, view: View, inputs: Sequence[Input] = (),
+                      ticks: Ticks | None = None) -> DataFrame:
     """:func:`build_view_stream`'s rows as changelog records (``key``, ``value`` and,
-    with position columns, ``headers``)."""
+    with position columns, ``headers``; with ``ticks`` folded, their rows'
+    :data:`~streamiq.views.base.TICK_HEADER` too)."""
     extra = positions.names(inputs) if inputs and positions.TS_COLUMN in rows.columns else []
     columns = [c for c in rows.columns if c not in extra]
+    more = [tick_header(view, ticks.tasks)] if extra and ticks is not None else []
     return changelog_columns(rows, view.key_columns, columns,
-                             positions.headers(inputs) if extra else None)
+                             positions.headers(inputs, more) if extra else None)
 
 
 def sink_options(kafka: Mapping[str, Any], topic: str) -> dict[str, str]:
@@ -98,9 +111,10 @@ def sink_options(kafka: Mapping[str, Any], topic: str) -> dict[str, str]:
 
 
 def start_view(rows: DataFrame, view: View, inputs: Sequence[Input], kafka: Mapping[str, Any],
-               topic: str, checkpoint: str, trigger: Mapping[str, str]) -> StreamingQuery:
+               topic: str, checkpoint: str, trigger: Mapping[str, str],
+               ticks: Ticks | None = None) -> StreamingQuery:
     """Start the view's query (update mode) to its changelog ``topic``."""
-    return (changelog_records(rows, view, inputs).writeStream.format("kafka")
+    return (changelog_records(rows, view, inputs, ticks).writeStream.format("kafka")
             .options(**sink_options(kafka, topic)).queryName(view.name).outputMode("update")
             .option("checkpointLocation", checkpoint).trigger(**trigger).start())
 

@@ -49,6 +49,7 @@ from streamiq.pipeline.queries import (
 from streamiq.pipeline.scratch import LOCAL_DIR, scratch_dir
 from streamiq.pipeline.session import mode_session
 from streamiq.pipeline.sink_options import parse_sink_options
+from streamiq.pipeline.ticks import Ticks, plan_ticks
 from streamiq.pipeline.warmup import warm_up
 from streamiq.views.base import CHANGELOG_TOPIC_CONFIG, App, View, load_app
 from streamiq.views.catalog import progress_topic
@@ -78,6 +79,7 @@ class _Run:
     inputs: list[Input] = field(default_factory=list)  # positions the rows carry
     markers: Markers | None = None  # a view's; None for a dead-letter query
     dead: DeadLetterCounts | None = None  # a dead-letter query's
+    ticks: Ticks | None = None  # the keys and task count its ticks fold into (ticks.py)
     query: StreamingQuery | None = None
     records: int = 0
     restarts: list[float] = field(default_factory=list)  # when the query was restarted
@@ -171,6 +173,8 @@ class Pipeline:
             self.kafka, self.settings.topic(DEAD_LETTER_TOPIC)))
         for run in self.runs.values():
             if run.markers is not None:
+                if self.mode == modes.REAL_TIME and run.inputs:  # one task per input partition
+                    run.ticks = plan_ticks(spark, run, self.settings.partitions)
                 self._publish(run)
                 if run.markers.committed() is not None:
                     log.info("view %s: markers of its last committed batch written again "
@@ -186,6 +190,7 @@ class Pipeline:
                 "partitions": str(run.markers.partitions), "cluster": s.cluster,
                 "topicPrefix": s.topic_prefix, "global": str(view.is_global).lower(),
                 "description": view.description, "checkpointLocation": run.checkpoint,
+                "ticks": ",".join(run.topics) if run.ticks else "",
                 **{f"kafka.{k}": str(v) for k, v in self.kafka.items()}}
         if view.window:
             opts["window"] = view.window
@@ -245,10 +250,11 @@ class Pipeline:
                 assert run.markers is not None
                 micro = self.mode == modes.MICRO_BATCH
                 rows = build_view_stream(spark, run.view, self.kafka, s.max_offsets_per_trigger
-                                         if micro else None, run.topics, run.inputs, micro)
+                                         if micro else None, run.topics, run.inputs, micro,
+                                         run.ticks)
                 run.query = start_view(rows, run.view, run.inputs, self.kafka,
                                        run.markers.topic, run.checkpoint, modes.trigger(
-                                           self.mode, s.realtime_batch_s, s.trigger_ms))
+                                           self.mode, s.realtime_batch_s, s.trigger_ms), run.ticks)
         finally:  # None clears the property (pyspark's stub says str)
             spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)  # type: ignore[arg-type]
         log.info("%s: query started in %s mode (checkpoint %s)", run.name,

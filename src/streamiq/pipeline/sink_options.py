@@ -17,6 +17,8 @@ global             false     every serving node holds the whole view
 description        ""        free text, published in the catalog
 window             unset     the window's duration, published in the catalog
 checkpointLocation required  the query's checkpoint (the markers' offsets are read there)
+ticks              ""        input topics whose ticks the view folds (set by streamiq's
+                             own pipeline: ``pipeline/ticks.py``), comma-separated
 =================  ========  ====================================================
 """
 
@@ -29,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from streamiq.defaults import DEFAULT_CLUSTER
 from streamiq.views.catalog import VIEW_NAME, catalog_topic
+from streamiq.views.catalog_bounds import TOPIC_NAME
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
@@ -39,7 +42,7 @@ __all__ = ["KEY_TYPES", "OUTPUT_MODES", "SinkOptions", "check_output_mode",
 _CLUSTER = re.compile(r"^[A-Za-z0-9._-]{1,100}$")  # as Settings.cluster
 _PREFIX = re.compile(r"^[A-Za-z0-9._-]{0,100}$")  # as Settings.topic_prefix
 _KNOWN = {"view", "key", "partitions", "cluster", "topicprefix", "global", "description",
-          "window", "checkpointlocation", "path"}
+          "window", "checkpointlocation", "path", "ticks"}
 #: key column types whose text (the changelog key) is the same in Spark and in Arrow:
 #: a double's or a timestamp's text differs between the two, and keys must be exact
 KEY_TYPES = ("string", "tinyint", "smallint", "int", "bigint", "boolean", "date", "decimal")
@@ -61,6 +64,7 @@ class SinkOptions:
     is_global: bool = False
     description: str = ""
     window: str | None = None
+    ticks: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -170,4 +174,12 @@ def parse_sink_options(options: Mapping[str, Any], schema: StructType | None = N
         cluster=_matching(opts, "cluster", _CLUSTER, DEFAULT_CLUSTER),
         topic_prefix=_matching(opts, "topicPrefix", _PREFIX, ""),
         is_global=_bool(opts, "global"), description=_get(opts, "description") or "",
-        window=_get(opts, "window"))
+        window=_get(opts, "window"), ticks=_topics(opts, "ticks"))
+
+
+def _topics(opts: Mapping[str, str], name: str) -> tuple[str, ...]:
+    topics = tuple(t.strip() for t in (_get(opts, name) or "").split(",") if t.strip())
+    bad = [t for t in topics if not TOPIC_NAME.match(t)]
+    if bad:
+        raise ValueError(f"option '{name}': {bad[0]!r} is not a Kafka topic name")
+    return topics

@@ -37,6 +37,7 @@ from streamiq.routing.router import Router
 from streamiq.serving.changelog.consistency import Token, row_reflects
 from streamiq.serving.changelog.discovery import Discovery
 from streamiq.serving.changelog.materializer import Materializer
+from streamiq.serving.changelog.ticks import Ticker
 from streamiq.state import Store, open_store
 from streamiq.supervise import Supervisor
 from streamiq.views.base import CHANGELOG_TOPIC_CONFIG, App, View, load_app
@@ -45,6 +46,9 @@ from streamiq.views.catalog import CATALOG_TOPIC_CONFIG, ViewSpec, catalog_topic
 __all__ = ["Node", "Parts", "state_path"]
 
 log = logging.getLogger("streamiq.node")
+
+#: a read still waiting for its position after this long asks for a newer tick
+RETICK_S = 0.5
 
 
 def state_path(root: Path, endpoint: str) -> Path:
@@ -132,6 +136,9 @@ class Node:
         self.wanted: set[tuple[str, int]] = set()
         self.waiters = 0  # queries waiting for a position now (at most settings.max_waiters)
         self._changed = asyncio.Event()  # set when records were applied, then replaced
+        #: view -> the input topics whose ticks its changelog answers (from the catalog)
+        self.tick_topics: dict[str, frozenset[str]] = {}
+        self.ticker = Ticker(self._tick_producer)
         self._loop: asyncio.AbstractEventLoop | None = None
         #: called once when a part cannot recover (serving/main.py: stop serving, exit non-zero)
         self.on_fatal: Callable[[], None] | None = None
@@ -193,6 +200,7 @@ class Node:
         await asyncio.to_thread(self.membership.stop)
         await asyncio.to_thread(self.discovery.stop)
         await asyncio.to_thread(self.materializer.stop)
+        await asyncio.to_thread(self.ticker.close)
         for store in self.stores.values():
             store.close()
 
@@ -218,6 +226,7 @@ class Node:
         view this node already serves from its own app keeps that description, if the
         two agree on what the changelog holds (ValueError otherwise: refused)."""
         view = spec.to_view()
+        self.tick_topics = {**self.tick_topics, spec.name: frozenset(spec.ticks)}
         own = self.views.get(spec.name)
         if own is not None and spec.name not in self.discovery.specs:
             mine = (own.key_columns, own.windowed, self.topics[own.name],
@@ -280,9 +289,11 @@ class Node:
         on timeout. Waiters sleep until the materializer applies records (re-checking
         at least every 0.1 s), and at most ``max_waiters`` wait at once (``Overloaded``
         beyond)."""
-        deadline = time.monotonic() + timeout
+        arrived = time.monotonic()
+        deadline = arrived + timeout
         if self._reflects(view, partition, tokens, key):
             return True
+        self._ask_ticks(view, partition, tokens, arrived)
         if self.waiters >= self.settings.max_waiters:
             raise Overloaded(f"{self.endpoint} already holds {self.waiters} queries waiting "
                              f"for a position (--max-waiters)", served_by=self.endpoint)
@@ -298,8 +309,30 @@ class Node:
                         await self._changed.wait()
                 if self._reflects(view, partition, tokens, key):
                     return True
+                # again (a tick after since), each time: the partition may be held only
+                # now, and a tick may be lost with a restarted task; at most one per
+                # RETICK_S while nothing reflects
+                self._ask_ticks(view, partition, tokens,
+                                max(arrived, time.monotonic() - RETICK_S))
         finally:
             self.waiters -= 1
+
+    def _ask_ticks(self, view: str, partition: int, tokens: list[Token], since: float) -> None:
+        """A tick in each input partition of ``tokens`` the partition does not reflect yet,
+        written after ``since`` (views whose changelog answers ticks: ``ticks.py``)."""
+        ticking = self.tick_topics.get(view)
+        st = self.materializer.states.get((view, partition))
+        if not ticking or st is None:
+            return
+        for t, p, o in tokens:
+            if t in ticking and st.position.get(t, {}).get(p, 0) <= o:
+                self.ticker.ask(t, p, since)
+
+    def _tick_producer(self) -> Any:
+        from confluent_kafka import Producer
+
+        return Producer({**logged(self.settings.kafka()), "linger.ms": 0,
+                         "delivery.report.only.error": True})
 
     def _reflects(self, view: str, partition: int, tokens: list[Token],
                   key: bytes | None) -> bool:

@@ -15,7 +15,14 @@ The changelog contract (shared by the pipeline's sink and the nodes) lives here:
   offset the row folded) and :data:`TIME_HEADER` (the newest input timestamp it folded,
   epoch ms; ``pipeline/positions.py``);
 * the topic is compacted (:data:`CHANGELOG_TOPIC_CONFIG`): a node restoring from empty
-  reads about one record per key, and the last marker of each partition.
+  reads about one record per key, and the last marker of each partition;
+* *ticks* (real-time mode, views whose aggregation the pipeline builds by their string
+  key columns: :attr:`View.ticks_ok`): a record keyed :data:`TICK_KEY` in an input
+  partition is folded by every aggregation task into a row whose key starts with
+  :data:`TICK_PREFIX`, one per (task, changelog partition), with the header
+  :data:`TICK_HEADER` (``task/tasks``); when every task's tick row in a changelog
+  partition names an input offset, the partition holds every row of the records before
+  it (``pipeline/ticks.py``, ``serving/changelog/ticks.py``). Tick rows are no view rows.
 """
 
 from __future__ import annotations
@@ -35,7 +42,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CHANGELOG_TOPIC_CONFIG", "ID_PATTERN", "KEY_SEP", "MARKER_HEADER", "MARKER_KEY",
-    "MAX_KEY_BYTES", "POSITION_HEADER", "TIME_HEADER", "App", "View", "decode_key",
+    "MAX_KEY_BYTES", "POSITION_HEADER", "TICK_HEADER", "TICK_KEY", "TICK_PREFIX",
+    "TIME_HEADER", "App", "View", "decode_key",
     "encode_key", "load_app", "store_key", "window_bounds",
 ]
 
@@ -49,6 +57,13 @@ MARKER_HEADER = "streamiq-marker"
 POSITION_HEADER = "streamiq-pos"
 #: the newest input timestamp a row reflects (epoch ms, decimal text)
 TIME_HEADER = "streamiq-ts"
+#: an input record with this key is a tick, not data (not UTF-8: no ingest key is it)
+TICK_KEY = b"\xffstreamiq-tick"
+#: the key columns of a tick's rows start with it; a data record whose key column does is
+#: dead-lettered (``~`` is outside :data:`ID_PATTERN`, so the ingest never writes one)
+TICK_PREFIX = "~tick~"
+#: a tick row's header: ``task/tasks``, the aggregation task that wrote it and how many
+TICK_HEADER = "streamiq-tick"
 #: the markers' key: a compacted topic refuses null keys, and this one (not UTF-8) can
 #: never be a view's key; compaction keeps each partition's last marker
 MARKER_KEY = b"\xffstreamiq-marker"
@@ -99,6 +114,14 @@ class View:
     #: Spark types (simple strings: ``bigint``, ``decimal(38,0)``) of the columns, where
     #: known: serving nodes check changelog rows against them (``views/rows.py``)
     types: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+    @property
+    def ticks_ok(self) -> bool:
+        """The pipeline can fold ticks into this view (real-time mode): it builds the
+        aggregation (``takes_extra``), by key columns all of type ``string`` (a tick row's
+        key is crafted text), and no window (a tick has no event time to move one)."""
+        return (self.takes_extra and not self.windowed and bool(self.key_columns)
+                and all(self.types.get(c) == "string" for c in self.key_columns))
 
     @property
     def changelog_topic(self) -> str:

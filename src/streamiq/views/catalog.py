@@ -12,7 +12,13 @@ The record value is one JSON object (``ViewSpec.to_json``)::
      "key_columns": [{"name": "user_id", "type": "string"}],
      "value_columns": [{"name": "count", "type": "bigint"}],
      "windowed": false, "window": null, "changelog_topic": "page_views-changelog",
-     "partitions": 3, "global": false, "description": ""}
+     "partitions": 3, "global": false, "description": "", "ticks": []}
+
+``ticks`` (optional, empty by default): the input topics whose tick records the view's
+changelog answers within milliseconds (``pipeline/ticks.py``: streamiq's own real-time
+views); a node whose read waits for a position of one of them writes a tick there. It
+may change from one description to the next (a pipeline restarted in micro-batch mode
+publishes none).
 
 Types are Spark's simple strings (``bigint``, ``decimal(38,0)``, ``array<string>``).
 ``windowed`` views also carry ``window_start``/``window_end`` (epoch ms) in every row.
@@ -82,6 +88,7 @@ class ViewSpec:
     window: str | None = None  # the window's duration, when the writer knows it
     is_global: bool = False
     description: str = ""
+    ticks: tuple[str, ...] = ()  # input topics whose ticks the changelog answers
 
     def __post_init__(self) -> None:
         if not VIEW_NAME.match(self.name):
@@ -109,6 +116,7 @@ class ViewSpec:
             "windowed": self.windowed, "window": self.window,
             "changelog_topic": self.changelog_topic, "partitions": self.partitions,
             "global": self.is_global, "description": self.description,
+            "ticks": list(self.ticks),
         }, separators=(",", ":")).encode()
 
     @classmethod
@@ -128,7 +136,8 @@ class ViewSpec:
                        windowed=_typed(d, "windowed", bool),
                        window=d.get("window") if isinstance(d.get("window"), str) else None,
                        is_global=_typed(d, "global", bool),
-                       description=str(d.get("description") or ""))
+                       description=str(d.get("description") or ""),
+                       ticks=tuple(d.get("ticks", [])))
         except (TypeError, ValueError) as exc:
             raise Skip("bad_spec", str(exc)[:300]) from None
 
@@ -145,7 +154,8 @@ class ViewSpec:
     @classmethod
     def from_schema(cls, schema: StructType, *, name: str, key_columns: Sequence[str],
                     changelog_topic: str, partitions: int, is_global: bool = False,
-                    description: str = "", window: str | None = None) -> ViewSpec:
+                    description: str = "", window: str | None = None,
+                    ticks: tuple[str, ...] = ()) -> ViewSpec:
         """The description of a frame of ``schema`` written as a view keyed by
         ``key_columns``: every other column is a value column; a ``window`` struct
         (or ``window_start``/``window_end`` columns) makes it windowed."""
@@ -156,7 +166,7 @@ class ViewSpec:
                    value_columns=tuple((c, t) for c, t in types.items() if c not in skip),
                    changelog_topic=changelog_topic, partitions=partitions,
                    windowed=windowed, window=window, is_global=is_global,
-                   description=description)
+                   description=description, ticks=ticks)
 
 
 def incompatibility(old: ViewSpec, new: ViewSpec) -> str | None:

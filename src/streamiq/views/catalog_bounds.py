@@ -20,7 +20,7 @@ from typing import Any
 from streamiq.kafka.skips import Skip
 
 __all__ = ["MAX_CATALOG_BYTES", "MAX_COLUMNS", "MAX_NAME_CHARS", "MAX_TEXT_CHARS",
-           "TOPIC_NAME", "bounds"]
+           "MAX_TICK_TOPICS", "TOPIC_NAME", "bounds"]
 
 #: a description of MAX_COLUMNS columns with long types stays well below this
 MAX_CATALOG_BYTES = 256 << 10
@@ -51,10 +51,23 @@ def _columns(d: Mapping[str, Any]) -> None:
             _name(c.get("type"), 4 * MAX_NAME_CHARS, "column type")
 
 
+#: input topics a view's ticks are written to (a view reads a handful)
+MAX_TICK_TOPICS = 64
+
+
+def _ticks(d: Mapping[str, Any]) -> None:
+    ticks = d.get("ticks", [])
+    if not isinstance(ticks, list) or len(ticks) > MAX_TICK_TOPICS or not all(
+            isinstance(t, str) and TOPIC_NAME.match(t) for t in ticks):
+        raise Skip("bad_spec", f"ticks must be a list of at most {MAX_TICK_TOPICS} Kafka "
+                   "topic names")
+
+
 def bounds(d: Mapping[str, Any]) -> None:
     """Raise Skip unless a decoded catalog record's names, columns and texts are within
     bounds (types are checked by ``ViewSpec.from_json``)."""
     _columns(d)
+    _ticks(d)
     topic = d.get("changelog_topic")
     if isinstance(topic, str) and not TOPIC_NAME.match(topic):
         raise Skip("bad_name", f"changelog topic {topic[:40]!r} is not a Kafka topic name")

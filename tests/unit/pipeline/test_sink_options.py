@@ -69,6 +69,7 @@ def test_names_are_case_insensitive_and_prefix_applies_to_both_topics() -> None:
     ({"global": "yes"}, "'global'"),
     ({"keys": "user_id"}, "'keys'"),
     ({"subscribe": "t"}, "'subscribe'"),
+    ({"ticks": "a b"}, "'ticks': 'a b' is not a Kafka topic name"),
 ])
 def test_bad_options_are_named(kw: dict[str, Any], option: str) -> None:
     with pytest.raises(ValueError, match="option " + option):

@@ -28,6 +28,11 @@ def test_round_trip_and_json_form() -> None:
     g = dataclasses.replace(SPEC, is_global=True, windowed=True, window="1 minute",
                             description="d")
     assert ViewSpec.from_json(g.to_json()) == g
+    assert d["ticks"] == []  # optional: a description without it has none
+    assert ViewSpec.from_json(json.dumps({k: v for k, v in d.items() if k != "ticks"})) == SPEC
+    t = dataclasses.replace(SPEC, ticks=("p-bank-transactions",))
+    assert ViewSpec.from_json(t.to_json()).ticks == ("p-bank-transactions",)
+    assert incompatibility(SPEC, t) is None  # a restart in another mode may change it
 
 
 @pytest.mark.parametrize("raw", [
@@ -103,6 +108,9 @@ def test_catalog_topic_is_per_cluster() -> None:
     ({"window": "w" * 5000}, "too_large"),
     ({"version": [1]}, "bad_version"),
     ({"partitions": 0.5}, "bad_spec"),
+    ({"ticks": "t"}, "bad_spec"),
+    ({"ticks": ["a b"]}, "bad_spec"),
+    ({"ticks": [f"t{i}" for i in range(65)]}, "bad_spec"),
 ])
 def test_claims_out_of_bounds_are_refused_with_a_reason(change: dict[str, Any],
                                                         reason: str) -> None:

@@ -11,8 +11,10 @@ heartbeats and answers no lookup from rows that stopped moving; the restarted lo
 fresh consumer resuming from the stores' checkpoints (exactly the rows already applied)
 and each partition answers again once it has restored.
 
-Rows that carry their input positions (header ``streamiq-pos``: the pipeline's own
-views, ``pipeline/positions.py``) are remembered per key until a marker covers them
+Tick rows (``serving/changelog/ticks.py``) raise a partition's position as markers do,
+and are not stored. Rows that carry their input positions (header ``streamiq-pos``:
+the pipeline's own views, ``pipeline/positions.py``) are remembered per key until a
+marker or ticks cover them
 (:attr:`PartitionState.rows`), so a read of the written key is answered as soon as its
 row is stored (``Node.wait_position``). Rows that carry their newest input time
 (``streamiq-ts``) are measured once the partition is restored: write to stored, per view
@@ -43,9 +45,10 @@ from streamiq.serving.changelog.consistency import row_covered
 from streamiq.serving.changelog.feed import Feed
 from streamiq.serving.changelog.markers import EndsQuery, InputEnds, kafka_ends, parse_marker
 from streamiq.serving.changelog.partition import PartitionState
+from streamiq.serving.changelog.ticks import TickClaims, is_tick_key, merge
 from streamiq.state.base import Checkpoint, Store
 from streamiq.supervise import Supervisor
-from streamiq.views.base import MARKER_HEADER, POSITION_HEADER, TIME_HEADER, View
+from streamiq.views.base import MARKER_HEADER, POSITION_HEADER, TICK_HEADER, TIME_HEADER, View
 from streamiq.views.rows import RowCheck
 
 __all__ = ["FRESHNESS_BUCKETS", "MAX_ROW_POSITIONS", "Materializer", "PartitionState"]
@@ -306,7 +309,7 @@ class Materializer:
         """Add one record to the batch (a row, its input positions to ``rows``) or to
         the position (a marker: True)."""
         headers = m.headers()
-        pos = ts = None
+        pos = ts = tick = None
         for k, v in headers or ():
             if k == MARKER_HEADER:
                 offsets = parse_marker(m.value())
@@ -320,6 +323,12 @@ class Materializer:
                 pos = v
             elif k == TIME_HEADER:
                 ts = v
+            elif k == TICK_HEADER:
+                tick = v
+        if is_tick_key(m.key()):  # never stored: it makes the position (ticks.py)
+            st = self.states[(view, m.partition())]
+            st.ticks = st.ticks or TickClaims(m.partition())
+            return merge(position, st.ticks.add(m.key(), tick, pos))
         check = self._checks.get(view)
         if check is None:
             check = self._checks[view] = RowCheck(self.views[view], self.partitions.get(view))

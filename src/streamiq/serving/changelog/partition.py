@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from streamiq.serving.changelog.ticks import TickClaims
 
 __all__ = ["PartitionState"]
 
@@ -29,6 +33,8 @@ class PartitionState:
     #: store key -> the input positions its stored row reflects (its ``streamiq-pos``
     #: header), for rows stored since the last marker that did not cover them
     rows: dict[bytes, bytes] = field(default_factory=dict)
+    #: each aggregation task's newest tick claims in this partition (ticks.py)
+    ticks: TickClaims | None = None
 
     @property
     def lag(self) -> int:

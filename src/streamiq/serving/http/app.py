@@ -98,7 +98,8 @@ def _routes(deps: Answers) -> APIRouter:
            summary="The views this cluster serves (those the token may see)")
     async def views(request: Request) -> dict[str, Any]:
         seen = seen_views(deps.who(request), node.views)
-        return {"views": [dict(v.describe(), partitions=node.partitions[v.name])
+        return {"views": [dict(v.describe(), partitions=node.partitions[v.name],
+                               **_position_bound(sorted(node.tick_topics.get(v.name, ()))))
                           for v in node.views.values() if seen is None or v.name in seen]}
 
     @r.get(LOOKUP.path, tags=["views"], summary="Key lookup, from any node")
@@ -191,3 +192,10 @@ def create_app(settings: Settings, node: Node) -> FastAPI:
     app.state.deps = deps
     app.state.progress = progress
     return app
+
+
+def _position_bound(ticking: list[str]) -> dict[str, Any]:
+    """What answers a read's position (besides a lookup of the written key's own row):
+    ticks through the aggregation (milliseconds) for reads of positions in ``ticking``
+    inputs, else the batch markers (docs/design.md, "Ticks")."""
+    return {"tick_topics": ticking, "position_bound": "tick" if ticking else "batch"}
