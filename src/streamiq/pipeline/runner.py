@@ -49,6 +49,7 @@ from streamiq.pipeline.queries import (
 from streamiq.pipeline.scratch import LOCAL_DIR, scratch_dir
 from streamiq.pipeline.session import mode_session
 from streamiq.pipeline.sink_options import parse_sink_options
+from streamiq.pipeline.stopnoise import stop_noise
 from streamiq.pipeline.warmup import warm_up
 from streamiq.views.base import CHANGELOG_TOPIC_CONFIG, App, View, load_app
 from streamiq.views.catalog import progress_topic
@@ -177,6 +178,8 @@ class Pipeline:
                              "(batch %s)", run.name, run.markers.last)
             self._start_query(run)
         self._wait_running([r for r in self.runs.values() if r.markers is not None])
+        if self.settings.warmup:  # its queries' tasks ended: slots freed for these
+            stop_noise(spark).disarm()  # (pipeline/stopnoise.py)
 
     def _publish(self, run: _Run) -> None:
         """The view's description on the catalog (before its first rows), as the sink does."""

@@ -101,6 +101,7 @@ def warm_up(spark: SparkSession, views: list[View], kafka: Mapping[str, Any],
     """
     from streamiq.pipeline.queries import sink_options
     from streamiq.pipeline.session import quiet
+    from streamiq.pipeline.stopnoise import stop_noise
 
     started = time.monotonic()
     ckpt = Path(tempfile.mkdtemp(prefix="streamiq-warmup-"))
@@ -126,7 +127,11 @@ def warm_up(spark: SparkSession, views: list[View], kafka: Mapping[str, Any],
     except Exception as exc:
         log.warning("warm-up incomplete (the first micro-batch will be slower): %s", exc)
     finally:
-        with quiet(spark):  # a real-time query's stop: Spark logs its tasks' aborts
+        # a real-time query's stop: Spark logs its tasks' aborts, and its shuffle readers'
+        # "fatal error"s come later, from Spark's threads (pipeline/stopnoise.py): dropped
+        # until the pipeline disarms the filter, once its own queries run
+        stop_noise(spark).arm()
+        with quiet(spark):
             for q in queries:
                 try:
                     q.stop()
