@@ -53,6 +53,7 @@ from _common import bench_broker
 from streamiq.kafka.admin import ensure_topics
 from streamiq.pipeline import modes
 from streamiq.pipeline.queries import build_view_stream, start_view
+from streamiq.pipeline.stopnoise import stop_noise
 from streamiq.views import bank
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -192,6 +193,7 @@ def realtime_throughput(spark: Any, bs: str, topic: str, n: int) -> float:
         wall = time.perf_counter() - t0
     finally:
         c.close()
+        stop_noise(spark).arm()  # its shuffle readers' "fatal error" at the stop: no news
         q.stop()
     return n / wall
 

@@ -69,6 +69,9 @@ def has_flag(argv: list[str], flag: str, value: str) -> bool:
 class Up:
     """``python -m streamiq up`` in its own process group, output in a file."""
 
+    cwd: Path | None = None  # up's working folder (None: the tests')
+    start_s: float = START_S  # how long a start may take
+
     def __init__(self, root: Path, nodes: int = 3, flags: tuple[str, ...] = (),
                  warmup: bool = False) -> None:
         self.root = root
@@ -83,32 +86,46 @@ class Up:
         self.sql_port = free_ports(nodes)  # never the defaults 5433-5435
         self.proc: subprocess.Popen[bytes] | None = None
         self.seen: dict[int, list[str]] = {}  # every process of the tree ever seen, by pid
+        self.token = ""  # the demo token up printed
 
-    def start(self) -> None:
-        """Start up (again: on the same ports and folders) and wait for all parts ready."""
+    def environment(self) -> dict[str, str]:
         env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONUNBUFFERED": "1",
                "STREAMIQ_JWT_SECRET": JWT_SECRET}
         if self.warmup:
             env.pop("STREAMIQ_WARMUP", None)  # the product's default, as in the demo
-        argv = [sys.executable, "-m", "streamiq", "up",
-                "--broker-port", str(self.broker_port), "--ingest-port", str(self.ingest_port),
+        return env
+
+    def ports(self) -> list[str]:
+        """up's flags for this run's free ports."""
+        return ["--broker-port", str(self.broker_port), "--ingest-port", str(self.ingest_port),
                 "--node-port", str(self.node_port), "--nodes", str(len(self.node_ports)),
-                "--metrics-port", str(self.metrics_port), "--sql-port", str(self.sql_port),
+                "--metrics-port", str(self.metrics_port), "--sql-port", str(self.sql_port)]
+
+    def argv(self) -> list[str]:
+        return [sys.executable, "-m", "streamiq", "up", *self.ports(),
                 "--state-dir", str(self.root / "state"),
                 "--checkpoint-dir", str(self.root / "checkpoints"),
                 "--broker-dir", str(self.root / "kafka"), *self.flags]
+
+    @property
+    def token_path(self) -> Path:  # where up saves its demo token (beside --state-dir)
+        return self.root / "token"
+
+    def start(self) -> None:
+        """Start up (again: on the same ports and folders) and wait for all parts ready."""
         after = len(self.log()) if self.log_path.exists() else 0  # a second start: same log
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
+            self.proc = subprocess.Popen(self.argv(), stdout=log, stderr=subprocess.STDOUT,
+                                         env=self.environment(), cwd=self.cwd,
                                          start_new_session=True)
-        self.wait_for("streamiq: all parts ready", START_S, after)
+        self.wait_for("streamiq: all parts ready", self.start_s, after)
         self.tree()
         # the demo token up printed is the one it saved, and the nodes take it
-        printed = self.wait_for(r"^  export STREAMIQ_TOKEN=(\S+)$", 1, after).group(1)
-        assert (self.root / "token").read_text().strip() == printed
+        self.token = self.wait_for(r"^  export STREAMIQ_TOKEN=(\S+)$", 1, after).group(1)
+        assert self.token_path.read_text().strip() == self.token
         url = f"http://127.0.0.1:{self.node_port}/v1/cluster"
         assert HTTP.get(url, timeout=10).status_code == 401
-        assert HTTP.get(url, timeout=10, headers={"authorization": f"Bearer {printed}"}
+        assert HTTP.get(url, timeout=10, headers={"authorization": f"Bearer {self.token}"}
                         ).status_code == 200
 
     @property

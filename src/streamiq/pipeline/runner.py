@@ -42,20 +42,20 @@ from streamiq.pipeline.progress import ProgressPublisher
 from streamiq.pipeline.publish import prepare
 from streamiq.pipeline.queries import (
     build_view_stream,
-    changelog_records,
     start_dead_letters,
     start_view,
 )
 from streamiq.pipeline.scratch import LOCAL_DIR, scratch_dir
 from streamiq.pipeline.session import mode_session
 from streamiq.pipeline.sink_options import parse_sink_options
+from streamiq.pipeline.stopnoise import stop_noise
 from streamiq.pipeline.ticks import Ticks, plan_ticks
-from streamiq.pipeline.warmup import warm_up
+from streamiq.pipeline.warmup import plan_builder, warm_up
 from streamiq.views.base import CHANGELOG_TOPIC_CONFIG, App, View, load_app
 from streamiq.views.catalog import progress_topic
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
 __all__ = ["READY_LINE", "Pipeline", "build_view_stream", "run_pipeline"]
@@ -181,6 +181,8 @@ class Pipeline:
                              "(batch %s)", run.name, run.markers.last)
             self._start_query(run)
         self._wait_running([r for r in self.runs.values() if r.markers is not None])
+        if self.settings.warmup:  # its queries' tasks ended: slots freed for these
+            stop_noise(spark).disarm()  # (pipeline/stopnoise.py)
 
     def _publish(self, run: _Run) -> None:
         """The view's description on the catalog (before its first rows), as the sink does."""
@@ -202,17 +204,11 @@ class Pipeline:
         import uuid
 
         assert self.spark is not None
-        spark, s = self.spark, self.settings
-
-        def build(view: View, topics: tuple[str, ...]) -> DataFrame:
-            inputs = [(t, 0) for t in topics] if view.takes_extra else []
-            rows = build_view_stream(spark, view, self.kafka, None, topics, inputs,
-                                     self.mode == modes.MICRO_BATCH)
-            return changelog_records(rows, view, inputs)
-
+        s = self.settings
+        build = plan_builder(self.spark, self.kafka, self.mode == modes.MICRO_BATCH)
         topic = s.topic(f"_streamiq-warmup-{uuid.uuid4().hex[:8]}")
-        took = warm_up(spark, list(self.app.views), self.kafka, build, topic, s.partitions,
-                       cancelled=self.stopping.is_set,
+        took = warm_up(self.spark, list(self.app.views), self.kafka, build, topic,
+                       s.partitions, cancelled=self.stopping.is_set,
                        trigger=modes.trigger(self.mode, s.realtime_batch_s, s.trigger_ms))
         log.info("warmed up in %.1f s (every view's plan ran once on an example record)", took)
 

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
-__all__ = ["example_record", "warm_up"]
+__all__ = ["example_record", "plan_builder", "warm_up"]
 
 log = logging.getLogger("streamiq.pipeline")
 
@@ -88,6 +88,19 @@ def _written(kafka: Mapping[str, Any], topic: str, partitions: int) -> int:
         c.close()
 
 
+def plan_builder(spark: SparkSession, kafka: Mapping[str, Any], micro_batch: bool) -> Build:
+    """What :func:`warm_up` runs of a view: the pipeline's own plan (``queries.py``), its
+    changelog records, positions over the private topic's first partition."""
+    from streamiq.pipeline.queries import build_view_stream, changelog_records
+
+    def build(view: View, topics: tuple[str, ...]) -> DataFrame:
+        inputs = [(t, 0) for t in topics] if view.takes_extra else []
+        rows = build_view_stream(spark, view, kafka, None, topics, inputs, micro_batch)
+        return changelog_records(rows, view, inputs)
+
+    return build
+
+
 def warm_up(spark: SparkSession, views: list[View], kafka: Mapping[str, Any],
             build: Build, topic: str, partitions: int, timeout: float = 180.0,
             cancelled: Callable[[], bool] = lambda: False,
@@ -101,6 +114,7 @@ def warm_up(spark: SparkSession, views: list[View], kafka: Mapping[str, Any],
     """
     from streamiq.pipeline.queries import sink_options
     from streamiq.pipeline.session import quiet
+    from streamiq.pipeline.stopnoise import stop_noise
 
     started = time.monotonic()
     ckpt = Path(tempfile.mkdtemp(prefix="streamiq-warmup-"))
@@ -126,7 +140,11 @@ def warm_up(spark: SparkSession, views: list[View], kafka: Mapping[str, Any],
     except Exception as exc:
         log.warning("warm-up incomplete (the first micro-batch will be slower): %s", exc)
     finally:
-        with quiet(spark):  # a real-time query's stop: Spark logs its tasks' aborts
+        # a real-time query's stop: Spark logs its tasks' aborts, and its shuffle readers'
+        # "fatal error"s come later, from Spark's threads (pipeline/stopnoise.py): dropped
+        # until the pipeline disarms the filter, once its own queries run
+        stop_noise(spark).arm()
+        with quiet(spark):
             for q in queries:
                 try:
                     q.stop()

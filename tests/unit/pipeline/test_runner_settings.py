@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -29,13 +30,16 @@ def _started(monkeypatch: pytest.MonkeyPatch, settings: Settings) -> list[str]:
     monkeypatch.setattr(Pipeline, "warm_up", lambda self: steps.append("warm_up"))
     monkeypatch.setattr(runner, "listen", lambda *a: steps.append("listener"))
     monkeypatch.setattr(runner, "topic_max_bytes", lambda *a: 1_000_000)
+    monkeypatch.setattr(runner, "stop_noise", lambda spark: SimpleNamespace(
+        disarm=lambda: steps.append("disarm")))
     p = Pipeline(settings, App(name="none", topics=(), views=()))
     p.start(spark=object())  # type: ignore[arg-type]  # no query: no Spark call
     return steps
 
 
 def test_the_warm_up_runs_unless_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert _started(monkeypatch, Settings(warmup=True)) == ["warm_up", "listener"]
+    # the warm-up's stop-noise filter is disarmed once the pipeline's queries run
+    assert _started(monkeypatch, Settings(warmup=True)) == ["warm_up", "listener", "disarm"]
     assert _started(monkeypatch, Settings(warmup=False)) == ["listener"]
 
 

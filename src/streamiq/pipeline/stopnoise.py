@@ -1,0 +1,167 @@
+"""Spark's errors that a stop the pipeline asked for provokes, dropped; every other kept.
+
+Stopping a real-time query kills its long-lived tasks. Each reader of a streaming
+shuffle then sees its connection to a writer close before the writer said "done", and
+Spark logs ``ERROR ErrorNotifier: A fatal error has occurred`` with that
+``SparkException`` ("Connection to streaming shuffle writer N closed before
+termination") and its stack: a dozen lines per reader, two dozen blocks for the
+warm-up's queries. They are logged from Netty's threads when the channel's close is
+handled, after ``StreamingQuery.stop()`` has returned, so turning Spark's log levels
+off around the stop and back on after raced with them: some starts printed ~330 lines
+of "fatal error" before "all parts ready".
+
+So a log4j2 filter is installed for the whole run (compiled in Spark's JVM by Janino,
+which Spark ships for its own code generation: no jar of ours, no ``javac``). It drops
+an event only when all hold: the filter is armed (the pipeline asked for a stop and its
+queries have not all been started again), the logger and the throwable's message are
+one of :data:`NOISE`. The same error while nothing is being stopped (a writer that
+died) still prints, and so does every other error during a stop.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["NOISE", "StopNoise", "stop_noise"]
+
+log = logging.getLogger("streamiq.pipeline")
+
+#: (logger, the throwable's message as a regex) of each error a requested stop provokes
+NOISE: tuple[tuple[str, str], ...] = (
+    ("org.apache.spark.util.ErrorNotifier",
+     r"Connection to streaming shuffle writer \d+ closed before termination"),
+)
+
+_CLASS = "streamiq.log.StopNoiseFilter"
+_SOURCE = """
+package streamiq.log;
+
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.regex.Pattern;
+import org.apache.logging.log4j.Level;
+import org.apache.logging.log4j.Marker;
+import org.apache.logging.log4j.core.Filter;
+import org.apache.logging.log4j.core.LogEvent;
+import org.apache.logging.log4j.core.Logger;
+import org.apache.logging.log4j.core.filter.AbstractFilter;
+import org.apache.logging.log4j.message.Message;
+
+public class StopNoiseFilter extends AbstractFilter {
+    private final Pattern noise;  // "<logger> <throwable's message>"
+    private volatile boolean armed;
+    private final AtomicLong dropped = new AtomicLong();
+
+    public StopNoiseFilter(String noise) {
+        super(Filter.Result.NEUTRAL, Filter.Result.NEUTRAL);
+        this.noise = Pattern.compile(noise);
+    }
+
+    public static StopNoiseFilter create(String noise) { return new StopNoiseFilter(noise); }
+
+    public void arm(boolean on) { armed = on; }
+    public boolean armed() { return armed; }
+    public long dropped() { return dropped.get(); }
+
+    public Filter.Result check(String logger, Level level, Throwable t) {
+        if (!armed || t == null || level != Level.ERROR || logger == null) {
+            return Filter.Result.NEUTRAL;
+        }
+        String message = t.getMessage();
+        if (message == null || !noise.matcher(logger + " " + message).matches()) {
+            return Filter.Result.NEUTRAL;
+        }
+        dropped.incrementAndGet();
+        return Filter.Result.DENY;
+    }
+
+    public Filter.Result filter(Logger l, Level level, Marker m, Object msg, Throwable t) {
+        return check(l.getName(), level, t);
+    }
+
+    public Filter.Result filter(Logger l, Level level, Marker m, Message msg, Throwable t) {
+        return check(l.getName(), level, t);
+    }
+
+    public Filter.Result filter(LogEvent e) {
+        return check(e.getLoggerName(), e.getLevel(), e.getThrown());
+    }
+}
+"""
+
+#: one filter per JVM (a process's SparkSessions share Spark's JVM), by py4j gateway
+_INSTALLED: dict[int, StopNoise] = {}
+
+
+def _pattern() -> str:
+    return "|".join(f"(?:{re.escape(logger)} {message})" for logger, message in NOISE)
+
+
+class StopNoise:
+    """The run's filter in Spark's JVM: :meth:`arm` before stopping queries of ours,
+    :meth:`disarm` once the pipeline's queries all run again (a stop's last errors
+    are logged some time after the stop returned: the window ends on that condition,
+    not after a delay)."""
+
+    def __init__(self, handle: Any) -> None:
+        self._filter = handle  # None: not installed
+
+    def arm(self) -> None:
+        if self._filter is not None:
+            self._filter.arm(True)
+
+    def disarm(self) -> None:
+        if self._filter is not None:
+            self._filter.arm(False)
+
+    @property
+    def armed(self) -> bool:
+        return self._filter is not None and bool(self._filter.armed())
+
+    @property
+    def dropped(self) -> int:
+        """Errors dropped so far in this JVM."""
+        return 0 if self._filter is None else int(self._filter.dropped())
+
+
+def stop_noise(spark: SparkSession) -> StopNoise:
+    """The JVM's filter, compiled and added to log4j2's configuration on first use (if
+    that fails, a warning and a filter that drops nothing: the start goes on)."""
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    assert gateway is not None
+    if id(gateway) not in _INSTALLED:
+        try:
+            handle = _install(gateway, spark.sparkContext._jvm)
+        except Exception as exc:  # e.g. another log4j2 implementation than core's
+            log.warning("Spark's errors at a requested stop will print (no filter: %s)", exc)
+            handle = None
+        _INSTALLED[id(gateway)] = StopNoise(handle)
+    return _INSTALLED[id(gateway)]
+
+
+def _install(gateway: Any, jvm: Any) -> Any:
+    compiler = jvm.org.codehaus.janino.SimpleCompiler()
+    compiler.cook(_SOURCE)
+    cls = compiler.getClassLoader().loadClass(_CLASS)
+    create = cls.getMethod("create", _array(gateway, jvm.java.lang.Class,
+                                            cls.forName("java.lang.String")))
+    handle = create.invoke(None, _array(gateway, jvm.java.lang.Object, _pattern()))
+    handle.start()
+    context = jvm.org.apache.logging.log4j.LogManager.getContext(False)
+    context.getConfiguration().addFilter(handle)
+    context.updateLoggers()
+    return handle
+
+
+def _array(gateway: Any, kind: Any, *items: Any) -> Any:
+    """A Java array of ``items`` (py4j passes a Python list as a java.util.List)."""
+    out = gateway.new_array(kind, len(items))
+    for i, item in enumerate(items):
+        out[i] = item
+    return out
