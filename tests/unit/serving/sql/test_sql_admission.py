@@ -134,6 +134,9 @@ def test_a_client_whose_password_is_being_checked_is_never_closed_for_newer_star
         release.set()
         thread.join(30)
         assert got == [(3,)]
+        exposed = {f.name: f.samples[0].value for f in srv.server.metrics()}
+        assert exposed["streamiq_sql_startups_evicted"] == 5  # each newer one closed one
+        assert exposed["streamiq_sql_startups"] == 1  # the newest, still asked its password
     finally:
         for s in held:
             s.close()
