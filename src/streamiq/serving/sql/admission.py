@@ -1,21 +1,23 @@
 """``Startups``: the SQL connections not authenticated yet, and which one makes room
 when they are too many.
 
-A startup (a socket, an asyncio task, a decoder: a few KiB) is cheap, so the bound is
-large (``--sql-max-startups``, 1,024; a quarter of it per client address) and a
-connection past it does not wait: the oldest startup of its address (or, when all
-startups are taken, of the busiest address) that has **not answered** its password
-request is closed to make room. A startup whose password has arrived is being checked
-and is never closed for another; a newcomer finding only such startups is refused.
-So a client that answers promptly is closed only if a quarter of the bound of newer
-startups from its own address arrive during its password round trip, however many
-connections a flood from that address (a NAT, a proxy, a BI server) keeps cycling; and
-startups that never send a password cannot lock anyone out, as each newcomer closes
-one of them. Each startup also has ``--sql-startup-timeout-s`` to finish.
+A startup (a socket, an asyncio task, a decoder: 3.2 KiB of the node's memory measured,
+``bench/bench_sql_startups.py``) is cheap, so the bound is large
+(``--sql-max-startups``, 1,024; a quarter of it per client address) and a connection
+past it does not wait: the oldest startup of its address (or, when all startups are
+taken, of the busiest address) that has **not answered** its password request is closed
+to make room (first one that has sent nothing yet, as a connection its client reset
+before the server read it). A startup whose password has arrived is being checked and is
+never closed for another; a newcomer finding only such startups is refused. So a client
+that answers promptly is closed only if a quarter of the bound of newer startups from
+its own address arrive during its password round trip: a flood of fewer connections from
+its address (a NAT, a proxy, a BI server) never closes it, however fast they cycle; and
+startups that never send a password cannot lock anyone out, as each newcomer closes one
+of them. Each startup also has ``--sql-startup-timeout-s`` to finish.
 
 The bound must fit the process's open files: ``fd_room`` raises the soft limit toward
-the hard one (as Go and the JVM do at start) and keeps the startups within half of
-what is left after the sessions.
+the hard one (as Go and the JVM do at start) and keeps the startups within half the
+limit less the sessions.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class Startup:
 
     address: str
     close: Callable[[Overloaded], None] = field(repr=False)
+    started: bool = False  # a message arrived (one reset before it was read: never)
     answered: bool = False  # its password arrived: being checked, never closed for another
 
 
@@ -79,7 +82,9 @@ class Startups:
             del self._by_address[startup.address]
 
     def _make_room(self, startups: dict[int, Startup]) -> None:
-        victim = next((s for s in startups.values() if not s.answered), None)
+        silent = (s for s in startups.values() if not (s.started or s.answered))
+        victim = next(silent, None) or next(
+            (s for s in startups.values() if not s.answered), None)
         if victim is None:
             raise Overloaded("too many connections are authenticating (--sql-max-startups), "
                              "all of them answering: try again", max_startups=self.bound)

@@ -189,6 +189,7 @@ class PgServer:
 
     async def _startup(self, wire: Wire, address: str, startup: Startup) -> Session | None:
         msg = await wire.next()
+        startup.started = True
         if isinstance(msg, m.GSSEncRequest):
             wire.send(m.GSSResponse(accepted=False))
             msg = await wire.next()

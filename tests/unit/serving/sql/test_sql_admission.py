@@ -43,6 +43,17 @@ def test_the_oldest_unanswered_startup_of_the_address_makes_room() -> None:
     assert len(startups) == 4 and startups.evicted == 1
 
 
+def test_a_connection_that_has_sent_nothing_makes_room_before_one_asked_its_password(
+        ) -> None:
+    closed, startups = _Closed(), Startups(bound=100, per_address=3)
+    startups.admit("10.0.0.1", closed.closer("asked")).started = True
+    startups.admit("10.0.0.1", closed.closer("silent"))  # or reset before it was read
+    startups.admit("10.0.0.1", closed.closer("asked too")).started = True
+    startups.admit("10.0.0.1", closed.closer("newcomer")).started = True
+    startups.admit("10.0.0.1", closed.closer("newcomer 2"))
+    assert [name for name, _ in closed] == ["silent", "asked"]
+
+
 def test_a_newcomer_is_refused_when_every_startup_of_its_address_is_answering() -> None:
     closed, startups = _Closed(), Startups(bound=100, per_address=2)
     for name in ("a", "b"):
