@@ -155,9 +155,11 @@ class Settings(BaseSettings):
         16, ge=1, le=10_000, description="Authenticated SQL sessions from one client address "
         "at once; more are refused (SQLSTATE 53300).")
     sql_max_startups: int = Field(
-        16, ge=2, le=10_000, description="SQL connections still authenticating at once (a "
-        "quarter of them from one address); past either bound the oldest of the busiest "
-        "address is closed to make room, so unfinished startups never lock clients out.")
+        1024, ge=2, le=100_000, description="SQL connections still authenticating at once (a "
+        "quarter of them from one address; a few KiB and one open file each). Past either "
+        "bound the oldest that has not answered its password request is closed (SQLSTATE "
+        "53300) to make room, never one that has: a client answering promptly gets in "
+        "through a flood of unfinished startups, even from its own address.")
     sql_startup_timeout_s: float = Field(
         10.0, gt=0, le=600, description="A SQL connection must authenticate within this many "
         "seconds of connecting, else it is closed.")

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
-import struct
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -26,6 +26,7 @@ import pytest
 from procs import HTTP, Deployment, Proc, free_port
 from psycopg import errors
 from sqlnodes import BAL, connect, metric, start_sql_nodes
+from startupflood import startup
 from updemo import until
 
 from streamiq.auth import mint
@@ -65,23 +66,13 @@ def nodes(bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
             p.stop()
 
 
-def _startup(sql_port: int, source: str) -> socket.socket:
-    """A connection from ``source`` that sends a startup message, reads the request for
-    a password and never answers it."""
-    s = socket.create_connection(("127.0.0.1", sql_port), timeout=10,
-                                 source_address=(source, 0))
-    params = b"user\x00attacker\x00database\x00streamiq\x00\x00"
-    s.sendall(struct.pack("!ii", 8 + len(params), 196608) + params)
-    return s
-
-
 def test_startups_without_a_password_never_lock_out_a_client(nodes: Nodes) -> None:
     """80 connections from another address and 20 from the client's own each send a
     startup message and never a password (more than the 64 session slots): a client
     with a token still connects and reads, from every node."""
     for _, sql, _ in nodes.started:
-        held = [_startup(sql, "127.0.0.2") for _ in range(80)]
-        held += [_startup(sql, "127.0.0.1") for _ in range(20)]
+        held = [startup(sql, "127.0.0.2") for _ in range(80)]
+        held += [startup(sql, "127.0.0.1") for _ in range(20)]
         try:
             with connect(sql, nodes.cluster.token) as conn:
                 assert conn.execute("SELECT balance FROM balances WHERE account = %s",
@@ -89,6 +80,51 @@ def test_startups_without_a_password_never_lock_out_a_client(nodes: Nodes) -> No
         finally:
             for s in held:
                 s.close()
+
+
+@contextlib.contextmanager
+def _helper(script: str, *args: object) -> Iterator[subprocess.Popen[str]]:
+    """A helper of tests/ in a process of its own, once it printed its first line
+    (``ready``, ``cycling``); stopped by its PID."""
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).parents[1] / script),
+                             *map(str, args)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() in ("ready",
+                                                                              "cycling")
+        yield proc
+    finally:
+        proc.terminate()
+        proc.wait(20)
+
+
+LINK_S = 0.1  # each way between the client and the node: a client across a network
+
+
+@pytest.mark.parametrize("size", [100, 20])
+def test_a_flood_of_startups_from_the_client_s_address_lets_it_in(nodes: Nodes,
+                                                                  size: int) -> None:
+    """While ``size`` startups that never send a password cycle from 127.0.0.1, a client
+    with a token whose connections come from 127.0.0.1 too (through a link delaying
+    every byte 100 ms each way, tests/delayproxy.py: the flood keeps arriving during
+    its password round trip) connects 5 times of 5 and reads each time: startups that
+    have not answered make room, never one that has. The code before closed the oldest
+    startup of the address, answering or not (issue 50): 4 of 5 refused with 100, 1 of
+    5 with 20 (2026-11-28, this machine)."""
+    _, sql, _ = nodes.started[0]
+    link = free_port()
+    refused: list[str] = []
+    with _helper("startupflood.py", sql, size) as flood, \
+            _helper("delayproxy.py", link, sql, LINK_S):
+        for _ in range(5):
+            try:
+                with connect(link, nodes.cluster.token) as conn:
+                    assert conn.execute("SELECT balance FROM balances WHERE account = %s",
+                                        (BAL[3]["account"],)).fetchall() == [
+                        (BAL[3]["balance"],)]
+            except psycopg.OperationalError as exc:
+                refused.append(str(exc).strip())
+        assert flood.poll() is None  # still cycling
+    assert not refused, f"{len(refused)} of 5 connections refused: {refused}"
 
 
 def test_a_token_expiring_mid_session_is_refused_on_its_next_statement(nodes: Nodes) -> None:

@@ -8,10 +8,11 @@ follows sees the views its token may read. What no client can take from the othe
 
 * **Slots.** A connection holds one of ``max_connections`` session slots only once its
   token is checked (53300 past it, or past ``max_per_address`` from one address).
-  Until then it is one of at most ``max_startups`` startups (a quarter of them per
-  address), each given ``startup_timeout_s`` to authenticate: a newcomer past either
-  bound closes the oldest startup of the busiest address (53300) instead of being
-  refused, so connections that never send a password cannot lock clients out.
+  Until then it is one of at most ``max_startups`` startups (``admission.py``: a
+  quarter of them per address, each given ``startup_timeout_s``): a newcomer past
+  either bound closes the oldest startup that has not answered its password request,
+  never one that has, so neither connections that never send a password nor a flood
+  from the client's own address keep out a client that answers promptly.
 * **Time.** A session that runs nothing for ``idle_timeout_s`` is closed (57P05); a
   statement runs at most ``statement_timeout_s`` (57014); a message longer than
   ``max_message_bytes`` is refused before it is parsed (54000) and its connection
@@ -30,7 +31,8 @@ import ssl
 import time
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from pygwire import PygwireError
@@ -44,6 +46,7 @@ from streamiq.errors import (
     StreamiqError,
     Unauthenticated,
 )
+from streamiq.serving.sql.admission import Startup, Startups, fd_room
 from streamiq.serving.sql.engine import Authenticate, Engine
 from streamiq.serving.sql.execute import Executor, Limits
 from streamiq.serving.sql.pool import SqlWorkers
@@ -64,7 +67,7 @@ class ServerBounds:
 
     max_connections: int = 64  # authenticated sessions
     max_per_address: int = 16  # authenticated sessions from one address
-    max_startups: int = 16  # connections not authenticated yet
+    max_startups: int = 1024  # connections not authenticated yet (a few KiB each)
     startup_timeout_s: float = 10.0
     idle_timeout_s: float = 900.0  # 0: sessions are never closed for idling
     statement_timeout_s: float = 30.0
@@ -74,13 +77,6 @@ class ServerBounds:
     @property
     def startups_per_address(self) -> int:
         return max(1, self.max_startups // 4)
-
-
-@dataclass
-class _Startup:
-    address: str
-    since: float
-    wire: Wire
 
 
 class PgServer:
@@ -97,12 +93,15 @@ class PgServer:
         self.catalogs = RemoteCatalogs(self.workers)
         self.sessions: dict[int, Session] = {}
         self._by_address: Counter[str] = Counter()  # sessions per client address
-        self._startups: dict[int, _Startup] = {}  # by id(wire), in arrival order
+        self._startups = Startups(self.bounds.max_startups, self.bounds.startups_per_address)
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def start(self, host: str, port: int) -> int:
         """Listen; the port bound (``port`` 0: any free one)."""
+        b = self.bounds = replace(self.bounds, max_startups=fd_room(
+            self.bounds.max_startups, self.bounds.max_connections))
+        self._startups = Startups(b.max_startups, b.startups_per_address)
         await self.workers.start()
         self._server = await asyncio.start_server(self._accept, host, port)
         bound: int = self._server.sockets[0].getsockname()[1]
@@ -114,6 +113,12 @@ class PgServer:
         yield from self.stats.metrics()
         yield GaugeMetricFamily("streamiq_sql_sessions", "SQL sessions open",
                                 value=len(self.sessions))
+        yield GaugeMetricFamily("streamiq_sql_startups", "SQL connections authenticating",
+                                value=len(self._startups))
+        yield CounterMetricFamily("streamiq_sql_startups_evicted", "SQL connections closed "
+                                  "before answering their password request, to make room "
+                                  "for newer ones (--sql-max-startups)",
+                                  value=self._startups.evicted)
         yield GaugeMetricFamily("streamiq_sql_workers", "SQL worker processes running",
                                 value=len(self.workers.pids))
         yield GaugeMetricFamily("streamiq_sql_waiting", "SQL requests waiting for a "
@@ -140,13 +145,15 @@ class PgServer:
         wire = Wire(reader, writer, self.bounds.max_message_bytes, self.stats)
         address = _address(wire)
         session: Session | None = None
-        self._admit(wire, address)
+        startup: Startup | None = None
         try:
             try:
+                startup = self._startups.admit(address, partial(self._evict, wire))
                 async with asyncio.timeout(self.bounds.startup_timeout_s):
-                    session = await self._startup(wire, address)
+                    session = await self._startup(wire, address, startup)
             finally:
-                self._startups.pop(id(wire), None)
+                if startup is not None:
+                    self._startups.done(startup)
             if session is not None:
                 await self._serve(wire, session)
         except (ConnectionError, asyncio.IncompleteReadError, TimeoutError, ssl.SSLError):
@@ -173,27 +180,16 @@ class PgServer:
             wire.error(exc, fatal=True)
             await wire.writer.drain()
 
-    def _admit(self, wire: Wire, address: str) -> None:
-        """Count a new connection among the startups, closing the oldest startup of its
-        address, or else of the busiest address, when either is full."""
-        b = self.bounds
-        mine = [s for s in self._startups.values() if s.address == address]
-        if len(mine) >= b.startups_per_address:
-            self._evict(mine[0])
-        elif len(self._startups) >= b.max_startups:
-            busiest = Counter(s.address for s in self._startups.values()).most_common(1)[0][0]
-            self._evict(next(s for s in self._startups.values() if s.address == busiest))
-        self._startups[id(wire)] = _Startup(address, time.monotonic(), wire)
-
-    def _evict(self, startup: _Startup) -> None:
-        self._startups.pop(id(startup.wire), None)
+    @staticmethod
+    def _evict(wire: Wire, error: Overloaded) -> None:
+        """Close a startup to make room for a newer one (``Startups``)."""
         with contextlib.suppress(ConnectionError, PygwireError, RuntimeError):
-            startup.wire.error(Overloaded("too many connections are authenticating: this "
-                                          "one waited longest"), fatal=True)
-        startup.wire.writer.close()
+            wire.error(error, fatal=True)
+        wire.writer.close()
 
-    async def _startup(self, wire: Wire, address: str) -> Session | None:
+    async def _startup(self, wire: Wire, address: str, startup: Startup) -> Session | None:
         msg = await wire.next()
+        startup.started = True
         if isinstance(msg, m.GSSEncRequest):
             wire.send(m.GSSResponse(accepted=False))
             msg = await wire.next()
@@ -211,7 +207,7 @@ class PgServer:
         if self.tls is not None and wire.writer.get_extra_info("ssl_object") is None:
             raise Unauthenticated("this server requires TLS (sslmode=require)")
         user = msg.params.get("user", "")
-        principal, password = await self._password(wire, user)
+        principal, password = await self._password(wire, user, startup)
         self._take_slot(address)
         return await self._open(wire, principal, msg.params, user, password)
 
@@ -225,12 +221,14 @@ class PgServer:
             raise Overloaded(f"sorry, too many clients already from {address}",
                              max_per_address=b.max_per_address)
 
-    async def _password(self, wire: Wire, user: str) -> tuple[Principal, str]:
+    async def _password(self, wire: Wire, user: str,
+                        startup: Startup) -> tuple[Principal, str]:
         wire.send(m.AuthenticationCleartextPassword())
         await wire.writer.drain()
         reply = await wire.next()
         if not isinstance(reply, m.PasswordMessage):
             raise Unauthenticated("expected a password message")
+        startup.answered = True  # being checked: never closed to make room for another
         raw = reply.password
         password = (raw.decode() if isinstance(raw, bytes) else raw).rstrip("\x00")
         try:
