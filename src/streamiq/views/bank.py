@@ -25,7 +25,8 @@ from streamiq.views.limits import AMOUNT, EVENT_TS
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-__all__ = ["APP", "BALANCES", "BALANCE_TYPE", "MAX_ACCOUNT_CHARS", "TOPIC", "TRANSFER_CHECKS"]
+__all__ = ["APP", "BALANCES", "BALANCE_TYPE", "MAX_ACCOUNT_CHARS", "TOPIC", "TRANSFER_CHECKS",
+           "legs"]
 
 TOPIC = "bank-transactions"
 #: the longest account a transfer names in ``to`` (ingest's ids are 1-64 characters)
