@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
 __all__ = ["DEAD_LETTER_TRIGGER", "MICRO_BATCH_SOURCE", "build_view_stream", "changelog_records",
-           "sink_options", "start_dead_letters", "start_view"]
+           "sink_options", "start_dead_letters", "start_view", "view_frame"]
 
 #: how often a dead-letter query looks for new input (dead letters need no milliseconds).
 #: Its batches are the pipeline's dearest (planning alone 500-900 ms: the reasons' many
@@ -58,23 +58,15 @@ def _source(spark: SparkSession, kafka: Mapping[str, Any], topics: Sequence[str]
     return reader.load()
 
 
-def build_view_stream(spark: SparkSession, view: View, kafka: Mapping[str, Any],
-                      max_offsets_per_trigger: int | None = None,
-                      topics: Sequence[str] | None = None,
-                      inputs: Sequence[Input] = (), micro_batch: bool = False,
-                      ticks: Ticks | None = None) -> DataFrame:
-    """The view's streaming rows: its columns (a ``window`` struct or its bounds), then
-    the position columns when ``inputs`` is given and the transform takes them.
-
-    ``topics``: the real input topic names (default ``view.source_topics``, unprefixed);
-    ``micro_batch``: the source is read by micro-batches (:data:`MICRO_BATCH_SOURCE`);
-    ``ticks``: fold ticks into rows of these keys (``ticks.py``; with ``inputs``, for a
-    view that :attr:`~streamiq.views.base.View.ticks_ok`), else ticks are dropped.
-    """
+def view_frame(raw: DataFrame, view: View, inputs: Sequence[Input] = (),
+               ticks: Ticks | None = None) -> DataFrame:
+    """The view's rows over Kafka rows ``raw`` (a stream, or a batch frame of the kafka
+    source's columns): its valid records, its transform, its columns, then the position
+    columns when ``inputs`` is given and the transform takes them. ``ticks``: fold ticks
+    into rows of these keys (``ticks.py``; with ``inputs``, for a view that
+    :attr:`~streamiq.views.base.View.ticks_ok`), else ticks are dropped."""
     from pyspark.sql import functions as F
 
-    raw = _source(spark, kafka, topics or view.source_topics, max_offsets_per_trigger,
-                  micro_batch)
     parsed = parse_input(raw, view).withColumn("_streamiq_tick", is_tick())
     folding = ticks is not None and bool(ticks.keys) and bool(inputs) and view.ticks_ok
     keep = (valid_column(view) | F.col("_streamiq_tick")) if folding else (
@@ -91,6 +83,21 @@ def build_view_stream(spark: SparkSession, view: View, kafka: Mapping[str, Any],
         out = view.transform(good, extra=positions.aggregates(inputs))
         return view_rows(out, view, positions.names(inputs))
     return view_rows(view.transform(good), view)
+
+
+def build_view_stream(spark: SparkSession, view: View, kafka: Mapping[str, Any],
+                      max_offsets_per_trigger: int | None = None,
+                      topics: Sequence[str] | None = None,
+                      inputs: Sequence[Input] = (), micro_batch: bool = False,
+                      ticks: Ticks | None = None) -> DataFrame:
+    """The view's streaming rows (:func:`view_frame`) from its input topics.
+
+    ``topics``: the real input topic names (default ``view.source_topics``, unprefixed);
+    ``micro_batch``: the source is read by micro-batches (:data:`MICRO_BATCH_SOURCE`).
+    """
+    raw = _source(spark, kafka, topics or view.source_topics, max_offsets_per_trigger,
+                  micro_batch)
+    return view_frame(raw, view, inputs, ticks)
 
 
 def changelog_records(rows: DataFrame, view: View, inputs: Sequence[Input] = (),

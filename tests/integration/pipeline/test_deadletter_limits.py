@@ -92,15 +92,9 @@ def test_orders_non_finite_and_out_of_range(spark: Any, view: View) -> None:
 
 def _run_plan(view: View, raw: Any) -> list[Any]:
     """What build_view_stream does, on a batch frame: parse, keep valid, transform."""
-    from pyspark.sql import functions as F
+    from streamiq.pipeline.queries import view_frame
 
-    from streamiq.pipeline.deadletter import field_names
-
-    good = parse_input(raw, view).where(valid_column(view)).select(
-        *[F.col(f"`{n}`") for n in field_names(view)], "kafka_timestamp")
-    if view.event_time:
-        good = good.withColumn("event_time", F.timestamp_millis(F.col(view.event_time)))
-    return view.transform(good).collect()
+    return view_frame(raw, view).collect()
 
 
 @pytest.mark.parametrize("view", [bank.BALANCES, orders.ORDER_COUNTS, orders.ORDER_COUNTS_1M])
