@@ -97,7 +97,7 @@ def _entry(forwarded: bool, part: str = "") -> Callable[[], None]:
     if part == "decide":
         app.__class__ = _DecideOnly
     protocol = _HttpOnly if part == "http" else HttpProtocol
-    proto = protocol(ServerState(app, HttpEdge(), app, 5.0))
+    proto = protocol(ServerState(app, HttpEdge(), app, keep_alive_s=5.0))
     client = _Sink()
     proto.connection_made(client)  # type: ignore[arg-type]
     conn, peer = _Conn(b"1"), _Sink()

@@ -13,6 +13,7 @@ from procs import free_port
 
 from streamiq.serving.http.fastpath import LeanLookups
 from streamiq.serving.http.http_limits import HttpEdge
+from streamiq.serving.http.leanserve import LeanPosts
 from streamiq.serving.http.protocol import HttpProtocol
 from streamiq.serving.http.server import HttpServer
 
@@ -22,15 +23,17 @@ __all__ = ["closed_by_server", "exchange", "read_response", "serving"]
 @asynccontextmanager
 async def serving(app: Any, edge: HttpEdge | None = None, lifespan: bool = False,
                   protocol: type[HttpProtocol] = HttpProtocol,
-                  grace_s: float = 5.0) -> AsyncIterator[int]:
+                  grace_s: float = 5.0, writes: LeanPosts | None = None
+                  ) -> AsyncIterator[int]:
     """``app`` behind the HTTP server as run_node runs it (the lean path when ``app`` is a
-    node's ``LeanLookups``), on a free port, until exit."""
+    node's ``LeanLookups``; ``writes``: the ingest's lean writes, as run_ingest gives
+    them), on a free port, until exit."""
     import socket
 
     port = free_port()
     sock = socket.create_server(("127.0.0.1", port))
     srv = HttpServer(app, edge=edge, lean=app if isinstance(app, LeanLookups) else None,
-                     lifespan=lifespan, protocol=protocol, grace_s=grace_s)
+                     writes=writes, lifespan=lifespan, protocol=protocol, grace_s=grace_s)
     task = asyncio.create_task(srv.serve(sock))
     try:
         while not srv.started:

@@ -610,6 +610,44 @@ def test_sigterm_to_the_process_group_stops_everything_and_a_second_up_resumes(
     assert sum(read.values()) < sum(sum(h.values()) for h in held.values()), (read, held)
 
 
+def _lean_answered(up: Up) -> float:
+    text = HTTP.get(f"http://127.0.0.1:{up.ingest_port}/metrics", timeout=30).text
+    return float(re.search(r"^streamiq_ingest_lean_answered_total (\S+)$", text,
+                           re.M).group(1))  # type: ignore[union-attr]
+
+
+def test_a_write_load_through_the_ingest_loses_no_acknowledged_write(up: Up) -> None:
+    """16 clients write at once through up's ingest (its writes on the lean path): each
+    write is acknowledged, answered on the lean path, and in the balances on every node."""
+    before = _lean_answered(up)
+    acked: Counter[str] = Counter()
+    failed: list[tuple[str, int, str]] = []
+    lock = threading.Lock()
+
+    def client(k: int) -> None:
+        with httpx.Client(headers=HEADERS, base_url=f"http://127.0.0.1:{up.ingest_port}",
+                          timeout=60) as c:
+            for i in range(100):
+                account, amount = f"load-{(k * 100 + i) % 150}", i % 7 + 1
+                r = c.post(f"/account/{account}", params={"amount": amount})
+                if r.status_code == 200 and r.json()["record"]["amount"] == amount:
+                    with lock:
+                        acked[account] += amount
+                else:
+                    failed.append((account, r.status_code, r.text[:200]))
+
+    clients = [threading.Thread(target=client, args=(k,)) for k in range(16)]
+    for t in clients:
+        t.start()
+    for t in clients:
+        t.join()
+    assert failed == [], failed[:5]
+    assert _lean_answered(up) - before == 1600
+    for port in up.node_ports:
+        until(partial(exact, port, dict(acked)), CONVERGE_S,
+              f"every acknowledged write visible on {port}")
+
+
 def test_sigterm_to_up_alone_while_writes_stream_in(up: Up) -> None:
     """A single SIGTERM to up's PID stops every part, with micro-batches in flight.
     The module's last test: it stops the shared up (started again by the test above)."""

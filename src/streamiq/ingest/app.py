@@ -1,9 +1,16 @@
 """The ingest service: validated writes to the input topics, answered with a position.
 
-``POST /account/{id}?amount=N`` (bank) and ``POST /orders`` (orders) produce a JSON
-record keyed like the view (account; store) with an idempotent producer and Kafka's
-default (murmur2) partitioner, and answer with the record's partition, offset and a
-position token usable for read-your-writes queries on any node.
+``POST /account/{id}?amount=N`` and ``POST /transfer?from=A&to=B&amount=N`` (bank)
+and ``POST /orders`` (orders) produce a JSON record keyed like the view (account, the
+account a transfer leaves; store) with an idempotent producer and Kafka's default
+(murmur2) partitioner, and answer with the record's partition, offset and a position
+token usable for read-your-writes queries on any node. A transfer is one record,
+``{"account": A, "to": B, "amount": N, "ts": ...}`` (a deposit without ``to``); its
+``to`` must differ from its ``from`` (``400 to: must differ from from``).
+
+The routes here are the reference and the OpenAPI description; ``run_ingest``'s server
+answers the writes they would accept on its lean path (``ingest/lean.py``: the same
+answer, without ASGI or pydantic per write) and sends these routes everything else.
 
 Input is refused with a 400 naming the field (``amount: Input should be ...``) when the
 pipeline would dead-letter it: amounts outside the bounds of ``streamiq.views.limits``
@@ -24,9 +31,7 @@ chunked), a head past 64 KiB or 100 fields 431, and a request not sent whole wit
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import threading
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -38,7 +43,10 @@ from pydantic import BaseModel, Field
 from streamiq._http import ApiError, install_error_handlers
 from streamiq.auth import Authenticator
 from streamiq.config import Settings
+from streamiq.errors import BadRequest
+from streamiq.ingest.lean import LeanWrites
 from streamiq.ingest.metrics import IngestCounters, Timed
+from streamiq.ingest.producer import Producer
 from streamiq.kafka.admin import ensure_topics
 from streamiq.kafka.clientlog import logged
 from streamiq.metrics import CONTENT_TYPE
@@ -48,7 +56,7 @@ from streamiq.views import bank, orders
 from streamiq.views.base import ID_PATTERN, App, load_app
 from streamiq.views.limits import AMOUNT, ORDER_AMOUNT
 
-__all__ = ["Order", "Producer", "create_ingest_app", "run_ingest"]
+__all__ = ["Order", "create_ingest_app", "run_ingest"]
 
 log = logging.getLogger("streamiq.ingest")
 
@@ -62,52 +70,6 @@ class Order(BaseModel):
     type: Literal["GENERAL", "RESTAURANT"]
     amount: float = Field(strict=True, ge=ORDER_AMOUNT.lo, le=ORDER_AMOUNT.hi,
                           allow_inf_nan=False)
-
-
-class Producer:
-    """An idempotent confluent-kafka producer with awaitable deliveries."""
-
-    def __init__(self, conf: dict[str, Any]) -> None:
-        from confluent_kafka import Producer as _Producer
-
-        self._p = _Producer({"enable.idempotence": True, "partitioner": "murmur2_random",
-                             "linger.ms": 1, **conf})
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll, name="ingest-poll", daemon=True)
-        self._thread.start()
-
-    def _poll(self) -> None:
-        while not self._stop.is_set():
-            self._p.poll(0.05)
-
-    async def send(self, topic: str, key: str, value: dict[str, Any]) -> tuple[int, int]:
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[tuple[int, int]] = loop.create_future()
-
-        def done(err: Any, msg: Any) -> None:
-            if err is not None:
-                loop.call_soon_threadsafe(_fail, fut, RuntimeError(str(err)))
-            else:
-                loop.call_soon_threadsafe(_ok, fut, (msg.partition(), msg.offset()))
-
-        self._p.produce(topic, key=key.encode(), value=json.dumps(value).encode(),
-                        on_delivery=done)
-        return await fut
-
-    def close(self) -> None:
-        self._p.flush(10)
-        self._stop.set()
-        self._thread.join(2)
-
-
-def _ok(fut: asyncio.Future[tuple[int, int]], value: tuple[int, int]) -> None:
-    if not fut.done():
-        fut.set_result(value)
-
-
-def _fail(fut: asyncio.Future[tuple[int, int]], exc: Exception) -> None:
-    if not fut.done():
-        fut.set_exception(exc)
 
 
 def create_ingest_app(settings: Settings, app_def: App | None = None) -> FastAPI:
@@ -132,6 +94,8 @@ def create_ingest_app(settings: Settings, app_def: App | None = None) -> FastAPI
     # what run_ingest's protocol checks before a body is read (serving/http/http_limits.py)
     app.state.http_edge = HttpEdge(settings.request_read_timeout_s, gate=_token_gate(auth),
                                    refusals=counters.unread)
+    # the write routes without ASGI, on run_ingest's server (ingest/lean.py)
+    app.state.lean_writes = LeanWrites(settings, app_def.topics, auth, counters, state)
 
     async def writer(request: Request) -> None:
         """Writes need a token with the ``ingest`` scope (streamiq/auth.py)."""
@@ -161,6 +125,23 @@ def create_ingest_app(settings: Settings, app_def: App | None = None) -> FastAPI
         ) -> dict[str, Any]:
             record = {"account": account, "amount": amount, "ts": int(time.time() * 1000)}
             return await send(bank.TOPIC, account, record)
+
+        @app.post("/transfer", tags=["bank"], dependencies=guard,
+                  summary="Move an amount from one account to another (one record, keyed "
+                          "by the account it leaves)")
+        async def transfer(
+            source: Annotated[str, Query(alias="from", pattern=ID_PATTERN,
+                                         description="The account debited")],
+            to: Annotated[str, Query(pattern=ID_PATTERN, description="The account credited")],
+            amount: Annotated[int, Query(ge=AMOUNT.lo, le=AMOUNT.hi,
+                                         description="Amount (integer)")],
+        ) -> dict[str, Any]:
+            if source == to:
+                raise BadRequest("to: must differ from from", problems=[
+                    "to: must differ from from"])
+            record = {"account": source, "to": to, "amount": amount,
+                      "ts": int(time.time() * 1000)}
+            return await send(bank.TOPIC, source, record)
 
     if orders.TOPIC in app_def.topics:
         @app.post("/orders", tags=["orders"], summary="Record an order", dependencies=guard)
@@ -195,9 +176,11 @@ def _token_gate(auth: Authenticator) -> Gate:
     return gate
 
 
-def run_ingest(settings: Settings) -> None:
+def run_ingest(settings: Settings, *, lean: bool = True) -> None:
     """Serve the ingest until SIGINT/SIGTERM (``serving/http/server.py``, the nodes' HTTP
-    server without their lean path): exits 3 when its port is taken or it cannot start."""
+    server, its writes on the lean path: ``ingest/lean.py``; ``lean=False``: the FastAPI
+    routes answer them, as before, for bench/bench_write_load.py): exits 3 when its port
+    is taken or it cannot start."""
     import socket
     import sys
 
@@ -217,7 +200,7 @@ def run_ingest(settings: Settings) -> None:
         sys.exit(3)
     print(f"streamiq ingest listening on {scheme(settings)}://{host}:{port}", flush=True)
     server = HttpServer(app, edge=app.state.http_edge, ssl_context=server_context(settings),
-                        signals=True)
+                        writes=app.state.lean_writes if lean else None, signals=True)
     with sock:
         code = run(server.serve(sock))
     if code:

@@ -1,6 +1,6 @@
 """The ingest service's Prometheus metrics (``GET /metrics``): writes acknowledged per
-topic, refused (those refused before they were read whole also by reason), failed, and
-the latency of each write route."""
+topic (and how many of them the lean path answered), refused (those refused before they
+were read whole also by reason), failed, and the latency of each write route."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ class IngestCounters:
     refused: int = 0  # write requests the app answered 4xx (bad input, no or wrong token)
     unread: Refusals = field(default_factory=Refusals)  # refused by the protocol, by reason
     failed: int = 0  # writes the broker did not acknowledge (503)
+    lean: int = 0  # acknowledged writes answered on the lean path (ingest/lean.py)
     latency: Latency = field(default_factory=lambda: Latency(("route", "code")))
 
     def render(self) -> Callable[[], bytes]:
@@ -46,6 +47,8 @@ class IngestCounters:
         yield unread
         yield CounterMetricFamily("streamiq_ingest_refused", "Write requests refused with a "
                                   "4xx", value=self.refused + sum(self.unread.counts.values()))
+        yield CounterMetricFamily("streamiq_ingest_lean_answered", "Acknowledged writes "
+                                  "answered on the lean path (no ASGI)", value=self.lean)
         yield CounterMetricFamily("streamiq_ingest_failed",
                                   "Writes the broker did not acknowledge", value=self.failed)
 
@@ -63,7 +66,8 @@ class Timed:
         if scope["type"] != "http" or scope["method"] != "POST":
             await self.app(scope, receive, send)
             return
-        route = "/orders" if scope["path"] == "/orders" else "/account/{account}"
+        path = scope["path"]
+        route = path if path in ("/orders", "/transfer") else "/account/{account}"
         t0, status = perf_counter(), [500]
 
         async def timed_send(message: Message) -> None:

@@ -128,3 +128,5 @@ def test_run_ingest_serves_with_the_limits(monkeypatch: pytest.MonkeyPatch) -> N
     assert edge is server.state.app.state.http_edge  # type: ignore[attr-defined]
     assert edge.request_read_timeout_s == 7.5 and edge.gate is not None
     assert server.signals and server.state.lean is None
+    # its writes on the lean path (ingest/lean.py), which shares the app's counters
+    assert server.state.writes is server.state.app.state.lean_writes  # type: ignore[attr-defined]

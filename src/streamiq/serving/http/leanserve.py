@@ -1,16 +1,23 @@
 """A connection's answers on the lean path (``fastpath.py``): a key lookup answered
-without ASGI, in one write.
+without ASGI, in one write; and a write (``LeanPosts``: the ingest's) answered from a
+callback once its body is read.
 
 ``HttpProtocol`` (``protocol.py``) starts each request here: a local lookup is answered
 inside the parser callback; one forwarded on a pooled connection from the hop's
 ``data_received`` (``PENDING``, then ``_lean_answered``); a hop that must connect or wait
 for a slot in a task; anything the lean path declines goes to the app as ASGI.
+
+A POST a ``LeanPosts`` takes (``route`` from its head) waits for its body (at most
+``LEAN_BODY_BYTES``; past that, or with ``Expect: 100-continue``, the app answers), then
+its route is called with the whole body and answers through a callback (the ingest's:
+when the broker acknowledged the record), or declines: the app answers it, body and all
+(the full route owns every refusal's wording).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from functools import partial
 from time import perf_counter
 from typing import TYPE_CHECKING, Any, Protocol, cast
@@ -32,7 +39,21 @@ class _Shared(Protocol):
     @property
     def default_headers(self) -> bytes: ...
 
-__all__ = ["LeanServing"]
+__all__ = ["LEAN_BODY_BYTES", "LeanPosts", "LeanServing", "PostRoute"]
+
+LEAN_BODY_BYTES = 16384  # a lean write's largest body; a larger one goes to the app
+
+#: A lean write's route, called once its body is read whole: it answers through the
+#: callback, now or later (None: the app answers the request instead).
+PostRoute = Callable[[Cycle, Callable[[Answer | None], None]], None]
+
+
+class LeanPosts(Protocol):
+    """The writes a server answers without ASGI (the ingest's ``ingest/lean.py``); the
+    server's app answers what they decline."""
+
+    def route(self, cycle: Cycle) -> PostRoute | None:
+        """The route of a POST from its head alone (None: the app answers it)."""
 
 
 class LeanServing:
@@ -41,6 +62,8 @@ class LeanServing:
 
     state: _Shared
     lean: LeanLookups | None
+    writes: LeanPosts | None
+    posting: tuple[Cycle, PostRoute] | None  # a lean write waiting for its body
     current: Cycle | None
     transport: asyncio.Transport
     loop: asyncio.AbstractEventLoop
@@ -56,6 +79,14 @@ class LeanServing:
         self.current = cycle
         lean = self.lean
         if lean is None:
+            writes = self.writes
+            if writes is not None and cycle.method == "POST" and not cycle.continue_:
+                route = writes.route(cycle)
+                if route is not None:
+                    self.posting = (cycle, route)
+                    if not cycle.more_body:  # read whole already (it was pipelined)
+                        self.posted()
+                    return
             self._run(cycle, self.state.app)
             return
         if cycle.method == "GET" and not cycle.query:
@@ -86,14 +117,42 @@ class LeanServing:
             self._run(cycle, self.lean.app)
 
 
+    # --- a lean write (LeanPosts) ---
+
+    def posted(self) -> None:
+        """The lean write's body is read whole: its route answers."""
+        assert self.posting is not None
+        cycle, route = self.posting
+        self.posting = None
+        route(cycle, partial(self._post_answered, cycle))
+
+    def post_body(self, cycle: Cycle) -> None:
+        """More of a lean write's body was read: past ``LEAN_BODY_BYTES`` the app takes
+        the request (its ``receive`` gives what was read, then the rest)."""
+        if len(cycle.body) > LEAN_BODY_BYTES:
+            self.posting = None
+            self._run(cycle, self.state.app)
+
+    def _post_answered(self, cycle: Cycle, answer: Answer | None) -> None:
+        if answer is not None:
+            self._write_answer(cycle, answer)
+        elif cycle.busy:
+            self._run(cycle, self.state.app)
+
     def _respond(self, cycle: Cycle, answer: Answer) -> None:
+        """A lean lookup's answer, timed."""
+        if not cycle.busy:
+            return
+        if self._latency is not None:
+            self._latency.observe(("lookup", served_of("lookup", cycle.headers, answer[2])),
+                                  perf_counter() - cycle.t0)
+        self._write_answer(cycle, answer)
+
+    def _write_answer(self, cycle: Cycle, answer: Answer) -> None:
         """A lean answer: the whole response in one write."""
         if not cycle.busy:
             return
         status, body, headers = answer
-        if self._latency is not None:
-            self._latency.observe(("lookup", served_of("lookup", cycle.headers, headers)),
-                                  perf_counter() - cycle.t0)
         out = [STATUS_LINE[status], self.state.default_headers]
         for name, value in headers:
             out += (name, b": ", value, b"\r\n")

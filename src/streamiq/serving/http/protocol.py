@@ -51,7 +51,7 @@ from streamiq.serving.http.http_limits import (
     head_too_large,
     refusal,
 )
-from streamiq.serving.http.leanserve import LeanServing
+from streamiq.serving.http.leanserve import LeanPosts, LeanServing
 from streamiq.serving.peer.server import PeerConnection
 
 __all__ = ["HttpProtocol", "ServerState"]
@@ -67,6 +67,7 @@ class ServerState:
     app: ASGIApp
     edge: HttpEdge = field(default_factory=HttpEdge)
     lean: LeanLookups | None = None
+    writes: LeanPosts | None = None  # writes answered without ASGI (the ingest's)
     keep_alive_s: float = 5.0
     default_headers: bytes = b"server: streamiq\r\n"
     app_state: dict[str, Any] = field(default_factory=dict)  # the lifespan's state
@@ -85,6 +86,8 @@ class HttpProtocol(LeanServing, Flow, asyncio.Protocol):
         self.loop = asyncio.get_running_loop()
         self.edge = state.edge
         self.lean = state.lean
+        self.writes = state.writes
+        self.posting = None
         self.parser = httptools.HttpRequestParser(self)
         self.parser.set_dangerous_leniencies(lenient_data_after_close=True)
         self.transport: asyncio.Transport = None  # type: ignore[assignment]
@@ -258,6 +261,8 @@ class HttpProtocol(LeanServing, Flow, asyncio.Protocol):
         if cycle is None or not cycle.busy:
             return
         cycle.body += body
+        if self.posting is not None and self.posting[0] is cycle:
+            self.post_body(cycle)
         if len(cycle.body) > _BODY_BUFFER:
             self._pause_reading()
         cycle.wake()
@@ -270,6 +275,8 @@ class HttpProtocol(LeanServing, Flow, asyncio.Protocol):
         if self.reading is not None:
             self.reading.more_body = False
             self.reading.wake()
+            if self.posting is not None and self.posting[0] is self.reading:
+                self.posted()
 
     # --- answering (the lean path: leanserve.py) ---
 

@@ -37,6 +37,7 @@ import uvloop
 from streamiq.serving.http.asgi import ASGIApp
 from streamiq.serving.http.fastpath import LeanLookups
 from streamiq.serving.http.http_limits import HttpEdge
+from streamiq.serving.http.leanserve import LeanPosts
 from streamiq.serving.http.protocol import HttpProtocol, ServerState
 
 __all__ = ["STARTUP_FAILED", "HttpServer", "run"]
@@ -59,10 +60,11 @@ class HttpServer:
     """One listening socket served until stopped."""
 
     def __init__(self, app: ASGIApp, *, edge: HttpEdge | None = None,
-                 lean: LeanLookups | None = None, ssl_context: ssl.SSLContext | None = None,
+                 lean: LeanLookups | None = None, writes: LeanPosts | None = None,
+                 ssl_context: ssl.SSLContext | None = None,
                  lifespan: bool = True, grace_s: float = 5.0, keep_alive_s: float = 5.0,
                  signals: bool = False, protocol: type[HttpProtocol] = HttpProtocol) -> None:
-        self.state = ServerState(app, edge or HttpEdge(), lean, keep_alive_s)
+        self.state = ServerState(app, edge or HttpEdge(), lean, writes, keep_alive_s)
         self.ssl = ssl_context
         self.lifespan = Lifespan(app, self.state.app_state) if lifespan else None
         self.grace_s = grace_s
