@@ -66,7 +66,7 @@ def make_app(root: Path, settings: Settings | None = None, store: StoreKind = "m
         partitions={"balances": 3, "order_counts": 3, "order_counts_1m": 3}, stores=stores,
         router=FakeRouter(),
         endpoint=ME, membership=StaticMembership(ME), holds=lambda v, q: v != "order_counts",
-        lag=lambda v, q: 0, freshness=lambda: {})
+        lag=lambda v, q: 0, freshness=lambda: {}, tick_topics={"balances": {"bank-transactions"}})
     return create_asgi(settings, node=node)  # type: ignore[arg-type]
 
 

@@ -165,6 +165,10 @@ async def test_a_view_scoped_token_sees_the_metadata_of_its_views_only(meta_app:
 async def test_the_cluster_scope_sees_everything(meta_app: Any, auth: str) -> None:
     views = await _get(meta_app, "/v1/views", auth)
     assert {v["name"] for v in views["views"]} == set(meta_app.deps.node.views)
+    # what answers a position: ticks where the catalog says the view's inputs tick
+    bound = {v["name"]: (v["position_bound"], v["tick_topics"]) for v in views["views"]}
+    assert bound["balances"] == ("tick", ["bank-transactions"])
+    assert bound["order_counts_1m"] == ("batch", [])
     cluster = await _get(meta_app, "/v1/cluster", auth)
     assert cluster == {"self": ME, **META, "health": HEALTH}
     snap = await _get(meta_app, "/v1/dashboard", auth)
