@@ -12,13 +12,14 @@ import json
 import os
 import sys
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import Any
 
 import httpx
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
+
+from streamiq._saved import find_token, saved_file
 
 __all__ = ["CliError", "add_address", "add_token", "auth_headers", "cell", "console",
            "parse_addresses", "print_json", "reason", "rows_table", "saved_file"]
@@ -55,21 +56,8 @@ def add_token(p: argparse.ArgumentParser) -> None:
 def auth_headers(args: argparse.Namespace) -> dict[str, str]:
     """The Authorization header: --token, else STREAMIQ_TOKEN, else the token file
     ``streamiq up`` wrote (next to STREAMIQ_STATE_DIR, default .streamiq/state)."""
-    token = getattr(args, "token", None) or os.environ.get("STREAMIQ_TOKEN") or _saved_token()
+    token, _ = find_token(getattr(args, "token", None))
     return {"authorization": f"Bearer {token}"} if token else {}
-
-
-def saved_file(name: str) -> Path:
-    """A file ``streamiq up`` keeps beside its state directory (STREAMIQ_STATE_DIR,
-    default .streamiq/state): ``token``, ``jwt-secret``, ``up.json``."""
-    return Path(os.environ.get("STREAMIQ_STATE_DIR") or ".streamiq/state").parent / name
-
-
-def _saved_token() -> str | None:
-    try:
-        return saved_file("token").read_text().strip() or None
-    except OSError:
-        return None
 
 
 def parse_addresses(raw: str, several: bool = False) -> str:

@@ -21,7 +21,6 @@ from streamiq.cli.common import (
     CliError,
     add_address,
     add_token,
-    auth_headers,
     cell,
     console,
     print_json,
@@ -174,7 +173,8 @@ def run(args: argparse.Namespace) -> int:
     mode = mode_of(args)
     timeout = 10.0 + (args.wait_ms or 5000) / 1000
     try:
-        with Client(args.node, timeout=timeout, headers=auth_headers(args)) as c:
+        # the token found as auth_headers finds it, the client saying which one a 401 refused
+        with Client(args.node, timeout=timeout, token=args.token) as c:
             doc = _ask(c, args)
             last = c.last
     except QueryError as exc:

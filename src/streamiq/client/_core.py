@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import random
 import time
 from collections.abc import Iterable, Sequence
@@ -26,6 +25,8 @@ from urllib.parse import quote
 
 import httpx
 
+from streamiq._saved import find_token
+from streamiq.client._errors import TRANSIENT, QueryError
 from streamiq.kafka.partitioner import partition_for
 
 __all__ = ["QueryError", "Served", "Spec", "SseReader", "segment", "with_token"]
@@ -38,26 +39,20 @@ RETRYABLE = (421, 429)
 
 def with_token(headers: dict[str, str] | None, token: str | None) -> dict[str, str]:
     """``headers`` plus ``Authorization: Bearer`` with ``token`` (default: the
-    ``STREAMIQ_TOKEN`` environment variable; none when neither is set)."""
-    token = token or os.environ.get("STREAMIQ_TOKEN")
+    ``STREAMIQ_TOKEN`` environment variable, else the demo token ``streamiq up`` saved in
+    ``.streamiq/token``, as the CLI finds it; none when there is none)."""
+    return _authorized(headers, token)[0]
+
+
+def _authorized(headers: dict[str, str] | None, token: str | None) -> tuple[dict[str, str], str]:
+    """``with_token``'s headers and where their token came from ("" for none)."""
     out = dict(headers or {})
-    if token and not any(k.lower() == "authorization" for k in out):
+    if any(k.lower() == "authorization" for k in out):
+        return out, "the authorization header given"
+    token, source = find_token(token)
+    if token:
         out["authorization"] = f"Bearer {token}"
-    return out
-
-
-class QueryError(Exception):
-    """A 4xx/5xx answer: ``code`` is the problem document's machine-readable code (e.g.
-    ``NOT_ACTIVE``), ``detail`` its message, ``body`` the whole document."""
-
-    def __init__(self, http_status: int, body: Any) -> None:
-        self.http_status = http_status
-        self.body = body
-        doc = body if isinstance(body, dict) else {}
-        self.code: str = str(doc.get("code") or ("PARTIAL" if doc.get("status") == "PARTIAL"
-                                                 else "ERROR"))
-        self.detail: str = str(doc.get("detail", body))
-        super().__init__(f"{http_status} {self.code}: {self.detail}")
+    return out, source
 
 
 class Backoff:
@@ -186,6 +181,12 @@ class _Base:
         self._down: dict[str, float] = {}
         self._rr = 0
         self.last: Served | None = None
+        self._token_from = ""  # where the token sent came from, for a 401's message
+
+    def _auth(self, headers: dict[str, str] | None, token: str | None) -> dict[str, str]:
+        """The headers every request carries, the token found as ``with_token`` does."""
+        out, self._token_from = _authorized(headers, token)
+        return out
 
     # -- metadata --
     def _needs_refresh(self) -> bool:
@@ -261,8 +262,19 @@ class _Base:
                 and body.get("code") == "NOT_FOUND":
             return None
         if r.status_code >= 400:
-            raise QueryError(r.status_code, body)
+            raise QueryError(r.status_code, body, node, self._token_from)
         return body
+
+    def _meta_doc(self, node: str, r: httpx.Response) -> Any:
+        """A metadata answer's document; a refusal (401, 403, a 404 from something that
+        is not a streamiq node) raised at once as ``QueryError``, since no other node of
+        the same cluster answers it otherwise; a node that cannot answer now (421, 429,
+        5xx) is a ValueError: the next one is asked."""
+        if r.status_code >= 400 and r.status_code not in TRANSIENT and r.status_code < 500:
+            self._result(node, r, False)
+        if r.status_code >= 400:
+            raise ValueError(f"{node} answered {r.status_code}")
+        return r.json()
 
     # -- request specs --
     @staticmethod

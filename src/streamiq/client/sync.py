@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from streamiq.client._core import Backoff, QueryError, Spec, SseReader, _Base, with_token
+from streamiq.client._core import Backoff, QueryError, Spec, SseReader, _Base
 
 __all__ = ["Client"]
 
@@ -22,9 +22,13 @@ class Client(_Base):
 
     ``nodes`` are seed addresses (``host:port``, comma-separated or a list); the rest
     of the cluster is learned from ``/v1/cluster``. ``token`` (default: the
-    ``STREAMIQ_TOKEN`` environment variable) goes with every request as a bearer token,
-    and so do ``headers``. Seeds written ``https://host:port`` mean a cluster serving TLS;
-    ``verify`` is a CA bundle's path (or False). ``client.last`` says who answered the
+    ``STREAMIQ_TOKEN`` environment variable, else the demo token ``streamiq up`` saved in
+    ``.streamiq/token``, found as the CLI finds it) goes with every request as a bearer
+    token, and so do ``headers``. A refusal (400, 401, 403, 404...) is raised at once as
+    ``QueryError``, saying for 401/403 which token was sent and how to get one;
+    ``QueryError.transient`` tells what may pass by asking again. Seeds written
+    ``https://host:port`` mean a cluster serving TLS; ``verify`` is a CA bundle's path
+    (or False). ``client.last`` says who answered the
     last request and with how many hops. One connection pool with keep-alive per client.
     """
 
@@ -36,7 +40,7 @@ class Client(_Base):
         super().__init__(nodes, metadata_ttl)
         self.retries = retries
         self._http = httpx.Client(
-            headers=with_token(headers, token), timeout=httpx.Timeout(timeout, connect=1.0),
+            headers=self._auth(headers, token), timeout=httpx.Timeout(timeout, connect=1.0),
             limits=httpx.Limits(max_connections=max_connections,
                                 max_keepalive_connections=max_connections),
             verify=verify, transport=transport)
@@ -52,12 +56,14 @@ class Client(_Base):
 
     # -- plumbing --
     def refresh(self) -> None:
-        """Reload partition counts and ownership from the first node that answers."""
+        """Reload partition counts and ownership from the first node that answers; a
+        refusal (401, 403...) is raised at once, before any other request."""
         for node in self._meta_order():
             try:
                 got_views = self._http.get(f"{self.scheme}://{node}/v1/views")
+                views = self._meta_doc(node, got_views)
                 got_cluster = self._http.get(f"{self.scheme}://{node}/v1/cluster")
-                views, cluster = got_views.json(), got_cluster.json()
+                cluster = self._meta_doc(node, got_cluster)
             except (httpx.HTTPError, ValueError):
                 self._failed(node)
                 continue
@@ -88,7 +94,7 @@ class Client(_Base):
                 self.refresh()
                 continue
             if r.status_code == 421:  # the node does not hold it: our map is stale
-                error = QueryError(421, r.json())
+                error = QueryError(421, r.json(), node)
                 self._stale = True
                 self.refresh()
                 continue

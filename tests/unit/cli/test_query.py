@@ -116,7 +116,7 @@ def test_server_error_is_one_line_exit_1(monkeypatch: pytest.MonkeyPatch,
         404, {"code": "UNKNOWN_VIEW", "detail": "unknown view 'nope'"}, 0)})
     assert run_cli(monkeypatch, t, ["query", "nope", "k"]) == 1
     assert capsys.readouterr().err == \
-        "streamiq: error: 404 UNKNOWN_VIEW: unknown view 'nope'\n"
+        f"streamiq: error: 404 UNKNOWN_VIEW: unknown view 'nope' (from {NODE})\n"
 
 
 def test_scan_and_aggregate_pass_the_api_parameters(monkeypatch: pytest.MonkeyPatch,

@@ -1,6 +1,9 @@
-"""The client sends a bearer token: given, or from STREAMIQ_TOKEN."""
+"""The client sends a bearer token: given, or from STREAMIQ_TOKEN, or the demo token
+``streamiq up`` saved (``.streamiq/token``, as the CLI finds it)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import httpx
 import pytest
@@ -10,9 +13,12 @@ from streamiq.client._core import with_token
 
 
 def test_the_token_comes_from_the_argument_or_the_environment(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("STREAMIQ_TOKEN", raising=False)
+    monkeypatch.setenv("STREAMIQ_STATE_DIR", str(tmp_path / "state"))
     assert with_token(None, None) == {}
+    (tmp_path / "token").write_text("saved-t\n")  # what up saved beside its state dir
+    assert with_token(None, None) == {"authorization": "Bearer saved-t"}
     assert with_token({"x": "1"}, "t") == {"x": "1", "authorization": "Bearer t"}
     monkeypatch.setenv("STREAMIQ_TOKEN", "env-t")
     assert with_token(None, None) == {"authorization": "Bearer env-t"}
