@@ -314,10 +314,8 @@ class Materializer:
             if k == MARKER_HEADER:
                 offsets = parse_marker(m.value())
                 self.ends.check(offsets)
-                for t, po in offsets.items():
-                    cur = position.setdefault(t, {})
-                    for part, off in po.items():
-                        cur[part] = max(cur.get(part, 0), off)
+                merge(position, {(t, part): off for t, po in offsets.items()
+                                 for part, off in po.items()})
                 return True
             if k == POSITION_HEADER:
                 pos = v

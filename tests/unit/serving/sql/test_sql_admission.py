@@ -8,7 +8,6 @@ import asyncio
 import logging
 import resource
 import socket
-import struct
 import threading
 from collections.abc import Callable, Iterator
 
@@ -17,6 +16,7 @@ import pytest
 import sqlfake
 from sqlfake import FakeEngine, ServerThread, balances
 from sqlviews import VIEWS
+from startupflood import startup
 
 from streamiq.auth import Principal
 from streamiq.errors import Overloaded
@@ -116,9 +116,7 @@ def slow_server() -> Iterator[tuple[ServerThread, threading.Event, threading.Eve
 
 
 def _startup(port: int) -> socket.socket:
-    s = socket.create_connection(("127.0.0.1", port), timeout=10)
-    params = b"user\x00attacker\x00\x00"
-    s.sendall(struct.pack("!ii", 8 + len(params), 196608) + params)
+    s = startup(port)  # tests/startupflood.py: a startup message, never a password
     assert s.recv(9)[:1] == b"R"  # the password is asked
     return s
 
