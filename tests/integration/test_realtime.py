@@ -90,12 +90,16 @@ def test_every_read_with_a_position_is_answered_without_a_marker(cluster: Any) -
     cluster.pipeline_ready(pipe)
     assert "mode=real-time" in pipe.log()
     with httpx.Client(timeout=120) as c:
-        c.post(f"http://127.0.0.1:{ingest}/account/rt-other", params={"amount": 1})
+        # a position names one input partition: the client's reads carry both writes'
+        # (the accounts may hash to different partitions, read apart by real-time mode)
+        other = c.post(f"http://127.0.0.1:{ingest}/account/rt-other",
+                       params={"amount": 1}).json()["position"]
         for i, port in enumerate(ports):
             w = c.post(f"http://127.0.0.1:{ingest}/account/rt-mine",
                        params={"amount": 10}).json()
             mine = 10 * (i + 1)
-            at: dict[str, str | int] = {"position": w["position"], "wait_ms": 60_000}
+            at: dict[str, str | int] = {"position": f"{other},{w['position']}",
+                                        "wait_ms": 60_000}
             base = f"http://127.0.0.1:{port}/v1/views/balances"
             r = c.get(f"http://127.0.0.1:{port}/account/rt-mine", params=at)
             assert r.status_code == 200, r.text

@@ -7,6 +7,12 @@ the ``streamiq.kafka.client`` logger, which keeps the first line of each kind (l
 level and librdkafka facility, such as ``FAIL``) per ``INTERVAL_S`` and names how many
 it held back in the next one. The lines then take the process's log format (JSON or
 text) like every other line.
+
+confluent-kafka hands a client's lines over only when the client is polled. A client
+used now and then (the pipeline's marker producer, once a batch; a node's tick producer,
+once a waiting read) would hand them over at its next use, maybe minutes late: a refused
+connection from a broker restart long over came out during ``up``'s clean stop.
+:func:`serve_logs` polls such clients every ``SERVE_S`` from one daemon thread.
 """
 
 from __future__ import annotations
@@ -14,13 +20,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+import weakref
+from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["INTERVAL_S", "LOGGER", "logged"]
+__all__ = ["INTERVAL_S", "LOGGER", "SERVE_S", "logged", "serve_logs"]
 
 #: at most one librdkafka line of a kind per this many seconds, per process
 INTERVAL_S = 10.0
+#: how often :func:`serve_logs` polls the clients given to it
+SERVE_S = 1.0
 
 
 class _OncePerInterval(logging.Filter):
@@ -56,3 +65,34 @@ def logged(conf: Mapping[str, Any]) -> dict[str, Any]:
     """``conf`` with librdkafka's lines sent to :data:`LOGGER` (served by the client's
     poll, as its callbacks are)."""
     return {**conf, "logger": LOGGER}
+
+
+_served: list[weakref.WeakMethod[Callable[[], object]]] = []
+_served_lock = threading.Lock()
+_server: threading.Thread | None = None
+
+
+def serve_logs(poll: Callable[[], object]) -> None:
+    """Call ``poll`` (a bound method polling its object's client with no wait) every
+    ``SERVE_S`` from one daemon thread, for as long as its object lives. ``poll`` owns
+    its client's thread-safety (e.g. skip while the owner flushes)."""
+    global _server
+    with _served_lock:
+        _served.append(weakref.WeakMethod(poll))
+        if _server is None:
+            _server = threading.Thread(target=_serve, name="kafka-client-logs", daemon=True)
+            _server.start()
+
+
+def _serve() -> None:
+    while True:
+        time.sleep(SERVE_S)
+        with _served_lock:
+            _served[:] = [ref for ref in _served if ref() is not None]
+            polls = [ref() for ref in _served]
+        for poll in polls:
+            try:
+                if poll is not None:
+                    poll()
+            except Exception as exc:  # a closed client: its owner's business, not ours
+                logging.getLogger(__name__).debug("serving a client's lines: %r", exc)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from streamiq.kafka.clientlog import logged
+from streamiq.kafka.clientlog import logged, serve_logs
 from streamiq.views.base import MARKER_HEADER, MARKER_KEY, marker_value
 
 __all__ = ["Markers", "batch_offsets", "last_committed", "producer_conf"]
@@ -99,6 +99,16 @@ class Markers:
         self._producer: Any = None
         self._lock = threading.Lock()
         self.last: int | None = None  # the newest batch whose markers were written
+        serve_logs(self._serve)
+
+    def _serve(self) -> None:
+        """The producer's log lines as they come (not at the next batch's flush)."""
+        if self._lock.acquire(blocking=False):  # else batch() is flushing: it serves them
+            try:
+                if self._producer is not None:
+                    self._producer.poll(0)
+            finally:
+                self._lock.release()
 
     def batch(self, batch_id: int, timeout: float = 60.0) -> dict[str, dict[str, int]]:
         """One marker per partition naming the input offsets of ``batch_id`` (flushed);

@@ -59,3 +59,30 @@ def test_a_real_client_with_no_broker_logs_a_line_not_a_flood(
     fails = [r for r in caplog.records if "Connection refused" in r.getMessage()]
     assert len(fails) == 1, [r.getMessage() for r in caplog.records]
     assert fails[0].levelno == logging.ERROR and fails[0].name == "streamiq.kafka.client"
+
+
+def test_a_client_polled_now_and_then_hands_its_lines_over_as_they_come(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A producer used once a batch is polled by serve_logs: a refused connection is
+    logged while it happens, not at the producer's next flush (which, in up's clean stop,
+    printed a broker restart's refusal long after it was over)."""
+    from confluent_kafka import Producer
+
+    _fresh_filter(monkeypatch, clientlog.INTERVAL_S)
+
+    class Owner:
+        def __init__(self) -> None:
+            self.producer = Producer(logged({"bootstrap.servers": f"127.0.0.1:{free_port()}"}))
+            clientlog.serve_logs(self.poll)
+
+        def poll(self) -> None:
+            self.producer.poll(0)
+
+    with caplog.at_level(logging.DEBUG, logger=LOGGER.name):
+        owner = Owner()  # never polled by its own code
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not any(
+                "Connection refused" in r.getMessage() for r in caplog.records):
+            time.sleep(0.1)
+    assert any("Connection refused" in r.getMessage() for r in caplog.records)
+    del owner  # the server forgets it (a weak reference)

@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from streamiq.kafka.clientlog import serve_logs
 from streamiq.kafka.skips import Skip
 from streamiq.serving.changelog.consistency import parse_tokens
 from streamiq.views.base import TICK_KEY, TICK_PREFIX
@@ -104,6 +105,12 @@ class Ticker:
         self._timers: dict[tuple[str, int], threading.Timer] = {}
         self.written = 0
         self.failed = 0
+        serve_logs(self._serve)
+
+    def _serve(self) -> None:
+        """The producer's log lines and failed deliveries as they come."""
+        if self._producer is not None:
+            self._producer.poll(0)
 
     def ask(self, topic: str, partition: int, since: float) -> None:
         """A tick in ``topic``'s ``partition`` written at ``since`` (monotonic) or later."""
