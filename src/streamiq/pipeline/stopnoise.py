@@ -8,14 +8,18 @@ termination") and its stack: a dozen lines per reader, two dozen blocks for the
 warm-up's queries. They are logged from Netty's threads when the channel's close is
 handled, after ``StreamingQuery.stop()`` has returned, so turning Spark's log levels
 off around the stop and back on after raced with them: some starts printed ~330 lines
-of "fatal error" before "all parts ready".
+of "fatal error" before "all parts ready". A writer task killed while it waited on the
+shuffle logs ``ERROR Utils: Aborting task`` (an ``InterruptedException``) and
+``ERROR DataWritingSparkTask: Aborting commit for partition N``: one start in CI
+printed 12 such lines.
 
 So a log4j2 filter is installed for the whole run (compiled in Spark's JVM by Janino,
 which Spark ships for its own code generation: no jar of ours, no ``javac``). It drops
 an event only when all hold: the filter is armed (the pipeline asked for a stop and its
-queries have not all been started again), the logger and the throwable's message are
-one of :data:`NOISE`. The same error while nothing is being stopped (a writer that
-died) still prints, and so does every other error during a stop.
+queries have not all been started again), the logger and what it logged (the
+throwable, else the message) are one of :data:`NOISE`. The same error while nothing is
+being stopped (a writer that died) still prints, and so does every other error during
+a stop.
 """
 
 from __future__ import annotations
@@ -31,10 +35,17 @@ __all__ = ["NOISE", "StopNoise", "stop_noise"]
 
 log = logging.getLogger("streamiq.pipeline")
 
-#: (logger, the throwable's message as a regex) of each error a requested stop provokes
+#: (logger, a regex over what it logged) of each error a requested stop provokes; what it
+#: logged is the throwable as ``<class>: <message>`` or, without one, the message. Seen
+#: at stops: the reader's ErrorNotifier; the killed writer task's ``Aborting task``
+#: (interrupted while it waited on the streaming shuffle) and its commit's abort
 NOISE: tuple[tuple[str, str], ...] = (
     ("org.apache.spark.util.ErrorNotifier",
-     r"Connection to streaming shuffle writer \d+ closed before termination"),
+     r"org\.apache\.spark\.SparkException: Connection to streaming shuffle writer \d+ "
+     r"closed before termination\b.*"),
+    ("org.apache.spark.util.Utils", r"java\.lang\.InterruptedException: .*"),
+    ("org.apache.spark.sql.execution.datasources.v2.DataWritingSparkTask",
+     r"Abort(?:ing|ed) commit for partition \d+ \(task \d+, attempt \d+, stage [\d.]+\)"),
 )
 
 _CLASS = "streamiq.log.StopNoiseFilter"
@@ -67,12 +78,12 @@ public class StopNoiseFilter extends AbstractFilter {
     public boolean armed() { return armed; }
     public long dropped() { return dropped.get(); }
 
-    public Filter.Result check(String logger, Level level, Throwable t) {
-        if (!armed || t == null || level != Level.ERROR || logger == null) {
+    public Filter.Result check(String logger, Level level, String message, Throwable t) {
+        if (!armed || level != Level.ERROR || logger == null) {
             return Filter.Result.NEUTRAL;
         }
-        String message = t.getMessage();
-        if (message == null || !noise.matcher(logger + " " + message).matches()) {
+        String what = t != null ? t.getClass().getName() + ": " + t.getMessage() : message;
+        if (what == null || !noise.matcher(logger + " " + what).matches()) {
             return Filter.Result.NEUTRAL;
         }
         dropped.incrementAndGet();
@@ -80,15 +91,21 @@ public class StopNoiseFilter extends AbstractFilter {
     }
 
     public Filter.Result filter(Logger l, Level level, Marker m, Object msg, Throwable t) {
-        return check(l.getName(), level, t);
+        return check(l.getName(), level, msg == null ? null : msg.toString(), t);
     }
 
     public Filter.Result filter(Logger l, Level level, Marker m, Message msg, Throwable t) {
-        return check(l.getName(), level, t);
+        return check(l.getName(), level, msg == null ? null : msg.getFormattedMessage(), t);
+    }
+
+    public Filter.Result filter(Logger l, Level level, Marker m, String msg, Object[] params) {
+        return check(l.getName(), level, msg, null);
     }
 
     public Filter.Result filter(LogEvent e) {
-        return check(e.getLoggerName(), e.getLevel(), e.getThrown());
+        Message msg = e.getMessage();
+        return check(e.getLoggerName(), e.getLevel(),
+                     msg == null ? null : msg.getFormattedMessage(), e.getThrown());
     }
 }
 """
