@@ -159,9 +159,11 @@ class Proc:
         self.prefix = prefix or []  # e.g. ip netns exec NS: run on another test host
         self.log_path = log_dir / f"{name}.log"
         self.proc: subprocess.Popen[bytes] | None = None
+        self.started_at = 0  # the log's size when this process started
 
     def start(self) -> Proc:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.started_at = self.log_path.stat().st_size if self.log_path.exists() else 0
         log = open(self.log_path, "ab")  # noqa: SIM115 - kept open for the child's lifetime
         env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONUNBUFFERED": "1"}
         self.proc = subprocess.Popen(
@@ -182,9 +184,11 @@ class Proc:
             raise AssertionError(f"{self.name} not ready at {url}; log:\n{self.log()[-4000:]}")
 
     def wait_line(self, text: str, timeout: float = 120) -> None:
+        """``text`` printed by this process (a part started again on the same log file
+        appends to it: an earlier run's line does not count)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if text in self.log():
+            if text in self.output():
                 return
             if not self.alive():
                 break
@@ -192,7 +196,16 @@ class Proc:
         raise AssertionError(f"{self.name}: no {text!r}; log:\n{self.log()[-4000:]}")
 
     def log(self) -> str:
+        """Everything in the log file (every run of a part with this name)."""
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def output(self) -> str:
+        """What this process printed since its start."""
+        if not self.log_path.exists():
+            return ""
+        with open(self.log_path, "rb") as f:
+            f.seek(self.started_at)
+            return f.read().decode(errors="replace")
 
     def kill(self) -> None:
         """SIGKILL: no goodbye heartbeat, no flush."""
