@@ -20,6 +20,7 @@ pytestmark = pytest.mark.integration
 
 N_ACCOUNTS = 600
 WORKERS = 4
+PHASE_QUERIES = 250  # the load's queries in each of the schedule's five phases, at least
 
 
 def _rows() -> list[dict[str, Any]]:
@@ -69,7 +70,19 @@ async def _chaos(cluster: Any, nodes: list[tuple[int, Any]], stats: dict[str, An
     stop = asyncio.Event()
     workers = [asyncio.create_task(_load(entry, stop, stats, seed)) for seed in range(WORKERS)]
     (p1, n1), (p2, n2), _ = nodes
-    step = asyncio.sleep  # the schedule's phases, the load running through each (pacing)
+
+    def answered() -> int:
+        return int(stats["ok"]) + sum(len(stats[k]) for k in ("wrong", "failed", "entry_died"))
+
+    async def step(seconds: float) -> None:
+        """A phase of the schedule, the load running through it (pacing): ``seconds``
+        and at least PHASE_QUERIES queries (a loaded machine asks fewer a second: one CI
+        run got 852 in all)."""
+        start = answered()
+        await asyncio.sleep(seconds)
+        await until(lambda: answered() - start >= PHASE_QUERIES,
+                    f"{PHASE_QUERIES} queries in the phase", 120)
+
     await step(2)
     entry.remove(p1)  # crash: requests already in flight to it die with it
     stats["killed"].add(p1)
