@@ -87,12 +87,20 @@ def serve_logs(poll: Callable[[], object]) -> None:
 def _serve() -> None:
     while True:
         time.sleep(SERVE_S)
-        with _served_lock:
-            _served[:] = [ref for ref in _served if ref() is not None]
-            polls = [ref() for ref in _served]
-        for poll in polls:
-            try:
-                if poll is not None:
-                    poll()
-            except Exception as exc:  # a closed client: its owner's business, not ours
-                logging.getLogger(__name__).debug("serving a client's lines: %r", exc)
+        _serve_once()
+
+
+def _serve_once() -> None:
+    """Poll every live client once (no reference to one is kept past this call: a client
+    whose owner let it go is freed, not polled again)."""
+    with _served_lock:
+        _served[:] = [ref for ref in _served if ref() is not None]
+        refs = list(_served)
+    for ref in refs:
+        poll = ref()
+        if poll is None:
+            continue
+        try:
+            poll()
+        except Exception as exc:  # a closed client: its owner's business, not ours
+            logging.getLogger(__name__).debug("serving a client's lines: %r", exc)

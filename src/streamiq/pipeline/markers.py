@@ -145,6 +145,12 @@ class Markers:
             self.last = batch_id if self.last is None else max(self.last, batch_id)
         return offsets
 
+    def close(self) -> None:
+        """Let the producer go (its query stopped): nothing polls it any more, and a
+        broker gone after the stop prints nothing. A later batch makes a new one."""
+        with self._lock:
+            self._producer = None
+
     def committed(self) -> int | None:
         """Write the markers of the last batch the checkpoint committed (a restart: its
         markers may have been lost with the process); the batch, or None."""

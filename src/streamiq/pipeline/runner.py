@@ -348,6 +348,9 @@ class Pipeline:
         if self._listener is not None and self.spark is not None:
             self.spark.streams.removeListener(self._listener)
             self._listener = None
+        for run in self.runs.values():
+            if run.markers is not None:
+                run.markers.close()
         self.progress.close()
 
 

@@ -97,7 +97,9 @@ class _MarkerListener:
                 pass
 
             def onQueryTerminated(self, event: Any) -> None:
-                markers.pop(str(event.id), None)
+                gone = markers.pop(str(event.id), None)
+                if gone is not None:
+                    gone.close()
 
         spark.streams.addListener(_Listener())
         return found

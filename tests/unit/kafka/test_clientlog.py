@@ -72,11 +72,13 @@ def test_a_client_polled_now_and_then_hands_its_lines_over_as_they_come(
 
     class Owner:
         def __init__(self) -> None:
-            self.producer = Producer(logged({"bootstrap.servers": f"127.0.0.1:{free_port()}"}))
+            self.producer: Producer | None = Producer(
+                logged({"bootstrap.servers": f"127.0.0.1:{free_port()}"}))
             clientlog.serve_logs(self.poll)
 
         def poll(self) -> None:
-            self.producer.poll(0)
+            if self.producer is not None:
+                self.producer.poll(0)
 
     with caplog.at_level(logging.DEBUG, logger=LOGGER.name):
         owner = Owner()  # never polled by its own code
@@ -84,5 +86,5 @@ def test_a_client_polled_now_and_then_hands_its_lines_over_as_they_come(
         while time.monotonic() < deadline and not any(
                 "Connection refused" in r.getMessage() for r in caplog.records):
             time.sleep(0.1)
+        owner.producer = None  # closed, as its owner does when it stops
     assert any("Connection refused" in r.getMessage() for r in caplog.records)
-    del owner  # the server forgets it (a weak reference)

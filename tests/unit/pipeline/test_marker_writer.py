@@ -58,3 +58,22 @@ def test_a_batch_spark_purged_is_left_to_a_newer_batchs_marker(tmp_path: Path) -
     assert m.last is None
     with pytest.raises(RuntimeError, match="no offset log entry for batch 31"):
         m.batch(31, timeout=1)  # not written yet (not purged): still an error
+
+
+def test_a_closed_writer_lets_its_producer_go(tmp_path: Path) -> None:
+    """Closed when its query stops: the log server's poll finds no producer (a stopped
+    in-process pipeline's producer printed a gone broker's refusals every 10 s)."""
+    m = Markers({"bootstrap.servers": "127.0.0.1:1"}, "v-changelog", 3, str(tmp_path))
+    polled: list[float] = []
+
+    class Producer:
+        def poll(self, timeout: float) -> int:
+            polled.append(timeout)
+            return 0
+
+    m._producer = Producer()
+    m._serve()
+    assert polled == [0]
+    m.close()
+    m._serve()
+    assert polled == [0] and m._producer is None

@@ -163,6 +163,7 @@ class Ticker:
             self._timers.clear()
         if self._producer is not None:
             self._producer.flush(2)
+            self._producer = None  # nothing polls it after the node's stop
 
 
 def merge(position: dict[str, dict[int, int]], made: Mapping[tuple[str, int], int]) -> bool:
