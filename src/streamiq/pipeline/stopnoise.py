@@ -43,7 +43,9 @@ NOISE: tuple[tuple[str, str], ...] = (
     ("org.apache.spark.util.ErrorNotifier",
      r"org\.apache\.spark\.SparkException: Connection to streaming shuffle writer \d+ "
      r"closed before termination\b.*"),
-    ("org.apache.spark.util.Utils", r"java\.lang\.InterruptedException: .*"),
+    ("org.apache.spark.util.Utils",
+     r"(?:java\.lang\.InterruptedException: .*|org\.apache\.spark\.SparkException: "
+     r"Connection to streaming shuffle writer \d+ closed before termination\b.*)"),
     ("org.apache.spark.sql.execution.datasources.v2.DataWritingSparkTask",
      r"Abort(?:ing|ed) commit for partition \d+ \(task \d+, attempt \d+, stage [\d.]+\)"),
 )

@@ -57,6 +57,7 @@ def test_only_the_closed_writer_error_and_only_while_armed(spark: Any) -> None:
         assert _verdict(spark, NOTIFIER, "ERROR", CLOSED) == "DENY"
         assert _verdict(spark, NOTIFIER, "ERROR", CLOSED.split(";")[0]) == "DENY"
         assert _verdict(spark, UTILS, "ERROR", None, "interrupted") == "DENY"
+        assert _verdict(spark, UTILS, "ERROR", CLOSED) == "DENY"  # a reader task's abort
         assert _verdict(spark, WRITER, "ERROR", ABORTING, None) == "DENY"
         assert _verdict(spark, WRITER, "ERROR", ABORTING.replace("ing", "ed"), None) == "DENY"
         for logger, level, message, thrown in [
