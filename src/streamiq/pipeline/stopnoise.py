@@ -10,8 +10,9 @@ handled, after ``StreamingQuery.stop()`` has returned, so turning Spark's log le
 off around the stop and back on after raced with them: some starts printed ~330 lines
 of "fatal error" before "all parts ready". A writer task killed while it waited on the
 shuffle logs ``ERROR Utils: Aborting task`` (an ``InterruptedException``) and
-``ERROR DataWritingSparkTask: Aborting commit for partition N``: one start in CI
-printed 12 such lines.
+``ERROR DataWritingSparkTask: Aborting commit for partition N``, and a reader task
+``ERROR Utils: Aborting task`` with the closed writer's error: CI starts printed 12
+and 2 such lines.
 
 So a log4j2 filter is installed for the whole run (compiled in Spark's JVM by Janino,
 which Spark ships for its own code generation: no jar of ours, no ``javac``). It drops
@@ -35,17 +36,19 @@ __all__ = ["NOISE", "StopNoise", "stop_noise"]
 
 log = logging.getLogger("streamiq.pipeline")
 
+#: a streaming shuffle reader's error when its writer's connection closed
+_CLOSED_WRITER = (r"org\.apache\.spark\.SparkException: Connection to streaming shuffle "
+                  r"writer \d+ closed before termination\b.*")
+
 #: (logger, a regex over what it logged) of each error a requested stop provokes; what it
 #: logged is the throwable as ``<class>: <message>`` or, without one, the message. Seen
-#: at stops: the reader's ErrorNotifier; the killed writer task's ``Aborting task``
-#: (interrupted while it waited on the streaming shuffle) and its commit's abort
+#: at stops: the reader's ErrorNotifier and its task's ``Aborting task``; the killed
+#: writer task's ``Aborting task`` (interrupted while it waited on the streaming
+#: shuffle) and its commit's abort
 NOISE: tuple[tuple[str, str], ...] = (
-    ("org.apache.spark.util.ErrorNotifier",
-     r"org\.apache\.spark\.SparkException: Connection to streaming shuffle writer \d+ "
-     r"closed before termination\b.*"),
+    ("org.apache.spark.util.ErrorNotifier", _CLOSED_WRITER),
     ("org.apache.spark.util.Utils",
-     r"(?:java\.lang\.InterruptedException: .*|org\.apache\.spark\.SparkException: "
-     r"Connection to streaming shuffle writer \d+ closed before termination\b.*)"),
+     rf"(?:java\.lang\.InterruptedException: .*|{_CLOSED_WRITER})"),
     ("org.apache.spark.sql.execution.datasources.v2.DataWritingSparkTask",
      r"Abort(?:ing|ed) commit for partition \d+ \(task \d+, attempt \d+, stage [\d.]+\)"),
 )

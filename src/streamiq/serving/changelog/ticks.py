@@ -109,8 +109,9 @@ class Ticker:
 
     def _serve(self) -> None:
         """The producer's log lines and failed deliveries as they come."""
-        if self._producer is not None:
-            self._producer.poll(0)
+        producer = self._producer  # close() may let it go meanwhile
+        if producer is not None:
+            producer.poll(0)
 
     def ask(self, topic: str, partition: int, since: float) -> None:
         """A tick in ``topic``'s ``partition`` written at ``since`` (monotonic) or later."""
