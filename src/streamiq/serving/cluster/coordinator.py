@@ -13,7 +13,13 @@ whole query, as the entry would: the partitions are not unreachable.
 A replica that has not answered within its hedge delay (``hedge.py``) is not waited
 for alone: the same request goes to the next replica, the first answer wins, and the
 slow one is asked last for a while. Every request carries what is left of the caller's
-budget (``Ask.deadline``); nothing waits past it.
+budget (``Ask.deadline``); nothing waits past it. When every replica of a partition was
+asked and none answered (a connection not accepted within its timeout on a loaded
+machine, a 421 from a replica whose heartbeat is behind), they are walked again after a
+pause (``RETRY_S``, doubling to ``RETRY_MAX_S``) while the budget lasts: a moment of
+slowness is not a 503 for a client that gave the query seconds. A replica that is gone
+(refused the connection) is suspected and not walked again, so a partition nobody can
+serve is still refused at once.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, NamedTuple, TypeVar
 
 import orjson
@@ -49,12 +55,16 @@ from streamiq.serving.cluster.traffic import Traffic, log_summaries
 from streamiq.serving.engines.partials import GatherReply, P
 from streamiq.serving.node import Node
 
-__all__ = ["HOPS", "SERVED_BY", "Coordinator", "Relayed"]
+__all__ = ["HOPS", "RETRY_MAX_S", "RETRY_S", "SERVED_BY", "Coordinator", "Relayed"]
 
 log = logging.getLogger("streamiq.routing")
 
 HOPS = "x-streamiq-hops"
 SERVED_BY = "x-streamiq-served-by"
+
+#: the pause before replicas that all failed are walked again, doubling up to the max
+RETRY_S = 0.05
+RETRY_MAX_S = 1.0
 
 T = TypeVar("T")
 _Part = tuple[list[P], list[int]]  # a part's partials, and the partitions it did not answer
@@ -115,6 +125,7 @@ class Coordinator:
         before any other; when it cannot answer, it is chosen again next time."""
         tried: list[str] = []
         loop = asyncio.get_running_loop()
+        rounds = 0
         while True:
             if loop.time() >= ask.deadline:
                 return Refuse(DeadlineExceeded(f"no answer for {view} partition {partition} "
@@ -129,6 +140,11 @@ class Coordinator:
                     return await local(d)
                 async with self.peer_slots:  # requests served for peers at once
                     return await local(d)
+            if isinstance(d, Refuse) and self._again(ask, tried) and await _pause(ask, rounds):
+                rounds += 1  # every replica was asked and none answered: once more
+                self.traffic.unavailable -= 1  # counted by the walk; not the answer (yet)
+                tried = sorted(ask.gone)
+                continue
             if isinstance(d, Redirect | Refuse):
                 return d
             got = await self._race(ask, view, partition, max_lag, d.address, tried, local)
@@ -137,6 +153,10 @@ class Coordinator:
             if first is not None:
                 self.placement.forget(view, partition, max_lag)  # a stale choice
                 first = None
+
+    def _again(self, ask: Ask, asked: Iterable[str]) -> bool:
+        """Some peer asked did not answer but is not gone: worth asking again."""
+        return any(a not in ask.gone and a != self.node.endpoint for a in asked)
 
     async def _race(self, ask: Ask, view: str, partition: int, max_lag: int, first: str,
                     tried: list[str], local: Callable[[Here], Awaitable[T]]
@@ -199,7 +219,8 @@ class Coordinator:
         partials: list[P] = []
         hops = 0
         loop = asyncio.get_running_loop()
-        for _attempt in range(3):
+        rounds = 0
+        while True:
             plan = self._plan(view, pending, max_lag, excluded)
             unplanned = [p for p in pending if not any(p in ps for ps in plan.values())]
             calls = [self._part(view, addr, ps, ask, local, max_lag, excluded)
@@ -213,8 +234,14 @@ class Coordinator:
                 for p in not_done:
                     excluded[p].add(addr)
                 pending += not_done
-            if not pending or not any(plan.values()) or loop.time() >= ask.deadline:
+            if not pending or loop.time() >= ask.deadline:
                 break
+            if not any(plan.values()):  # every replica left was asked: once more, later
+                if not any(self._again(ask, excluded[p]) for p in pending) or \
+                        not await _pause(ask, rounds):
+                    break
+                rounds += 1
+                excluded = defaultdict(set, {p: set(ask.gone) for p in pending})
         return partials, sorted(set(pending)), hops
 
     def _plan(self, view: str, partitions: Sequence[int], max_lag: int,
@@ -296,3 +323,13 @@ class Coordinator:
         doc: GatherReply[Any] = orjson.loads(r.body)
         partial = doc.get("partial")
         return ([] if partial is None else [partial]), [int(p) for p in doc.get("not_active", [])]
+
+
+async def _pause(ask: Ask, rounds: int) -> bool:
+    """Sleep before walking the replicas again (False, at once: too little budget)."""
+    loop = asyncio.get_running_loop()
+    delay = min(RETRY_S * 2 ** rounds, RETRY_MAX_S)
+    if ask.deadline - loop.time() <= 2 * delay:
+        return False
+    await asyncio.sleep(delay)
+    return True

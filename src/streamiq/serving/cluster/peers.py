@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from streamiq import tls
@@ -52,7 +52,8 @@ class Ask:
     ``kind`` and ``fields`` (``part``: its fields for the partitions one peer answers,
     e.g. a multi-get's keys of those), the view's partition ``count``, the client's
     ``authorization`` (the owner checks it again) and the ``deadline`` (the event loop's
-    time) past which nobody waits for the answer."""
+    time) past which nobody waits for the answer. ``gone``: the replicas found gone
+    (connection refused or lost) while this query is answered, never asked again for it."""
 
     kind: str
     fields: Any
@@ -60,6 +61,7 @@ class Ask:
     authorization: str | None
     deadline: float
     part: Callable[[list[int]], Any] | None = None
+    gone: set[str] = field(default_factory=set, compare=False)
 
     def body(self, partitions: list[int]) -> bytes:
         fields = self.part(partitions) if self.part is not None else self.fields
@@ -94,7 +96,10 @@ class Peers:
         try:
             reply = await self._send(address, ask.body(partitions), ask.deadline)
         except TRANSPORT_ERRORS as exc:
-            raise peer_error(address, exc) from exc
+            err = peer_error(address, exc)
+            if isinstance(err, PeerUnreachable):
+                ask.gone.add(address)
+            raise err from exc
         self.hedging.observe(address, ask.kind, loop.time() - t0)
         return reply
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from types import SimpleNamespace
 from typing import Any
@@ -9,7 +10,7 @@ from typing import Any
 from streamiq.config import Settings
 from streamiq.routing.memory import StaticMembership
 from streamiq.routing.router import Endpoint
-from streamiq.serving.cluster.coordinator import Coordinator
+from streamiq.serving.cluster.coordinator import Coordinator, Relayed
 from streamiq.serving.cluster.peers import Ask, PeerReply
 from streamiq.serving.cluster.placement import Here, Refuse
 from streamiq.serving.engines.partials import MultiGetPartial
@@ -123,3 +124,77 @@ def test_role_is_derived_from_membership_at_most_every_ttl() -> None:
     co.placement.forget_roles()
     assert [co.placement.role("v", p) for p in range(3)] == ["standby", "active", "previous"]
     assert not co.placement.active_here("v", 0, 0)
+
+
+def lookup(deadline_in: float) -> Ask:
+    return Ask("lookup", {"view": "v", "key": "k"}, 3, None,
+               asyncio.get_running_loop().time() + deadline_in)
+
+
+async def test_replicas_that_all_failed_but_are_not_gone_are_walked_again() -> None:
+    """A loaded machine: the owner of partition 1 does not accept the connection in time
+    (a timeout) and then says it does not hold it (421); within the budget it is asked
+    again and its answer is the query's. A replica that refused the connection (gone) is
+    never asked again."""
+    replies: list[Any] = [TimeoutError("connect"), PeerReply(421, b"{}"),
+                          PeerReply(200, b'{"v": 1}')]
+    seen: list[str] = []
+
+    def handler(req: Sent) -> PeerReply:
+        seen.append(req.address)
+        got = replies.pop(0) if req.address == B else ConnectionRefusedError("refused")
+        if isinstance(got, Exception):
+            raise got
+        return got  # type: ignore[no-any-return]
+
+    co, _ = make(handler)
+
+    async def here(h: Here) -> str:
+        raise AssertionError("partition 1 is not held here")
+
+    got = await co.route(lookup(30), False, "v", 1, 10, here)
+    assert isinstance(got, Relayed) and got.reply.status == 200, got
+    assert seen == [B, B, B] and co.traffic.unavailable == 0
+    seen.clear()
+    refused = await co.route(lookup(30), False, "v", 2, 10, here)  # C is gone: at once
+    assert isinstance(refused, Refuse) and refused.error.http_status == 503
+    assert seen == [C]
+    await co.close()
+
+
+async def test_a_scatter_gather_asks_a_replica_that_was_slow_again() -> None:
+    calls: dict[str, int] = {B: 0, C: 0}
+
+    def handler(req: Sent) -> PeerReply:
+        calls[req.address] += 1
+        if req.address == C:
+            raise ConnectionRefusedError("refused")
+        if calls[B] < 3:
+            raise TimeoutError("connect")
+        partial = {"found": {}, "keys": ["from b"]}
+        return PeerReply(200, json.dumps({"partial": partial, "not_active": []}).encode())
+
+    co, _ = make(handler)
+
+    async def local(held: list[int]) -> MultiGetPartial:
+        return {"found": {}, "keys": ["here"]}
+
+    partials, missing, _hops = await co.gather(lookup(30), False, "v", [0, 1, 2], 10, local)
+    assert sorted(k for p in partials for k in p["keys"]) == ["from b", "here"]
+    assert missing == [2] and calls == {B: 3, C: 1}
+    await co.close()
+
+
+async def test_without_budget_for_another_round_the_refusal_comes_at_once() -> None:
+    def handler(req: Sent) -> PeerReply:
+        return PeerReply(421, b"{}")
+
+    co, _ = make(handler)
+
+    async def here(h: Here) -> str:
+        raise AssertionError("not held here")
+
+    got = await co.route(lookup(0.05), False, "v", 1, 10, here)
+    assert isinstance(got, Refuse) and got.error.http_status == 503
+    assert co.traffic.unavailable == 1  # answers, not walks
+    await co.close()
