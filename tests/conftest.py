@@ -26,14 +26,14 @@ for _name, _value in FAST_ENV.items():  # pipelines and brokers the tests start 
 #: measured in a fresh clone's ``make test`` (3 workers), handed out first so that the
 #: workers (pytest-xdist, ``--dist loadfile``: a file's tests on one worker, its module
 #: fixtures started once) finish together; the rest keep their order
-SLOW_FIRST = ("test_up.py", "test_pipeline_e2e.py", "test_sink.py", "test_kafka_cluster.py",
-              "test_view_discovery.py", "test_multihost.py", "test_hung_node.py",
-              "test_cli_e2e.py",
-              "test_read_your_writes.py", "test_positions.py", "test_queries.py",
+SLOW_FIRST = ("test_up.py", "test_pipeline_e2e.py", "test_up_changes.py", "test_examples.py",
+              "test_up_pip.py", "test_sink.py", "test_multihost.py", "test_kafka_cluster.py",
+              "test_bad_input.py", "test_view_discovery.py", "test_positions.py",
+              "test_cli_e2e.py", "test_ticks.py", "test_transfers.py", "test_hung_node.py",
+              "test_read_your_writes.py", "test_queries.py", "test_realtime.py",
               "test_membership_epochs.py", "test_bank_e2e.py", "test_poison_changelog.py",
-              "test_bad_input.py", "test_poison_fuzz.py", "test_poison_records.py",
-              "test_fail_closed.py", "test_node_restart.py", "test_metrics_e2e.py",
-              "test_ha.py")
+              "test_poison_fuzz.py", "test_poison_records.py", "test_fail_closed.py",
+              "test_node_restart.py", "test_metrics_e2e.py", "test_ha.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from procs import HTTP
+from procs import HTTP, SHORT_BATCHES
 from prometheus_client.parser import text_string_to_metric_families
 
 from streamiq.views.bank import BALANCES, TOPIC
@@ -71,7 +71,8 @@ def changelog_ends(bootstrap: str, topic: str) -> dict[int, int]:
 
 
 def test_each_part_counts_a_known_workload_exactly(cluster: Any) -> None:
-    pipe = cluster.pipeline("bank", wait=False)  # ready while the others start
+    pipe = cluster.pipeline("bank", extra=SHORT_BATCHES, wait=False)
+    # ready while the others start; batches end every 10 s (their metrics)
     ingest, _ = cluster.ingest("bank")
     nodes = [p for p, _ in cluster.nodes(3, "bank")]
     accounts = [f"m{i}" for i in range(20)]
@@ -98,7 +99,7 @@ def test_each_part_counts_a_known_workload_exactly(cluster: Any) -> None:
         # (the store's row count is RocksDB's estimate: not a count to wait for)
         held = [applied(p) for p in nodes]
         # and a batch of the view's query has ended (real-time mode's last
-        # STREAMIQ_REALTIME_BATCH_S in the tests: it reports only when it ends)
+        # 10 s here: it reports only when it ends)
         ended = pipeline["streamiq_pipeline_batch_duration_seconds"].get(
             ("streamiq_pipeline_batch_duration_seconds_count", (("view", "balances"),)), 0)
         if dead == 2 and ended > 0:

@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
-from procs import HTTP
+from procs import HTTP, SHORT_BATCHES
 
 pytestmark = pytest.mark.integration
 
@@ -22,7 +22,8 @@ def _get(c: httpx.Client, port: int, path: str, **params: Any) -> httpx.Response
 
 
 def test_every_query_type_waits_for_the_position(cluster: Any) -> None:
-    pipe = cluster.pipeline("bank,orders", wait=False)  # ready while the others start
+    pipe = cluster.pipeline("bank,orders", extra=SHORT_BATCHES, wait=False)
+    # ready while the others start; batches end every 10 s (a windowed view's waits)
     ingest, _ = cluster.ingest("bank,orders")
     ports = [p for p, _ in cluster.nodes(3, "bank,orders")]
     rng = random.Random(5)
