@@ -15,7 +15,7 @@ import threading
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -182,6 +182,15 @@ class Up:
         self.proc.wait()
         for pid in self.alive():
             os.kill(pid, signal.SIGKILL)
+
+    def running(self) -> Iterator[Up]:
+        """Started, and SIGKILLed whatever happens after (a module fixture's body:
+        ``yield from Up(...).running()``)."""
+        try:
+            self.start()
+            yield self
+        finally:
+            self.kill_everything()
 
 
 def post_json(c: httpx.Client, url: str, **kw: Any) -> Any:

@@ -17,12 +17,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
-    u = Up(tmp_path_factory.mktemp("up-examples"))
-    try:
-        u.start()
-        yield u
-    finally:
-        u.kill_everything()
+    yield from Up(tmp_path_factory.mktemp("up-examples")).running()
 
 
 @pytest.mark.timeout(1500)  # two runs of a Spark job: 534 s for one at a load of 28

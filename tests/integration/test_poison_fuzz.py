@@ -50,12 +50,7 @@ PRODUCER_MAX = 1_048_576
 
 @pytest.fixture(scope="module")
 def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
-    u = Up(tmp_path_factory.mktemp("fuzz"))
-    try:
-        u.start()
-        yield u
-    finally:
-        u.kill_everything()
+    yield from Up(tmp_path_factory.mktemp("fuzz")).running()
 
 
 # ---- what the fuzz writes -------------------------------------------------------------

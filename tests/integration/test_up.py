@@ -66,12 +66,8 @@ CAP_S = 8
 @pytest.fixture(scope="module")
 def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
     # the demo's pipeline, warm-up included (the other tests' pipelines skip it)
-    u = Up(tmp_path_factory.mktemp("up"), flags=("--restart-max-s", str(CAP_S)), warmup=True)
-    try:
-        u.start()
-        yield u
-    finally:
-        u.kill_everything()
+    yield from Up(tmp_path_factory.mktemp("up"), flags=("--restart-max-s", str(CAP_S)),
+                  warmup=True).running()
 
 
 def _restart_line(part: str) -> str:

@@ -40,12 +40,7 @@ WRITES = 120
 
 @pytest.fixture(scope="module")
 def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
-    u = Up(tmp_path_factory.mktemp("upchanges"), flags=("--restart-max-s", "5"))
-    try:
-        u.start()
-        yield u
-    finally:
-        u.kill_everything()
+    yield from Up(tmp_path_factory.mktemp("upchanges"), flags=("--restart-max-s", "5")).running()
 
 
 def _owned_elsewhere(up: Up, entry: int, tag: str) -> tuple[str, int]:
