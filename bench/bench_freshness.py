@@ -9,6 +9,14 @@ as a user refreshing a page would): the account's balance on all 3 nodes, or the
 (store, type) count and its 1-minute window's count on all 3. The sample is the time
 from the POST to the last of those answers. One write every ``--pace-ms`` (100 ms).
 
+After each mode's samples, where the time went, from the nodes' own
+``streamiq_view_stage_seconds`` histograms (every row each node stored meanwhile, per
+view): ``pipeline``, the input record's timestamp to its changelog record's (Spark
+reading, folding and its sink producing the row), and ``node``, the changelog record's
+timestamp to stored on the node; mean, and p50/p99 as Prometheus' histogram_quantile
+estimates them from the buckets (5, 10, 25, 50, 100, 250 ms...). The rest of a sample
+is the ingest's acknowledgement and the poll that saw it.
+
 ``--minutes M``: afterwards, a real-time run of M minutes (bank and orders alternating)
 that crosses batch boundaries (``--realtime-batch-s``, the product's 300 s unless given):
 each boundary is a checkpoint during which records wait 0.3-1 s.
@@ -182,6 +190,60 @@ async def _minutes(w: Writer, minutes: float, pace: float) -> dict[str, list[flo
     return out
 
 
+def _stages(ports: list[int]) -> dict[tuple[str, str], dict[float, float]]:
+    """The nodes' ``streamiq_view_stage_seconds`` summed: (view, stage) -> le -> count
+    (``le`` inf included), and (view, stage) -> {-1: sum of seconds}."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[tuple[str, str], dict[float, float]] = {}
+    for port in ports:
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+        for fam in text_string_to_metric_families(text):
+            if fam.name != "streamiq_view_stage_seconds":
+                continue
+            for smp in fam.samples:
+                key = (smp.labels["view"], smp.labels["stage"])
+                got = out.setdefault(key, {})
+                le = (float(smp.labels["le"]) if smp.name.endswith("_bucket")
+                      else -1.0 if smp.name.endswith("_sum") else None)
+                if le is not None:
+                    got[le] = got.get(le, 0.0) + smp.value
+    return out
+
+
+def _since(now: dict[tuple[str, str], dict[float, float]],
+           before: dict[tuple[str, str], dict[float, float]]
+           ) -> dict[tuple[str, str], dict[float, float]]:
+    return {k: {le: n - before.get(k, {}).get(le, 0.0) for le, n in v.items()}
+            for k, v in now.items()}
+
+
+def _quantile(buckets: dict[float, float], q: float) -> float:
+    """histogram_quantile: linear within the bucket the rank falls in (seconds)."""
+    les = sorted(le for le in buckets if le >= 0)
+    total = buckets[les[-1]]
+    rank, lower, below = q * total, 0.0, 0.0
+    for le in les:
+        if buckets[le] >= rank:
+            if le == float("inf"):
+                return lower
+            inside = buckets[le] - below
+            return lower + (le - lower) * ((rank - below) / inside if inside else 0.0)
+        lower, below = le, buckets[le]
+    return lower
+
+
+def _stage_lines(stages: dict[tuple[str, str], dict[float, float]]) -> list[str]:
+    out = []
+    for (view, stage), b in sorted(stages.items()):
+        n = b.get(float("inf"), 0.0)
+        if n:
+            out.append(f"    {view + ', ' + stage:<28} n={int(n):5d}  mean "
+                       f"{b[-1.0] / n * 1000:7.1f} ms  p50 ~{_quantile(b, 0.5) * 1000:6.1f} "
+                       f"ms  p99 ~{_quantile(b, 0.99) * 1000:7.1f} ms")
+    return out
+
+
 def _line(label: str, samples: list[float]) -> str:
     ms = sorted(s * 1000 for s in samples)
     return (f"  {label:<28} n={len(ms):5d}  p50 {pct(ms, 50):8.1f} ms  p99 {pct(ms, 99):8.1f} "
@@ -205,6 +267,7 @@ def main() -> None:
     pace = a.pace_ms / 1000
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the parts stopped, then exit
     results: dict[str, dict[str, list[float]]] = {}
+    stages: dict[str, dict[tuple[str, str], dict[float, float]]] = {}
     long: dict[str, list[float]] = {}
     with bench_broker() as broker:
         modes = a.modes.split(",")
@@ -215,9 +278,11 @@ def main() -> None:
             for m in modes:  # one mode's parts idle while the other's are measured
                 w = Writer(parts[m], f"{m[0]}", a.poll_ms / 1000)
                 results[m] = {}
+                before = _stages(parts[m].ports)
                 for k in ("bank", "orders"):
                     results[m][k] = asyncio.run(_samples(w, k, a.samples, pace))
                     print(_line(f"{m}, {k}", results[m][k]), flush=True)  # as it goes
+                stages[m] = _since(_stages(parts[m].ports), before)
             if a.minutes and "real-time" in parts:
                 for m in modes:
                     if m != "real-time":
@@ -234,6 +299,11 @@ def main() -> None:
     for m, by in results.items():
         for kind, samples in by.items():
             print(_line(f"{m}, {kind}", samples))
+        lines = _stage_lines(stages.get(m, {}))
+        if lines:
+            print(f"  {m}: stages of every row the nodes stored meanwhile (streamiq_view_"
+                  "stage_seconds)")
+            print("\n".join(lines))
     if long:
         batch = a.realtime_batch_s or 300
         print(f"real-time, {a.minutes:g} minutes ({a.minutes * 60 / batch:.1f} batches of "

@@ -19,9 +19,14 @@ class Message:
     """A consumed Kafka record as confluent-kafka's ``Message`` reads (no error)."""
 
     def __init__(self, topic: str, partition: int, offset: int, key: bytes | None,
-                 value: bytes | None, headers: list[tuple[str, bytes]] | None = None) -> None:
+                 value: bytes | None, headers: list[tuple[str, bytes]] | None = None,
+                 timestamp: tuple[int, int] = (0, -1)) -> None:
         self._t, self._p, self._o, self._k, self._v, self._h = (
             topic, partition, offset, key, value, headers)
+        self._ts = timestamp  # (type, epoch ms): (0, -1) none, (1, ms) the producer's
+
+    def timestamp(self) -> tuple[int, int]:
+        return self._ts
 
     def topic(self) -> str:
         return self._t

@@ -111,6 +111,10 @@ class Materializer:
         #: write to stored per view: a row's newest input time to when it was stored
         #: (rows with a ``streamiq-ts`` header, once their partition is restored)
         self.freshness = Latency(("view",), FRESHNESS_BUCKETS)
+        #: the same rows' time in two stages, per (view, stage): ``pipeline``, the input
+        #: time to the changelog record's (Spark's sink producing it); ``node``, that to
+        #: stored here (fetched and applied). On one host's clock; across hosts, skewed
+        self.stages = Latency(("view", "stage"), FRESHNESS_BUCKETS)
         self.on_apply = on_apply  # called (loop thread) after records were applied
         #: live subscriptions: each applied batch handed to them (``feed.py``)
         self.feed = Feed()
@@ -335,15 +339,23 @@ class Materializer:
         if pos is not None and not self.views[view].windowed:
             rows[row[0]] = pos
         if ts is not None and following:
-            self._fresh(view, ts)
+            self._fresh(view, ts, m.timestamp())
         return False
 
-    def _fresh(self, view: str, ts: bytes) -> None:
+    def _fresh(self, view: str, ts: bytes, appended: tuple[int, int]) -> None:
+        """Observe a row's freshness and its stages (``appended``: the changelog record's
+        (timestamp type, epoch ms), as confluent-kafka gives it; type 0: none)."""
         try:
             written = int(ts) / 1000
         except ValueError:
             return  # not a time: nothing to measure (the row itself was checked)
-        self.freshness.observe((view,), max(time.time() - written, 0.0))
+        now = time.time()
+        self.freshness.observe((view,), max(now - written, 0.0))
+        kind, ms = appended
+        if kind and ms >= 0:
+            at = ms / 1000
+            self.stages.observe((view, "pipeline"), max(at - written, 0.0))
+            self.stages.observe((view, "node"), max(now - at, 0.0))
 
     @staticmethod
     def _remember(st: PartitionState, rows: dict[bytes, bytes], marked: bool) -> None:

@@ -173,6 +173,11 @@ def _partitions(node: Node) -> Iterator[Metric]:
         "streamiq_view_freshness_seconds",
         "Write to stored: an input record's timestamp to its row stored on this node, per "
         "view (rows that carry their input time, once their partition is restored)")
+    yield node.materializer.stages.family(
+        "streamiq_view_stage_seconds",
+        "The same rows' time by stage: pipeline (input record's timestamp to its changelog "
+        "record's: Spark's sink producing the row), node (changelog record's timestamp to "
+        "stored on this node)")
 
 
 def _health(node: Node) -> Iterator[Metric]:

@@ -37,12 +37,13 @@ def _key(p: int, n: int = 1) -> str:
 
 
 def _row(account: str, balance: int, pos: str | None, ts: int | None = None,
-         offset: int = 0) -> Message:
+         offset: int = 0, appended: tuple[int, int] = (0, -1)) -> Message:
     value = json.dumps({"account": account, "balance": balance, "count": 1,
                         "last_update": 0}).encode()
     headers = ([(POSITION_HEADER, pos.encode())] if pos is not None else []) + (
         [(TIME_HEADER, str(ts).encode())] if ts is not None else [])
-    return Message(TOPIC["balances"], 0, offset, account.encode(), value, headers or None)
+    return Message(TOPIC["balances"], 0, offset, account.encode(), value, headers or None,
+                   appended)
 
 
 def _marker(offsets: dict[str, dict[str, int]], offset: int) -> Message:
@@ -134,6 +135,21 @@ def test_freshness_is_measured_once_the_partition_follows(tmp_path: Path) -> Non
     assert following.freshness.count(("balances",)) == 1
     q = following.freshness.quantile(0.5)
     assert q is not None and q < 5.0
+    assert following.stages.count(("balances", "pipeline")) == 0  # no record time: no stages
+
+
+def test_a_rows_time_is_split_at_its_changelog_records_timestamp(tmp_path: Path) -> None:
+    """Input time -> changelog record's time (pipeline) -> stored (node): the stages of
+    the freshness, each observed once per row that carries both times."""
+    now_ms = int(time.time() * 1000)
+    m = _materializer(tmp_path)
+    m.apply([_row(_key(0), 1, "in:0:1", ts=now_ms - 60_000, appended=(1, now_ms - 20_000))])
+    pipeline = m.stages.quantile(0.5, [("balances", "pipeline")])
+    node = m.stages.quantile(0.5, [("balances", "node")])
+    assert pipeline is not None and 30.0 <= pipeline <= 60.0  # the 30-60 s bucket: 40 s
+    assert node is not None and 10.0 <= node <= 30.0  # the 10-30 s bucket: 20 s
+    assert m.stages.sums[("balances", "pipeline")] == pytest.approx(40.0, abs=0.01)
+    assert m.stages.sums[("balances", "node")] == pytest.approx(20.0, abs=1.0)
 
 
 def test_malformed_row_positions_answer_nothing() -> None:
