@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from procs import free_port
+from procs import SHORT_BATCHES, free_port
 
 from streamiq.pipeline.runner import READY_LINE
 from streamiq.views.base import MARKER_HEADER, MARKER_KEY
@@ -33,7 +33,8 @@ class PipelineProcess:
     """One pipeline subprocess (its own session: JVM and Python workers die with it).
 
     ``cmd``: another program that prints the ready line (default ``streamiq pipeline``
-    with ``views_for_tests``)."""
+    with ``views_for_tests`` and real-time batches of 10 s: these tests wait for the
+    markers a batch's end writes)."""
 
     def __init__(self, bootstrap: str, checkpoint: Path, suffix: str, log: Path,
                  topic_prefix: str = "", cmd: list[str] | None = None) -> None:
@@ -41,7 +42,8 @@ class PipelineProcess:
                            bootstrap, "--checkpoint-dir", str(checkpoint), "--views-module",
                            "views_for_tests", "--partitions", "3",
                            "--topic-prefix", topic_prefix,
-                           "--metrics-port", str(free_port())]  # never the default 9400
+                           "--metrics-port", str(free_port()),  # never the default 9400
+                           *SHORT_BATCHES]
         self.env = {**os.environ, "SIQ_TEST_SUFFIX": suffix, "PYTHONPATH": os.pathsep.join(
             [str(VIEWS_DIR), str(HERE), os.environ.get("PYTHONPATH", "")])}
         self.log = log

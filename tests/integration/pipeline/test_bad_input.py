@@ -22,6 +22,7 @@ from pipeline_harness import (
     is_marker,
     wait_caught_up,
 )
+from procs import SHORT_BATCHES
 
 from streamiq.pipeline.deadletter import DEAD_LETTER_TOPIC
 from streamiq.views.limits import MAX_AMOUNT, MAX_TS_MS
@@ -90,7 +91,7 @@ def _expected_orders(orders: list[str]) -> tuple[dict[str, Any], dict[tuple[str,
 
 def test_hostile_records_are_dead_lettered_and_the_pipeline_keeps_running(
         cluster: Any, bootstrap: str, produce: Callable[..., None]) -> None:
-    pipe = cluster.pipeline("bank,orders")
+    pipe = cluster.pipeline("bank,orders", extra=SHORT_BATCHES)  # markers every 10 s
     bank_in, orders_in = cluster.topic("bank-transactions"), cluster.topic("orders")
     balances, counts = cluster.topic("balances-changelog"), cluster.topic("order_counts-changelog")
     counts_1m = cluster.topic("order_counts_1m-changelog")
@@ -143,7 +144,7 @@ def test_hostile_records_are_dead_lettered_and_the_pipeline_keeps_running(
     # The dead-letter queries' checkpoints: a pipeline stopped and started again does not
     # dead-letter the records it wrote already, and takes the new ones
     pipe.stop(60)
-    again = cluster.pipeline("bank,orders")
+    again = cluster.pipeline("bank,orders", extra=SHORT_BATCHES)
     produce(bank_in, [b"{again"], keys=["bad"])
     docs = dead_letter_docs(bootstrap, cluster.topic(DEAD_LETTER_TOPIC), len(bad) + 1)
     assert sorted(d["value"] for d in docs) == sorted([*bad, "{again"]), again.log()[-4000:]

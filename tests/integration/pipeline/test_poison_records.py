@@ -28,6 +28,7 @@ from pipeline_harness import (
     read_topic,
     wait_caught_up,
 )
+from procs import SHORT_BATCHES
 from updemo import metric
 
 from streamiq.pipeline.deadletter import DEAD_LETTER_TOPIC, MAX_VALUE_BYTES
@@ -109,7 +110,7 @@ def _raw(doc: dict[str, Any], field: str) -> bytes | None:
 
 
 def test_no_input_record_stops_the_pipeline(cluster: Any, bootstrap: str) -> None:
-    pipe = cluster.pipeline("bank")
+    pipe = cluster.pipeline("bank", extra=SHORT_BATCHES)  # markers every 10 s
     topic, changelog = cluster.topic("bank-transactions"), cluster.topic("balances-changelog")
     _raise_limit(bootstrap, topic, 4 * BIG)
     before = metric(cluster.pipeline_metrics, "streamiq_pipeline_dead_letters_total")
