@@ -21,6 +21,19 @@ def _get(c: httpx.Client, port: int, path: str, **params: Any) -> httpx.Response
     return c.get(f"http://127.0.0.1:{port}{path}", params=params)
 
 
+def _known(ports: list[int]) -> dict[int, Any]:
+    """What each node's partitions are known to reflect, and its ticks (a failure's
+    evidence: /health's ``positions`` and ``ticks``)."""
+    out: dict[int, Any] = {}
+    for port in ports:
+        try:
+            doc = HTTP.get(f"http://127.0.0.1:{port}/health", timeout=10).json()
+            out[port] = {"positions": doc.get("positions"), "ticks": doc.get("ticks")}
+        except Exception as exc:  # the evidence, not the test: never mask the failure
+            out[port] = repr(exc)
+    return out
+
+
 def test_every_query_type_waits_for_the_position(cluster: Any) -> None:
     pipe = cluster.pipeline("bank,orders", extra=SHORT_BATCHES, wait=False)
     # ready while the others start; batches end every 10 s (a windowed view's waits)
@@ -65,26 +78,26 @@ def test_every_query_type_waits_for_the_position(cluster: Any) -> None:
 
             r = c.post(f"http://127.0.0.1:{port}/v1/views/balances/keys",
                        params=bank, json={"keys": [account]})
-            assert r.status_code == 200, r.text
+            assert r.status_code == 200, (r.text, _known(ports))
             assert r.json()["results"][0]["value"]["balance"] == balances[account], (i, r.text)
 
             r = _get(c, port, "/v1/views/balances/scan", prefix="pq-", **bank)
-            assert r.status_code == 200, r.text
+            assert r.status_code == 200, (r.text, _known(ports))
             assert {x["key"]: x["value"]["balance"] for x in r.json()["rows"]} == balances
 
             r = _get(c, port, "/v1/views/order_counts/aggregate", prefix="pq",
                      group_by="type", agg="sum(count)", **orders)
-            assert r.status_code == 200, r.text
+            assert r.status_code == 200, (r.text, _known(ports))
             assert r.json()["groups"] == [{"type": "GENERAL",
                                            "sum(count)": sum(general.values())}], (i, r.text)
 
             r = _get(c, port, f"/v1/views/order_counts_1m/keys/{store}|GENERAL/windows",
                      **orders)
-            assert r.status_code == 200, r.text
+            assert r.status_code == 200, (r.text, _known(ports))
             assert sum(x["count"] for x in r.json()["windows"]) == general[store], (i, r.text)
 
             r = _get(c, port, "/v1/views/order_counts_1m/windows", prefix="pq", **orders)
-            assert r.status_code == 200, r.text
+            assert r.status_code == 200, (r.text, _known(ports))
             per_key: dict[str, int] = {}
             for x in r.json()["rows"]:
                 per_key[x["key"]] = per_key.get(x["key"], 0) + x["value"]["count"]

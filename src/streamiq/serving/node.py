@@ -255,6 +255,17 @@ class Node:
                                            "restored": int(st.restored)}
         return out
 
+    def positions(self) -> dict[str, dict[int, str]]:
+        """Per view partition held: the newest input it is known to reflect (its markers
+        and ticks; rows reflect their own keys further), as a position token
+        (``topic:partition:offset,...``, the offset the last record reflected)."""
+        out: dict[str, dict[int, str]] = {}
+        for (view, p), st in self.materializer.holding().items():
+            out.setdefault(view, {})[p] = ",".join(
+                f"{t}:{ip}:{nxt - 1}" for t, po in sorted(st.position.items())
+                for ip, nxt in sorted(po.items()) if nxt > 0)
+        return out
+
     def holds(self, view: str, partition: int) -> bool:
         """True when this node can answer for the partition (held and restored)."""
         st = self.materializer.states.get((view, partition))
@@ -376,4 +387,6 @@ class Node:
     def describe(self) -> dict[str, Any]:
         return {"endpoint": self.endpoint, "ready": self.ready(), "app": self.app.name,
                 "views": sorted(self.views), "partitions": self.report(),
+                "positions": self.positions(),
+                "ticks": {"written": self.ticker.written, "failed": self.ticker.failed},
                 "freshness": self.freshness(), **self.health()}

@@ -174,3 +174,19 @@ async def test_a_lookups_wait_ends_when_its_keys_row_is_stored() -> None:
     node.applied()
     assert await mine
     assert not await other and not await scan  # the marker (10) is all they may use
+
+
+def test_a_node_shows_each_partitions_position_as_a_token() -> None:
+    """/health's ``positions``: what each partition held is known to reflect (markers and
+    ticks), as the token of the newest write it reflects; nothing for a partition at 0."""
+    class FakeMaterializer:
+        def __init__(self) -> None:
+            self.states = {("balances", 0): PartitionState(position={"in": {1: 10, 0: 3}}),
+                           ("balances", 1): PartitionState(position={"in": {0: 0}})}
+
+        def holding(self) -> dict[tuple[str, int], PartitionState]:
+            return self.states
+
+    node = Node(Settings(app="bank"), load_app("bank"),
+                offline_parts({"balances": 2}, FakeMaterializer()), Supervisor())
+    assert node.positions() == {"balances": {0: "in:0:2,in:1:9", 1: ""}}
