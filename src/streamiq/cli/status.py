@@ -6,7 +6,8 @@ lists, per view, every partition it is assigned or holds: its role (``active``,
 ``standby``, or ``previous`` for a partition it still holds while new replicas
 restore), changelog offset and lag, and whether it has restored. Per view, write to
 stored (an input record's time to its row stored on a node) at p50 and p99, from every
-node's histogram since it started (``/health``'s ``freshness``). When a ``streamiq up``
+node's histogram since it started (``/health``'s ``freshness``), and split in its two
+stages (pipeline, node) when the nodes measure them. When a ``streamiq up``
 runs on this machine, its parts (ready, restarts, crash-looping, next restart) come
 from the ``up.json`` it keeps beside the state directory (STREAMIQ_STATE_DIR).
 """
@@ -123,30 +124,56 @@ def _problems(health: dict[str, Any]) -> list[str]:
     return out
 
 
-def freshness(health: dict[str, dict[str, Any] | None]) -> dict[str, dict[str, Any]]:
-    """Write to stored per view, every node's histogram merged: p50/p99 in ms, rows."""
-    from streamiq.metrics import Latency
+#: a write's stages in the order it goes through them (Materializer.stages)
+_STAGES = {"pipeline": 0, "node": 1}
 
-    merged: dict[str, Latency] = {}
+
+def freshness(health: dict[str, dict[str, Any] | None]) -> dict[str, dict[str, Any]]:
+    """Write to stored per view, every node's histogram merged: p50/p99 in ms, rows;
+    and per stage (``stages``: pipeline, node) when the nodes measure them."""
+    views: dict[str, list[Any]] = {}
+    stages: dict[tuple[str, str], list[Any]] = {}
     for h in health.values():
         for view, f in ((h or {}).get("freshness") or {}).items():
-            try:
-                buckets, counts = tuple(float(b) for b in f["buckets"]), f["counts"]
-                lat = merged.setdefault(view, Latency(("view",), buckets))
-                if lat.buckets != buckets or len(counts) != len(buckets) + 1:
-                    continue  # another node's histogram of other buckets: not merged
-                lat.counts[(view,)] = [a + int(b) for a, b in zip(
-                    lat.counts.get((view,), [0] * len(counts)), counts, strict=True)]
-                lat.sums[(view,)] = 0.0
-            except (KeyError, TypeError, ValueError):
-                continue  # a node of another version
+            views.setdefault(view, []).append(f)
+            split = f.get("stages") if isinstance(f, dict) else None
+            for stage, sf in split.items() if isinstance(split, dict) else ():
+                stages.setdefault((view, stage), []).append(sf)
     out = {}
-    for view, lat in sorted(merged.items()):
-        p50, p99 = lat.quantile(0.5), lat.quantile(0.99)
-        if p50 is not None and p99 is not None:
-            out[view] = {"p50_ms": round(p50 * 1000, 1), "p99_ms": round(p99 * 1000, 1),
-                         "rows": lat.count((view,))}
+    for view, hs in sorted(views.items()):
+        merged = _merged(hs)
+        if merged is not None:
+            split = {stage: m for (v, stage), shs in sorted(  # in the chain's order
+                         stages.items(), key=lambda kv: (_STAGES.get(kv[0][1], 9), kv[0]))
+                     if v == view and (m := _merged(shs)) is not None}
+            out[view] = {**merged, **({"stages": split} if split else {})}
     return out
+
+
+def _merged(histograms: list[Any]) -> dict[str, Any] | None:
+    """Nodes' histograms of one thing merged: p50/p99 in ms and rows (None: no rows).
+    A histogram of other buckets, or malformed (a node of another version), is left out."""
+    from streamiq.metrics import Latency
+
+    lat: Latency | None = None
+    for f in histograms:
+        try:
+            buckets, counts = tuple(float(b) for b in f["buckets"]), f["counts"]
+            lat = lat or Latency(("x",), buckets)
+            if lat.buckets != buckets or len(counts) != len(buckets) + 1:
+                continue
+            lat.counts[("x",)] = [a + int(b) for a, b in zip(
+                lat.counts.get(("x",), [0] * len(counts)), counts, strict=True)]
+            lat.sums[("x",)] = 0.0
+        except (KeyError, TypeError, ValueError):
+            continue
+    if lat is None:
+        return None
+    p50, p99 = lat.quantile(0.5), lat.quantile(0.99)
+    if p50 is None or p99 is None:
+        return None
+    return {"p50_ms": round(p50 * 1000, 1), "p99_ms": round(p99 * 1000, 1),
+            "rows": lat.count(("x",))}
 
 
 def build_status(via: str, cluster: dict[str, Any],
@@ -201,7 +228,9 @@ def render(doc: dict[str, Any]) -> Group:
     problems = [Text(f"{n['endpoint']}: {problem}", style="yellow")
                 for n in doc["nodes"] for problem in n["problems"]]
     fresh = [Text(f"write -> stored, {view}: p50 {_ms(f['p50_ms'])}, p99 {_ms(f['p99_ms'])} "
-                  f"({f['rows']:,} rows stored on every node since it started)")
+                  f"({f['rows']:,} rows stored on every node since it started)" + "".join(
+                      f"; {stage} p50 {_ms(sf['p50_ms'])}, p99 {_ms(sf['p99_ms'])}"
+                      for stage, sf in f.get("stages", {}).items()))
              for view, f in doc.get("freshness", {}).items()]
     return Group(_summary(doc), table, *problems, *fresh)
 

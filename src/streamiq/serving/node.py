@@ -31,6 +31,7 @@ from streamiq.errors import Overloaded
 from streamiq.kafka.admin import ensure_topics
 from streamiq.kafka.clientlog import logged
 from streamiq.kafka.skips import Skips
+from streamiq.metrics import Latency
 from streamiq.routing.base import Membership
 from streamiq.routing.membership import KafkaMembership, Report, members_topic
 from streamiq.routing.router import Router
@@ -375,13 +376,15 @@ class Node:
     def freshness(self) -> dict[str, dict[str, Any]]:
         """Write to stored per view, since this node started (rows that carry their
         input time): count, p50 and p99 in seconds, and the histogram (bucket bounds and
-        counts, +Inf last) for whoever merges several nodes' or windows their own."""
-        f = self.materializer.freshness
+        counts, +Inf last) for whoever merges several nodes' or windows their own; and
+        the same per stage (``stages``: pipeline, node; ``Materializer.stages``)."""
+        f, stages = self.materializer.freshness, self.materializer.stages
         out: dict[str, dict[str, Any]] = {}
         for key, counts in list(f.counts.items()):
-            out[key[0]] = {"count": sum(counts), "p50": f.quantile(0.5, [key]),
-                           "p99": f.quantile(0.99, [key]), "buckets": list(f.buckets),
-                           "counts": list(counts)}
+            out[key[0]] = {**_histogram(f, key, counts), "stages": {}}
+        for key, counts in list(stages.counts.items()):
+            if key[0] in out:
+                out[key[0]]["stages"][key[1]] = _histogram(stages, key, counts)
         return out
 
     def describe(self) -> dict[str, Any]:
@@ -390,3 +393,9 @@ class Node:
                 "positions": self.positions(),
                 "ticks": {"written": self.ticker.written, "failed": self.ticker.failed},
                 "freshness": self.freshness(), **self.health()}
+
+
+def _histogram(lat: Latency, key: tuple[str, ...], counts: list[int]) -> dict[str, Any]:
+    return {"count": sum(counts), "p50": lat.quantile(0.5, [key]),
+            "p99": lat.quantile(0.99, [key]), "buckets": list(lat.buckets),
+            "counts": list(counts)}

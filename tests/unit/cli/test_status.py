@@ -240,3 +240,30 @@ def test_write_to_stored_is_every_nodes_histogram_merged() -> None:
     Console(file=out, width=200).print(status.render(doc))
     assert re.search(r"write -> stored, balances: p50 [\d.]+ ms, p99 \d+ ms \(100 rows",
                      out.getvalue()), out.getvalue()
+
+
+def test_the_stages_of_write_to_stored_are_merged_and_printed_beside_it() -> None:
+    """Nodes that split a row's time (pipeline, node) have status print both stages'
+    p50 and p99 after the view's; a node without them (another version) adds none."""
+    buckets = [0.005, 0.01, 0.025, 0.05]
+
+    def node(stages: bool) -> dict[str, Any]:
+        f: dict[str, Any] = {"buckets": buckets, "counts": [0, 10, 0, 0, 0]}
+        if stages:
+            f["stages"] = {"pipeline": {"buckets": buckets, "counts": [10, 0, 0, 0, 0]},
+                           "node": {"buckets": buckets, "counts": [0, 0, 0, 10, 0]}}
+        return {"freshness": {"balances": f}}
+
+    got = status.freshness({A: node(True), B: node(False), C: node(True)})
+    assert got["balances"]["rows"] == 30
+    assert set(got["balances"]["stages"]) == {"pipeline", "node"}
+    assert got["balances"]["stages"]["pipeline"]["rows"] == 20
+    assert got["balances"]["stages"]["pipeline"]["p99_ms"] <= 5.0
+    assert 25.0 < got["balances"]["stages"]["node"]["p50_ms"] <= 50.0
+    assert "stages" not in status.freshness({B: node(False)})["balances"]
+    out = io.StringIO()
+    Console(file=out, width=300).print(status.render(
+        status.build_status(A, cluster_doc(), {A: node(True)})))
+    assert re.search(r"\(10 rows stored on every node since it started\); pipeline p50 "
+                     r"[\d.]+ ms, p99 [\d.]+ ms; node p50 \d+ ms, p99 \d+ ms",
+                     out.getvalue()), out.getvalue()
