@@ -132,8 +132,10 @@ def test_a_token_expiring_mid_session_is_refused_on_its_next_statement(nodes: No
     statement after the expiry is refused with an authentication SQLSTATE (28P01, the
     session closed), not answered from the local partitions nor refused as partitions
     that could not be reached (57P03), even with ``streamiq.partial = on``."""
-    token = mint(nodes.cluster.jwt_secret, subject="tests", ttl_s=3)
-    expiry = time.time() + 3
+    # long enough for three connections and their reads on a loaded machine (3 s was not:
+    # a fresh-clone run's token expired before the first read)
+    token = mint(nodes.cluster.jwt_secret, subject="tests", ttl_s=20)
+    expiry = time.time() + 20
     conns = [connect(sql, token) for _, sql, _ in nodes.started]  # one on each node
     try:
         for conn in conns:

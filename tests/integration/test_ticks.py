@@ -23,6 +23,8 @@ from typing import Any
 import httpx
 import pytest
 
+from streamiq.client._core import KEEPALIVE_S
+
 pytestmark = pytest.mark.integration
 
 CLIENTS = 4
@@ -59,7 +61,9 @@ def _client(n: int, ingest: int, ports: list[int], with_position: bool,
     prefix = f"tk{n}{'p' if with_position else 'n'}-"
     accounts = [f"{prefix}{i}" for i in range(8)]
     want: dict[str, int] = {}
-    with httpx.Client(timeout=60) as c:
+    # a connection idle 4 s is not reused: a node closes one idle for 5 s, httpx reuses
+    # one up to 5 s, and a read sent on it as it closed was reset (a fresh-clone run)
+    with httpx.Client(timeout=60, limits=httpx.Limits(keepalive_expiry=KEEPALIVE_S)) as c:
         for i in range(ROUNDS):
             account, amount = rng.choice(accounts), rng.randint(1, 1000)
             w = c.post(f"http://127.0.0.1:{ingest}/account/{account}",

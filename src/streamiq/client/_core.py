@@ -29,10 +29,15 @@ from streamiq._saved import find_token
 from streamiq.client._errors import TRANSIENT, QueryError
 from streamiq.kafka.partitioner import partition_for
 
-__all__ = ["QueryError", "Served", "Spec", "SseReader", "segment", "with_token"]
+__all__ = ["KEEPALIVE_S", "QueryError", "Served", "Spec", "SseReader", "segment",
+           "with_token"]
 
 #: A node that refused a connection is tried last for this long (seconds).
 DOWN_S = 5.0
+#: A pooled connection idle this long is not reused (seconds): a node closes one idle for
+#: 5 s (``keep_alive_s``), and a request sent on it as it closes is reset (httpx's own
+#: default is 5 s too).
+KEEPALIVE_S = 4.0
 #: a subscription refused with these is tried again (another node, after a backoff)
 RETRYABLE = (421, 429)
 

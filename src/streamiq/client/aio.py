@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from streamiq.client._core import Backoff, QueryError, Spec, SseReader, _Base
+from streamiq.client._core import KEEPALIVE_S, Backoff, QueryError, Spec, SseReader, _Base
 
 __all__ = ["AsyncClient"]
 
@@ -42,7 +42,8 @@ class AsyncClient(_Base):
         self._http = httpx.AsyncClient(
             headers=self._auth(headers, token), timeout=httpx.Timeout(timeout, connect=1.0),
             limits=httpx.Limits(max_connections=max_connections,
-                                max_keepalive_connections=max_connections),
+                                max_keepalive_connections=max_connections,
+                                keepalive_expiry=KEEPALIVE_S),
             verify=verify, transport=transport)
 
     async def close(self) -> None:
