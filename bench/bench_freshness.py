@@ -45,6 +45,8 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import bench_broker, free_port, pct, wait_ready
 
+from streamiq.metrics import Latency
+
 MINUTE = 60_000
 
 
@@ -218,29 +220,30 @@ def _since(now: dict[tuple[str, str], dict[float, float]],
             for k, v in now.items()}
 
 
-def _quantile(buckets: dict[float, float], q: float) -> float:
-    """histogram_quantile: linear within the bucket the rank falls in (seconds)."""
-    les = sorted(le for le in buckets if le >= 0)
-    total = buckets[les[-1]]
-    rank, lower, below = q * total, 0.0, 0.0
-    for le in les:
-        if buckets[le] >= rank:
-            if le == float("inf"):
-                return lower
-            inside = buckets[le] - below
-            return lower + (le - lower) * ((rank - below) / inside if inside else 0.0)
-        lower, below = le, buckets[le]
-    return lower
+def _latency(b: dict[float, float]) -> Latency:
+    """One (view, stage)'s scraped cumulative buckets as a ``Latency`` (its quantiles are
+    Prometheus' histogram_quantile, as ``streamiq status`` computes them)."""
+    les = sorted(le for le in b if le >= 0)  # +Inf last
+    lat = Latency(("x",), tuple(les[:-1]))
+    cumulative = [b[le] for le in les]
+    lat.counts[("x",)] = [int(c - p) for c, p in zip(cumulative, [0.0, *cumulative[:-1]],
+                                                      strict=True)]
+    lat.sums[("x",)] = b.get(-1.0, 0.0)
+    return lat
 
 
 def _stage_lines(stages: dict[tuple[str, str], dict[float, float]]) -> list[str]:
     out = []
-    for (view, stage), b in sorted(stages.items()):
-        n = b.get(float("inf"), 0.0)
-        if n:
-            out.append(f"    {view + ', ' + stage:<28} n={int(n):5d}  mean "
-                       f"{b[-1.0] / n * 1000:7.1f} ms  p50 ~{_quantile(b, 0.5) * 1000:6.1f} "
-                       f"ms  p99 ~{_quantile(b, 0.99) * 1000:7.1f} ms")
+    chain = {"pipeline": 0, "node": 1}  # the order a write goes through them
+    for (view, stage), b in sorted(stages.items(), key=lambda kv: (kv[0][0],
+                                                                   chain.get(kv[0][1], 9))):
+        lat = _latency(b)
+        n = lat.count(("x",))
+        p50, p99 = lat.quantile(0.5), lat.quantile(0.99)
+        if n and p50 is not None and p99 is not None:
+            out.append(f"    {view + ', ' + stage:<28} n={n:5d}  mean "
+                       f"{lat.sums[('x',)] / n * 1000:7.1f} ms  p50 ~{p50 * 1000:6.1f} "
+                       f"ms  p99 ~{p99 * 1000:7.1f} ms")
     return out
 
 

@@ -132,21 +132,21 @@ def freshness(health: dict[str, dict[str, Any] | None]) -> dict[str, dict[str, A
     """Write to stored per view, every node's histogram merged: p50/p99 in ms, rows;
     and per stage (``stages``: pipeline, node) when the nodes measure them."""
     views: dict[str, list[Any]] = {}
-    stages: dict[tuple[str, str], list[Any]] = {}
+    stages: dict[str, dict[str, list[Any]]] = {}  # view -> stage -> nodes' histograms
     for h in health.values():
         for view, f in ((h or {}).get("freshness") or {}).items():
             views.setdefault(view, []).append(f)
             split = f.get("stages") if isinstance(f, dict) else None
             for stage, sf in split.items() if isinstance(split, dict) else ():
-                stages.setdefault((view, stage), []).append(sf)
+                stages.setdefault(view, {}).setdefault(stage, []).append(sf)
     out = {}
     for view, hs in sorted(views.items()):
         merged = _merged(hs)
-        if merged is not None:
-            split = {stage: m for (v, stage), shs in sorted(  # in the chain's order
-                         stages.items(), key=lambda kv: (_STAGES.get(kv[0][1], 9), kv[0]))
-                     if v == view and (m := _merged(shs)) is not None}
-            out[view] = {**merged, **({"stages": split} if split else {})}
+        if merged is None:
+            continue
+        chain = sorted(stages.get(view, {}).items(), key=lambda kv: _STAGES.get(kv[0], 9))
+        split = {stage: m for stage, shs in chain if (m := _merged(shs)) is not None}
+        out[view] = {**merged, **({"stages": split} if split else {})}
     return out
 
 

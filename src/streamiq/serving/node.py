@@ -35,7 +35,7 @@ from streamiq.metrics import Latency
 from streamiq.routing.base import Membership
 from streamiq.routing.membership import KafkaMembership, Report, members_topic
 from streamiq.routing.router import Router
-from streamiq.serving.changelog.consistency import Token, row_reflects
+from streamiq.serving.changelog.consistency import Token, row_reflects, token_for
 from streamiq.serving.changelog.discovery import Discovery
 from streamiq.serving.changelog.materializer import Materializer
 from streamiq.serving.changelog.ticks import Ticker
@@ -263,7 +263,7 @@ class Node:
         out: dict[str, dict[int, str]] = {}
         for (view, p), st in self.materializer.holding().items():
             out.setdefault(view, {})[p] = ",".join(
-                f"{t}:{ip}:{nxt - 1}" for t, po in sorted(st.position.items())
+                token_for(t, ip, nxt - 1) for t, po in sorted(st.position.items())
                 for ip, nxt in sorted(po.items()) if nxt > 0)
         return out
 

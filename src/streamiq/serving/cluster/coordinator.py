@@ -142,9 +142,10 @@ class Coordinator:
                     return await local(d)
             if isinstance(d, Refuse) and self._again(ask, tried) and await _pause(ask, rounds):
                 rounds += 1  # every replica was asked and none answered: once more
-                self.traffic.unavailable -= 1  # counted by the walk; not the answer (yet)
                 tried = sorted(ask.gone)
                 continue
+            if isinstance(d, Refuse):
+                self.traffic.refused(d.error.http_status)
             if isinstance(d, Redirect | Refuse):
                 return d
             got = await self._race(ask, view, partition, max_lag, d.address, tried, local)

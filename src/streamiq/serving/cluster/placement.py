@@ -120,7 +120,6 @@ class Placement:
             if node.holds(view, p):
                 self.traffic.local += 1
                 return Here(role, lag)
-        self.traffic.unavailable += 1
         return Refuse(Unavailable(f"no replica of {view} partition {p} can answer within "
                                   f"max_lag={max_lag}", view=view, partition=p,
                                   tried=list(tried)))

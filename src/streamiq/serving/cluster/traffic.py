@@ -39,6 +39,12 @@ class Traffic:
     def forwarded_to(self, owner: str) -> None:
         self.forwarded[owner] = self.forwarded.get(owner, 0) + 1
 
+    def refused(self, status: int) -> None:
+        """A refusal answered to a client (a walk's refusal the route tries again is
+        not one): counted when no replica could answer (503)."""
+        if status == 503:
+            self.unavailable += 1
+
     def totals(self) -> dict[str, object]:
         return {"local": self.local, "forwarded": sum(self.forwarded.values()),
                 "forwarded_to": dict(self.forwarded), "fanout": self.fanout,

@@ -193,6 +193,7 @@ class LeanLookups:
             return self.forward(view, key, p, max_lag, auth, then, d.address, budget,
                                 loop or asyncio.get_running_loop())
         if type(d) is Refuse:
+            co.traffic.refused(d.error.http_status)
             return self.refused(d.error, fwd is not None)
         return None  # redirect mode: the full route answers 307
 
