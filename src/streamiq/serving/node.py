@@ -27,7 +27,7 @@ from typing import Any
 from prometheus_client.core import Metric
 
 from streamiq.config import Settings
-from streamiq.errors import Overloaded
+from streamiq.errors import BadRequest, NotUpToBound, Overloaded
 from streamiq.kafka.admin import ensure_topics
 from streamiq.kafka.clientlog import logged
 from streamiq.kafka.skips import Skips
@@ -343,8 +343,42 @@ class Node:
     def _tick_producer(self) -> Any:
         from confluent_kafka import Producer
 
-        return Producer({**logged(self.settings.kafka()), "linger.ms": 0,
-                         "delivery.report.only.error": True})
+        # every delivery reported: a tick's offset is a staleness read's position
+        return Producer({**logged(self.settings.kafka()), "linger.ms": 0})
+
+    async def recent_input(self, view: str, within_s: float, wait_s: float) -> list[Token]:
+        """A position covering every input record of ``view`` appended more than
+        ``within_s`` before now: per input partition, a tick this node wrote since then
+        (``Ticker.recent``), waiting up to ``wait_s`` for new ones to be delivered.
+        Raises ``BadRequest`` for a view without ticks, ``NotUpToBound`` past the wait."""
+        topics = sorted(self.tick_topics.get(view, ()))
+        if not topics:
+            raise BadRequest(f"view {view!r} has no ticks (a windowed view, or not in "
+                             "real-time mode): max_staleness_ms needs them; a position "
+                             "bounds its reads at a batch's end", field="max_staleness_ms")
+        since = time.monotonic() - within_s
+        deadline = time.monotonic() + wait_s
+        tokens: dict[tuple[str, int], int] = {}
+        pending = topics
+        while True:
+            missing: list[str] = []
+            for topic in pending:
+                try:
+                    found, lacking = await asyncio.to_thread(self.ticker.recent, topic, since)
+                except LookupError as exc:
+                    raise NotUpToBound(f"{self.endpoint} cannot tick {topic!r}: {exc}",
+                                       served_by=self.endpoint) from None
+                tokens.update(((t, p), o) for t, p, o in found)
+                if lacking:
+                    missing.append(topic)
+            if not missing:
+                return [(t, p, o) for (t, p), o in sorted(tokens.items())]
+            if time.monotonic() >= deadline:
+                raise NotUpToBound(f"{self.endpoint}: no tick delivered to {missing} within "
+                                   f"{wait_s:.3f}s", served_by=self.endpoint)
+            await asyncio.sleep(0.002)
+            self.ticker.poll()
+            pending = missing
 
     def _reflects(self, view: str, partition: int, tokens: list[Token],
                   key: bytes | None) -> bool:

@@ -20,6 +20,12 @@ asks for one tick in each input partition its tokens name, written after the rea
 arrived, so at an offset past every token it carries. At most one is written per input
 partition every :data:`MIN_GAP_S`; a read arriving after the newest was written asks for
 the next.
+
+A read bounded by staleness (``max_staleness_ms`` S) asks :meth:`Ticker.recent`: per
+input partition, the offset of the newest tick this node wrote at or after now - S and
+saw delivered (one is written when there is none). A partition reflecting those offsets
+holds every input record appended before the ticks, so everything written more than S
+before the read: the ticks' offsets are the read's position.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from typing import Any
 
 from streamiq.kafka.clientlog import serve_logs
 from streamiq.kafka.skips import Skip
-from streamiq.serving.changelog.consistency import parse_tokens
+from streamiq.serving.changelog.consistency import Token, parse_tokens
 from streamiq.views.base import TICK_KEY, TICK_PREFIX
 
 __all__ = ["MIN_GAP_S", "TickClaims", "Ticker", "is_tick_key", "merge"]
@@ -103,9 +109,52 @@ class Ticker:
         self._lock = threading.Lock()
         self._last: dict[tuple[str, int], float] = {}  # when the newest tick was written
         self._timers: dict[tuple[str, int], threading.Timer] = {}
+        #: per input partition, the newest tick seen delivered: (written at, offset)
+        self._newest: dict[tuple[str, int], tuple[float, int]] = {}
+        self._partitions: dict[str, int] = {}  # input topics' partition counts
         self.written = 0
         self.failed = 0
         serve_logs(self._serve)
+
+    def recent(self, topic: str, since: float) -> tuple[list[Token], list[int]]:
+        """The newest delivered tick of each partition of ``topic`` written at ``since``
+        (monotonic) or later, as tokens, and the partitions without one (a tick is asked
+        for each; :meth:`poll` hears of their delivery)."""
+        found: list[Token] = []
+        missing: list[int] = []
+        for p in range(self.partitions(topic)):
+            got = self._newest.get((topic, p))
+            if got is not None and got[0] >= since:
+                found.append((topic, p, got[1]))
+            else:
+                missing.append(p)
+                self.ask(topic, p, since)
+        return found, missing
+
+    def partitions(self, topic: str) -> int:
+        """``topic``'s partition count (Kafka asked once; the tick producer's metadata)."""
+        n = self._partitions.get(topic)
+        if n is None:
+            try:
+                md = self._client().list_topics(topic, timeout=10).topics.get(topic)
+            except Exception as exc:  # KafkaException: the broker did not answer
+                raise LookupError(f"input topic {topic!r}: {exc}") from None
+            if md is None or md.error is not None or not md.partitions:
+                raise LookupError(f"input topic {topic!r} not found")
+            n = self._partitions[topic] = len(md.partitions)
+        return n
+
+    def poll(self) -> None:
+        """Hear of deliveries now (a staleness read waiting for its ticks' offsets)."""
+        producer = self._producer
+        if producer is not None:
+            producer.poll(0)
+
+    def _client(self) -> Any:
+        with self._lock:
+            if self._producer is None:
+                self._producer = self._make()
+            return self._producer
 
     def _serve(self) -> None:
         """The producer's log lines and failed deliveries as they come."""
@@ -136,19 +185,23 @@ class Ticker:
         self._write(tp)
 
     def _write(self, tp: tuple[str, int]) -> None:
+        at = time.monotonic()
         try:
-            if self._producer is None:
-                self._producer = self._make()
-            self._producer.produce(tp[0], key=TICK_KEY, value=b"{}", partition=tp[1],
-                                   on_delivery=self._delivered)
-            self._producer.poll(0)
+            producer = self._client()
+            producer.produce(tp[0], key=TICK_KEY, value=b"{}", partition=tp[1],
+                             on_delivery=lambda err, msg: self._delivered(err, msg, at))
+            producer.poll(0)
             self.written += 1
         except Exception as exc:  # a tick is an optimisation: the read waits for markers
             self._failed(tp[0], tp[1], exc)
 
-    def _delivered(self, err: Any, msg: Any) -> None:
+    def _delivered(self, err: Any, msg: Any, at: float) -> None:
         if err is not None:
             self._failed(msg.topic(), msg.partition(), err)
+            return
+        tp = (msg.topic(), msg.partition())
+        if at >= self._newest.get(tp, (float("-inf"), 0))[0]:
+            self._newest[tp] = (at, msg.offset())
 
     def _failed(self, topic: str, partition: int, why: Any) -> None:
         """Counted; logged at the 1st, 2nd, 4th, 8th... failure."""

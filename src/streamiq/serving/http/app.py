@@ -32,7 +32,7 @@ from streamiq.serving.http.dashboard import dashboard_routes, mount_page
 from streamiq.serving.http.dashboard.upstate import UpState
 from streamiq.serving.http.fastpath import LeanLookups
 from streamiq.serving.http.metrics import LABELS, Timed, node_metrics
-from streamiq.serving.http.params import MaxLag, Position, WaitMs
+from streamiq.serving.http.params import MaxLag, MaxStaleness, Position, WaitMs
 from streamiq.serving.http.paths import KEY, PathSegments, restore
 from streamiq.serving.http.queries import query_routes
 from streamiq.serving.http.visible import cluster_map, seen_views
@@ -89,9 +89,10 @@ def _routes(deps: Answers) -> APIRouter:
                       account: Annotated[str, Path(pattern=ACCOUNT.pattern,
                                                    description="Account id")],
                       max_lag: MaxLag = None, position: Position = None,
-                      wait_ms: WaitMs = None) -> Response:
+                      wait_ms: WaitMs = None, max_staleness_ms: MaxStaleness = None
+                      ) -> Response:
         assert ACCOUNT.view is not None  # an alias names its view
-        fresh = Freshness(max_lag, position, wait_ms)
+        fresh = Freshness(max_lag, position, wait_ms, max_staleness_ms)
         return await deps.lookup_response(request, Lookup(ACCOUNT.view, account, fresh=fresh))
 
     @r.get("/v1/views", tags=["views"],
@@ -104,8 +105,9 @@ def _routes(deps: Answers) -> APIRouter:
 
     @r.get(LOOKUP.path, tags=["views"], summary="Key lookup, from any node")
     async def get_key(request: Request, view: str, key: str, max_lag: MaxLag = None,
-                      position: Position = None, wait_ms: WaitMs = None) -> Response:
-        fresh = Freshness(max_lag, position, wait_ms)
+                      position: Position = None, wait_ms: WaitMs = None,
+                      max_staleness_ms: MaxStaleness = None) -> Response:
+        fresh = Freshness(max_lag, position, wait_ms, max_staleness_ms)
         return await deps.lookup_response(request, Lookup(view, key, fresh=fresh))
 
     @r.get("/v1/metadata/{view}/" + KEY, tags=["metadata"],

@@ -15,7 +15,7 @@ from streamiq.serving.engines.scan import MAX_LIMIT
 from streamiq.serving.query import model
 
 __all__ = ["MAX_MS", "Aggs", "Cursor", "Fresh", "Freshness", "FromMs", "GroupBy", "Limit",
-           "MaxLag", "Parts", "Position", "Prefix", "ToMs", "WaitMs"]
+           "MaxLag", "MaxStaleness", "Parts", "Position", "Prefix", "ToMs", "WaitMs"]
 
 MaxLag = Annotated[int | None, Query(ge=0, description="Max changelog lag (records) of the "
                                      "answering replica(s); default: the node's --max-lag.")]
@@ -25,6 +25,10 @@ Position = Annotated[str | None, Query(description=(
     "every partition it reads reflects them."))]
 WaitMs = Annotated[int | None, Query(ge=0, le=120_000, description="Bound on the position "
                                      "wait (ms); default: the node's --wait-timeout-ms.")]
+MaxStaleness = Annotated[int | None, Query(ge=0, le=3_600_000, description=(
+    "The answer reflects every input record appended more than this many ms before the "
+    "query (each replica proves it with ticks of its own: real-time mode, views without "
+    "windows), or 503 NOT_UP_TO_BOUND after wait_ms."))]
 Limit = Annotated[int, Query(ge=1, le=MAX_LIMIT, description="Page size (rows).")]
 Cursor = Annotated[str | None, Query(description="Resume after the page that returned it.")]
 Prefix = Annotated[str | None, Query(description="Only keys starting with this.")]
@@ -44,15 +48,18 @@ ToMs = Annotated[int, Query(alias="to", ge=0, le=MAX_MS,
 
 @dataclass
 class Freshness:
-    """How fresh an answer must be: a lag bound and a position to wait for."""
+    """How fresh an answer must be: a lag bound, a position to wait for, a staleness
+    bound."""
 
     max_lag: MaxLag = None
     position: Position = None
     wait_ms: WaitMs = None
+    max_staleness_ms: MaxStaleness = None
 
     def typed(self) -> model.Freshness:
         """The query layer's ``Freshness`` (``serving/query/model.py``)."""
-        return model.Freshness(self.max_lag, self.position, self.wait_ms)
+        return model.Freshness(self.max_lag, self.position, self.wait_ms,
+                               self.max_staleness_ms)
 
 
 Fresh = Annotated[Freshness, Depends()]

@@ -66,9 +66,11 @@ class Gather(Generic[P]):
         async def up_to_position(held: list[int]) -> P:
             """Every partition read reflects the position first (NOT_UP_TO_BOUND if one
             does not within the wait; a peer's refusal makes the entry ask another)."""
-            if self.tokens:
+            if held and (self.tokens or self.q.fresh.max_staleness_ms is not None):
+                tokens, wait = await reads.bounded(self.view.name, self.q.fresh,
+                                                   self.tokens, self.wait_s)
                 await asyncio.gather(*(reads.check_position(
-                    self.view.name, p, self.tokens, self.wait_s) for p in held))
+                    self.view.name, p, tokens, wait) for p in held))
             return await local(held)
 
         to_peers = ask(self.q, self.caller.authorization,

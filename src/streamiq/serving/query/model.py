@@ -33,11 +33,19 @@ R = TypeVar("R")
 @dataclass(frozen=True)
 class Freshness:
     """How fresh an answer must be: a lag bound (None: the node's ``--max-lag``), a
-    position to wait for (``topic:partition:offset[,...]``) and the wait's bound."""
+    position to wait for (``topic:partition:offset[,...]``), a staleness bound (every
+    input record appended more than ``max_staleness_ms`` before the read reflected) and
+    the wait's bound."""
 
     max_lag: int | None = None
     position: str | None = None
     wait_ms: int | None = None
+    max_staleness_ms: int | None = None
+
+    @property
+    def waits(self) -> bool:
+        """The answer may wait (a position or a staleness bound to reach)."""
+        return bool(self.position) or self.max_staleness_ms is not None
 
 
 @dataclass(frozen=True)

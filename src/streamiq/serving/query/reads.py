@@ -82,7 +82,7 @@ class Reads:
         ``BUDGET_S`` from now, plus the position wait of a query with a position."""
         if caller.deadline is not None:
             return caller.deadline
-        budget = BUDGET_S + (self.wait_s(fresh.wait_ms) if fresh.position else 0.0)
+        budget = BUDGET_S + (self.wait_s(fresh.wait_ms) if fresh.waits else 0.0)
         return asyncio.get_running_loop().time() + budget
 
     def stamp(self, view: str, partition: int, here: Here | None = None) -> dict[str, Any]:
@@ -94,6 +94,17 @@ class Reads:
 
     def not_held(self, view: str, partition: int) -> NotActive:
         return not_held(self.node.endpoint, view, partition)
+
+    async def bounded(self, view: str, fresh: Freshness, tokens: list[Token],
+                      wait_s: float) -> tuple[list[Token], float]:
+        """The position a read waits for: ``tokens`` and, with ``max_staleness_ms``, this
+        node's recent ticks (``Node.recent_input``); and what is left of ``wait_s``."""
+        if fresh.max_staleness_ms is None:
+            return tokens, wait_s
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        recent = await self.node.recent_input(view, fresh.max_staleness_ms / 1000, wait_s)
+        return tokens + recent, max(0.0, wait_s - (loop.time() - t0))
 
     async def check_position(self, view: str, partition: int, tokens: list[Token],
                              wait_s: float, key: bytes | None = None) -> None:

@@ -100,8 +100,9 @@ class Queries(Reads):
         deadline = self.deadline(caller, q.fresh)
 
         async def local(here: Here) -> Read:
-            await self.check_position(view.name, p, tokens,
-                                      self.wait_s(q.fresh.wait_ms, deadline),
+            bound, wait = await self.bounded(view.name, q.fresh, tokens,
+                                             self.wait_s(q.fresh.wait_ms, deadline))
+            await self.check_position(view.name, p, bound, wait,
                                       q.key.encode())  # the store key of a keyed view
             return self.read(view, q.key, p, here)
 
@@ -121,7 +122,9 @@ class Queries(Reads):
         deadline = self.deadline(caller, q.fresh)
 
         async def local(here: Here) -> Windows:  # placed here: held (placement.py)
-            await self.check_position(v.name, p, tokens, self.wait_s(q.fresh.wait_ms, deadline))
+            bound, wait = await self.bounded(v.name, q.fresh, tokens,
+                                             self.wait_s(q.fresh.wait_ms, deadline))
+            await self.check_position(v.name, p, bound, wait)
             windows = [loads_row(raw) for _, raw in self.node.stores[v.name].scan(p, lo, hi)]
             return Windows(q.key, p, windows, self.stamp(v.name, p, here))
 

@@ -166,7 +166,7 @@ def _add(out: Rows, rows: list[Row], got: q.Gathered[Any]) -> None:
 
 
 def _fresh(fresh: Freshness) -> q.Freshness:
-    return q.Freshness(fresh.max_lag, fresh.position, fresh.wait_ms)
+    return q.Freshness(fresh.max_lag, fresh.position, fresh.wait_ms, fresh.max_staleness_ms)
 
 
 def _caller(fresh: Freshness) -> q.Caller:

@@ -56,6 +56,7 @@ class Freshness:
     max_lag: int | None = None
     wait_ms: int | None = None
     authorization: str | None = field(default=None, repr=False)
+    max_staleness_ms: int | None = None
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
 """A session's settings: ``SET``/``RESET``/``SHOW``, and the consistency ones in SQL terms.
 
 ``streamiq.position`` (topic:partition:offset[,...]), ``streamiq.max_lag`` (records),
-``streamiq.wait_ms`` and ``streamiq.partial`` (on/off) are the HTTP API's ``position``,
-``max_lag`` and ``wait_ms`` parameters and its PARTIAL answers; any other name is kept
+``streamiq.wait_ms``, ``streamiq.max_staleness_ms`` and ``streamiq.partial`` (on/off) are
+the HTTP API's ``position``, ``max_lag``, ``wait_ms`` and ``max_staleness_ms`` parameters
+and its PARTIAL answers; any other name is kept
 and shown back (clients set ``client_encoding``, ``DateStyle``, ``extra_float_digits``).
 A session keeps at most ``MAX_SETTINGS`` of them, each name at most ``MAX_NAME`` and
 each value at most ``MAX_VALUE`` characters (54000 past either: clients set a few short
@@ -35,12 +36,13 @@ _DEFAULTS = {k.lower(): v for k, v in SERVER_PARAMETERS.items()} | {
     "transaction_isolation": "read committed", "transaction isolation level": "read committed",
     "search_path": "public", "default_transaction_read_only": "on",
     "streamiq.position": "", "streamiq.max_lag": "", "streamiq.wait_ms": "",
-    "streamiq.partial": "off", "statement_timeout": "0"}
+    "streamiq.max_staleness_ms": "", "streamiq.partial": "off", "statement_timeout": "0"}
 _SET = re.compile(r"^\s*SET\s+(?:SESSION\s+|LOCAL\s+)?([\w.\"]+)\s*(?:=|\s+TO\s+)\s*(.*?)\s*;?\s*$",
                   re.IGNORECASE | re.DOTALL)
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(ms|s|min|h)?$")
 _UNITS = {"ms": 1, "s": 1000, "min": 60_000, "h": 3_600_000}
-_STREAMIQ = ("streamiq.position", "streamiq.max_lag", "streamiq.wait_ms", "streamiq.partial")
+_STREAMIQ = ("streamiq.position", "streamiq.max_lag", "streamiq.wait_ms",
+             "streamiq.max_staleness_ms", "streamiq.partial")
 _COMMANDS = {"BEGIN": "BEGIN", "START": "BEGIN", "COMMIT": "COMMIT", "END": "COMMIT",
              "ROLLBACK": "ROLLBACK", "ABORT": "ROLLBACK", "SET": "SET", "RESET": "RESET",
              "SHOW": "SHOW", "DISCARD": "DISCARD ALL", "DEALLOCATE": "DEALLOCATE",
@@ -85,6 +87,8 @@ def _check(name: str, value: str) -> str:
         return "on" if flag in ("on", "true", "1") else "off"
     if name == "streamiq.wait_ms":
         return _int(name, value, 120_000)
+    if name == "streamiq.max_staleness_ms":
+        return _int(name, value, 3_600_000)
     if name == "streamiq.max_lag":
         return _int(name, value, 2**62)
     if name.startswith("streamiq."):
@@ -158,8 +162,10 @@ class Settings:
     @property
     def fresh(self) -> Freshness:
         lag, wait = self._get("streamiq.max_lag"), self._get("streamiq.wait_ms")
+        stale = self._get("streamiq.max_staleness_ms")
         return Freshness(position=self._get("streamiq.position") or None,
-                         max_lag=int(lag) if lag else None, wait_ms=int(wait) if wait else None)
+                         max_lag=int(lag) if lag else None, wait_ms=int(wait) if wait else None,
+                         max_staleness_ms=int(stale) if stale else None)
 
     def timeout_s(self, ceiling_s: float) -> float:
         """The session's ``statement_timeout``, at most the server's (0: the server's)."""

@@ -9,18 +9,23 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from fakes import Message
+from fakes import Message, offline_parts
 
+from streamiq.config import Settings
+from streamiq.errors import BadRequest, NotUpToBound
 from streamiq.kafka.partitioner import partition_for
 from streamiq.kafka.skips import Skip
 from streamiq.serving.changelog.materializer import Materializer, PartitionState
 from streamiq.serving.changelog.ticks import MIN_GAP_S, TickClaims, Ticker, merge
+from streamiq.serving.node import Node
 from streamiq.state import open_store
+from streamiq.supervise import Supervisor
 from streamiq.views.bank import BALANCES
-from streamiq.views.base import POSITION_HEADER, TICK_HEADER, TICK_KEY
+from streamiq.views.base import POSITION_HEADER, TICK_HEADER, TICK_KEY, load_app
 
 
 def _key(task: int, part: int, n: int = 0) -> bytes:
@@ -126,3 +131,85 @@ def test_the_ticker_writes_one_tick_per_gap_and_again_for_a_later_read() -> None
     time.sleep(10 * MIN_GAP_S)
     ticker.close()
     assert p.sent == [("in", 1, TICK_KEY), ("in", 2, TICK_KEY), ("in", 1, TICK_KEY)]
+
+
+class _Delivering(_Producer):
+    """Delivers each tick at the next poll, at the next offset of its partition; knows
+    topic ``in`` with 3 partitions."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pending: list[tuple[str, int, Any]] = []
+        self.ends: dict[tuple[str, int], int] = {}
+
+    def produce(self, topic: str, key: bytes, value: bytes, partition: int,
+                on_delivery: Any) -> None:
+        super().produce(topic, key, value, partition, on_delivery)
+        self.pending.append((topic, partition, on_delivery))
+
+    def poll(self, timeout: float) -> int:
+        done, self.pending = self.pending, []
+        for topic, partition, callback in done:
+            offset = self.ends.get((topic, partition), 100)
+            self.ends[(topic, partition)] = offset + 1
+            callback(None, SimpleNamespace(topic=lambda t=topic: t,
+                                           partition=lambda p=partition: p,
+                                           offset=lambda o=offset: o))
+        return len(done)
+
+    def list_topics(self, topic: str, timeout: float) -> Any:
+        known = {"in": SimpleNamespace(error=None, partitions={0: 0, 1: 1, 2: 2})}
+        return SimpleNamespace(topics={t: m for t, m in known.items() if t == topic})
+
+
+def test_a_staleness_bound_is_the_offsets_of_ticks_written_since_then() -> None:
+    """``Ticker.recent``: per partition, the newest delivered tick written at or after
+    ``since``; a partition without one gets a tick, and its offset once delivered. A
+    tick written before ``since`` is too old to bound the read."""
+    p = _Delivering()
+    ticker = Ticker(lambda: p)
+    t0 = time.monotonic()
+    found, missing = ticker.recent("in", t0)
+    assert found == [] and missing == [0, 1, 2] and len(p.sent) == 3  # one tick each
+    ticker.poll()  # delivered: offsets 100 of each partition
+    found, missing = ticker.recent("in", t0)
+    assert found == [("in", 0, 100), ("in", 1, 100), ("in", 2, 100)] and missing == []
+    assert len(p.sent) == 3  # recent enough: no new tick
+    time.sleep(3 * MIN_GAP_S)
+    later = time.monotonic()
+    found, missing = ticker.recent("in", later)  # those ticks are now too old
+    assert found == [] and missing == [0, 1, 2]
+    deadline = time.monotonic() + 5
+    while len(p.sent) < 6 and time.monotonic() < deadline:
+        time.sleep(MIN_GAP_S)
+    ticker.poll()
+    assert ticker.recent("in", later) == ([("in", 0, 101), ("in", 1, 101), ("in", 2, 101)],
+                                          [])
+    with pytest.raises(LookupError, match="'other' not found"):
+        ticker.recent("other", later)
+    ticker.close()
+
+
+async def test_a_node_turns_a_staleness_bound_into_its_ticks_position() -> None:
+    """``Node.recent_input``: the offsets of ticks it wrote since ``now - S`` (waiting
+    for their delivery), for a view with ticks; a 400 naming ``max_staleness_ms`` for a
+    view without; NOT_UP_TO_BOUND when no tick is delivered within the wait."""
+    class NoMaterializer:
+        states: dict[Any, Any] = {}
+
+    node = Node(Settings(app="bank"), load_app("bank"),
+                offline_parts({"balances": 1}, NoMaterializer()), Supervisor())
+    p = _Delivering()
+    node.ticker = Ticker(lambda: p)
+    with pytest.raises(BadRequest, match="max_staleness_ms") as refused:
+        await node.recent_input("balances", 1.0, 1.0)
+    assert refused.value.extra.get("field") == "max_staleness_ms"
+    node.tick_topics = {"balances": frozenset({"in"})}
+    got = await node.recent_input("balances", 1.0, 10.0)
+    assert got == [("in", 0, 100), ("in", 1, 100), ("in", 2, 100)]
+    assert await node.recent_input("balances", 60.0, 10.0) == got  # still recent: reused
+    silent = _Producer()
+    silent.list_topics = p.list_topics  # type: ignore[attr-defined]  # never delivers
+    node.ticker = Ticker(lambda: silent)
+    with pytest.raises(NotUpToBound, match="no tick delivered"):
+        await node.recent_input("balances", 1.0, 0.05)

@@ -64,7 +64,8 @@ async def test_lean_forward_carries_the_token_and_says_one_hop(app: Any) -> None
     p = BALANCES.partition_of("zz", 3)
     assert sent == [(other, {"k": "lookup", "p": [p], "n": 3, "t": "Bearer t",
                              "q": {"view": "balances", "key": "zz", "fresh": {
-                                 "max_lag": None, "position": None, "wait_ms": None}}})]
+                                 "max_lag": None, "position": None, "wait_ms": None,
+                                 "max_staleness_ms": None}}})]
 
 
 async def test_lean_forward_asks_for_the_key_as_it_is(app: Any) -> None:

@@ -156,6 +156,8 @@ def test_unreachable_partitions_fail_or_with_partial_on_give_a_notice(
 @pytest.mark.parametrize(("sql", "error"), [
     ("SET streamiq.position = 'nope'", errors.InvalidParameterValue),
     ("SET streamiq.max_lag = -1", errors.InvalidParameterValue),
+    ("SET streamiq.max_staleness_ms = -1", errors.InvalidParameterValue),
+    ("SET streamiq.max_staleness_ms = 3600001", errors.InvalidParameterValue),
     ("SET streamiq.partial = maybe", errors.InvalidParameterValue),
     ("SET streamiq.nope = 1", errors.UndefinedObject),
     ("SET statement_timeout = 'soon'", errors.InvalidParameterValue),
@@ -224,3 +226,19 @@ def test_bytes_that_are_not_the_protocol_close_only_their_connection() -> None:
             assert c.execute("SELECT count FROM balances WHERE account = '7'").fetchone() == (7,)
     finally:
         srv.stop()
+
+
+def test_a_staleness_bound_is_a_setting_the_statements_carry() -> None:
+    """``SET streamiq.max_staleness_ms`` reaches the query layer's Freshness (the HTTP
+    API's ``max_staleness_ms``); RESET takes it away."""
+    from streamiq.serving.sql.adapter import _fresh
+    from streamiq.serving.sql.settings import Settings
+
+    s = Settings()
+    assert _fresh(s.fresh).max_staleness_ms is None
+    s.command("SET", "SET streamiq.max_staleness_ms = 0")
+    assert _fresh(s.fresh).max_staleness_ms == 0 and _fresh(s.fresh).waits
+    s.command("SET", "SET streamiq.max_staleness_ms TO 250")
+    assert _fresh(s.fresh).max_staleness_ms == 250
+    s.command("RESET", "RESET streamiq.max_staleness_ms")
+    assert _fresh(s.fresh).max_staleness_ms is None

@@ -1,0 +1,76 @@
+"""A staleness bound (``max_staleness_ms``) on every query type, from every node, in
+real-time mode with hour-long batches (no marker helps): a read made some time after a
+write, bounded tighter than that, shows the write. Each answering replica proves the
+bound with ticks it writes itself (``Node.recent_input``); nobody sends a position.
+
+A view without ticks (a windowed one) refuses the bound with a 400 naming it, and a
+bound out of range is a 400 naming it too.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import httpx
+import pytest
+from updemo import until
+
+pytestmark = pytest.mark.integration
+
+ACCOUNTS = [f"st-{i}" for i in range(4)]
+#: a read comes this long after its write's acknowledgement, bounded tighter than that
+AFTER_S = 0.05
+BOUND = {"max_staleness_ms": 20, "wait_ms": 60_000}
+
+
+def _reads(c: httpx.Client, port: int, account: str) -> dict[str, Any]:
+    """The account's balance, and the four accounts by multi-get, scan and aggregate."""
+    base = f"http://127.0.0.1:{port}/v1/views/balances"
+    one = c.get(f"http://127.0.0.1:{port}/account/{account}", params=BOUND)
+    many = c.post(f"{base}/keys", params=BOUND, json={"keys": ACCOUNTS})
+    scan = c.get(f"{base}/scan", params={**BOUND, "prefix": "st-"})
+    total = c.get(f"{base}/aggregate", params={**BOUND, "prefix": "st-",
+                                               "agg": "sum(balance)"})
+    for r in (one, many, scan, total):
+        assert r.status_code == 200, (port, r.request.url, r.text[:300])
+    return {"one": one.json()["value"]["balance"],
+            "many": {x["key"]: x["value"]["balance"] for x in many.json()["results"]
+                     if x["found"]},
+            "scan": {x["key"]: x["value"]["balance"] for x in scan.json()["rows"]},
+            "sum": int(total.json()["groups"][0]["sum(balance)"] or 0)}
+
+
+def test_every_query_type_honours_a_staleness_bound_on_every_node(cluster: Any) -> None:
+    pipe = cluster.pipeline("bank,orders", extra=["--realtime-batch-s", "3600"], wait=False)
+    ingest, _ = cluster.ingest("bank,orders")
+    ports = [p for p, _ in cluster.nodes(3, "bank,orders")]
+    cluster.pipeline_ready(pipe)
+    totals: dict[str, int] = {}
+    with httpx.Client(timeout=90) as c:
+        def post(account: str, amount: int) -> None:
+            r = c.post(f"http://127.0.0.1:{ingest}/account/{account}",
+                       params={"amount": amount})
+            assert r.status_code == 200, r.text
+            totals[account] = totals.get(account, 0) + amount
+
+        post("st-warm", 1)  # the first rows through the query, waited for once
+        until(lambda: c.get(f"http://127.0.0.1:{ports[0]}/account/st-warm").status_code
+              == 200, 180, "the first write visible")
+        del totals["st-warm"]
+        for i in range(12):
+            account = ACCOUNTS[i % len(ACCOUNTS)]
+            post(account, i + 1)
+            time.sleep(AFTER_S)
+            got = _reads(c, ports[i % len(ports)], account)
+            assert got == {"one": totals[account], "many": totals, "scan": totals,
+                           "sum": sum(totals.values())}, (i, got, totals)
+
+        windowed = c.get(f"http://127.0.0.1:{ports[0]}/v1/views/order_counts_1m/keys/"
+                         "s|GENERAL/windows", params={"max_staleness_ms": 10})
+        assert windowed.status_code == 400, windowed.text
+        assert windowed.json()["field"] == "max_staleness_ms", windowed.text
+        for bad in ("-1", "x", str(3_600_001)):
+            r = c.get(f"http://127.0.0.1:{ports[1]}/account/st-0",
+                      params={"max_staleness_ms": bad})
+            assert r.status_code == 400 and "max_staleness_ms" in r.text, (bad, r.text)
