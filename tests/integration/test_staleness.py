@@ -54,10 +54,10 @@ def test_every_query_type_honours_a_staleness_bound_on_every_node(cluster: Any) 
             assert r.status_code == 200, r.text
             totals[account] = totals.get(account, 0) + amount
 
-        post("st-warm", 1)  # the first rows through the query, waited for once
-        until(lambda: c.get(f"http://127.0.0.1:{ports[0]}/account/st-warm").status_code
+        post("warmup", 1)  # the first rows through the query, waited for once
+        until(lambda: c.get(f"http://127.0.0.1:{ports[0]}/account/warmup").status_code
               == 200, 180, "the first write visible")
-        del totals["st-warm"]
+        del totals["warmup"]
         for i in range(12):
             account = ACCOUNTS[i % len(ACCOUNTS)]
             post(account, i + 1)
