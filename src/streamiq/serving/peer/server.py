@@ -48,10 +48,12 @@ _Waiting = Callable[[], int]  # bytes waiting unsent to the peer, -1 once closin
 
 
 def _waits(doc: Any) -> bool:
-    """The request names a position to wait for (a task answers it, not the read)."""
+    """The request names a position or a staleness bound to wait for (a task answers
+    it, not the inline read)."""
     q = doc.get("q")
     fresh = q.get("fresh") if isinstance(q, dict) else None
-    return isinstance(fresh, dict) and bool(fresh.get("position"))
+    return isinstance(fresh, dict) and (bool(fresh.get("position"))
+                                        or fresh.get("max_staleness_ms") is not None)
 
 
 class PeerServer:

@@ -232,3 +232,16 @@ def test_a_connection_without_the_cluster_credential_is_refused_before_any_reque
     assert server.asked == [] and t.closed
     _, _, status = REPLY.unpack_from(t.writes[0])
     assert status == 401 and b"UNAUTHENTICATED" in t.writes[0]
+
+
+def test_a_lookup_that_waits_for_a_position_or_a_staleness_bound_is_not_read_inline() -> None:
+    from streamiq.serving.peer.server import _waits
+
+    def doc(**fresh: Any) -> dict[str, Any]:
+        return {"k": "lookup", "q": {"view": "balances", "key": "a1", "fresh": fresh}}
+
+    assert _waits(doc(position="t:0:5"))
+    assert _waits(doc(max_staleness_ms=0))  # 0 bounds too: "everything before I asked"
+    assert not _waits(doc(max_lag=3))
+    assert not _waits(doc(position=None, max_staleness_ms=None))
+    assert not _waits({"k": "lookup", "q": "garbage"})
