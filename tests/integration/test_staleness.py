@@ -15,7 +15,9 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
+from procs import free_port
 from updemo import until
 
 pytestmark = pytest.mark.integration
@@ -46,7 +48,12 @@ def _reads(c: httpx.Client, port: int, account: str, bound: dict[str, Any]
 def test_every_query_type_honours_a_staleness_bound_on_every_node(cluster: Any) -> None:
     pipe = cluster.pipeline("bank,orders", extra=["--realtime-batch-s", "3600"], wait=False)
     ingest, _ = cluster.ingest("bank,orders")
-    ports = [p for p, _ in cluster.nodes(3, "bank,orders")]
+    sql_ports = [free_port() for _ in range(3)]
+    started = [cluster.node("bank,orders", extra=["--sql-port", str(s)], wait=False)
+               for s in sql_ports]
+    for port, proc in started:
+        proc.wait_ready(f"http://127.0.0.1:{port}/health", 60)
+    ports = [p for p, _ in started]
     cluster.pipeline_ready(pipe)
     totals: dict[str, int] = {}
     with httpx.Client(timeout=90) as c:
@@ -72,6 +79,21 @@ def test_every_query_type_honours_a_staleness_bound_on_every_node(cluster: Any) 
             got = _reads(c, port, account, BOUND)
             assert got == want, (i, got, totals)
         assert missed > 0, "no plain read missed a write: the check proves nothing"
+
+        # SQL: the session's setting bounds every statement the same way
+        listed = ", ".join(f"'{a}'" for a in ACCOUNTS)
+        for i, sql in enumerate(sql_ports):
+            with psycopg.connect(host="127.0.0.1", port=sql, dbname="streamiq",
+                                 password="any", autocommit=True) as conn:
+                conn.execute("SET streamiq.max_staleness_ms = 0")
+                conn.execute("SET streamiq.wait_ms = 60000")
+                post(ACCOUNTS[i], 100 + i)
+                total = conn.execute(f"SELECT sum(balance) FROM balances "
+                                     f"WHERE account IN ({listed})").fetchone()
+                one = conn.execute("SELECT balance FROM balances WHERE account = %s",
+                                   (ACCOUNTS[i],)).fetchone()
+                assert total is not None and int(total[0]) == sum(totals.values()), (sql, total)
+                assert one is not None and int(one[0]) == totals[ACCOUNTS[i]], (sql, one)
 
         windowed = c.get(f"http://127.0.0.1:{ports[0]}/v1/views/order_counts_1m/keys/"
                          "s|GENERAL/windows", params={"max_staleness_ms": 10})
