@@ -42,8 +42,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["PROBLEM_JSON", "BadRequest", "BadSql", "Canceled", "DeadlineExceeded", "Forbidden",
-           "NoCursor",
+__all__ = ["PROBLEM_JSON", "BadRequest", "BadSql", "Canceled", "CutMoved", "DeadlineExceeded",
+           "Forbidden", "NoCursor",
            "NotActive", "NotFound", "NotUpToBound", "Overloaded", "PayloadTooLarge", "PeerError",
            "PeerTimeout", "PeerUnreachable", "RequestHeaderTooLarge", "RequestTimeout",
            "StreamiqError", "TooComplex", "TooManyRows", "TooManySubscriptions",
@@ -184,6 +184,15 @@ class NotUpToBound(Unavailable):
     """The answering replica did not reflect the position within the wait."""
 
     code = "NOT_UP_TO_BOUND"
+
+
+class CutMoved(StreamiqError):
+    """A read at one cut of the input cannot be answered at that cut here: ``lower`` (a
+    position token) names a lower cut to ask again at, or None: take a newer one. Between
+    nodes only: the entry asks again (``serving/changelog/cuts.py``)."""
+
+    http_status = 409
+    code = "CUT_MOVED"
 
 
 class DeadlineExceeded(StreamiqError):

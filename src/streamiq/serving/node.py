@@ -346,16 +346,18 @@ class Node:
         # every delivery reported: a tick's offset is a staleness read's position
         return Producer({**logged(self.settings.kafka()), "linger.ms": 0})
 
-    async def recent_input(self, view: str, within_s: float, wait_s: float) -> list[Token]:
+    async def recent_input(self, view: str, within_s: float, wait_s: float,
+                           field: str = "max_staleness_ms") -> list[Token]:
         """A position covering every input record of ``view`` appended more than
         ``within_s`` before now: per input partition, a tick this node wrote since then
         (``Ticker.recent``), waiting up to ``wait_s`` for new ones to be delivered.
-        Raises ``BadRequest`` for a view without ticks, ``NotUpToBound`` past the wait."""
+        Raises ``BadRequest`` naming ``field`` (what needs the ticks) for a view without
+        ticks, ``NotUpToBound`` past the wait."""
         topics = sorted(self.tick_topics.get(view, ()))
         if not topics:
             raise BadRequest(f"view {view!r} has no ticks (a windowed view, or not in "
-                             "real-time mode): max_staleness_ms needs them; a position "
-                             "bounds its reads at a batch's end", field="max_staleness_ms")
+                             f"real-time mode): {field} needs them; a position bounds "
+                             "its reads at a batch's end", field=field)
         since = time.monotonic() - within_s
         deadline = time.monotonic() + wait_s
         tokens: dict[tuple[str, int], int] = {}
@@ -379,6 +381,21 @@ class Node:
             await asyncio.sleep(0.002)
             self.ticker.poll()
             pending = missing
+
+    async def input_ends(self, view: str) -> dict[tuple[str, int], int]:
+        """The end offsets of ``view``'s ticked input partitions, asked of Kafka now;
+        ``NotUpToBound`` if it cannot be asked."""
+        topics = sorted(self.tick_topics.get(view, ()))
+
+        def ask() -> dict[tuple[str, int], int]:
+            tps = [(t, p) for t in topics for p in range(self.ticker.partitions(t))]
+            return self.materializer.ends.now(tps)
+
+        try:
+            return await asyncio.to_thread(ask)
+        except Exception as exc:  # LookupError, KafkaException: Kafka did not answer
+            raise NotUpToBound(f"{self.endpoint} cannot read {view}'s input ends: {exc}",
+                               served_by=self.endpoint) from None
 
     def _reflects(self, view: str, partition: int, tokens: list[Token],
                   key: bytes | None) -> bool:

@@ -11,7 +11,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-__all__ = ["Checkpoint", "Store", "StoreKind"]
+__all__ = ["Checkpoint", "Reader", "Store", "StoreKind"]
 
 #: the stores ``streamiq.state.open_store`` opens (the ``store`` setting)
 StoreKind = Literal["rocksdb", "memory"]
@@ -25,7 +25,24 @@ class Checkpoint:
     position: dict[str, dict[int, int]] = field(default_factory=dict)
 
 
-class Store(Protocol):
+class Reader(Protocol):
+    """The reads a query makes of a view's rows (a ``Store``, or one seen at a cut of
+    the input: ``serving/query/atcut.py``)."""
+
+    def get(self, partition: int, key: bytes) -> bytes | None: ...
+
+    def multi_get(self, partition: int, keys: Sequence[bytes]) -> list[bytes | None]:
+        """The values of ``keys`` in their order (None where absent), as of one moment."""
+        ...
+
+    def scan(self, partition: int, start: bytes | None = None, end: bytes | None = None
+             ) -> Iterator[tuple[bytes, bytes]]:
+        """Rows with start <= key < end, in key order, as they were when iteration
+        began (writes made while iterating are not seen)."""
+        ...
+
+
+class Store(Reader, Protocol):
     """Key-value rows of one view, partitioned like its changelog.
 
     A ``Protocol``, not a base class: the implementations share no code (each keeps
@@ -35,12 +52,6 @@ class Store(Protocol):
     (RocksDB's default order, and Python's ``bytes`` order).
     """
 
-    def get(self, partition: int, key: bytes) -> bytes | None: ...
-
-    def multi_get(self, partition: int, keys: Sequence[bytes]) -> list[bytes | None]:
-        """The values of ``keys`` in their order (None where absent), as of one moment."""
-        ...
-
     def apply(self, partition: int, puts: Sequence[tuple[bytes, bytes | None]],
               checkpoint: Checkpoint) -> None:
         """Atomically write rows (None value deletes) together with the checkpoint."""
@@ -48,12 +59,6 @@ class Store(Protocol):
 
     def checkpoint(self, partition: int) -> Checkpoint | None:
         """The stored checkpoint of a partition, None if the store never held it."""
-        ...
-
-    def scan(self, partition: int, start: bytes | None = None, end: bytes | None = None
-             ) -> Iterator[tuple[bytes, bytes]]:
-        """Rows with start <= key < end, in key order, as they were when iteration
-        began (writes made while iterating are not seen)."""
         ...
 
     def drop(self, partition: int) -> None:

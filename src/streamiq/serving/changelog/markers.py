@@ -89,6 +89,10 @@ class InputEnds:
         self.retry_s = retry_s
         self._failed = -retry_s
 
+    def now(self, tps: list[TP]) -> dict[TP, int]:
+        """The ends of ``tps`` asked of Kafka now (any thread; missing ones left out)."""
+        return {tp: o for tp, o in self._query(tps).items() if o is not None}
+
     def check(self, offsets: Mapping[str, Mapping[int, int]]) -> None:
         """Refuse (Skip) a marker claiming past an input partition's end or for
         one that does not exist; Kafka is asked only about partitions not known yet or

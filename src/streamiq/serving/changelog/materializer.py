@@ -42,6 +42,7 @@ from typing import Any
 from streamiq.kafka.skips import Skip, Skips
 from streamiq.metrics import Latency
 from streamiq.serving.changelog.consistency import row_covered
+from streamiq.serving.changelog.cuts import History
 from streamiq.serving.changelog.feed import Feed
 from streamiq.serving.changelog.markers import EndsQuery, InputEnds, kafka_ends, parse_marker
 from streamiq.serving.changelog.partition import PartitionState
@@ -207,6 +208,8 @@ class Materializer:
                         for v, p in sorted(new):
                             cp = self.stores[v].checkpoint(p) or Checkpoint(offset=OFFSET_BEGINNING)
                             st = PartitionState(offset=max(cp.offset, 0), position=cp.position)
+                            if not self.views[v].windowed:
+                                st.history = History()
                             log.info("%s partition %d: resuming from changelog offset %d",
                                      v, p, st.offset)
                             with self._lock:  # halt() empties states under the same lock
@@ -259,11 +262,11 @@ class Materializer:
             puts: list[tuple[bytes, bytes | None]] = []
             offsets: list[int] = []  # each put's changelog offset (for the feed)
             position = {t: dict(po) for t, po in st.position.items()}
-            rows: dict[bytes, bytes] = {}
+            versions: list[tuple[bytes, bytes, bytes | None]] = []  # rows with positions
             marked = False
             for m in records:
                 try:
-                    marked |= self._decode(m, view, puts, position, rows, st.restored)
+                    marked |= self._decode(m, view, puts, position, versions, st.restored)
                 except Skip as exc:
                     self._skip(view, p, m.offset(), exc.reason, exc)
                 except Exception as exc:  # a record no check foresaw: still never fatal
@@ -271,6 +274,7 @@ class Materializer:
                 if len(offsets) < len(puts):
                     offsets.append(m.offset())
             next_offset = records[-1].offset() + 1
+            self._versions(view, p, st, versions)  # before the store: a read finds them
             with self.feed.lock:  # subscriptions read their first values under it
                 self.stores[view].apply(p, puts, Checkpoint(offset=next_offset,
                                                             position=position))
@@ -280,9 +284,24 @@ class Materializer:
                     self.feed.publish(view, p, self.views[view].windowed,
                                       [(o, k, v) for o, (k, v) in zip(offsets, puts,
                                                                       strict=True)])
-            self._remember(st, rows, marked)
+            self._remember(st, {k: pos for k, pos, _ in versions}, marked)
         if batches and self.on_apply is not None:
             self.on_apply()
+
+    def _versions(self, view: str, p: int, st: PartitionState,
+                  versions: list[tuple[bytes, bytes, bytes | None]]) -> None:
+        """Record rows' versions in the partition's history, with the stored value of
+        each key that starts a chain: once restored, while consistent reads come."""
+        history = st.history
+        if history is None or not versions:
+            return
+        if st.restored and history.active():
+            new = history.starting(k for k, _, _ in versions)
+            before = dict(zip(new, self.stores[view].multi_get(p, new), strict=True)) \
+                if new else {}
+            history.record(versions, before)
+        else:
+            history.skip()
 
     def _fetched(self, topic: str, p: int) -> None:
         view = self._topic_view.get(topic)
@@ -308,10 +327,10 @@ class Materializer:
                         for reason, n in s.reasons.items()})
 
     def _decode(self, m: Any, view: str, puts: list[tuple[bytes, bytes | None]],
-                position: dict[str, dict[int, int]], rows: dict[bytes, bytes],
-                following: bool) -> bool:
-        """Add one record to the batch (a row, its input positions to ``rows``) or to
-        the position (a marker: True)."""
+                position: dict[str, dict[int, int]],
+                versions: list[tuple[bytes, bytes, bytes | None]], following: bool) -> bool:
+        """Add one record to the batch (a row; with its input positions, to
+        ``versions``) or to the position (a marker: True)."""
         headers = m.headers()
         pos = ts = tick = None
         for k, v in headers or ():
@@ -337,7 +356,7 @@ class Materializer:
         row = check(m.key(), m.value(), m.partition())
         puts.append(row)
         if pos is not None and not self.views[view].windowed:
-            rows[row[0]] = pos
+            versions.append((row[0], pos, row[1]))
         if ts is not None and following:
             self._fresh(view, ts, m.timestamp())
         return False
@@ -375,6 +394,8 @@ class Materializer:
         with self.feed.lock:
             self.stores[view].drop(p)
             st.offset, st.position, st.restored, st.target = 0, {}, False, -1
+            if st.history is not None:
+                st.history.skip()
             self.feed.end(view, p, "the changelog restarted")
         st.rows = {}
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from streamiq.serving.changelog.cuts import History
     from streamiq.serving.changelog.ticks import TickClaims
 
 __all__ = ["PartitionState"]
@@ -35,6 +36,8 @@ class PartitionState:
     rows: dict[bytes, bytes] = field(default_factory=dict)
     #: each aggregation task's newest tick claims in this partition (ticks.py)
     ticks: TickClaims | None = None
+    #: each key's recent versions, for reads at one cut (cuts.py; None: a windowed view)
+    history: History | None = None
 
     @property
     def lag(self) -> int:

@@ -34,6 +34,7 @@ import orjson
 
 from streamiq.errors import (
     BadRequest,
+    CutMoved,
     DeadlineExceeded,
     Forbidden,
     PeerError,
@@ -319,6 +320,8 @@ class Coordinator:
         if r.status in _REFUSED:  # the query itself is refused (it would be here too)
             refused = from_problem(r.status, r.body)
             raise _REFUSED[r.status](refused.message, peer=address)
+        if r.status == CutMoved.http_status:  # the query's cut: the entry asks again
+            raise from_problem(r.status, r.body)
         if r.status != 200:
             return [], parts
         doc: GatherReply[Any] = orjson.loads(r.body)

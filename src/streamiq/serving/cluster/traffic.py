@@ -35,6 +35,7 @@ class Traffic:
     for_peers: int = 0  # forwarded requests from other nodes answered here
     unavailable: int = 0  # no replica could answer (503)
     latency: Latency | None = None  # per query type and how served; None: metrics off
+    cut_moved: int = 0  # a consistent read asked again at a lower or newer cut (cuts.py)
 
     def forwarded_to(self, owner: str) -> None:
         self.forwarded[owner] = self.forwarded.get(owner, 0) + 1

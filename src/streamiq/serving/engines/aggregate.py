@@ -17,7 +17,7 @@ from streamiq.errors import BadRequest
 from streamiq.serving.engines._json import loads_rows
 from streamiq.serving.engines.partials import AggregatePartial
 from streamiq.serving.engines.scan import KeyRange
-from streamiq.state.base import Store
+from streamiq.state.base import Reader
 from streamiq.views.base import View, decode_key
 
 __all__ = ["FUNCS", "MAX_GROUPS", "Agg", "aggregate_partitions", "finish", "merge_partials",
@@ -116,7 +116,7 @@ _BATCH = 1024
 _COUNT_STAR, _COUNT, _SUM, _PICK = range(4)
 
 
-def aggregate_partitions(view: View, store: Store, partitions: Iterable[int],
+def aggregate_partitions(view: View, store: Reader, partitions: Iterable[int],
                          group_by: Sequence[str], aggs: Sequence[Agg],
                          rng: KeyRange | None = None) -> AggregatePartial:
     """Fold the partitions' rows into ``{"groups": {json(group): [state...]}, "rows": n}``,

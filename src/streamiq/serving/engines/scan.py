@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from streamiq.serving.engines._json import loads_row
 from streamiq.serving.engines.partials import ScannedRow, ScanPartial
-from streamiq.state.base import Store
+from streamiq.state.base import Reader
 from streamiq.views.base import View, store_key
 
 __all__ = [
@@ -93,7 +93,7 @@ def _row(view: View, partition: int, sk: bytes, raw: bytes) -> ScannedRow:
     return {"key": key, "partition": partition, "value": loads_row(raw)}
 
 
-def scan_partitions(view: View, store: Store, partitions: Iterable[int], rng: KeyRange,
+def scan_partitions(view: View, store: Reader, partitions: Iterable[int], rng: KeyRange,
                     limit: int) -> ScanPartial:
     """Up to ``limit`` rows of the range from each partition (a scatter-gather partial)."""
     rows: list[ScannedRow] = []

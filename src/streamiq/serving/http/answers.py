@@ -126,4 +126,6 @@ class Answers(Queries):
         doc = {"status": answer.status, "view": answer.view, **body(answer.result),
                "partitions": answer.partitions, "missing_partitions": answer.missing,
                "served_by": answer.served_by}
+        if answer.cut is not None:
+            doc["cut"] = answer.cut
         return JSONResponse(doc, headers={HOPS: str(answer.hops), SERVED_BY: answer.served_by})

@@ -111,6 +111,8 @@ def _traffic(co: Coordinator) -> Iterator[Metric]:
     yield fwd
     yield CounterMetricFamily("streamiq_unavailable_answers",
                               "Queries no replica could answer (503)", value=t.unavailable)
+    yield CounterMetricFamily("streamiq_cut_retries", "Consistent reads asked again at a "
+                              "lower or newer cut of the input", value=t.cut_moved)
     yield CounterMetricFamily("streamiq_peer_replies", "Replies received from peers (the "
                               "peer protocol)", value=co.peers.hop.answered())
     hedging = co.peers.hedging

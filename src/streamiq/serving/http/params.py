@@ -14,7 +14,7 @@ from fastapi import Depends, Query
 from streamiq.serving.engines.scan import MAX_LIMIT
 from streamiq.serving.query import model
 
-__all__ = ["MAX_MS", "Aggs", "Cursor", "Fresh", "Freshness", "FromMs", "GroupBy", "Limit",
+__all__ = ["MAX_MS", "Aggs", "Consistent", "Cursor", "Fresh", "Freshness", "FromMs", "GroupBy", "Limit",
            "MaxLag", "MaxStaleness", "Parts", "Position", "Prefix", "ToMs", "WaitMs"]
 
 MaxLag = Annotated[int | None, Query(ge=0, description="Max changelog lag (records) of the "
@@ -29,6 +29,10 @@ MaxStaleness = Annotated[int | None, Query(ge=0, le=3_600_000, description=(
     "The answer reflects every input record appended more than this many ms before the "
     "query (each replica proves it with ticks of its own: real-time mode, views without "
     "windows), or 503 NOT_UP_TO_BOUND after wait_ms."))]
+Consistent = Annotated[bool, Query(description=(
+    "Answer at one cut of the input across every partition (multi-get, scan, aggregate, "
+    "top-k of a view with ticks): exactly the input records up to the position vector "
+    "returned as `cut`, no more, none less."))]
 Limit = Annotated[int, Query(ge=1, le=MAX_LIMIT, description="Page size (rows).")]
 Cursor = Annotated[str | None, Query(description="Resume after the page that returned it.")]
 Prefix = Annotated[str | None, Query(description="Only keys starting with this.")]
@@ -55,11 +59,12 @@ class Freshness:
     position: Position = None
     wait_ms: WaitMs = None
     max_staleness_ms: MaxStaleness = None
+    consistent: Consistent = False
 
     def typed(self) -> model.Freshness:
         """The query layer's ``Freshness`` (``serving/query/model.py``)."""
         return model.Freshness(self.max_lag, self.position, self.wait_ms,
-                               self.max_staleness_ms)
+                               self.max_staleness_ms, self.consistent)
 
 
 Fresh = Annotated[Freshness, Depends()]

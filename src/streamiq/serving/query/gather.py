@@ -6,24 +6,37 @@ exactly once) and merged here; a peer's part (``Caller.forwarded``, with the exp
 ``partitions``) is answered here only, for what this node holds. A partial answer to a
 query with a position is refused (``NOT_UP_TO_BOUND``): it would not read the writes
 it must.
+
+A consistent read (``Freshness.consistent``) is answered at one cut of the input: the
+entry chooses it (ticks written now, ``Node.recent_input``), every partition waits until
+it reflects the cut and is read at it (``atcut.py``); a replica that finds no version of
+a key at exactly the cut names a lower one (``CutMoved``) and the entry asks every
+partition again at it, or at a new cut when the versions kept no longer reach back.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, TypeVar
 
-from streamiq.errors import BadRequest, NotUpToBound
+from streamiq.errors import BadRequest, CutMoved, NotUpToBound
+from streamiq.serving.changelog.consistency import parse_tokens
+from streamiq.serving.changelog.cuts import Cut, cut_of, cut_token, lower
 from streamiq.serving.engines.partials import P
 from streamiq.serving.query.codec import ask
 from streamiq.serving.query.model import Caller, Gathered, PeerPart, Query
 from streamiq.serving.query.reads import Reads
+from streamiq.state.base import Reader
 from streamiq.views.base import View
 
 __all__ = ["Gather", "explicit_partitions"]
 
 R = TypeVar("R")
+
+#: how many cuts a consistent read tries (each lower or newer than the last)
+MAX_ROUNDS = 6
 
 
 def explicit_partitions(raw: str | Sequence[int], n: int) -> list[int]:
@@ -56,33 +69,83 @@ class Gather(Generic[P]):
         if caller.forwarded and caller.partitions is not None:
             self.all = explicit_partitions(caller.partitions, len(self.all))
 
-    async def run(self, local: Callable[[list[int]], Awaitable[P]],
+    async def run(self, local: Callable[[list[int], Reader], Awaitable[P]],
                   finish: Callable[[list[P]], R], partitions: list[int] | None = None,
                   part: Callable[[list[int]], Query] | None = None
                   ) -> Gathered[R] | PeerPart[P]:
-        """Each partition's ``local`` part, here or on a peer, merged by ``finish``."""
-        reads, wanted = self.reads, self.all if partitions is None else partitions
+        """Each partition's ``local`` part (given the rows to read: the store, or the
+        store at the query's cut), here or on a peer, merged by ``finish``."""
+        wanted = self.all if partitions is None else partitions
+        fresh = self.q.fresh
+        if not fresh.consistent:
+            return await self._run(self.q, None, local, finish, wanted, part)
+        if self.caller.forwarded:  # the entry chose the cut
+            return await self._run(self.q, self._peer_cut(fresh.cut), local, finish, wanted,
+                                   part)
+        cut = await self._new_cut()
+        why = ""
+        for _ in range(MAX_ROUNDS):  # a lower cut (a key's records out of order) or a new
+            q = dataclasses.replace(self.q, fresh=dataclasses.replace(fresh, cut=cut_token(cut)))
+            try:
+                got = await self._run(q, cut, local, finish, wanted, part)
+            except CutMoved as moved:
+                self.reads.coordinator.traffic.cut_moved += 1
+                why = moved.message
+                lowered = moved.extra.get("lower")
+                cut = lower(cut, cut_of(parse_tokens(lowered))) if isinstance(lowered, str) \
+                    else await self._new_cut()
+                continue
+            assert isinstance(got, Gathered)
+            return dataclasses.replace(got, cut=cut_token(cut))
+        raise NotUpToBound(f"no cut of {self.view.name}'s input held in {MAX_ROUNDS} tries; "
+                           f"the last: {why}", served_by=self.reads.node.endpoint)
+
+    async def _new_cut(self) -> Cut:
+        """A cut past every record appended before now (and the query's position)."""
+        recent = await self.reads.node.recent_input(self.view.name, 0.0, self.wait_s,
+                                                    field="consistent")
+        return cut_of([*self.tokens, *recent])
+
+    def _peer_cut(self, raw: str | None) -> Cut:
+        try:
+            return cut_of(parse_tokens(raw or ""))
+        except ValueError as exc:
+            raise BadRequest(f"cut: {exc}", field="cut") from None
+
+    async def _run(self, q: Query, cut: Cut | None,
+                   local: Callable[[list[int], Reader], Awaitable[P]],
+                   finish: Callable[[list[P]], R], wanted: list[int],
+                   part: Callable[[list[int]], Query] | None) -> Gathered[R] | PeerPart[P]:
+        reads, fresh, name = self.reads, q.fresh, self.view.name
+        store = reads.node.stores[name]
+        tokens = self.tokens + [(t, p, o) for (t, p), o in (cut or {}).items()]
 
         async def up_to_position(held: list[int]) -> P:
             """Every partition read reflects the position first (NOT_UP_TO_BOUND if one
-            does not within the wait; a peer's refusal makes the entry ask another)."""
-            if held and (self.tokens or self.q.fresh.max_staleness_ms is not None):
-                tokens, wait = await reads.bounded(self.view.name, self.q.fresh,
-                                                   self.tokens, self.wait_s)
-                await asyncio.gather(*(reads.check_position(
-                    self.view.name, p, tokens, wait) for p in held))
-            return await local(held)
+            does not within the wait; a peer's refusal makes the entry ask another),
+            then is read (at the cut, if any)."""
+            if held and (tokens or fresh.max_staleness_ms is not None):
+                bound, wait = await reads.bounded(name, fresh, tokens, self.wait_s)
+                await asyncio.gather(*(reads.check_position(name, p, bound, wait)
+                                       for p in held))
+            if cut is None or not held:
+                return await local(held, store)
+            at = await reads.at_cut(name, held, cut)
+            got = await local(held, at)
+            at.finish()
+            return got
 
-        to_peers = ask(self.q, self.caller.authorization,
-                       reads.node.partitions[self.view.name], self.deadline, part)
+        sub = part if part is None else (
+            lambda ps: dataclasses.replace(part(ps), fresh=fresh))  # the cut goes too
+        to_peers = ask(q, self.caller.authorization, reads.node.partitions[name],
+                       self.deadline, sub)
         partials, missing, hops = await reads.coordinator.gather(
-            to_peers, self.caller.forwarded, self.view.name, wanted, self.max_lag,
-            up_to_position)
+            to_peers, self.caller.forwarded, name, wanted, self.max_lag, up_to_position)
         node = reads.node.endpoint
         if self.caller.forwarded:
             return PeerPart(partials[0] if partials else None, missing, node)
-        if missing and self.tokens:  # a partial answer would not read the writes it must
+        if missing and tokens:  # a partial answer would not read the writes it must
             raise NotUpToBound(f"no replica reflected the position within "
                                f"{self.wait_s:.3f}s for partitions {missing}",
                                missing_partitions=missing, served_by=node)
-        return Gathered(self.view.name, finish(partials), len(wanted), missing, hops, node)
+        return Gathered(name, finish(partials), len(wanted), missing, hops, node)

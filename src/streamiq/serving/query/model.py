@@ -41,11 +41,15 @@ class Freshness:
     position: str | None = None
     wait_ms: int | None = None
     max_staleness_ms: int | None = None
+    #: answer at one cut of the input (``serving/changelog/cuts.py``): the entry chooses
+    #: it and sends it to its peers as ``cut`` (a position token)
+    consistent: bool = False
+    cut: str | None = None
 
     @property
     def waits(self) -> bool:
-        """The answer may wait (a position or a staleness bound to reach)."""
-        return bool(self.position) or self.max_staleness_ms is not None
+        """The answer may wait (a position, a staleness bound or a cut to reach)."""
+        return bool(self.position) or self.max_staleness_ms is not None or self.consistent
 
 
 @dataclass(frozen=True)
@@ -196,7 +200,8 @@ class Windows:
 class Gathered(Generic[R]):
     """A scatter-gather's answer: the ``result`` over the partitions answered,
     ``partitions`` asked, the ``missing`` ones (no replica could answer them: PARTIAL),
-    the hops it took (0: all here) and the node that gathered it."""
+    the hops it took (0: all here), the node that gathered it and, for a consistent
+    read, the ``cut`` it reflects exactly (a position token)."""
 
     view: str
     result: R
@@ -204,6 +209,7 @@ class Gathered(Generic[R]):
     missing: list[int]
     hops: int
     served_by: str
+    cut: str | None = None
 
     @property
     def status(self) -> str:

@@ -14,9 +14,11 @@ import orjson
 
 from streamiq.errors import BadRequest, NotActive, NotFound, NotUpToBound, UnknownView
 from streamiq.serving.changelog.consistency import Token, parse_tokens
+from streamiq.serving.changelog.cuts import Cut
 from streamiq.serving.cluster.coordinator import Coordinator
 from streamiq.serving.cluster.placement import Forward, Here, Redirect, Refuse, not_held
 from streamiq.serving.node import Node
+from streamiq.serving.query.atcut import AtCut
 from streamiq.serving.query.model import Caller, Freshness, Read
 from streamiq.views.base import View
 
@@ -105,6 +107,26 @@ class Reads:
         t0 = loop.time()
         recent = await self.node.recent_input(view, fresh.max_staleness_ms / 1000, wait_s)
         return tokens + recent, max(0.0, wait_s - (loop.time() - t0))
+
+    async def at_cut(self, view: str, held: list[int], cut: Cut) -> AtCut:
+        """The view's rows in ``held`` as of ``cut`` (each partition reflects it):
+        ``CutMoved`` if a partition's versions do not reach back to it. A partition that
+        kept none starts now, its floor the input's ends read after that."""
+        histories = {}
+        for p in held:
+            st = self.node.materializer.states.get((view, p))
+            if st is None:
+                raise self.not_held(view, p)
+            if st.history is None:
+                raise BadRequest(f"view {view!r} is windowed: its reads have no cut",
+                                 field="consistent")
+            st.history.activate()
+            histories[p] = st.history
+        if any(h.floor is None for h in histories.values()):
+            ends = await self.node.input_ends(view)
+            for h in histories.values():
+                h.floor_at(ends)
+        return AtCut(self.node.stores[view], histories, cut)
 
     async def check_position(self, view: str, partition: int, tokens: list[Token],
                              wait_s: float, key: bytes | None = None) -> None:

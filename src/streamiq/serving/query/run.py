@@ -53,6 +53,7 @@ from streamiq.serving.query.model import (
     WindowScan,
 )
 from streamiq.serving.query.reads import Reads, check_key
+from streamiq.state.base import Reader
 from streamiq.views.base import View, window_bounds
 
 __all__ = ["RUNNERS", "One", "Queries", "runs"]
@@ -114,6 +115,9 @@ class Queries(Reads):
                           ) -> Windows | Redirect | Refuse:
         v = self._windowed(q.view)
         check_key(v, q.key)
+        if q.fresh.consistent:
+            raise BadRequest(f"view {v.name!r} is windowed: its reads have no cut",
+                             field="consistent")
         if q.start > q.end:
             raise BadRequest(f"from {q.start} is after to {q.end}", field="from")
         p = v.partition_of(q.key, self.node.partitions[v.name])
@@ -144,9 +148,8 @@ class Queries(Reads):
         n = self.node.partitions[v.name]
         part_of = {k: v.partition_of(k, n) for k in keys}
         g: Gather[MultiGetPartial] = Gather(self, q, v, caller)
-        store = self.node.stores[v.name]
 
-        async def local(held: list[int]) -> MultiGetPartial:
+        async def local(held: list[int], store: Reader) -> MultiGetPartial:
             here = set(held)
             mine = [k for k in keys if part_of[k] in here]
             by_p: dict[int, list[str]] = {}
@@ -185,9 +188,8 @@ class Queries(Reads):
             rng = KeyRange.build(prefix=q.prefix, after=self._after(v, q.cursor),
                                  wfrom=q.start, wto=q.end)
         g: Gather[ScanPartial] = Gather(self, q, v, caller)
-        store = self.node.stores[v.name]
 
-        async def local(held: list[int]) -> ScanPartial:
+        async def local(held: list[int], store: Reader) -> ScanPartial:
             return await asyncio.to_thread(scan_partitions, v, store, held, rng, q.limit)
 
         def rows(partials: list[ScanPartial]) -> ScanRows:
@@ -205,9 +207,8 @@ class Queries(Reads):
             raise BadRequest(str(exc), field=str(exc).split(":", 1)[0]) from None
         rng = KeyRange.build(prefix=q.prefix)
         g: Gather[AggregatePartial] = Gather(self, q, v, caller)
-        store = self.node.stores[v.name]
 
-        async def local(held: list[int]) -> AggregatePartial:
+        async def local(held: list[int], store: Reader) -> AggregatePartial:
             return await asyncio.to_thread(aggregate_partitions, v, store, held, cols, aggs, rng)
 
         def rows(partials: list[AggregatePartial]) -> AggregateRows:

@@ -29,7 +29,7 @@ from streamiq.serving.engines.scan import KeyRange
 from streamiq.serving.query.gather import Gather
 from streamiq.serving.query.model import Caller, Gathered, PeerPart, Query
 from streamiq.serving.query.run import Queries, runs
-from streamiq.state.base import Store
+from streamiq.state.base import Reader
 from streamiq.views.base import View
 
 __all__ = ["MAX_K", "TopK", "TopKPartial", "TopKRows", "top_k"]
@@ -111,7 +111,7 @@ def _ranked(view: View, q: TopK, key: str, row: dict[str, Any]) -> tuple[int, An
     return _rank(value, key)
 
 
-def _part(view: View, store: Store, partitions: list[int], q: TopK) -> TopKPartial:
+def _part(view: View, store: Reader, partitions: list[int], q: TopK) -> TopKPartial:
     """The top ``k`` rows of ``partitions`` (each row decoded once, in a worker thread)."""
     rng = KeyRange.build(prefix=q.prefix)
     rows: list[tuple[tuple[int, Any, str], ScannedRow]] = []
@@ -149,9 +149,8 @@ async def top_k(qs: Queries, q: TopK, caller: Caller
         raise BadRequest(f"nulls: expected omit, first or last, got {q.nulls!r}",
                          field="nulls")
     g: Gather[Any] = Gather(qs, q, v, caller)
-    store = qs.node.stores[v.name]
 
-    async def local(held: list[int]) -> TopKPartial:
+    async def local(held: list[int], store: Reader) -> TopKPartial:
         return await asyncio.to_thread(_part, v, store, held, q)
 
     return await g.run(local, lambda parts: _merge(v, parts, q))

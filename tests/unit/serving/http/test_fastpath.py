@@ -65,7 +65,8 @@ async def test_lean_forward_carries_the_token_and_says_one_hop(app: Any) -> None
     assert sent == [(other, {"k": "lookup", "p": [p], "n": 3, "t": "Bearer t",
                              "q": {"view": "balances", "key": "zz", "fresh": {
                                  "max_lag": None, "position": None, "wait_ms": None,
-                                 "max_staleness_ms": None}}})]
+                                 "max_staleness_ms": None, "consistent": False,
+                                 "cut": None}}})]
 
 
 async def test_lean_forward_asks_for_the_key_as_it_is(app: Any) -> None:

@@ -84,7 +84,8 @@ async def test_a_lookup_elsewhere_asks_the_owner_the_typed_query_with_a_deadline
     assert address == PEER and doc == {
         "k": "lookup", "q": {"view": "balances", "key": "a1",
                              "fresh": {"max_lag": 3, "position": None, "wait_ms": None,
-                                       "max_staleness_ms": None}},
+                                       "max_staleness_ms": None, "consistent": False,
+                                       "cut": None}},
         "p": [p], "n": 3, "t": "Bearer t"}
     assert loop.time() < deadline <= loop.time() + 2.5  # the caller's budget travels
 
@@ -149,7 +150,8 @@ async def test_a_gather_asks_each_owner_from_the_typed_query(tmp_path: Path) -> 
         "k": "window_scan", "p": [0, 1, 2], "n": 3, "t": "Bearer t",
         "q": {"view": "order_counts_1m", "start": 5, "end": 9, "prefix": "c1", "limit": 2,
               "cursor": None, "fresh": {"max_lag": 4, "position": None, "wait_ms": None,
-                                          "max_staleness_ms": None}}}
+                                          "max_staleness_ms": None, "consistent": False,
+                                          "cut": None}}}
 
 
 async def test_a_multi_get_sends_each_owner_its_keys(tmp_path: Path) -> None:

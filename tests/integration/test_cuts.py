@@ -1,0 +1,166 @@
+"""Reads at one cut of the input (``consistent=true``), in real-time mode with hour-long
+batches (no marker helps), while clients transfer money among accounts.
+
+Every consistent aggregate, scan and multi-get from every node sums to the deposits
+(a transfer is one record: at a cut both legs are in or neither is), and every scan is
+exactly the input up to its ``cut``: the test folds the input topic itself up to the
+cut's offsets and compares each account's balance. The same reads without
+``consistent`` are checked the same way and miss (a transfer's legs reach different
+changelog partitions at different moments), so the checks can fail.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from collections import defaultdict
+from typing import Any
+
+import httpx
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from updemo import until
+
+from streamiq.serving.changelog.consistency import parse_tokens
+
+pytestmark = pytest.mark.integration
+
+ACCOUNTS = [f"cc-{i:03d}" for i in range(100)]
+DEPOSIT = 1000
+ROUNDS = 6  # each node asked twice, each query type, while the transfers flow
+CONSISTENT: dict[str, Any] = {"consistent": "true", "wait_ms": 30_000}
+
+
+def _total(c: httpx.Client, port: int, params: dict[str, Any]) -> tuple[int, Any]:
+    r = c.get(f"http://127.0.0.1:{port}/v1/views/balances/aggregate",
+              params={**params, "prefix": "cc-", "agg": "sum(balance)"})
+    assert r.status_code == 200, r.text[:300]
+    doc = r.json()
+    groups = doc["groups"]  # none before the first row
+    return int(groups[0]["sum(balance)"] or 0) if groups else 0, doc.get("cut")
+
+
+def _scan(c: httpx.Client, port: int, params: dict[str, Any]) -> tuple[dict[str, int], Any]:
+    r = c.get(f"http://127.0.0.1:{port}/v1/views/balances/scan",
+              params={**params, "prefix": "cc-", "limit": 1000})
+    assert r.status_code == 200, r.text[:300]
+    doc = r.json()
+    return {x["key"]: int(x["value"]["balance"]) for x in doc["rows"]}, doc.get("cut")
+
+
+def _many(c: httpx.Client, port: int, params: dict[str, Any]) -> tuple[int, Any]:
+    r = c.post(f"http://127.0.0.1:{port}/v1/views/balances/keys", params=params,
+               json={"keys": ACCOUNTS})
+    assert r.status_code == 200, r.text[:300]
+    doc = r.json()
+    return sum(int(x["value"]["balance"]) for x in doc["results"] if x["found"]), doc.get("cut")
+
+
+def _fold(bootstrap: str, topic: str, cut: str) -> dict[str, int]:
+    """Each account's balance from the input records up to ``cut`` (inclusive)."""
+    ends = {p: o for _, p, o in parse_tokens(cut)}
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"fold-{time.time()}",
+                  "enable.auto.commit": False})
+    c.assign([TopicPartition(topic, p, 0) for p in ends])
+    balances: dict[str, int] = defaultdict(int)
+    left = dict(ends)
+    try:
+        deadline = time.monotonic() + 60
+        while left and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is None or m.error():
+                continue
+            p, o, value = m.partition(), m.offset(), m.value()
+            if p is None or o is None or p not in left:
+                continue
+            if o <= ends[p] and value is not None:
+                try:
+                    rec = json.loads(value)
+                except ValueError:
+                    rec = None
+                if isinstance(rec, dict) and str(rec.get("account", "")).startswith("cc-"):
+                    balances[rec["account"]] -= rec["amount"] if rec.get("to") else 0
+                    balances[rec["to"] if rec.get("to") else rec["account"]] += rec["amount"]
+            if o >= ends[p]:
+                left.pop(p, None)
+        assert not left, f"the input did not reach the cut {cut}: {left}"
+    finally:
+        c.close()
+    return {k: v for k, v in balances.items() if v or k in ACCOUNTS}
+
+
+def test_consistent_reads_are_one_exact_cut_of_the_input_while_transfers_flow(
+        cluster: Any) -> None:
+    pipe = cluster.pipeline("bank", extra=["--realtime-batch-s", "3600"], wait=False)
+    ingest, _ = cluster.ingest("bank")
+    ports = [p for p, _ in cluster.nodes(3, "bank")]
+    cluster.pipeline_ready(pipe)
+    base = f"http://127.0.0.1:{ingest}"
+    deposits = DEPOSIT * len(ACCOUNTS)
+    with httpx.Client(timeout=60) as c:
+        for a in ACCOUNTS:
+            assert c.post(f"{base}/account/{a}", params={"amount": DEPOSIT}).status_code == 200
+        until(lambda: _total(c, ports[0], {})[0] == deposits, 180, "the deposits visible")
+
+        stop = threading.Event()
+        errors: list[str] = []
+
+        def transfer(seed: int) -> None:
+            rnd = random.Random(seed)
+            with httpx.Client(timeout=30) as w:
+                while not stop.is_set():
+                    a, b = rnd.sample(ACCOUNTS, 2)
+                    r = w.post(f"{base}/transfer",
+                               params={"from": a, "to": b, "amount": rnd.randint(1, 50)})
+                    if r.status_code != 200:
+                        errors.append(r.text[:200])
+
+        writers = [threading.Thread(target=transfer, args=(i,)) for i in range(8)]
+        for t in writers:
+            t.start()
+        scans: list[tuple[dict[str, int], str]] = []
+        wrong: dict[str, int] = defaultdict(int)  # consistent answers off the deposits
+        plain_wrong = reads = 0
+        took: list[float] = []
+        try:
+            time.sleep(1.0)  # transfers flowing
+            for i in range(ROUNDS):
+                port = ports[i % len(ports)]
+                t0 = time.monotonic()
+                total, cut = _total(c, port, CONSISTENT)
+                took.append(time.monotonic() - t0)
+                assert cut, "a consistent answer names its cut"
+                wrong["aggregate"] += total != deposits
+                rows, cut = _scan(c, port, CONSISTENT)
+                wrong["scan"] += sum(rows.values()) != deposits
+                scans.append((rows, cut))
+                many, _ = _many(c, port, CONSISTENT)
+                wrong["multi_get"] += many != deposits
+                top = c.get(f"http://127.0.0.1:{port}/v1/views/balances/top",
+                            params={**CONSISTENT, "column": "balance", "k": 3,
+                                    "prefix": "cc-"})
+                assert top.status_code == 200 and top.json().get("cut"), top.text[:300]
+                reads += 4
+                plain_wrong += _total(c, port, {})[0] != deposits
+                plain_wrong += sum(_scan(c, port, {})[0].values()) != deposits
+        finally:
+            stop.set()
+            for t in writers:
+                t.join()
+        assert not errors, errors[:3]
+        retries = sum(_metric(c, p, "streamiq_cut_retries_total") for p in ports)
+        print(f"{reads} consistent reads, {plain_wrong} plain reads off the deposits, "
+              f"{retries} cut retries; aggregate took {sorted(took)}")
+        assert dict(wrong) == {"aggregate": 0, "scan": 0, "multi_get": 0}, (dict(wrong), reads)
+        topic = cluster.topic("bank-transactions")
+        for rows, cut in scans[:: max(1, len(scans) // 5)]:
+            assert rows == _fold(cluster.bootstrap, topic, cut), cut
+        assert plain_wrong > 0, "no plain read saw a transfer half applied: proves nothing"
+
+
+def _metric(c: httpx.Client, port: int, name: str) -> float:
+    text = c.get(f"http://127.0.0.1:{port}/metrics").text
+    return sum(float(line.split()[-1]) for line in text.splitlines()
+               if line.startswith(name + " ") or line.startswith(name + "{"))
