@@ -14,8 +14,8 @@ from fastapi import Depends, Query
 from streamiq.serving.engines.scan import MAX_LIMIT
 from streamiq.serving.query import model
 
-__all__ = ["MAX_MS", "Aggs", "Consistent", "Cursor", "Fresh", "Freshness", "FromMs", "GroupBy", "Limit",
-           "MaxLag", "MaxStaleness", "Parts", "Position", "Prefix", "ToMs", "WaitMs"]
+__all__ = ["MAX_MS", "Aggs", "Consistent", "Cursor", "Fresh", "Freshness", "FromMs", "GroupBy",
+           "Limit", "MaxLag", "MaxStaleness", "Parts", "Position", "Prefix", "ToMs", "WaitMs"]
 
 MaxLag = Annotated[int | None, Query(ge=0, description="Max changelog lag (records) of the "
                                      "answering replica(s); default: the node's --max-lag.")]
