@@ -1,7 +1,8 @@
 """Reads at one cut of the input (``consistent=true``), in real-time mode with hour-long
 batches (no marker helps), while clients transfer money among accounts.
 
-Every consistent aggregate, scan and multi-get from every node sums to the deposits
+Every consistent aggregate, scan (one page, and 25 rows a page following its cursor:
+every page at the first page's cut) and multi-get from every node sums to the deposits
 (a transfer is one record: at a cut both legs are in or neither is), and every scan is
 exactly the input up to its ``cut``: the test folds the input topic itself up to the
 cut's offsets and compares each account's balance. The same reads without
@@ -48,6 +49,27 @@ def _scan(c: httpx.Client, port: int, params: dict[str, Any]) -> tuple[dict[str,
     assert r.status_code == 200, r.text[:300]
     doc = r.json()
     return {x["key"]: int(x["value"]["balance"]) for x in doc["rows"]}, doc.get("cut")
+
+
+def _pages(c: httpx.Client, port: int) -> tuple[dict[str, int], str]:
+    """A consistent scan 25 rows a page, following its cursor: every page at the first
+    page's cut."""
+    url = f"http://127.0.0.1:{port}/v1/views/balances/scan"
+    params: dict[str, Any] = {**CONSISTENT, "prefix": "cc-", "limit": 25}
+    rows: dict[str, int] = {}
+    cuts = []
+    while True:
+        r = c.get(url, params=params)
+        assert r.status_code == 200, r.text[:300]
+        doc = r.json()
+        rows.update({x["key"]: int(x["value"]["balance"]) for x in doc["rows"]})
+        cuts.append(doc["cut"])
+        if doc["next_cursor"] is None:
+            break
+        params = {"cursor": doc["next_cursor"], "limit": 25, "prefix": "cc-",
+                  "wait_ms": 30_000}
+    assert len(cuts) >= 4 and len(set(cuts)) == 1, cuts  # 100 accounts: 4 pages, one cut
+    return rows, cuts[0]
 
 
 def _many(c: httpx.Client, port: int, params: dict[str, Any]) -> tuple[int, Any]:
@@ -136,13 +158,16 @@ def test_consistent_reads_are_one_exact_cut_of_the_input_while_transfers_flow(
                 rows, cut = _scan(c, port, CONSISTENT)
                 wrong["scan"] += sum(rows.values()) != deposits
                 scans.append((rows, cut))
+                paged, cut = _pages(c, port)
+                wrong["pages"] += sum(paged.values()) != deposits
+                scans.append((paged, cut))
                 many, _ = _many(c, port, CONSISTENT)
                 wrong["multi_get"] += many != deposits
                 top = c.get(f"http://127.0.0.1:{port}/v1/views/balances/top",
                             params={**CONSISTENT, "column": "balance", "k": 3,
                                     "prefix": "cc-"})
                 assert top.status_code == 200 and top.json().get("cut"), top.text[:300]
-                reads += 4
+                reads += 5
                 plain_wrong += _total(c, port, {})[0] != deposits
                 plain_wrong += sum(_scan(c, port, {})[0].values()) != deposits
         finally:
@@ -153,7 +178,8 @@ def test_consistent_reads_are_one_exact_cut_of_the_input_while_transfers_flow(
         retries = sum(_metric(c, p, "streamiq_cut_retries_total") for p in ports)
         print(f"{reads} consistent reads, {plain_wrong} plain reads off the deposits, "
               f"{retries} cut retries; aggregate took {sorted(took)}")
-        assert dict(wrong) == {"aggregate": 0, "scan": 0, "multi_get": 0}, (dict(wrong), reads)
+        assert dict(wrong) == {"aggregate": 0, "scan": 0, "pages": 0, "multi_get": 0}, (
+            dict(wrong), reads)
         topic = cluster.topic("bank-transactions")
         for rows, cut in scans[:: max(1, len(scans) // 5)]:
             assert rows == _fold(cluster.bootstrap, topic, cut), cut

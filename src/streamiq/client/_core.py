@@ -156,6 +156,11 @@ def _address(node: str) -> str:
     return node.rstrip("/")
 
 
+def _fresh(consistent: bool, max_staleness_ms: int | None) -> dict[str, Any]:
+    """A read's ``consistent`` and ``max_staleness_ms`` parameters (left out when off)."""
+    return {"consistent": "true" if consistent else None, "max_staleness_ms": max_staleness_ms}
+
+
 def _params(**kw: Any) -> list[tuple[str, Any]]:
     out: list[tuple[str, Any]] = []
     for k, v in kw.items():
@@ -287,14 +292,16 @@ class _Base:
         return f"/v1/views/{segment(view)}/keys/{segment(key)}{suffix}"
 
     def _get_spec(self, view: str, key: str, max_lag: int | None, position: str | None,
-                  wait_ms: int | None) -> Spec:
+                  wait_ms: int | None, max_staleness_ms: int | None = None) -> Spec:
         return Spec("GET", self._key_path(view, key),
-                    _params(max_lag=max_lag, position=position, wait_ms=wait_ms), None, view,
-                    (key,))
+                    _params(max_lag=max_lag, position=position, wait_ms=wait_ms,
+                            max_staleness_ms=max_staleness_ms), None, view, (key,))
 
-    def _multi_spec(self, view: str, keys: Sequence[str], max_lag: int | None) -> Spec:
-        return Spec("POST", f"/v1/views/{segment(view)}/keys", _params(max_lag=max_lag),
-                    {"keys": list(keys)}, view, list(keys))
+    def _multi_spec(self, view: str, keys: Sequence[str], max_lag: int | None,
+                    fresh: dict[str, Any] | None = None) -> Spec:
+        return Spec("POST", f"/v1/views/{segment(view)}/keys",
+                    _params(max_lag=max_lag, **(fresh or {})), {"keys": list(keys)}, view,
+                    list(keys))
 
     @staticmethod
     def _view_spec(view: str, what: str, **params: Any) -> Spec:

@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from streamiq.client._core import KEEPALIVE_S, Backoff, QueryError, Spec, SseReader, _Base
+from streamiq.client._core import KEEPALIVE_S, Backoff, QueryError, Spec, SseReader, _Base, _fresh
 
 __all__ = ["Client"]
 
@@ -118,37 +118,47 @@ class Client(_Base):
 
     def get(
             self, view: str, key: str, *, max_lag: int | None = None,
-            position: str | None = None, wait_ms: int | None = None) -> dict[str, Any] | None:
-        """The row of ``key`` (body with ``value``), or None if the view has no such key."""
+            position: str | None = None, wait_ms: int | None = None,
+            max_staleness_ms: int | None = None) -> dict[str, Any] | None:
+        """The row of ``key`` (body with ``value``), or None if the view has no such key.
+        ``max_staleness_ms``: reflecting every input record appended that long before."""
         doc: dict[str, Any] | None = self._run(
-            self._get_spec(view, key, max_lag, position, wait_ms), not_found_ok=True)
+            self._get_spec(view, key, max_lag, position, wait_ms, max_staleness_ms),
+            not_found_ok=True)
         return doc
 
     def multi_get(
-            self, view: str, keys: Sequence[str], *, max_lag: int | None = None
+            self, view: str, keys: Sequence[str], *, max_lag: int | None = None,
+            consistent: bool = False, max_staleness_ms: int | None = None
             ) -> dict[str, Any]:
-        doc: dict[str, Any] = self._run(self._multi_spec(view, keys, max_lag))
+        """Each key's row; ``consistent``: all at one cut of the input (``cut``)."""
+        doc: dict[str, Any] = self._run(self._multi_spec(
+            view, keys, max_lag, _fresh(consistent, max_staleness_ms)))
         return doc
 
     def scan(
             self, view: str, *, start: str | None = None, end: str | None = None,
             prefix: str | None = None, limit: int = 100, cursor: str | None = None,
-            max_lag: int | None = None) -> dict[str, Any]:
-        """One page of rows in key order; pass ``next_cursor`` back to continue."""
+            max_lag: int | None = None, consistent: bool = False,
+            max_staleness_ms: int | None = None) -> dict[str, Any]:
+        """One page of rows in key order; pass ``next_cursor`` back to continue
+        (``consistent``: every page at the first page's cut of the input)."""
         doc: dict[str, Any] = self._run(self._view_spec(
             view, "scan", start=start, end=end, prefix=prefix, limit=limit, cursor=cursor,
-            max_lag=max_lag))
+            max_lag=max_lag, **_fresh(consistent, max_staleness_ms)))
         return doc
 
     def scan_all(
             self, view: str, *, start: str | None = None, end: str | None = None,
-            prefix: str | None = None, page: int = 500, allow_partial: bool = False
-            ) -> Generator[dict[str, Any], None]:
-        """Every row of the range, following cursors; raises QueryError on PARTIAL."""
+            prefix: str | None = None, page: int = 500, allow_partial: bool = False,
+            consistent: bool = False) -> Generator[dict[str, Any], None]:
+        """Every row of the range, following cursors; raises QueryError on PARTIAL.
+        ``consistent``: every page at the first page's cut of the input."""
         cursor = None
         while True:
             doc = self.scan(
-                view, start=start, end=end, prefix=prefix, limit=page, cursor=cursor)
+                view, start=start, end=end, prefix=prefix, limit=page, cursor=cursor,
+                consistent=consistent and cursor is None)
             if doc["status"] != "OK" and not allow_partial:
                 raise QueryError(200, doc)
             for row in doc["rows"]:
@@ -160,20 +170,24 @@ class Client(_Base):
     def aggregate(
             self, view: str, aggs: Sequence[str] = ("count(*)",), *,
             group_by: str | Sequence[str] | None = None, prefix: str | None = None,
-            max_lag: int | None = None) -> dict[str, Any]:
-        """``aggregate("order_counts", ["sum(count)"], group_by="type")``."""
+            max_lag: int | None = None, consistent: bool = False,
+            max_staleness_ms: int | None = None) -> dict[str, Any]:
+        """``aggregate("order_counts", ["sum(count)"], group_by="type")``;
+        ``consistent``: at one cut of the input across every partition (``cut``)."""
         doc: dict[str, Any] = self._run(self._view_spec(
             view, "aggregate", group_by=group_by, agg=list(aggs), prefix=prefix,
-            max_lag=max_lag))
+            max_lag=max_lag, **_fresh(consistent, max_staleness_ms)))
         return doc
 
     def top(
             self, view: str, column: str, k: int = 10, *, order: str = "desc",
-            prefix: str | None = None, max_lag: int | None = None) -> dict[str, Any]:
+            prefix: str | None = None, max_lag: int | None = None, consistent: bool = False,
+            max_staleness_ms: int | None = None) -> dict[str, Any]:
         """The ``k`` rows with the largest (``order="asc"``: smallest) ``column``:
         ``top("balances", "balance", 10)``, merged from each owner's top ``k``."""
         doc: dict[str, Any] = self._run(self._view_spec(
-            view, "top", column=column, k=k, order=order, prefix=prefix, max_lag=max_lag))
+            view, "top", column=column, k=k, order=order, prefix=prefix, max_lag=max_lag,
+            **_fresh(consistent, max_staleness_ms)))
         return doc
 
     def changes(

@@ -16,6 +16,7 @@ import json
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from streamiq.serving.engines._json import loads_row
 from streamiq.serving.engines.partials import ScannedRow, ScanPartial
@@ -23,8 +24,8 @@ from streamiq.state.base import Reader
 from streamiq.views.base import View, store_key
 
 __all__ = [
-    "MAX_LIMIT", "KeyRange", "decode_cursor", "encode_cursor", "merge_rows", "row_sort_key",
-    "scan_partitions",
+    "MAX_LIMIT", "KeyRange", "cursor_cut", "decode_cursor", "encode_cursor", "merge_rows",
+    "row_sort_key", "scan_partitions",
 ]
 
 MAX_LIMIT = 1000
@@ -69,23 +70,39 @@ def _prefix_end(prefix: bytes) -> bytes | None:
     return bytes(p)
 
 
-def encode_cursor(view: str, last: bytes) -> str:
-    doc = json.dumps({"v": view, "after": last.hex()}, separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(doc).decode().rstrip("=")
+def encode_cursor(view: str, last: bytes, cut: str | None = None) -> str:
+    """A page's cursor: the view, the store key it resumes after and, for a consistent
+    scan, the cut its every page reads (a position token)."""
+    doc: dict[str, str] = {"v": view, "after": last.hex()}
+    if cut is not None:
+        doc["cut"] = cut
+    raw = json.dumps(doc, separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def decode_cursor(view: str, cursor: str) -> bytes:
-    """The store key a cursor resumes after; ValueError (a 400) if it is not ours."""
+def _cursor_doc(view: str, cursor: str) -> dict[str, Any]:
     try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        doc = json.loads(raw)
-        after = bytes.fromhex(doc["after"])
+        doc = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        bytes.fromhex(doc["after"])
         owner = doc["v"]
+        if not isinstance(doc.get("cut", ""), str):
+            raise TypeError("cut")
     except (binascii.Error, ValueError, KeyError, TypeError, RecursionError) as exc:
         raise ValueError(f"cursor: not a cursor returned by this API ({cursor[:40]!r})") from exc
     if owner != view:
         raise ValueError(f"cursor: belongs to view {owner!r}, not {view!r}")
-    return after
+    return dict(doc)
+
+
+def decode_cursor(view: str, cursor: str) -> bytes:
+    """The store key a cursor resumes after; ValueError (a 400) if it is not ours."""
+    return bytes.fromhex(_cursor_doc(view, cursor)["after"])
+
+
+def cursor_cut(view: str, cursor: str) -> str | None:
+    """The cut a consistent scan's cursor carries (None: a plain scan's)."""
+    cut = _cursor_doc(view, cursor).get("cut")
+    return cut if isinstance(cut, str) else None
 
 
 def _row(view: View, partition: int, sk: bytes, raw: bytes) -> ScannedRow:

@@ -82,6 +82,16 @@ class Gather(Generic[P]):
         if self.caller.forwarded:  # the entry chose the cut
             return await self._run(self.q, self._peer_cut(fresh.cut), local, finish, wanted,
                                    part)
+        if fresh.cut is not None:  # a cut read before (a scan's first page): that one only
+            given = self._peer_cut(fresh.cut)
+            try:
+                got = await self._run(self.q, given, local, finish, wanted, part)
+            except CutMoved as moved:
+                raise NotUpToBound(f"the cut {fresh.cut} can no longer be read ({moved.message}"
+                                   "): start again without it", served_by=self.reads.node.endpoint
+                                   ) from None
+            assert isinstance(got, Gathered)
+            return dataclasses.replace(got, cut=cut_token(given))
         cut = await self._new_cut()
         why = ""
         for _ in range(MAX_ROUNDS):  # a lower cut (a key's records out of order) or a new

@@ -31,7 +31,14 @@ from streamiq.serving.engines.aggregate import (
     parse_group_by,
 )
 from streamiq.serving.engines.partials import AggregatePartial, MultiGetPartial, ScanPartial
-from streamiq.serving.engines.scan import KeyRange, decode_cursor, merge_rows, scan_partitions
+from streamiq.serving.engines.scan import (
+    KeyRange,
+    cursor_cut,
+    decode_cursor,
+    encode_cursor,
+    merge_rows,
+    scan_partitions,
+)
 from streamiq.serving.query import codec
 from streamiq.serving.query.gather import Gather
 from streamiq.serving.query.model import (
@@ -187,6 +194,7 @@ class Queries(Reads):
                 raise BadRequest(f"from {q.start} is after to {q.end}", field="from")
             rng = KeyRange.build(prefix=q.prefix, after=self._after(v, q.cursor),
                                  wfrom=q.start, wto=q.end)
+        q = self._page_cut(v, q)
         g: Gather[ScanPartial] = Gather(self, q, v, caller)
 
         async def local(held: list[int], store: Reader) -> ScanPartial:
@@ -195,7 +203,26 @@ class Queries(Reads):
         def rows(partials: list[ScanPartial]) -> ScanRows:
             return ScanRows(*merge_rows(v, partials, q.limit))
 
-        return await g.run(local, rows)
+        got = await g.run(local, rows)
+        if isinstance(got, Gathered) and got.cut is not None and got.result.next_cursor:
+            after = decode_cursor(v.name, got.result.next_cursor)  # the next page: this cut
+            got = dataclasses.replace(got, result=dataclasses.replace(
+                got.result, next_cursor=encode_cursor(v.name, after, got.cut)))
+        return got
+
+    @staticmethod
+    def _page_cut(v: View, q: Scan | WindowScan) -> Scan | WindowScan:
+        """A consistent scan's later page reads its first page's cut (its cursor's)."""
+        if q.cursor is None or q.fresh.cut is not None:
+            return q
+        try:
+            cut = cursor_cut(v.name, q.cursor)
+        except ValueError as exc:
+            raise BadRequest(str(exc), field="cursor") from None
+        if cut is None:
+            return q
+        return dataclasses.replace(q, fresh=dataclasses.replace(q.fresh, consistent=True,
+                                                                 cut=cut))
 
     async def aggregate(self, q: Aggregate, caller: Caller = _ME
                         ) -> Gathered[AggregateRows] | PeerPart[AggregatePartial]:

@@ -3,6 +3,7 @@ contract, tests/unit/state, holds it to what RocksDB does)."""
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
@@ -17,6 +18,7 @@ from streamiq.serving.engines.aggregate import (
 )
 from streamiq.serving.engines.scan import (
     KeyRange,
+    cursor_cut,
     decode_cursor,
     encode_cursor,
     merge_rows,
@@ -75,6 +77,18 @@ def test_scan_range_bounds(orders: Orders) -> None:
 def test_bad_cursor(bad: str) -> None:
     with pytest.raises(ValueError, match="cursor"):
         decode_cursor("order_counts", bad)
+
+
+def test_a_consistent_scans_cursor_carries_its_cut() -> None:
+    plain, cut = encode_cursor("v", b"k"), encode_cursor("v", b"k", "in:0:5,in:1:7")
+    assert decode_cursor("v", plain) == decode_cursor("v", cut) == b"k"
+    assert cursor_cut("v", plain) is None
+    assert cursor_cut("v", cut) == "in:0:5,in:1:7"
+    with pytest.raises(ValueError, match="belongs to view"):
+        cursor_cut("w", cut)
+    forged = base64.urlsafe_b64encode(json.dumps({"v": "v", "after": "6b", "cut": 5}).encode())
+    with pytest.raises(ValueError, match="not a cursor"):
+        cursor_cut("v", forged.decode())
 
 
 def test_aggregate_partials_merge_exactly(orders: Orders) -> None:
