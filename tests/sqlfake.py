@@ -17,7 +17,7 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
 from streamiq.auth import Principal
-from streamiq.errors import Unauthenticated, Unavailable
+from streamiq.errors import CutMoved, Unauthenticated, Unavailable
 from streamiq.serving.changelog.consistency import parse_tokens
 from streamiq.serving.sql.engine import Bounds, Freshness, Groups, Row, Rows, ViewInfo
 from streamiq.serving.sql.execute import Limits
@@ -50,6 +50,14 @@ class FakeEngine:
         self.missing: set[int] = set()  # partitions no replica can answer
         self.written: dict[tuple[str, int], int] = {}  # next offset per topic partition
         self._advanced: asyncio.Condition | None = None
+        self.cuts_made = 0  # cuts chosen (``cut``), each "in:0:<n>"
+        self.read_at: list[str | None] = []  # each read's cut
+        #: what the next reads raise: CutMoved naming this lower cut (None: a new one)
+        self.moves: list[str | None] = []
+
+    async def cut(self, views: Sequence[str], fresh: Freshness) -> str:
+        self.cuts_made += 1
+        return f"in:0:{self.cuts_made * 10}"
 
     def key(self, view: str, row: Row) -> str:
         return "|".join(str(row[c]) for c in self.infos[view].key_columns)
@@ -59,6 +67,9 @@ class FakeEngine:
         return zlib.crc32(key.encode()) % PARTITIONS
 
     async def _wait(self, fresh: Freshness) -> None:
+        self.read_at.append(fresh.cut)
+        if fresh.cut is not None and self.moves:
+            raise CutMoved("a key folded out of order", lower=self.moves.pop(0))
         if fresh.position is None:
             return
         if self._advanced is None:

@@ -2,7 +2,8 @@
 batches (no marker helps), while clients transfer money among accounts.
 
 Every consistent aggregate, scan (one page, and 25 rows a page following its cursor:
-every page at the first page's cut) and multi-get from every node sums to the deposits
+every page at the first page's cut), multi-get and SQL statement (``SET
+streamiq.consistent = on``) from every node sums to the deposits
 (a transfer is one record: at a cut both legs are in or neither is), and every scan is
 exactly the input up to its ``cut``: the test folds the input topic itself up to the
 cut's offsets and compares each account's balance. The same reads without
@@ -20,8 +21,10 @@ from collections import defaultdict
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 from confluent_kafka import Consumer, TopicPartition
+from procs import free_port
 from updemo import until
 
 from streamiq.serving.changelog.consistency import parse_tokens
@@ -72,6 +75,20 @@ def _pages(c: httpx.Client, port: int) -> tuple[dict[str, int], str]:
     return rows, cuts[0]
 
 
+def _sql_total(port: int) -> int:
+    """The deposits' sum in one consistent SQL statement (a scan of the accounts folded
+    by DuckDB: several reads, one cut), and that it names its cut."""
+    with psycopg.connect(host="127.0.0.1", port=port, dbname="streamiq", password="any",
+                         autocommit=True) as conn:
+        conn.execute("SET streamiq.consistent = on")
+        conn.execute("SET streamiq.wait_ms = 30000")
+        got = conn.execute("SELECT sum(balance) FROM balances WHERE account LIKE 'cc-%' "
+                           "AND balance > -1000000").fetchone()
+        cut = conn.execute("SHOW streamiq.cut").fetchone()
+    assert cut is not None and cut[0], "a consistent statement names its cut"
+    return int(got[0]) if got is not None and got[0] is not None else 0
+
+
 def _many(c: httpx.Client, port: int, params: dict[str, Any]) -> tuple[int, Any]:
     r = c.post(f"http://127.0.0.1:{port}/v1/views/balances/keys", params=params,
                json={"keys": ACCOUNTS})
@@ -117,7 +134,12 @@ def test_consistent_reads_are_one_exact_cut_of_the_input_while_transfers_flow(
         cluster: Any) -> None:
     pipe = cluster.pipeline("bank", extra=["--realtime-batch-s", "3600"], wait=False)
     ingest, _ = cluster.ingest("bank")
-    ports = [p for p, _ in cluster.nodes(3, "bank")]
+    sql_ports = [free_port() for _ in range(3)]
+    started = [cluster.node("bank", extra=["--sql-port", str(s)], wait=False)
+               for s in sql_ports]
+    for port, proc in started:
+        proc.wait_ready(f"http://127.0.0.1:{port}/health", 60)
+    ports = [p for p, _ in started]
     cluster.pipeline_ready(pipe)
     base = f"http://127.0.0.1:{ingest}"
     deposits = DEPOSIT * len(ACCOUNTS)
@@ -163,11 +185,12 @@ def test_consistent_reads_are_one_exact_cut_of_the_input_while_transfers_flow(
                 scans.append((paged, cut))
                 many, _ = _many(c, port, CONSISTENT)
                 wrong["multi_get"] += many != deposits
+                wrong["sql"] += _sql_total(sql_ports[i % len(ports)]) != deposits
                 top = c.get(f"http://127.0.0.1:{port}/v1/views/balances/top",
                             params={**CONSISTENT, "column": "balance", "k": 3,
                                     "prefix": "cc-"})
                 assert top.status_code == 200 and top.json().get("cut"), top.text[:300]
-                reads += 5
+                reads += 6
                 plain_wrong += _total(c, port, {})[0] != deposits
                 plain_wrong += sum(_scan(c, port, {})[0].values()) != deposits
         finally:
@@ -178,8 +201,8 @@ def test_consistent_reads_are_one_exact_cut_of_the_input_while_transfers_flow(
         retries = sum(_metric(c, p, "streamiq_cut_retries_total") for p in ports)
         print(f"{reads} consistent reads, {plain_wrong} plain reads off the deposits, "
               f"{retries} cut retries; aggregate took {sorted(took)}")
-        assert dict(wrong) == {"aggregate": 0, "scan": 0, "pages": 0, "multi_get": 0}, (
-            dict(wrong), reads)
+        assert dict(wrong) == {"aggregate": 0, "scan": 0, "pages": 0, "multi_get": 0,
+                               "sql": 0}, (dict(wrong), reads)
         topic = cluster.topic("bank-transactions")
         for rows, cut in scans[:: max(1, len(scans) // 5)]:
             assert rows == _fold(cluster.bootstrap, topic, cut), cut

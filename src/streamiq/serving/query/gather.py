@@ -82,14 +82,9 @@ class Gather(Generic[P]):
         if self.caller.forwarded:  # the entry chose the cut
             return await self._run(self.q, self._peer_cut(fresh.cut), local, finish, wanted,
                                    part)
-        if fresh.cut is not None:  # a cut read before (a scan's first page): that one only
-            given = self._peer_cut(fresh.cut)
-            try:
-                got = await self._run(self.q, given, local, finish, wanted, part)
-            except CutMoved as moved:
-                raise NotUpToBound(f"the cut {fresh.cut} can no longer be read ({moved.message}"
-                                   "): start again without it", served_by=self.reads.node.endpoint
-                                   ) from None
+        if fresh.cut is not None:  # chosen before (a scan's first page, a SQL statement):
+            given = self._peer_cut(fresh.cut)  # that one only; CutMoved to the caller
+            got = await self._run(self.q, given, local, finish, wanted, part)
             assert isinstance(got, Gathered)
             return dataclasses.replace(got, cut=cut_token(given))
         cut = await self._new_cut()
@@ -112,9 +107,9 @@ class Gather(Generic[P]):
 
     async def _new_cut(self) -> Cut:
         """A cut past every record appended before now (and the query's position)."""
-        recent = await self.reads.node.recent_input(self.view.name, 0.0, self.wait_s,
-                                                    field="consistent")
-        return cut_of([*self.tokens, *recent])
+        fresh = self.q.fresh
+        return cut_of(parse_tokens(await self.reads.new_cut(
+            [self.view.name], fresh.position, fresh.wait_ms)))
 
     def _peer_cut(self, raw: str | None) -> Cut:
         try:

@@ -8,13 +8,14 @@ and a key lookup's one decision and store read.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
 
 from streamiq.errors import BadRequest, NotActive, NotFound, NotUpToBound, UnknownView
 from streamiq.serving.changelog.consistency import Token, parse_tokens
-from streamiq.serving.changelog.cuts import Cut
+from streamiq.serving.changelog.cuts import Cut, cut_of, cut_token
 from streamiq.serving.cluster.coordinator import Coordinator
 from streamiq.serving.cluster.placement import Forward, Here, Redirect, Refuse, not_held
 from streamiq.serving.node import Node
@@ -107,6 +108,18 @@ class Reads:
         t0 = loop.time()
         recent = await self.node.recent_input(view, fresh.max_staleness_ms / 1000, wait_s)
         return tokens + recent, max(0.0, wait_s - (loop.time() - t0))
+
+    async def new_cut(self, views: Sequence[str], position: str | None,
+                      wait_ms: int | None, field: str = "consistent") -> str:
+        """A cut of the input of ``views`` past every record appended before now (ticks
+        written now to each input partition, ``Node.recent_input``) and ``position``, as
+        a position token. ``BadRequest`` naming ``field`` for a view without ticks."""
+        wait = self.wait_s(wait_ms)
+        tokens = list(self.tokens(position))
+        for name in dict.fromkeys(views):
+            tokens += await self.node.recent_input(self.view(name).name, 0.0, wait,
+                                                   field=field)
+        return cut_token(cut_of(tokens))
 
     async def at_cut(self, view: str, held: list[int], cut: Cut) -> AtCut:
         """The view's rows in ``held`` as of ``cut`` (each partition reflects it):

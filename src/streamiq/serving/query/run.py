@@ -18,7 +18,7 @@ import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from streamiq.errors import BadRequest
+from streamiq.errors import BadRequest, CutMoved, NotUpToBound
 from streamiq.serving.cluster.coordinator import Relayed
 from streamiq.serving.cluster.peers import Ask
 from streamiq.serving.cluster.placement import Here, Redirect, Refuse
@@ -194,16 +194,23 @@ class Queries(Reads):
                 raise BadRequest(f"from {q.start} is after to {q.end}", field="from")
             rng = KeyRange.build(prefix=q.prefix, after=self._after(v, q.cursor),
                                  wfrom=q.start, wto=q.end)
-        q = self._page_cut(v, q)
-        g: Gather[ScanPartial] = Gather(self, q, v, caller)
+        paged = self._page_cut(v, q)
+        g: Gather[ScanPartial] = Gather(self, paged, v, caller)
 
         async def local(held: list[int], store: Reader) -> ScanPartial:
-            return await asyncio.to_thread(scan_partitions, v, store, held, rng, q.limit)
+            return await asyncio.to_thread(scan_partitions, v, store, held, rng, paged.limit)
 
         def rows(partials: list[ScanPartial]) -> ScanRows:
-            return ScanRows(*merge_rows(v, partials, q.limit))
+            return ScanRows(*merge_rows(v, partials, paged.limit))
 
-        got = await g.run(local, rows)
+        try:
+            got = await g.run(local, rows)
+        except CutMoved as moved:
+            if paged is q or caller.forwarded:
+                raise
+            raise NotUpToBound(f"the cut of this scan's first page can no longer be read "
+                               f"({moved.message}): start the scan again",
+                               served_by=self.node.endpoint) from None
         if isinstance(got, Gathered) and got.cut is not None and got.result.next_cursor:
             after = decode_cursor(v.name, got.result.next_cursor)  # the next page: this cut
             got = dataclasses.replace(got, result=dataclasses.replace(

@@ -70,10 +70,15 @@ class NodeEngine:
         views = self.queries.node.views
         return [view_info(v) for name, v in sorted(views.items()) if principal.may_read(name)]
 
+    async def cut(self, views: Sequence[str], fresh: Freshness) -> str:
+        return await self.queries.new_cut(views, fresh.position, _fresh(fresh).wait_ms)
+
     async def lookup(self, view: str, key: str, fresh: Freshness) -> Rows:
         """The key's row (or windows): here, relayed from one replica, or refused. In
         redirect mode (a client is sent to the owner: SQL cannot be) the owner is asked
-        as a gather's part instead, still one hop."""
+        as a gather's part instead, still one hop. At a cut: a multi-get of the key."""
+        if fresh.cut is not None and not self.queries.view(view).windowed:
+            return await self.multi_get(view, [key], fresh)
         caller, f = _caller(fresh), _fresh(fresh)
         if self.queries.view(view).windowed:
             got = await self.queries.key_windows(q.KeyWindows(view, key, fresh=f), caller)
@@ -166,7 +171,8 @@ def _add(out: Rows, rows: list[Row], got: q.Gathered[Any]) -> None:
 
 
 def _fresh(fresh: Freshness) -> q.Freshness:
-    return q.Freshness(fresh.max_lag, fresh.position, fresh.wait_ms, fresh.max_staleness_ms)
+    return q.Freshness(fresh.max_lag, fresh.position, fresh.wait_ms, fresh.max_staleness_ms,
+                       fresh.cut is not None, fresh.cut)
 
 
 def _caller(fresh: Freshness) -> q.Caller:

@@ -57,6 +57,10 @@ class Freshness:
     wait_ms: int | None = None
     authorization: str | None = field(default=None, repr=False)
     max_staleness_ms: int | None = None
+    #: every read of a statement at one cut of the input (``streamiq.consistent``):
+    #: ``cut``, chosen once for the statement (``Engine.cut``)
+    consistent: bool = False
+    cut: str | None = None
 
 
 @dataclass(frozen=True)
@@ -87,6 +91,10 @@ class Groups:
 class Engine(Protocol):
     async def views(self, principal: Principal) -> Sequence[ViewInfo]:
         """The views this principal may read (others do not exist for it)."""
+
+    async def cut(self, views: Sequence[str], fresh: Freshness) -> str:
+        """A cut of the input of ``views`` past every record appended before now (and
+        the session's position), as a position token."""
 
     async def lookup(self, view: str, key: str, fresh: Freshness) -> Rows:
         """One key (columns joined by ``|``): 0 or 1 row, one per window if windowed."""

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from streamiq.errors import TooManyRows, Unavailable
+from streamiq.errors import CutMoved, NotUpToBound, TooManyRows, Unavailable
+from streamiq.serving.changelog.consistency import parse_tokens
+from streamiq.serving.changelog.cuts import cut_of, cut_token, lower
 from streamiq.serving.sql.catalog import Schema
 from streamiq.serving.sql.duck import Answer
 from streamiq.serving.sql.engine import Engine, Freshness, Groups, Row, Rows, ViewInfo
@@ -29,6 +31,7 @@ from streamiq.serving.sql.plans import (
     CatalogQuery,
     Direct,
     Fetch,
+    Gather,
     Lookup,
     Plan,
     Scan,
@@ -40,7 +43,10 @@ from streamiq.serving.sql.remote import RemoteCatalog
 from streamiq.serving.sql.stats import SqlStats
 from streamiq.serving.sql.types import coerce, duck_of_spark
 
-__all__ = ["Context", "Executor", "Limits"]
+__all__ = ["MAX_ROUNDS", "Context", "Executor", "Limits"]
+
+#: how many cuts a consistent statement tries (each lower or newer than the last)
+MAX_ROUNDS = 6
 
 
 @dataclass(frozen=True)
@@ -60,6 +66,8 @@ class Context:
     #: (rows answered without DuckDB are typed by it; None: described here)
     schema: Schema | None = None
     notices: list[str] = field(default_factory=list)
+    #: the cut a consistent statement read (``Executor.run`` sets it)
+    cut: str | None = None
 
 
 def _direct_rows(direct: Direct, schema: Schema, rows: Sequence[Row]) -> list[tuple[Any, ...]]:
@@ -82,6 +90,38 @@ class Executor:
     async def run(self, plan: Plan, ctx: Context) -> Answer:
         if self.stats is not None:
             self.stats.ran(plan)
+        if ctx.fresh.consistent and not isinstance(plan, CatalogQuery):
+            return await self._at_one_cut(plan, ctx)
+        return await self._run(plan, ctx)
+
+    async def _at_one_cut(self, plan: Fetch | Aggregate | Gather, ctx: Context) -> Answer:
+        """Every read of the statement at one cut of its views' input: chosen here (or
+        the transaction's), asked again lower (or anew) when a replica cannot read it."""
+        views = [plan.view] if isinstance(plan, Aggregate) else [
+            s.view for s in ((plan.source,) if isinstance(plan, Fetch) else plan.sources)]
+        given = ctx.fresh.cut
+        cut = given or await self.engine.cut(views, ctx.fresh)
+        why = ""
+        for _ in range(MAX_ROUNDS):
+            at = replace(ctx, fresh=replace(ctx.fresh, cut=cut))
+            try:
+                answer = await self._run(plan, at)
+            except CutMoved as moved:
+                why = moved.message
+                if given is not None:
+                    raise NotUpToBound(f"the transaction's cut can no longer be read ({why}"
+                                       "): begin a new transaction") from None
+                lowered = moved.extra.get("lower")
+                cut = cut_token(lower(cut_of(parse_tokens(cut)),
+                                      cut_of(parse_tokens(lowered)))) \
+                    if isinstance(lowered, str) else await self.engine.cut(views, ctx.fresh)
+                continue
+            ctx.cut = cut
+            return answer
+        raise NotUpToBound(f"no cut of the statement's input held in {MAX_ROUNDS} tries; the "
+                           f"last: {why}")
+
+    async def _run(self, plan: Plan, ctx: Context) -> Answer:
         if isinstance(plan, CatalogQuery):
             return await ctx.catalog.query(plan.sql, self.limits.max_rows)
         if isinstance(plan, Aggregate):

@@ -272,6 +272,8 @@ class Session:
     async def _run(self, plan: Plan, ctx: Context) -> Answer:
         answer = await self.executor.run(plan, ctx)
         answer.notices.extend(ctx.notices)
+        if ctx.cut is not None:
+            self.settings.read_at(ctx.cut)
         return answer
 
     def _command(self, prepared: Prepared) -> Answer:

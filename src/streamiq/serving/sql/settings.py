@@ -1,9 +1,10 @@
 """A session's settings: ``SET``/``RESET``/``SHOW``, and the consistency ones in SQL terms.
 
 ``streamiq.position`` (topic:partition:offset[,...]), ``streamiq.max_lag`` (records),
-``streamiq.wait_ms``, ``streamiq.max_staleness_ms`` and ``streamiq.partial`` (on/off) are
-the HTTP API's ``position``, ``max_lag``, ``wait_ms`` and ``max_staleness_ms`` parameters
-and its PARTIAL answers; any other name is kept
+``streamiq.wait_ms``, ``streamiq.max_staleness_ms``, ``streamiq.consistent`` (on/off: every
+statement at one cut of the input) and ``streamiq.partial`` (on/off) are the HTTP API's
+``position``, ``max_lag``, ``wait_ms``, ``max_staleness_ms`` and ``consistent``
+parameters and its PARTIAL answers; any other name is kept
 and shown back (clients set ``client_encoding``, ``DateStyle``, ``extra_float_digits``).
 A session keeps at most ``MAX_SETTINGS`` of them, each name at most ``MAX_NAME`` and
 each value at most ``MAX_VALUE`` characters (54000 past either: clients set a few short
@@ -36,13 +37,16 @@ _DEFAULTS = {k.lower(): v for k, v in SERVER_PARAMETERS.items()} | {
     "transaction_isolation": "read committed", "transaction isolation level": "read committed",
     "search_path": "public", "default_transaction_read_only": "on",
     "streamiq.position": "", "streamiq.max_lag": "", "streamiq.wait_ms": "",
-    "streamiq.max_staleness_ms": "", "streamiq.partial": "off", "statement_timeout": "0"}
+    "streamiq.max_staleness_ms": "", "streamiq.partial": "off", "streamiq.consistent": "off",
+    "statement_timeout": "0"}
 _SET = re.compile(r"^\s*SET\s+(?:SESSION\s+|LOCAL\s+)?([\w.\"]+)\s*(?:=|\s+TO\s+)\s*(.*?)\s*;?\s*$",
                   re.IGNORECASE | re.DOTALL)
+#: read-only: the cut the last consistent statement read
+CUT = "streamiq.cut"
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(ms|s|min|h)?$")
 _UNITS = {"ms": 1, "s": 1000, "min": 60_000, "h": 3_600_000}
 _STREAMIQ = ("streamiq.position", "streamiq.max_lag", "streamiq.wait_ms",
-             "streamiq.max_staleness_ms", "streamiq.partial")
+             "streamiq.max_staleness_ms", "streamiq.partial", "streamiq.consistent")
 _COMMANDS = {"BEGIN": "BEGIN", "START": "BEGIN", "COMMIT": "COMMIT", "END": "COMMIT",
              "ROLLBACK": "ROLLBACK", "ABORT": "ROLLBACK", "SET": "SET", "RESET": "RESET",
              "SHOW": "SHOW", "DISCARD": "DISCARD ALL", "DEALLOCATE": "DEALLOCATE",
@@ -80,7 +84,7 @@ def _check(name: str, value: str) -> str:
         except ValueError as exc:
             raise BadRequest(f'invalid value for parameter "{name}": {exc}') from None
         return value
-    if name == "streamiq.partial":
+    if name in ("streamiq.partial", "streamiq.consistent"):
         flag = value.lower()
         if flag not in ("on", "off", "true", "false", "1", "0"):
             raise BadRequest(f'parameter "{name}" requires a Boolean value (on or off)')
@@ -91,6 +95,9 @@ def _check(name: str, value: str) -> str:
         return _int(name, value, 3_600_000)
     if name == "streamiq.max_lag":
         return _int(name, value, 2**62)
+    if name == CUT:
+        raise BadRequest(f'parameter "{CUT}" cannot be changed: it shows the cut the last '
+                         "consistent statement read")
     if name.startswith("streamiq."):
         raise NotFound(f'unrecognized configuration parameter "{name}"; streamiq\'s are '
                        + ", ".join(_STREAMIQ))
@@ -113,14 +120,20 @@ class Settings:
     def __init__(self) -> None:
         self.values: dict[str, str] = {}
         self.in_transaction = False
+        #: the cut the last consistent statement read (``SHOW streamiq.cut``), and the
+        #: one every consistent statement of the open transaction reads (its first's)
+        self.cut: str | None = None
+        self.transaction_cut: str | None = None
 
     def command(self, head: str, sql: str) -> str:
         """Run a session command; its CommandComplete tag (SHOW is ``show``'s)."""
         if head in ("BEGIN", "START"):
             self.in_transaction = True
+            self.transaction_cut = None
         elif head in ("COMMIT", "END", "ROLLBACK", "ABORT") and not re.search(
                 r"\bTO\b", sql, re.IGNORECASE):  # ROLLBACK TO SAVEPOINT: still in it
             self.in_transaction = False
+            self.transaction_cut = None
         elif head == "SET":
             self._set(sql)
         elif head == "RESET":
@@ -150,6 +163,8 @@ class Settings:
     def show(self, sql: str) -> tuple[str, str]:
         """``SHOW name``: (the column's name, the value)."""
         name = " ".join(sql.split()[1:]).rstrip(";").strip().strip('"').lower()
+        if name == CUT:
+            return name, self.cut or ""
         if name in self.values:
             return name, self.values[name]
         if name in _DEFAULTS:
@@ -159,13 +174,21 @@ class Settings:
     def _get(self, name: str) -> str:
         return self.values.get(name, "")
 
+    def read_at(self, cut: str) -> None:
+        """A consistent statement read ``cut``: shown, and kept for the transaction."""
+        self.cut = cut
+        if self.in_transaction and self.transaction_cut is None:
+            self.transaction_cut = cut
+
     @property
     def fresh(self) -> Freshness:
         lag, wait = self._get("streamiq.max_lag"), self._get("streamiq.wait_ms")
         stale = self._get("streamiq.max_staleness_ms")
         return Freshness(position=self._get("streamiq.position") or None,
                          max_lag=int(lag) if lag else None, wait_ms=int(wait) if wait else None,
-                         max_staleness_ms=int(stale) if stale else None)
+                         max_staleness_ms=int(stale) if stale else None,
+                         consistent=self._get("streamiq.consistent") == "on",
+                         cut=self.transaction_cut if self.in_transaction else None)
 
     def timeout_s(self, ceiling_s: float) -> float:
         """The session's ``statement_timeout``, at most the server's (0: the server's)."""

@@ -242,3 +242,40 @@ def test_a_staleness_bound_is_a_setting_the_statements_carry() -> None:
     assert _fresh(s.fresh).max_staleness_ms == 250
     s.command("RESET", "RESET streamiq.max_staleness_ms")
     assert _fresh(s.fresh).max_staleness_ms is None
+
+
+def test_a_consistent_statement_reads_one_cut_asked_again_lower_and_shown() -> None:
+    """``SET streamiq.consistent = on``: every read of a statement carries one cut,
+    chosen once; a replica's lower cut makes the statement run again at it; ``SHOW
+    streamiq.cut`` names what the last one read; a transaction keeps its first cut."""
+    engine = _engine()
+    srv = ServerThread(engine)
+    try:
+        with psycopg.connect(srv.dsn(), autocommit=True) as c:
+            c.execute("SELECT count(*) FROM balances")
+            assert engine.read_at == [None] and c.execute("SHOW streamiq.cut").fetchone() == ("",)
+            c.execute("SET streamiq.consistent = on")
+            engine.read_at.clear()
+            c.execute("SELECT sum(count) FROM balances")
+            assert engine.read_at == ["in:0:10"]
+            assert c.execute("SHOW streamiq.cut").fetchone() == ("in:0:10",)
+            engine.moves = ["in:0:15", None]  # lower, then gone: a new cut
+            engine.read_at.clear()
+            c.execute("SELECT sum(count) FROM balances")
+            assert engine.read_at == ["in:0:20", "in:0:15", "in:0:30"]
+            assert c.execute("SHOW streamiq.cut").fetchone() == ("in:0:30",)
+            with pytest.raises(errors.InvalidParameterValue, match="cannot be changed"):
+                c.execute("SET streamiq.cut = 'in:0:1'")
+        with psycopg.connect(srv.dsn()) as c:  # a transaction (psycopg's BEGIN)
+            c.execute("SET streamiq.consistent = on")
+            engine.read_at.clear()
+            c.execute("SELECT sum(count) FROM balances")
+            c.execute("SELECT count(*) FROM balances")
+            c.commit()
+            c.execute("SELECT count(*) FROM balances")
+            assert engine.read_at == ["in:0:40", "in:0:40", "in:0:50"]
+            engine.moves = [None]  # the transaction's cut gone: refused, not moved
+            with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState, match="new tr"):
+                c.execute("SELECT count(*) FROM balances")
+    finally:
+        srv.stop()
