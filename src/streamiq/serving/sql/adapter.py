@@ -71,7 +71,8 @@ class NodeEngine:
         return [view_info(v) for name, v in sorted(views.items()) if principal.may_read(name)]
 
     async def cut(self, views: Sequence[str], fresh: Freshness) -> str:
-        return await self.queries.new_cut(views, fresh.position, _fresh(fresh).wait_ms)
+        return await self.queries.new_cut(views, fresh.position, fresh.wait_ms,
+                                          field="streamiq.consistent")
 
     async def lookup(self, view: str, key: str, fresh: Freshness) -> Rows:
         """The key's row (or windows): here, relayed from one replica, or refused. In
