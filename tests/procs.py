@@ -327,4 +327,5 @@ class Deployment:
 
     @staticmethod
     def pipeline_ready(p: Proc) -> None:
-        p.wait_line("pipeline ready", 180)
+        # a pipeline of two views started in over 180 s in a CI run (load 16 on 2 cores)
+        p.wait_line("pipeline ready", 360)

@@ -221,7 +221,7 @@ class EmbeddedBroker:
                 raise BrokerError(f"formatting {self.data_dir} failed: {' '.join(tail)}")
         return conf
 
-    def start(self, timeout: float = 60.0) -> EmbeddedBroker:
+    def start(self, timeout: float = 120.0) -> EmbeddedBroker:
         self.command()  # first: missing jars or Java are said before a busy port
         if port_in_use(self.host, self.port):
             raise BrokerError(f"port {self.host}:{self.port} is already in use "
