@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-__all__ = ["Token", "parse_tokens", "reflects", "row_covered", "row_reflects", "token_for"]
+__all__ = ["Token", "parse_tokens", "reflects", "row_claims", "row_covered", "row_reflects",
+           "token_for"]
 
 Token = tuple[str, int, int]
 
@@ -45,7 +46,7 @@ def reflects(position: Mapping[str, Mapping[int, int]], tokens: list[Token]) -> 
     return all(position.get(t, {}).get(p, 0) > o for t, p, o in tokens)
 
 
-def _row_claims(raw: bytes) -> dict[tuple[str, int], int] | None:
+def row_claims(raw: bytes) -> dict[tuple[str, int], int] | None:
     """A row's ``streamiq-pos`` header as (topic, partition) -> offset; None if malformed."""
     try:
         return {(t, p): o for t, p, o in parse_tokens(raw.decode())}
@@ -57,7 +58,7 @@ def row_reflects(raw: bytes | None, position: Mapping[str, Mapping[int, int]],
                  tokens: list[Token]) -> bool:
     """True when every token is reflected by the partition's ``position`` (markers) or,
     for the key whose stored row made ``raw`` (its positions), by that row."""
-    claims = _row_claims(raw) if raw is not None else None
+    claims = row_claims(raw) if raw is not None else None
     return all(position.get(t, {}).get(p, 0) > o
                or (claims is not None and claims.get((t, p), -1) >= o)
                for t, p, o in tokens)
@@ -66,6 +67,6 @@ def row_reflects(raw: bytes | None, position: Mapping[str, Mapping[int, int]],
 def row_covered(raw: bytes, position: Mapping[str, Mapping[int, int]]) -> bool:
     """The partition's ``position`` already says all a row's positions say (or they
     cannot be read): the row need not be remembered."""
-    claims = _row_claims(raw)
+    claims = row_claims(raw)
     return claims is None or all(position.get(t, {}).get(p, 0) > o
                                  for (t, p), o in claims.items())

@@ -43,7 +43,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from streamiq.errors import CutMoved
-from streamiq.serving.changelog.consistency import Token, parse_tokens, token_for
+from streamiq.serving.changelog.consistency import Token, row_claims, token_for
 
 __all__ = ["ACTIVE_S", "KEEP_S", "MAX_VERSIONS", "Cut", "History", "cut_of", "cut_token",
            "lower"]
@@ -79,10 +79,8 @@ def lower(cut: Mapping[tuple[str, int], int], to: Mapping[tuple[str, int], int])
 
 
 def _claims(raw: bytes) -> _Claims:
-    try:
-        return {(t, p): o for t, p, o in parse_tokens(raw.decode())}
-    except (ValueError, UnicodeDecodeError):
-        return {}  # unreadable positions: within any cut (the row was checked and stored)
+    # unreadable positions: within any cut (the row was checked and stored)
+    return row_claims(raw) or {}
 
 
 def _raise(floor: Cut, raw: bytes) -> None:
