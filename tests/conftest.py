@@ -27,7 +27,8 @@ for _name, _value in FAST_ENV.items():  # pipelines and brokers the tests start 
 #: workers (pytest-xdist, ``--dist loadfile``: a file's tests on one worker, its module
 #: fixtures started once) finish together; the rest keep their order
 SLOW_FIRST = ("test_up.py", "test_pipeline_e2e.py", "test_up_changes.py", "test_examples.py",
-              "test_up_pip.py", "test_sink.py", "test_multihost.py", "test_kafka_cluster.py",
+              "test_up_pip.py", "test_up_consistency.py", "test_sink.py", "test_multihost.py",
+              "test_kafka_cluster.py",
               "test_bad_input.py", "test_view_discovery.py", "test_positions.py",
               "test_cli_e2e.py", "test_ticks.py", "test_staleness.py", "test_cuts.py",
               "test_transfers.py", "test_hung_node.py",

@@ -13,7 +13,6 @@ changelog partitions at different moments), so the checks can fail.
 
 from __future__ import annotations
 
-import json
 import random
 import threading
 import time
@@ -23,11 +22,9 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from cutcheck import fold
 from procs import free_port
 from updemo import until
-
-from streamiq.serving.changelog.consistency import parse_tokens
 
 pytestmark = pytest.mark.integration
 
@@ -95,39 +92,6 @@ def _many(c: httpx.Client, port: int, params: dict[str, Any]) -> tuple[int, Any]
     assert r.status_code == 200, r.text[:300]
     doc = r.json()
     return sum(int(x["value"]["balance"]) for x in doc["results"] if x["found"]), doc.get("cut")
-
-
-def _fold(bootstrap: str, topic: str, cut: str) -> dict[str, int]:
-    """Each account's balance from the input records up to ``cut`` (inclusive)."""
-    ends = {p: o for _, p, o in parse_tokens(cut)}
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"fold-{time.time()}",
-                  "enable.auto.commit": False})
-    c.assign([TopicPartition(topic, p, 0) for p in ends])
-    balances: dict[str, int] = defaultdict(int)
-    left = dict(ends)
-    try:
-        deadline = time.monotonic() + 60
-        while left and time.monotonic() < deadline:
-            m = c.poll(0.5)
-            if m is None or m.error():
-                continue
-            p, o, value = m.partition(), m.offset(), m.value()
-            if p is None or o is None or p not in left:
-                continue
-            if o <= ends[p] and value is not None:
-                try:
-                    rec = json.loads(value)
-                except ValueError:
-                    rec = None
-                if isinstance(rec, dict) and str(rec.get("account", "")).startswith("cc-"):
-                    balances[rec["account"]] -= rec["amount"] if rec.get("to") else 0
-                    balances[rec["to"] if rec.get("to") else rec["account"]] += rec["amount"]
-            if o >= ends[p]:
-                left.pop(p, None)
-        assert not left, f"the input did not reach the cut {cut}: {left}"
-    finally:
-        c.close()
-    return {k: v for k, v in balances.items() if v or k in ACCOUNTS}
 
 
 def test_consistent_reads_are_one_exact_cut_of_the_input_while_transfers_flow(
@@ -205,7 +169,7 @@ def test_consistent_reads_are_one_exact_cut_of_the_input_while_transfers_flow(
                                "sql": 0}, (dict(wrong), reads)
         topic = cluster.topic("bank-transactions")
         for rows, cut in scans[:: max(1, len(scans) // 5)]:
-            assert rows == _fold(cluster.bootstrap, topic, cut), cut
+            assert rows == fold(cluster.bootstrap, topic, cut, "cc-", ACCOUNTS), cut
         assert plain_wrong > 0, "no plain read saw a transfer half applied: proves nothing"
 
 
