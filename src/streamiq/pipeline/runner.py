@@ -174,7 +174,7 @@ class Pipeline:
         for run in self.runs.values():
             if run.markers is not None:
                 if self.mode == modes.REAL_TIME and run.inputs:  # one task per input partition
-                    run.ticks = plan_ticks(spark, run, self.settings.partitions)
+                    run.ticks = plan_ticks(run, self.settings.partitions)
                 self._publish(run)
                 if run.markers.committed() is not None:
                     log.info("view %s: markers of its last committed batch written again "

@@ -26,8 +26,9 @@ answered by the batch markers, as the catalog says per view.
 
 Crafting needs the number of aggregation tasks of the *running* query, which a stateful
 query takes from its checkpoint (:func:`shuffle_tasks`), and Spark's own hash: the
-candidates' task is computed by Spark (``pmod(hash(key columns), S)``, the expression of
-its ``HashPartitioning``), their changelog partition by ``kafka/partitioner.py``. A node
+candidates' task is Spark's ``pmod(hash(key columns), S)``, the expression of its
+``HashPartitioning``, computed in Python (``sparkhash.py``; no Spark job at start), their
+changelog partition by ``kafka/partitioner.py``. A node
 checks each tick row's task against the one its key was crafted for, so a wrong count
 makes ticks refused, never trusted.
 """
@@ -42,10 +43,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from streamiq.kafka.partitioner import partition_for
+from streamiq.pipeline.sparkhash import task_of
 from streamiq.views.base import KEY_SEP, TICK_HEADER, TICK_KEY, TICK_PREFIX, View
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame
 
 __all__ = ["TICK_VALUE", "Ticks", "craft_keys", "is_tick", "plan_ticks", "shuffle_tasks",
            "tick_header", "tick_key_text", "tick_rows"]
@@ -54,7 +56,7 @@ log = logging.getLogger("streamiq.pipeline")
 
 #: a tick's value: a JSON object (parsed like any record's, its fields null)
 TICK_VALUE = b"{}"
-_CANDIDATES = 4096
+_CANDIDATES = 1 << 18  # tried per (task, partition) before giving up
 
 
 @dataclass(frozen=True)
@@ -73,14 +75,14 @@ class _Run(Protocol):
     def markers(self) -> Any: ...
 
 
-def plan_ticks(spark: SparkSession, run: _Run, default_tasks: int) -> Ticks | None:
+def plan_ticks(run: _Run, default_tasks: int) -> Ticks | None:
     """The ticks of a view's real-time query (None when it cannot fold them:
     :attr:`~streamiq.views.base.View.ticks_ok`); ``default_tasks`` for a fresh checkpoint."""
     view, partitions = run.view, run.markers.partitions
     if not view.ticks_ok:
         return None
     tasks = shuffle_tasks(run.checkpoint, default_tasks)
-    keys = craft_keys(spark, view, tasks, partitions)
+    keys = craft_keys(view, tasks, partitions)
     log.info("view %s: ticks fold into %d keys (%d tasks x %d changelog partitions)",
              view.name, len(keys), tasks, partitions)
     return Ticks(keys, tasks)
@@ -108,35 +110,22 @@ def shuffle_tasks(checkpoint: str | Path, default: int) -> int:
     return default
 
 
-def craft_keys(spark: SparkSession, view: View, tasks: int, partitions: int
-               ) -> list[tuple[str, ...]]:
+def craft_keys(view: View, tasks: int, partitions: int) -> list[tuple[str, ...]]:
     """One key (the view's key columns' values) per (task, changelog partition), task-major:
-    Spark's shuffle sends it to that task and Kafka's partitioner puts its row in that
-    partition."""
-    from pyspark.sql import functions as F
-
-    cols = view.key_columns
-    rest = (TICK_PREFIX,) * (len(cols) - 1)
-    wanted = {(s, c) for s in range(tasks) for c in range(partitions)}
+    Spark's shuffle sends it to that task (``sparkhash.task_of``) and Kafka's partitioner
+    puts its row in that partition."""
+    rest = (TICK_PREFIX,) * (len(view.key_columns) - 1)
     found: dict[tuple[int, int], tuple[str, ...]] = {}
-    start = 0
-    while wanted - found.keys():
-        if start > 64 * _CANDIDATES:
-            raise RuntimeError(f"view {view.name}: no tick key found for "
-                               f"{sorted(wanted - found.keys())[:3]}")
-        rows = []
-        for n in range(start, start + _CANDIDATES):
-            for s, c in sorted(wanted - found.keys()):
+    for s in range(tasks):
+        for c in range(partitions):
+            for n in range(_CANDIDATES):
                 key = (tick_key_text(s, c, n), *rest)
-                if partition_for(KEY_SEP.join(key).encode(), partitions) == c:
-                    rows.append(key)
-        df = spark.createDataFrame(rows, ", ".join(f"`{c}` string" for c in cols))
-        for row in df.select(*cols, F.pmod(F.hash(*cols), F.lit(tasks)).alias("_s")).collect():
-            key = tuple(row[c] for c in cols)
-            s, c = (int(x) for x in key[0][len(TICK_PREFIX):].split(".")[:2])
-            if row["_s"] == s and (s, c) not in found:
-                found[(s, c)] = key
-        start += _CANDIDATES
+                if (partition_for(KEY_SEP.join(key).encode(), partitions) == c
+                        and task_of(key, tasks) == s):
+                    found[(s, c)] = key
+                    break
+            else:
+                raise RuntimeError(f"view {view.name}: no tick key found for {(s, c)}")
     return [found[(s, c)] for s in range(tasks) for c in range(partitions)]
 
 

@@ -21,7 +21,7 @@ def test_each_key_reaches_its_task_and_partition(spark: Any, tasks: int, partiti
                                                  ) -> None:
     from pyspark.sql import functions as F
 
-    keys = craft_keys(spark, ORDER_COUNTS, tasks, partitions)
+    keys = craft_keys(ORDER_COUNTS, tasks, partitions)
     assert len(keys) == tasks * partitions and len(set(keys)) == len(keys)
     df = spark.createDataFrame(keys, "store string, type string")
     got = df.repartition(tasks, "store", "type").select(
