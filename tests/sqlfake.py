@@ -55,7 +55,7 @@ class FakeEngine:
         #: what the next reads raise: CutMoved naming this lower cut (None: a new one)
         self.moves: list[str | None] = []
 
-    async def cut(self, views: Sequence[str], fresh: Freshness) -> str:
+    async def cut(self, views: Sequence[str], fresh: Freshness, settled: bool = True) -> str:
         self.cuts_made += 1
         return f"in:0:{self.cuts_made * 10}"
 

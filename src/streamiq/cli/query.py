@@ -33,11 +33,11 @@ __all__ = ["add_parser", "check_args", "render", "run"]
 HELP = "look up a key, scan a range or aggregate a view, from any node"
 _SCAN = ("start", "end", "cursor", "limit")
 _AGG = ("group_by", "agg")
-_KEY = ("position", "wait_ms")
-_ALL = (*_KEY, *_SCAN, *_AGG, "prefix")
+_KEY = ("position", "wait_ms", "max_staleness_ms")
+_ALL = (*_KEY, *_SCAN, *_AGG, "prefix", "consistent")
 #: the flags each mode takes (besides --node, --max-lag and --json)
-_FITS = {"key": _KEY, "scan": (*_SCAN, "prefix"), "aggregate": (*_AGG, "prefix"),
-         "windows": ()}
+_FITS = {"key": _KEY, "scan": (*_SCAN, *_KEY, "prefix", "consistent"),
+         "aggregate": (*_AGG, *_KEY, "prefix", "consistent"), "windows": ()}
 _NAMES = {"key": "a key lookup", "scan": "--scan", "aggregate": "--aggregate",
           "windows": "--windows"}
 
@@ -68,9 +68,15 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    help="--aggregate: count(*), sum/min/max/avg(COL); repeatable "
                         "[default count(*)]")
     p.add_argument("--position", metavar="TOKEN",
-                   help="key lookup: wait until the answer reflects this ingest position")
+                   help="wait until the answer reflects this position (a write's token, "
+                        "or an earlier answer's cut)")
     p.add_argument("--wait-ms", type=int, metavar="MS",
-                   help="key lookup: bound on the --position wait [node default 5000]")
+                   help="bound on the --position wait [node default 5000]")
+    p.add_argument("--max-staleness-ms", type=int, metavar="MS",
+                   help="reflect every input record appended more than MS before")
+    p.add_argument("--consistent", action="store_true", default=None,
+                   help="--scan/--aggregate: exactly the input up to one cut, across "
+                        "every partition (the answer names it)")
     p.add_argument("--max-lag", type=int, metavar="RECORDS",
                    help="max changelog lag of the answering replica [node default]")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
@@ -100,7 +106,7 @@ def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         p.error(f"{wrong[0]} does not apply to {_NAMES[mode]}")
     if args.limit is not None and not 1 <= args.limit <= 1000:
         p.error(f"--limit: expected 1-1000, got {args.limit}")
-    for flag in ("max_lag", "wait_ms"):
+    for flag in ("max_lag", "wait_ms", "max_staleness_ms"):
         if (getattr(args, flag) or 0) < 0:
             p.error(f"--{flag.replace('_', '-')}: must not be negative")
 
@@ -109,14 +115,20 @@ def _ask(c: Client, args: argparse.Namespace) -> dict[str, Any] | None:
     mode = mode_of(args)
     if mode == "scan":
         return c.scan(args.view, start=args.start, end=args.end, prefix=args.prefix,
-                      limit=args.limit or 100, cursor=args.cursor, max_lag=args.max_lag)
+                      limit=args.limit or 100, cursor=args.cursor, max_lag=args.max_lag,
+                      **_fresh(args))
     if mode == "aggregate":
         return c.aggregate(args.view, args.agg or ["count(*)"], group_by=args.group_by,
-                           prefix=args.prefix, max_lag=args.max_lag)
+                           prefix=args.prefix, max_lag=args.max_lag, **_fresh(args))
     if mode == "windows":
         return c.windows(args.view, args.key, max_lag=args.max_lag)
     return c.get(args.view, args.key, max_lag=args.max_lag, position=args.position,
-                 wait_ms=args.wait_ms)
+                 wait_ms=args.wait_ms, max_staleness_ms=args.max_staleness_ms)
+
+
+def _fresh(args: argparse.Namespace) -> dict[str, Any]:
+    return {"consistent": bool(args.consistent), "position": args.position,
+            "wait_ms": args.wait_ms, "max_staleness_ms": args.max_staleness_ms}
 
 
 def _served(doc: dict[str, Any]) -> Text:
@@ -125,6 +137,8 @@ def _served(doc: dict[str, Any]) -> Text:
         text.append(f" ({doc['role']}, lag {doc.get('lag')})")
     text.append(f"; asked {doc['asked']}, {doc['hops']} hop{'s' if doc['hops'] != 1 else ''}",
                 style="dim")
+    if doc.get("cut"):  # a consistent answer's: --position CUT reads no older one
+        text.append(f"\nat cut {doc['cut']}", style="dim")
     return text
 
 

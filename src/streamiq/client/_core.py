@@ -156,9 +156,12 @@ def _address(node: str) -> str:
     return node.rstrip("/")
 
 
-def _fresh(consistent: bool, max_staleness_ms: int | None) -> dict[str, Any]:
-    """A read's ``consistent`` and ``max_staleness_ms`` parameters (left out when off)."""
-    return {"consistent": "true" if consistent else None, "max_staleness_ms": max_staleness_ms}
+def _fresh(consistent: bool, max_staleness_ms: int | None, position: str | None = None,
+           wait_ms: int | None = None) -> dict[str, Any]:
+    """A read's ``consistent``, ``max_staleness_ms``, ``position`` and ``wait_ms``
+    parameters (left out when off)."""
+    return {"consistent": "true" if consistent else None, "max_staleness_ms": max_staleness_ms,
+            "position": position, "wait_ms": wait_ms}
 
 
 def _params(**kw: Any) -> list[tuple[str, Any]]:

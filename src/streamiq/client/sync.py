@@ -129,23 +129,25 @@ class Client(_Base):
 
     def multi_get(
             self, view: str, keys: Sequence[str], *, max_lag: int | None = None,
-            consistent: bool = False, max_staleness_ms: int | None = None
-            ) -> dict[str, Any]:
-        """Each key's row; ``consistent``: all at one cut of the input (``cut``)."""
+            consistent: bool = False, max_staleness_ms: int | None = None,
+            position: str | None = None, wait_ms: int | None = None) -> dict[str, Any]:
+        """Each key's row; ``consistent``: all at one cut of the input (``cut``);
+        ``position``: reflecting at least that token (a write's, or a ``cut``)."""
         doc: dict[str, Any] = self._run(self._multi_spec(
-            view, keys, max_lag, _fresh(consistent, max_staleness_ms)))
+            view, keys, max_lag, _fresh(consistent, max_staleness_ms, position, wait_ms)))
         return doc
 
     def scan(
             self, view: str, *, start: str | None = None, end: str | None = None,
             prefix: str | None = None, limit: int = 100, cursor: str | None = None,
             max_lag: int | None = None, consistent: bool = False,
-            max_staleness_ms: int | None = None) -> dict[str, Any]:
+            max_staleness_ms: int | None = None, position: str | None = None,
+            wait_ms: int | None = None) -> dict[str, Any]:
         """One page of rows in key order; pass ``next_cursor`` back to continue
         (``consistent``: every page at the first page's cut of the input)."""
         doc: dict[str, Any] = self._run(self._view_spec(
             view, "scan", start=start, end=end, prefix=prefix, limit=limit, cursor=cursor,
-            max_lag=max_lag, **_fresh(consistent, max_staleness_ms)))
+            max_lag=max_lag, **_fresh(consistent, max_staleness_ms, position, wait_ms)))
         return doc
 
     def scan_all(
@@ -171,23 +173,25 @@ class Client(_Base):
             self, view: str, aggs: Sequence[str] = ("count(*)",), *,
             group_by: str | Sequence[str] | None = None, prefix: str | None = None,
             max_lag: int | None = None, consistent: bool = False,
-            max_staleness_ms: int | None = None) -> dict[str, Any]:
+            max_staleness_ms: int | None = None, position: str | None = None,
+            wait_ms: int | None = None) -> dict[str, Any]:
         """``aggregate("order_counts", ["sum(count)"], group_by="type")``;
         ``consistent``: at one cut of the input across every partition (``cut``)."""
         doc: dict[str, Any] = self._run(self._view_spec(
             view, "aggregate", group_by=group_by, agg=list(aggs), prefix=prefix,
-            max_lag=max_lag, **_fresh(consistent, max_staleness_ms)))
+            max_lag=max_lag, **_fresh(consistent, max_staleness_ms, position, wait_ms)))
         return doc
 
     def top(
             self, view: str, column: str, k: int = 10, *, order: str = "desc",
             prefix: str | None = None, max_lag: int | None = None, consistent: bool = False,
-            max_staleness_ms: int | None = None) -> dict[str, Any]:
+            max_staleness_ms: int | None = None, position: str | None = None,
+            wait_ms: int | None = None) -> dict[str, Any]:
         """The ``k`` rows with the largest (``order="asc"``: smallest) ``column``:
         ``top("balances", "balance", 10)``, merged from each owner's top ``k``."""
         doc: dict[str, Any] = self._run(self._view_spec(
             view, "top", column=column, k=k, order=order, prefix=prefix, max_lag=max_lag,
-            **_fresh(consistent, max_staleness_ms)))
+            **_fresh(consistent, max_staleness_ms, position, wait_ms)))
         return doc
 
     def changes(

@@ -50,6 +50,11 @@ log = logging.getLogger("streamiq.node")
 
 #: a read still waiting for its position after this long asks for a newer tick
 RETICK_S = 0.5
+#: a consistent read's cut, when this node's partitions already reflect one, is at most
+#: this old (a tick written since): no tick to write and wait for (``settled_cut``)
+SETTLED_S = 0.25
+#: a settled cut asks a new tick where the newest is older than this (the next reads')
+REFRESH_S = 0.05
 
 
 def state_path(root: Path, endpoint: str) -> Path:
@@ -381,6 +386,32 @@ class Node:
             await asyncio.sleep(0.002)
             self.ticker.poll()
             pending = missing
+
+    def settled_cut(self, view: str, fresh_s: float = SETTLED_S) -> list[Token] | None:
+        """A cut of ``view``'s input that every partition of it this node holds (restored)
+        already reflects, when it covers a tick written within ``fresh_s``: per input
+        partition, the least of their positions. None when there is none (the caller
+        ticks now and waits). A tick is asked where the newest is older than
+        :data:`REFRESH_S`, so that the next reads find a fresh one."""
+        topics = sorted(self.tick_topics.get(view, ()))
+        states = [st for (v, _), st in list(self.materializer.states.items())
+                  if v == view and st.restored]
+        if not topics or not states:
+            return None
+        now = time.monotonic()
+        cut: list[Token] = []
+        for topic in topics:
+            n = self.ticker.known_partitions(topic)
+            if n is None:
+                return None
+            for p in range(n):
+                self.ticker.ask(topic, p, now - REFRESH_S)
+                tick = self.ticker.oldest_since(topic, p, now - fresh_s)
+                reflected = min(st.position.get(topic, {}).get(p, 0) for st in states) - 1
+                if tick is None or reflected < tick:
+                    return None
+                cut.append((topic, p, reflected))
+        return cut
 
     async def input_ends(self, view: str) -> dict[tuple[str, int], int]:
         """The end offsets of ``view``'s ticked input partitions, asked of Kafka now;

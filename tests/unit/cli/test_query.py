@@ -32,8 +32,10 @@ def usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     (["query", "balances", "k", "--start", "a"], "--start does not apply to a key lookup"),
     (["query", "balances", "k", "--prefix", "a"], "--prefix does not apply to a key lookup"),
     (["query", "balances", "--scan", "--agg", "sum(x)"], "--agg does not apply to --scan"),
-    (["query", "balances", "--scan", "--position", "t:0:1"],
-     "--position does not apply to --scan"),
+    (["query", "balances", "k", "--consistent"],
+     "--consistent does not apply to a key lookup"),
+    (["query", "balances", "k", "--max-staleness-ms", "-5"],
+     "--max-staleness-ms: must not be negative"),
     (["query", "balances", "--aggregate", "--limit", "5"],
      "--limit does not apply to --aggregate"),
     (["query", "balances", "k", "--scan"], "KEY 'k' is for a key lookup"),
@@ -138,6 +140,25 @@ def test_scan_and_aggregate_pass_the_api_parameters(monkeypatch: pytest.MonkeyPa
             "&agg=count%28%2A%29&max_lag=7") in t.seen
     out = capsys.readouterr().out
     assert "100001" in out and "sum(balance)" in out and "2 hops" in out
+
+
+def test_a_consistent_aggregate_prints_its_cut_and_takes_it_back_as_position(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    cut = "bank-transactions:0:4,bank-transactions:1:9"
+    agg = {"status": "OK", "groups": [{"sum(balance)": 42}], "partitions": 1,
+           "missing_partitions": [], "served_by": NODE, "cut": cut}
+    t = FakeCluster({"/v1/views/balances/aggregate": (200, agg, 0),
+                     "/v1/views/balances/scan": (200, {**agg, "rows": [], "count": 0,
+                                                       "next_cursor": None}, 0)})
+    assert run_cli(monkeypatch, t, ["query", "balances", "--aggregate", "--agg",
+                                    "sum(balance)", "--consistent", "--position", cut,
+                                    "--wait-ms", "900"]) == 0
+    assert run_cli(monkeypatch, t, ["query", "balances", "--scan",
+                                    "--max-staleness-ms", "0"]) == 0
+    assert ("/v1/views/balances/aggregate?agg=sum%28balance%29&consistent=true&position="
+            "bank-transactions%3A0%3A4%2Cbank-transactions%3A1%3A9&wait_ms=900") in t.seen
+    assert "/v1/views/balances/scan?limit=100&max_staleness_ms=0" in t.seen
+    assert f"at cut {cut}" in capsys.readouterr().out
 
 
 def render_text(mode: str, doc: dict[str, Any]) -> str:

@@ -47,3 +47,19 @@ def test_consistency_parameters_reach_the_api() -> None:
     assert rows == [{"key": "a"}, {"key": "a"}]
     assert params[5]["consistent"] == "true"  # the first page chooses the cut
     assert params[6]["cursor"] == "c1" and "consistent" not in params[6]  # its cursor has it
+
+
+def test_a_cut_sent_back_as_position_reaches_every_query_type() -> None:
+    """Monotonic reads: a reader sends its newest ``cut`` (or a write's token) as
+    ``position`` on a multi-get, scan, aggregate or top-k, with its ``wait_ms``."""
+    asked: list[httpx.URL] = []
+    cut = "bank-transactions:0:7,bank-transactions:1:9"
+    with Client(NODE, transport=httpx.MockTransport(node(asked))) as c:
+        c.aggregate("balances", ["sum(balance)"], consistent=True, position=cut, wait_ms=900)
+        c.multi_get("balances", ["a"], position=cut)
+        c.scan("balances", consistent=True, position=cut)
+        c.top("balances", "balance", 3, position=cut, wait_ms=5)
+    params = [dict(u.params) for u in asked]
+    assert [p["position"] for p in params] == [cut] * 4
+    assert params[0]["wait_ms"] == "900" and params[3]["wait_ms"] == "5"
+    assert "wait_ms" not in params[1] and "wait_ms" not in params[2]

@@ -2,10 +2,11 @@
 one position vector, across every partition (``consistent=true``; issue 46).
 
 A *cut* is a position vector over the view's input partitions, offsets inclusive: the
-records at or before them, no more, no less. The entry chooses it by writing a tick to
-every input partition (``Node.recent_input``): the ticks' offsets are past every record
-appended before the read, and once a changelog partition's position reflects them it has
-folded every record of the cut (``ticks.py``). It may also have folded records past the
+records at or before them, no more, no less. The entry chooses it: one its partitions
+already reflect, covering a tick written moments ago (``Node.settled_cut``), or the
+offsets of ticks it writes to every input partition (``Node.recent_input``), past every
+record appended before the read. Once a changelog partition's position reflects a cut
+it has folded every record of it (``ticks.py``). It may also have folded records past the
 cut: a :class:`History` per changelog partition keeps each key's recent versions, so a
 read takes, per key, the version that folded exactly the cut's records.
 

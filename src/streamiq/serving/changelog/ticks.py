@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -47,6 +48,8 @@ log = logging.getLogger("streamiq.ticks")
 
 #: the shortest time between two ticks written to one input partition by one node
 MIN_GAP_S = 0.002
+#: the deliveries remembered per input partition (a settled cut looks for a recent one)
+_KEPT = 32
 #: aggregation tasks a tick header may name (Spark's shuffle partitions of one query)
 _MAX_TASKS = 4096
 _PREFIX = TICK_PREFIX.encode()
@@ -111,6 +114,8 @@ class Ticker:
         self._timers: dict[tuple[str, int], threading.Timer] = {}
         #: per input partition, the newest tick seen delivered: (written at, offset)
         self._newest: dict[tuple[str, int], tuple[float, int]] = {}
+        #: per input partition, the last ticks seen delivered, oldest first
+        self._deliveries: dict[tuple[str, int], deque[tuple[float, int]]] = {}
         self._partitions: dict[str, int] = {}  # input topics' partition counts
         self.written = 0
         self.failed = 0
@@ -130,6 +135,18 @@ class Ticker:
                 missing.append(p)
                 self.ask(topic, p, since)
         return found, missing
+
+    def oldest_since(self, topic: str, partition: int, since: float) -> int | None:
+        """The offset of the oldest tick of the last few delivered to ``partition`` that
+        was written at ``since`` (monotonic) or later; None if there is none."""
+        for at, offset in list(self._deliveries.get((topic, partition), ())):
+            if at >= since:
+                return offset
+        return None
+
+    def known_partitions(self, topic: str) -> int | None:
+        """``topic``'s partition count if Kafka was asked already (never blocks)."""
+        return self._partitions.get(topic)
 
     def partitions(self, topic: str) -> int:
         """``topic``'s partition count (Kafka asked once; the tick producer's metadata)."""
@@ -202,6 +219,7 @@ class Ticker:
         tp = (msg.topic(), msg.partition())
         if at >= self._newest.get(tp, (float("-inf"), 0))[0]:
             self._newest[tp] = (at, msg.offset())
+        self._deliveries.setdefault(tp, deque(maxlen=_KEPT)).append((at, msg.offset()))
 
     def _failed(self, topic: str, partition: int, why: Any) -> None:
         """Counted; logged at the 1st, 2nd, 4th, 8th... failure."""

@@ -98,18 +98,19 @@ class Gather(Generic[P]):
                 why = moved.message
                 lowered = moved.extra.get("lower")
                 cut = lower(cut, cut_of(parse_tokens(lowered))) if isinstance(lowered, str) \
-                    else await self._new_cut()
+                    else await self._new_cut(settled=False)
                 continue
             assert isinstance(got, Gathered)
             return dataclasses.replace(got, cut=cut_token(cut))
         raise NotUpToBound(f"no cut of {self.view.name}'s input held in {MAX_ROUNDS} tries; "
                            f"the last: {why}", served_by=self.reads.node.endpoint)
 
-    async def _new_cut(self) -> Cut:
-        """A cut past every record appended before now (and the query's position)."""
+    async def _new_cut(self, settled: bool = True) -> Cut:
+        """A cut at or past the query's position: one this node already reflects (a
+        first try), or past every record appended before now (``Reads.new_cut``)."""
         fresh = self.q.fresh
         return cut_of(parse_tokens(await self.reads.new_cut(
-            [self.view.name], fresh.position, fresh.wait_ms)))
+            [self.view.name], fresh.position, fresh.wait_ms, settled=settled)))
 
     def _peer_cut(self, raw: str | None) -> Cut:
         try:

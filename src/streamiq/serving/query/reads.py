@@ -110,15 +110,20 @@ class Reads:
         return tokens + recent, max(0.0, wait_s - (loop.time() - t0))
 
     async def new_cut(self, views: Sequence[str], position: str | None,
-                      wait_ms: int | None, field: str = "consistent") -> str:
-        """A cut of the input of ``views`` past every record appended before now (ticks
-        written now to each input partition, ``Node.recent_input``) and ``position``, as
-        a position token. ``BadRequest`` naming ``field`` for a view without ticks."""
+                      wait_ms: int | None, field: str = "consistent",
+                      settled: bool = True) -> str:
+        """A cut of the input of ``views``, at or past ``position``, as a position token:
+        one this node's partitions already reflect, at most ``SETTLED_S`` old
+        (``Node.settled_cut``; ``settled``), else past every record appended before now
+        (ticks written now to each input partition, ``Node.recent_input``).
+        ``BadRequest`` naming ``field`` for a view without ticks."""
         wait = self.wait_s(wait_ms)
         tokens = list(self.tokens(position))
         for name in dict.fromkeys(views):
-            tokens += await self.node.recent_input(self.view(name).name, 0.0, wait,
-                                                   field=field)
+            view = self.view(name).name
+            done = self.node.settled_cut(view) if settled else None
+            tokens += done if done is not None else await self.node.recent_input(
+                view, 0.0, wait, field=field)
         return cut_token(cut_of(tokens))
 
     async def at_cut(self, view: str, held: list[int], cut: Cut) -> AtCut:

@@ -70,9 +70,9 @@ class NodeEngine:
         views = self.queries.node.views
         return [view_info(v) for name, v in sorted(views.items()) if principal.may_read(name)]
 
-    async def cut(self, views: Sequence[str], fresh: Freshness) -> str:
+    async def cut(self, views: Sequence[str], fresh: Freshness, settled: bool = True) -> str:
         return await self.queries.new_cut(views, fresh.position, fresh.wait_ms,
-                                          field="streamiq.consistent")
+                                          field="streamiq.consistent", settled=settled)
 
     async def lookup(self, view: str, key: str, fresh: Freshness) -> Rows:
         """The key's row (or windows): here, relayed from one replica, or refused. In

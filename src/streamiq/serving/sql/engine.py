@@ -92,9 +92,10 @@ class Engine(Protocol):
     async def views(self, principal: Principal) -> Sequence[ViewInfo]:
         """The views this principal may read (others do not exist for it)."""
 
-    async def cut(self, views: Sequence[str], fresh: Freshness) -> str:
-        """A cut of the input of ``views`` past every record appended before now (and
-        the session's position), as a position token."""
+    async def cut(self, views: Sequence[str], fresh: Freshness, settled: bool = True) -> str:
+        """A cut of the input of ``views`` at or past the session's position, as a
+        position token: one the node already reflects, at most a moment old
+        (``settled``), else past every record appended before now."""
 
     async def lookup(self, view: str, key: str, fresh: Freshness) -> Rows:
         """One key (columns joined by ``|``): 0 or 1 row, one per window if windowed."""

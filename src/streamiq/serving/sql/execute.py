@@ -114,7 +114,8 @@ class Executor:
                 lowered = moved.extra.get("lower")
                 cut = cut_token(lower(cut_of(parse_tokens(cut)),
                                       cut_of(parse_tokens(lowered)))) \
-                    if isinstance(lowered, str) else await self.engine.cut(views, ctx.fresh)
+                    if isinstance(lowered, str) else await self.engine.cut(views, ctx.fresh,
+                                                                           settled=False)
                 continue
             ctx.cut = cut
             return answer

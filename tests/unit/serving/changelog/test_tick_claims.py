@@ -213,3 +213,37 @@ async def test_a_node_turns_a_staleness_bound_into_its_ticks_position() -> None:
     node.ticker = Ticker(lambda: silent)
     with pytest.raises(NotUpToBound, match="no tick delivered"):
         await node.recent_input("balances", 1.0, 0.05)
+
+
+async def test_a_settled_cut_is_what_every_held_partition_reflects_past_a_recent_tick(
+        ) -> None:
+    """``Node.settled_cut``: per input partition, the least position of the view's
+    restored partitions here, once it covers a tick written within the bound; None
+    (the caller ticks and waits) before any tick, while one is not reflected yet, when
+    the ticks are too old, and for a view without ticks or partitions held."""
+    held = {("balances", 0): SimpleNamespace(restored=True, position={}),
+            ("balances", 1): SimpleNamespace(restored=True, position={}),
+            ("balances", 2): SimpleNamespace(restored=False, position={})}  # not counted
+
+    class Holding:
+        states = held
+
+    node = Node(Settings(app="bank"), load_app("bank"),
+                offline_parts({"balances": 1}, Holding()), Supervisor())
+    p = _Delivering()
+    node.ticker = Ticker(lambda: p)
+    assert node.settled_cut("balances") is None  # no ticks: none
+    node.tick_topics = {"balances": frozenset({"in"})}
+    assert node.settled_cut("balances") is None  # the partitions unknown yet
+    await node.recent_input("balances", 0.0, 10.0)  # ticks at 100 delivered (and counted)
+    assert node.settled_cut("balances") is None  # not reflected yet
+    held[("balances", 0)].position = {"in": {0: 101, 1: 101, 2: 140}}
+    held[("balances", 1)].position = {"in": {0: 120, 1: 100, 2: 105}}
+    assert node.settled_cut("balances") is None  # partition 1 not past in:1's tick yet
+    held[("balances", 1)].position["in"][1] = 101
+    held[("balances", 0)].position["in"][2] = 103
+    # the least position of each, offsets inclusive: partition 2 reaches 102
+    assert node.settled_cut("balances") == [("in", 0, 100), ("in", 1, 100), ("in", 2, 102)]
+    time.sleep(0.02)
+    assert node.settled_cut("balances", fresh_s=0.01) is None  # the ticks are too old
+    assert node.settled_cut("orders") is None  # no partition of it held
