@@ -118,6 +118,7 @@ class _Chain:
     before: bytes | None
     versions: list[tuple[bytes, bytes | None]] = field(default_factory=list)
     last: float = 0.0  # when the newest was recorded (monotonic)
+    nbytes: int = 0  # the key, the value before and every version's bytes
 
 
 class History:
@@ -134,6 +135,7 @@ class History:
         self.max_versions = max_versions
         self.chains: dict[bytes, _Chain] = {}
         self.size = 0
+        self.nbytes = 0  # the chains' keys and values (without Python's own overhead)
         self._order: deque[tuple[float, bytes]] = deque()  # (recorded at, key), oldest first
         self.active_until = float("-inf")  # a consistent read's partition read: activate
 
@@ -159,6 +161,7 @@ class History:
             self.chains.clear()
             self._order.clear()
             self.size = 0
+            self.nbytes = 0
 
     def starting(self, keys: Iterable[bytes]) -> list[bytes]:
         """Of ``keys``, those without a chain (their values before are needed)."""
@@ -173,8 +176,13 @@ class History:
             chain = self.chains.get(key)
             if chain is None:
                 chain = _Chain(before.get(key))
+                chain.nbytes = len(key) + len(chain.before or b"")
+                self.nbytes += chain.nbytes
                 self.chains[key] = chain
             chain.versions.append((pos, value))
+            grown = len(pos) + len(value or b"")
+            chain.nbytes += grown
+            self.nbytes += grown
             chain.last = now
             self.size += 1
             self._order.append((now, key))
@@ -199,6 +207,7 @@ class History:
                 _raise(self.floor, chain.versions[-1][0])
             del self.chains[key]
             self.size -= len(chain.versions)
+            self.nbytes -= chain.nbytes
 
     def check(self, cut: Cut) -> None:
         """``CutMoved`` (take a new cut) unless rows outside the chains are all within

@@ -149,15 +149,21 @@ def _partitions(node: Node) -> Iterator[Metric]:
                                "Next changelog offset to apply, per held partition", labels=labels)
     progress = GaugeMetricFamily("streamiq_restore_progress_ratio",
                                  "Share of the changelog restored (1 once restored)", labels=labels)
+    versions = GaugeMetricFamily("streamiq_cut_versions", "Versions kept for consistent "
+                                 "reads (recent rows of lately changed keys), per held "
+                                 "partition; none at rest", labels=labels)
+    version_bytes = GaugeMetricFamily("streamiq_cut_version_bytes", "Bytes of the keys and "
+                                      "values of those versions (memory only)", labels=labels)
     for (view, p), st in sorted(node.materializer.holding().items()):
         key = [view, str(p)]
         lag.add_metric(key, max(st.lag, 0))
         offset.add_metric(key, st.offset)
         done = 1.0 if st.restored or st.target <= 0 else min(st.offset / st.target, 1.0)
         progress.add_metric(key, done)
-    yield lag
-    yield offset
-    yield progress
+        if st.history is not None:
+            versions.add_metric(key, st.history.size)
+            version_bytes.add_metric(key, st.history.nbytes)
+    yield from (lag, offset, progress, versions, version_bytes)
     read = CounterMetricFamily("streamiq_changelog_records_read",
                                "Changelog records fetched since the node started",
                                labels=["view"])

@@ -92,8 +92,11 @@ def test_chains_unchanged_for_keep_s_are_dropped_and_raise_the_floor() -> None:
     assert set(h.chains) == {b"a"}
     assert h.floor == {(T, 1): 10}
     assert h.size == 2
+    # the bytes kept: key a, its value before (none), two versions' positions and values
+    assert h.nbytes == 1 + 2 * len(pos(p0=3)) + 2
     h.trim(now=19.0)
     assert not h.chains and h.floor == {(T, 0): 5, (T, 1): 10} and h.size == 0
+    assert h.nbytes == 0
 
 
 def test_the_most_versions_kept_drops_the_oldest_chains_first() -> None:
@@ -149,7 +152,7 @@ def test_versions_are_kept_only_while_consistent_reads_come() -> None:
     assert h.active(now=59.0) and not h.active(now=61.0)
     h.record([(b"a", pos(p0=3), b"1")], {b"a": None}, now=1.0)
     h.skip()  # rows stored without versions: all chains go, the floor is not known
-    assert not h.chains and h.size == 0 and h.floor is None
+    assert not h.chains and h.size == 0 and h.nbytes == 0 and h.floor is None
     with pytest.raises(CutMoved):
         h.check(cut(6, 5))
 
