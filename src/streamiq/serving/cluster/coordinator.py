@@ -287,6 +287,10 @@ class Coordinator:
             done, _ = await asyncio.wait({a, b}, return_when=asyncio.FIRST_COMPLETED)
             if a in done and not a.result()[1]:
                 return a.result()
+            if a not in done and b.exception() is not None:
+                # the hedge failed (a replica without the versions of the query's cut
+                # says CutMoved at once): the first replica, merely slow, may answer
+                return await a
             got = await b
             if b in done:
                 hedging.hedge_won(ask.kind)

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from streamiq.config import Settings
-from streamiq.errors import DeadlineExceeded
+from streamiq.errors import CutMoved, DeadlineExceeded
 from streamiq.routing.memory import StaticMembership
 from streamiq.routing.router import Endpoint
 from streamiq.serving.cluster.coordinator import Coordinator, Relayed
@@ -102,3 +102,31 @@ def test_hedge_delays_follow_the_measured_latency_within_floor_and_cap() -> None
         h.observe(FAST, "lookup", 0.03)
     # the best peer's percentile: a slow peer does not teach the node to wait for it
     assert h.delay(SLOW, "lookup") == h.delay(FAST, "lookup") == 0.03
+
+
+async def test_a_hedge_that_cannot_read_the_cut_leaves_the_slow_replica_its_answer() -> None:
+    """A consistent scan's page: the replica holding the cut's versions is slow, the hedge
+    (a replica that kept none) says CutMoved at once; the slow one's answer wins, where
+    the hedge's refusal used to fail the read (a CI run at load 51)."""
+    membership = StaticMembership(ME)
+    node: Any = SimpleNamespace(settings=Settings(auth=False), endpoint=ME, router=Router(),
+                                membership=membership, partitions={"v": 3},
+                                holds=lambda v, p: False, lag=lambda v, p: -1)
+    moved = CutMoved("the cut is older than the versions kept").render()
+
+    async def send(address: str, body: bytes, deadline: float) -> PeerReply:
+        if address == FAST:
+            return PeerReply(CutMoved.http_status, moved)
+        await asyncio.sleep(0.3)
+        return PeerReply(200, b'{"partial": {"rows": 7}, "not_active": []}')
+
+    co = Coordinator(node, send=send)
+    loop = asyncio.get_running_loop()
+    partials, missing, _ = await co.gather(Ask("scan", {}, 3, None, loop.time() + 30), False,
+                                           "v", [0], 10, nothing_held)
+    assert partials == [{"rows": 7}] and missing == []
+    assert co.peers.hedging.sent == {"scan": 1}  # hedged, and the hedge lost
+
+
+async def nothing_held(held: list[int]) -> dict[str, int]:
+    raise AssertionError("not held here")
