@@ -48,7 +48,8 @@ log = logging.getLogger("streamiq.ticks")
 
 #: the shortest time between two ticks written to one input partition by one node
 MIN_GAP_S = 0.002
-#: the deliveries remembered per input partition (a settled cut looks for a recent one)
+#: the deliveries remembered per input partition (the newest answers a staleness bound;
+#: a settled cut looks for the oldest still recent)
 _KEPT = 32
 #: aggregation tasks a tick header may name (Spark's shuffle partitions of one query)
 _MAX_TASKS = 4096
@@ -112,9 +113,7 @@ class Ticker:
         self._lock = threading.Lock()
         self._last: dict[tuple[str, int], float] = {}  # when the newest tick was written
         self._timers: dict[tuple[str, int], threading.Timer] = {}
-        #: per input partition, the newest tick seen delivered: (written at, offset)
-        self._newest: dict[tuple[str, int], tuple[float, int]] = {}
-        #: per input partition, the last ticks seen delivered, oldest first
+        #: per input partition, the last ticks seen delivered: (written at, offset)
         self._deliveries: dict[tuple[str, int], deque[tuple[float, int]]] = {}
         self._partitions: dict[str, int] = {}  # input topics' partition counts
         self.written = 0
@@ -128,7 +127,7 @@ class Ticker:
         found: list[Token] = []
         missing: list[int] = []
         for p in range(self.partitions(topic)):
-            got = self._newest.get((topic, p))
+            got = max(list(self._deliveries.get((topic, p), ())), default=None)
             if got is not None and got[0] >= since:
                 found.append((topic, p, got[1]))
             else:
@@ -217,8 +216,6 @@ class Ticker:
             self._failed(msg.topic(), msg.partition(), err)
             return
         tp = (msg.topic(), msg.partition())
-        if at >= self._newest.get(tp, (float("-inf"), 0))[0]:
-            self._newest[tp] = (at, msg.offset())
         self._deliveries.setdefault(tp, deque(maxlen=_KEPT)).append((at, msg.offset()))
 
     def _failed(self, topic: str, partition: int, why: Any) -> None:
