@@ -11,7 +11,8 @@ A consistent read (``Freshness.consistent``) is answered at one cut of the input
 entry chooses it (ticks written now, ``Node.recent_input``), every partition waits until
 it reflects the cut and is read at it (``atcut.py``); a replica that finds no version of
 a key at exactly the cut names a lower one (``CutMoved``) and the entry asks every
-partition again at it, or at a new cut when the versions kept no longer reach back.
+partition again at it, or at a new cut when the versions kept no longer reach back
+(``serving/changelog/rounds.py``).
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, TypeVar
 
-from streamiq.errors import BadRequest, CutMoved, NotUpToBound
+from streamiq.errors import BadRequest, NotUpToBound
 from streamiq.serving.changelog.consistency import parse_tokens
-from streamiq.serving.changelog.cuts import Cut, cut_of, cut_token, lower
+from streamiq.serving.changelog.cuts import Cut, cut_of, cut_token
+from streamiq.serving.changelog.rounds import at_one_cut
 from streamiq.serving.engines.partials import P
 from streamiq.serving.query.codec import ask
 from streamiq.serving.query.model import Caller, Gathered, PeerPart, Query
@@ -34,10 +36,6 @@ from streamiq.views.base import View
 __all__ = ["Gather", "explicit_partitions"]
 
 R = TypeVar("R")
-
-#: how many cuts a consistent read tries (each lower or newer than the last)
-MAX_ROUNDS = 6
-
 
 def explicit_partitions(raw: str | Sequence[int], n: int) -> list[int]:
     """A peer's ``partitions`` (``"0,2"`` or a list), each in 0..n-1, or a 400 naming
@@ -87,23 +85,21 @@ class Gather(Generic[P]):
             got = await self._run(self.q, given, local, finish, wanted, part)
             assert isinstance(got, Gathered)
             return dataclasses.replace(got, cut=cut_token(given))
-        cut = await self._new_cut()
-        why = ""
-        for _ in range(MAX_ROUNDS):  # a lower cut (a key's records out of order) or a new
+
+        async def attempt(cut: Cut) -> Gathered[R]:
             q = dataclasses.replace(self.q, fresh=dataclasses.replace(fresh, cut=cut_token(cut)))
-            try:
-                got = await self._run(q, cut, local, finish, wanted, part)
-            except CutMoved as moved:
-                self.reads.coordinator.traffic.cut_moved += 1
-                why = moved.message
-                lowered = moved.extra.get("lower")
-                cut = lower(cut, cut_of(parse_tokens(lowered))) if isinstance(lowered, str) \
-                    else await self._new_cut(settled=False)
-                continue
+            got = await self._run(q, cut, local, finish, wanted, part)
             assert isinstance(got, Gathered)
-            return dataclasses.replace(got, cut=cut_token(cut))
-        raise NotUpToBound(f"no cut of {self.view.name}'s input held in {MAX_ROUNDS} tries; "
-                           f"the last: {why}", served_by=self.reads.node.endpoint)
+            return got
+
+        def moved() -> None:
+            self.reads.coordinator.traffic.cut_moved += 1
+
+        answer, cut = await at_one_cut(
+            await self._new_cut(), attempt, lambda: self._new_cut(settled=False),
+            f"{self.view.name}'s input", deadline=self.deadline, moved=moved,
+            served_by=self.reads.node.endpoint)
+        return dataclasses.replace(answer, cut=cut_token(cut))
 
     async def _new_cut(self, settled: bool = True) -> Cut:
         """A cut at or past the query's position: one this node already reflects (a

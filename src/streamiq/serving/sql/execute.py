@@ -21,7 +21,8 @@ from typing import Any
 
 from streamiq.errors import CutMoved, NotUpToBound, TooManyRows, Unavailable
 from streamiq.serving.changelog.consistency import parse_tokens
-from streamiq.serving.changelog.cuts import cut_of, cut_token, lower
+from streamiq.serving.changelog.cuts import Cut, cut_of, cut_token
+from streamiq.serving.changelog.rounds import at_one_cut
 from streamiq.serving.sql.catalog import Schema
 from streamiq.serving.sql.duck import Answer
 from streamiq.serving.sql.engine import Engine, Freshness, Groups, Row, Rows, ViewInfo
@@ -43,11 +44,7 @@ from streamiq.serving.sql.remote import RemoteCatalog
 from streamiq.serving.sql.stats import SqlStats
 from streamiq.serving.sql.types import coerce, duck_of_spark
 
-__all__ = ["MAX_ROUNDS", "Context", "Executor", "Limits"]
-
-#: how many cuts a consistent statement tries (each lower or newer than the last)
-MAX_ROUNDS = 6
-
+__all__ = ["Context", "Executor", "Limits"]
 
 @dataclass(frozen=True)
 class Limits:
@@ -100,27 +97,26 @@ class Executor:
         views = [plan.view] if isinstance(plan, Aggregate) else [
             s.view for s in ((plan.source,) if isinstance(plan, Fetch) else plan.sources)]
         given = ctx.fresh.cut
-        cut = given or await self.engine.cut(views, ctx.fresh)
-        why = ""
-        for _ in range(MAX_ROUNDS):
-            at = replace(ctx, fresh=replace(ctx.fresh, cut=cut))
+        if given is not None:  # the transaction's: that one only
             try:
-                answer = await self._run(plan, at)
+                answer = await self._run(plan, replace(ctx, fresh=replace(ctx.fresh, cut=given)))
             except CutMoved as moved:
-                why = moved.message
-                if given is not None:
-                    raise NotUpToBound(f"the transaction's cut can no longer be read ({why}"
-                                       "): begin a new transaction") from None
-                lowered = moved.extra.get("lower")
-                cut = cut_token(lower(cut_of(parse_tokens(cut)),
-                                      cut_of(parse_tokens(lowered)))) \
-                    if isinstance(lowered, str) else await self.engine.cut(views, ctx.fresh,
-                                                                           settled=False)
-                continue
-            ctx.cut = cut
+                raise NotUpToBound(f"the transaction's cut can no longer be read ("
+                                   f"{moved.message}): begin a new transaction") from None
+            ctx.cut = given
             return answer
-        raise NotUpToBound(f"no cut of the statement's input held in {MAX_ROUNDS} tries; the "
-                           f"last: {why}")
+
+        async def attempt(cut: Cut) -> Answer:
+            return await self._run(plan, replace(ctx, fresh=replace(ctx.fresh,
+                                                                    cut=cut_token(cut))))
+
+        async def anew() -> Cut:
+            return cut_of(parse_tokens(await self.engine.cut(views, ctx.fresh, settled=False)))
+
+        first = cut_of(parse_tokens(await self.engine.cut(views, ctx.fresh)))
+        answer, cut = await at_one_cut(first, attempt, anew, "the statement's input")
+        ctx.cut = cut_token(cut)
+        return answer
 
     async def _run(self, plan: Plan, ctx: Context) -> Answer:
         if isinstance(plan, CatalogQuery):
