@@ -38,6 +38,7 @@ from streamiq.errors import (
     DeadlineExceeded,
     Forbidden,
     PeerError,
+    StreamiqError,
     Unauthenticated,
     from_problem,
 )
@@ -238,6 +239,8 @@ class Coordinator:
                 pending += not_done
             if not pending or loop.time() >= ask.deadline:
                 break
+            if not any(plan.values()) and ask.unread:  # no replica kept the cut's versions
+                raise ask.unread[-1]
             if not any(plan.values()):  # every replica left was asked: once more, later
                 if not any(self._again(ask, excluded[p]) for p in pending) or \
                         not await _pause(ask, rounds):
@@ -268,8 +271,7 @@ class Coordinator:
         """One replica's part; when it is slower than its hedge delay, the same
         partitions are asked of the next replicas too, and the first whole answer wins."""
         if address == self.node.endpoint:
-            held = [p for p in parts if self.node.holds(view, p)]
-            return [await local(held)], [p for p in parts if p not in held]
+            return await self._local_part(view, parts, local, ask)
         hedging = self.peers.hedging
         a: asyncio.Future[_Part[Any]] = asyncio.ensure_future(self._peer_part(address, parts,
                                                                               ask))
@@ -287,9 +289,10 @@ class Coordinator:
             done, _ = await asyncio.wait({a, b}, return_when=asyncio.FIRST_COMPLETED)
             if a in done and not a.result()[1]:
                 return a.result()
-            if a not in done and b.exception() is not None:
-                # the hedge failed (a replica without the versions of the query's cut
-                # says CutMoved at once): the first replica, merely slow, may answer
+            if a not in done and (b.exception() is not None or b.result()[1]):
+                # the hedge failed or left partitions unanswered (a replica without the
+                # versions of the query's cut refuses at once): the first replica, merely
+                # slow, may answer them
                 return await a
             got = await b
             if b in done:
@@ -304,16 +307,30 @@ class Coordinator:
         """The hedge of a slow part: its partitions from the replicas ``plan`` chose."""
         calls: list[Awaitable[_Part[Any]]] = [
             self._peer_part(addr, ps, ask) if addr != self.node.endpoint
-            else self._local_part(view, ps, local) for addr, ps in plan.items()]
+            else self._local_part(view, ps, local, ask) for addr, ps in plan.items()]
         results = await asyncio.gather(*calls)
         planned = {p for ps in plan.values() for p in ps}
         got = [x for r in results for x in r[0]]
         return got, [p for r in results for p in r[1]] + [p for p in parts if p not in planned]
 
     async def _local_part(self, view: str, parts: list[int],
-                          local: Callable[[list[int]], Awaitable[P]]) -> _Part[P]:
+                          local: Callable[[list[int]], Awaitable[P]], ask: Ask) -> _Part[P]:
         held = [p for p in parts if self.node.holds(view, p)]
-        return [await local(held)], [p for p in parts if p not in held]
+        try:
+            return [await local(held)], [p for p in parts if p not in held]
+        except CutMoved as moved:
+            return self._unread(moved, parts, ask)
+
+    @staticmethod
+    def _unread(moved: StreamiqError, parts: list[int], ask: Ask) -> _Part[Any]:
+        """A replica's ``CutMoved``: one naming a lower cut is the query's (every replica
+        of a partition folded the same rows: the entry asks again lower); one without
+        is this replica's (it kept no versions back to the cut): the next is asked."""
+        if "lower" in moved.extra:
+            raise moved
+        assert isinstance(moved, CutMoved)
+        ask.unread.append(moved)
+        return [], parts
 
     async def _peer_part(self, address: str, parts: list[int], ask: Ask) -> _Part[Any]:
         try:
@@ -324,8 +341,8 @@ class Coordinator:
         if r.status in _REFUSED:  # the query itself is refused (it would be here too)
             refused = from_problem(r.status, r.body)
             raise _REFUSED[r.status](refused.message, peer=address)
-        if r.status == CutMoved.http_status:  # the query's cut: the entry asks again
-            raise from_problem(r.status, r.body)
+        if r.status == CutMoved.http_status:  # the query's cut (lower), or this replica's
+            return self._unread(from_problem(r.status, r.body), parts, ask)
         if r.status != 200:
             return [], parts
         doc: GatherReply[Any] = orjson.loads(r.body)

@@ -21,7 +21,7 @@ from typing import Any
 
 from streamiq import tls
 from streamiq.config import Settings
-from streamiq.errors import PeerError, PeerTimeout, PeerUnreachable
+from streamiq.errors import CutMoved, PeerError, PeerTimeout, PeerUnreachable
 from streamiq.serving.cluster.hedge import Hedging
 from streamiq.serving.cluster.hop import HopClient
 from streamiq.serving.cluster.wire import PeerReply, request_body
@@ -53,7 +53,10 @@ class Ask:
     e.g. a multi-get's keys of those), the view's partition ``count``, the client's
     ``authorization`` (the owner checks it again) and the ``deadline`` (the event loop's
     time) past which nobody waits for the answer. ``gone``: the replicas found gone
-    (connection refused or lost) while this query is answered, never asked again for it."""
+    (connection refused or lost) while this query is answered, never asked again for it.
+    ``unread``: the refusals of replicas that kept no versions back to the query's cut
+    (``CutMoved`` naming no lower cut): another replica may have them; if none has, the
+    gather raises the last (the entry takes a new cut)."""
 
     kind: str
     fields: Any
@@ -62,6 +65,7 @@ class Ask:
     deadline: float
     part: Callable[[list[int]], Any] | None = None
     gone: set[str] = field(default_factory=set, compare=False)
+    unread: list[CutMoved] = field(default_factory=list, compare=False)
 
     def body(self, partitions: list[int]) -> bytes:
         fields = self.part(partitions) if self.part is not None else self.fields

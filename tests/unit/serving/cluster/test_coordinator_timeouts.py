@@ -7,6 +7,8 @@ import asyncio
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from streamiq.config import Settings
 from streamiq.errors import CutMoved, DeadlineExceeded
 from streamiq.routing.memory import StaticMembership
@@ -130,3 +132,56 @@ async def test_a_hedge_that_cannot_read_the_cut_leaves_the_slow_replica_its_answ
 
 async def nothing_held(held: list[int]) -> dict[str, int]:
     raise AssertionError("not held here")
+
+
+def _gathering(replies: dict[str, PeerReply]) -> tuple[Coordinator, list[str]]:
+    """A coordinator whose peers answer at once with ``replies``."""
+    node: Any = SimpleNamespace(settings=Settings(auth=False), endpoint=ME, router=Router(),
+                                membership=StaticMembership(ME), partitions={"v": 3},
+                                holds=lambda v, p: False, lag=lambda v, p: -1)
+    asked: list[str] = []
+
+    async def send(address: str, body: bytes, deadline: float) -> PeerReply:
+        asked.append(address)
+        return replies[address]
+
+    return Coordinator(node, send=send), asked
+
+
+ROWS = PeerReply(200, b'{"partial": {"rows": 7}, "not_active": []}')
+NO_VERSIONS = PeerReply(CutMoved.http_status,
+                        CutMoved("this replica kept no versions until now").render())
+
+
+async def test_a_first_replica_without_the_cuts_versions_passes_the_partition_on() -> None:
+    """A consistent scan's later page whose first choice kept no versions back to the
+    page's cut (a replica made "suspect" reorders them): the next replica, which has
+    them, answers, where the read used to be refused ("start the scan again")."""
+    co, asked = _gathering({SLOW: NO_VERSIONS, FAST: ROWS})
+    loop = asyncio.get_running_loop()
+    ask = Ask("scan", {}, 3, None, loop.time() + 30)
+    partials, missing, _ = await co.gather(ask, False, "v", [0], 10, nothing_held)
+    assert partials == [{"rows": 7}] and missing == []
+    assert asked == [SLOW, FAST]
+
+
+async def test_no_replica_with_the_cuts_versions_is_the_entrys_to_take_a_new_cut() -> None:
+    co, asked = _gathering({SLOW: NO_VERSIONS, FAST: NO_VERSIONS})
+    loop = asyncio.get_running_loop()
+    with pytest.raises(CutMoved, match="kept no versions") as got:
+        await co.gather(Ask("scan", {}, 3, None, loop.time() + 30), False, "v", [0], 10,
+                        nothing_held)
+    assert "lower" not in got.value.extra  # the entry takes a new cut
+    assert asked == [SLOW, FAST]  # each asked once: no pause and walk again
+
+
+async def test_a_lower_cut_is_the_whole_querys_at_once() -> None:
+    lower = CutMoved("a record within the cut was folded after one past it",
+                     lower="in:0:5").render()
+    co, asked = _gathering({SLOW: PeerReply(CutMoved.http_status, lower), FAST: ROWS})
+    loop = asyncio.get_running_loop()
+    with pytest.raises(CutMoved) as got:
+        await co.gather(Ask("scan", {}, 3, None, loop.time() + 30), False, "v", [0], 10,
+                        nothing_held)
+    assert got.value.extra["lower"] == "in:0:5"
+    assert asked == [SLOW]
