@@ -17,19 +17,27 @@ timestamp to stored on the node; mean, and p50/p99 as Prometheus' histogram_quan
 estimates them from the buckets (5, 10, 25, 50, 100, 250 ms...). The rest of a sample
 is the ingest's acknowledgement and the poll that saw it.
 
+``--flush-ms 1,5``: real-time mode once per value of Spark's
+``spark.shuffle.streaming.networkBufferMaxWaitTimeMs`` (how long a streaming shuffle
+writer holds records before it flushes; the product's is ``pipeline/modes.py``'s), each
+with parts of its own, side by side. Before the samples every mode's parts idle for
+``--idle-s`` (20 s) together: each pipeline's CPU (its process and Spark's JVM) is
+printed, what real-time mode costs at rest.
+
 ``--minutes M``: afterwards, a real-time run of M minutes (bank and orders alternating)
 that crosses batch boundaries (``--realtime-batch-s``, the product's 300 s unless given):
 each boundary is a checkpoint during which records wait 0.3-1 s.
 
 Usage: .venv/bin/python bench/bench_freshness.py [--samples 300] [--minutes 0]
        [--modes real-time,micro-batch] [--realtime-batch-s 300] [--pace-ms 100]
-       [--poll-ms 1]
+       [--poll-ms 1] [--flush-ms 1,5] [--idle-s 20]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -68,12 +76,13 @@ def _wait_line(log: Path, text: str, timeout: float) -> None:
 class Parts:
     """Ingest, 3 nodes and the pipeline of one mode."""
 
-    def __init__(self, bootstrap: str, mode: str, batch_s: int | None, sql: bool = False
-                 ) -> None:
-        self.root = Path(tempfile.mkdtemp(prefix=f"streamiq-bench-fresh-{mode}-"))
+    def __init__(self, bootstrap: str, mode: str, batch_s: int | None, sql: bool = False,
+                 label: str | None = None, spark: dict[str, str] | None = None) -> None:
+        label = label or mode
+        self.root = Path(tempfile.mkdtemp(prefix=f"streamiq-bench-fresh-{label}-"))
         self.mode = mode
         common = ["--bootstrap-servers", bootstrap, "--app", "bank,orders",
-                  "--log-level", "warning", "--topic-prefix", f"{mode}."]
+                  "--log-level", "warning", "--topic-prefix", f"{label}."]
         self.procs: list[subprocess.Popen[bytes]] = []
         self.ingest = free_port()
         self.procs.append(_spawn("ingest", [*common, "--ingest-port", str(self.ingest)],
@@ -86,6 +95,8 @@ class Parts:
                                               str(self.root / "state"), *more],
                                      self.root / f"node{p}.log"))
         extra = ["--realtime-batch-s", str(batch_s)] if batch_s else []
+        if spark:
+            extra += ["--spark-config", json.dumps(spark)]
         self.procs.append(_spawn("pipeline", [*common, "--checkpoint-dir",
                                               str(self.root / "ckpt"), "--trigger", mode,
                                               "--metrics-port", "0", *extra],
@@ -95,6 +106,10 @@ class Parts:
         for p in self.ports:
             wait_ready(p)
         _wait_line(self.root / "pipeline.log", "pipeline ready", 600)
+
+    @property
+    def pipeline(self) -> int:
+        return self.procs[-1].pid
 
     def stop(self) -> None:
         for p in self.procs:
@@ -247,6 +262,33 @@ def _stage_lines(stages: dict[tuple[str, str], dict[float, float]]) -> list[str]
     return out
 
 
+def _cpu_s(root: int) -> float:
+    """CPU seconds of ``root`` and its descendants (the pipeline and Spark's JVM)."""
+    parent: dict[int, int] = {}
+    used: dict[int, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                f = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            parent[int(d.name)], used[int(d.name)] = int(f[1]), (int(f[11]) + int(f[12])) / tick
+    tree, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        tree.add(pid)
+        todo += [c for c, pp in parent.items() if pp == pid and c not in tree]
+    return sum(used.get(p, 0.0) for p in tree)
+
+
+def _idle(parts: dict[str, Parts], seconds: float) -> dict[str, float]:
+    """Each pipeline's CPU (% of a core) over ``seconds`` with nothing written or read."""
+    before = {m: _cpu_s(p.pipeline) for m, p in parts.items()}
+    time.sleep(seconds)
+    return {m: (_cpu_s(p.pipeline) - before[m]) / seconds * 100 for m, p in parts.items()}
+
+
 def _line(label: str, samples: list[float]) -> str:
     ms = sorted(s * 1000 for s in samples)
     return (f"  {label:<28} n={len(ms):5d}  p50 {pct(ms, 50):8.1f} ms  p99 {pct(ms, 99):8.1f} "
@@ -263,6 +305,11 @@ def main() -> None:
     ap.add_argument("--realtime-batch-s", type=int, default=None,
                     help="real-time mode's batch length (default: the product's)")
     ap.add_argument("--pace-ms", type=int, default=100)
+    ap.add_argument("--flush-ms", default="",
+                    help="real-time mode once per value of spark.shuffle.streaming."
+                         "networkBufferMaxWaitTimeMs (e.g. 1,5), side by side")
+    ap.add_argument("--idle-s", type=float, default=20.0,
+                    help="every mode's parts idle this long first: each pipeline's CPU")
     ap.add_argument("--poll-ms", type=float, default=1.0,
                     help="after a sample's first 50 ms, ask the nodes every this many ms "
                          "(1: always every ms, as before; each sample late by at most it)")
@@ -273,11 +320,22 @@ def main() -> None:
     stages: dict[str, dict[tuple[str, str], dict[float, float]]] = {}
     long: dict[str, list[float]] = {}
     with bench_broker() as broker:
-        modes = a.modes.split(",")
-        parts = {m: Parts(broker.bootstrap_servers, m, a.realtime_batch_s) for m in modes}
+        parts = {}
+        for m in a.modes.split(","):
+            if m == "real-time" and a.flush_ms:
+                for ms in a.flush_ms.split(","):
+                    parts[f"real-time, flush {ms} ms"] = Parts(
+                        broker.bootstrap_servers, m, a.realtime_batch_s, label=f"rt{ms}",
+                        spark={"spark.shuffle.streaming.networkBufferMaxWaitTimeMs": ms})
+            else:
+                parts[m] = Parts(broker.bootstrap_servers, m, a.realtime_batch_s)
+        modes = list(parts)
+        idle: dict[str, float] = {}
         try:
             for p in parts.values():
                 p.ready()
+            if a.idle_s:
+                idle = _idle(parts, a.idle_s)
             for m in modes:  # one mode's parts idle while the other's are measured
                 w = Writer(parts[m], f"{m[0]}", a.poll_ms / 1000)
                 results[m] = {}
@@ -286,7 +344,7 @@ def main() -> None:
                     results[m][k] = asyncio.run(_samples(w, k, a.samples, pace))
                     print(_line(f"{m}, {k}", results[m][k]), flush=True)  # as it goes
                 stages[m] = _since(_stages(parts[m].ports), before)
-            if a.minutes and "real-time" in parts:
+            if a.minutes and "real-time" in parts:  # not with --flush-ms
                 for m in modes:
                     if m != "real-time":
                         parts.pop(m).stop()
@@ -299,6 +357,9 @@ def main() -> None:
           "(all three views running), one write per "
           f"{a.pace_ms} ms, nodes asked every 1 ms, after 50 ms every {a.poll_ms:g} ms; "
           "targets: real-time p50 <= 50 ms, p99 <= 250 ms; micro-batch p50 <= 400 ms")
+    for m, pct_core in idle.items():
+        print(f"  {m}: the pipeline at rest (its process and Spark's JVM, {a.idle_s:g} s, "
+              f"every mode's parts idle) {pct_core:.1f}% of a core")
     for m, by in results.items():
         for kind, samples in by.items():
             print(_line(f"{m}, {kind}", samples))
