@@ -61,8 +61,8 @@ def _client(n: int, ingest: int, ports: list[int], with_position: bool,
     prefix = f"tk{n}{'p' if with_position else 'n'}-"
     accounts = [f"{prefix}{i}" for i in range(8)]
     want: dict[str, int] = {}
-    # a connection idle 4 s is not reused: a node closes one idle for 5 s, httpx reuses
-    # one up to 5 s, and a read sent on it as it closed was reset (a fresh-clone run)
+    # the client's expiry (a read sent on a connection as a node closed it was reset, in a
+    # fresh-clone run, when nodes closed one idle for 5 s: httpx reuses one up to 5 s)
     with httpx.Client(timeout=60, limits=httpx.Limits(keepalive_expiry=KEEPALIVE_S)) as c:
         for i in range(ROUNDS):
             account, amount = rng.choice(accounts), rng.randint(1, 1000)

@@ -34,9 +34,9 @@ __all__ = ["KEEPALIVE_S", "QueryError", "Served", "Spec", "SseReader", "segment"
 
 #: A node that refused a connection is tried last for this long (seconds).
 DOWN_S = 5.0
-#: A pooled connection idle this long is not reused (seconds): a node closes one idle for
-#: 5 s (``keep_alive_s``), and a request sent on it as it closes is reset (httpx's own
-#: default is 5 s too).
+#: A pooled connection idle this long is not reused (seconds): well under the time a node
+#: keeps one open (``KEEP_ALIVE_S``, 75 s; 5 s in older nodes), as a request sent on one
+#: as it closes is reset.
 KEEPALIVE_S = 4.0
 #: a subscription refused with these is tried again (another node, after a backoff)
 RETRYABLE = (421, 429)

@@ -54,7 +54,14 @@ from streamiq.serving.http.http_limits import (
 from streamiq.serving.http.leanserve import LeanPosts, LeanServing
 from streamiq.serving.peer.server import PeerConnection
 
-__all__ = ["HttpProtocol", "ServerState"]
+__all__ = ["KEEP_ALIVE_S", "HttpProtocol", "ServerState"]
+
+#: a keep-alive connection idle this long is closed (seconds): longer than the pools of
+#: common clients keep one (httpx 5 s, aiohttp 15 s), as nginx's 75 s is, so the client
+#: drops it first. At 5 s (uvicorn's), a plain httpx client's read was now and then sent
+#: on a connection as the node closed it ("Server disconnected without sending a
+#: response"); a connection costs the node a few kB while it idles
+KEEP_ALIVE_S = 75.0
 
 _BODY_BUFFER = 65536  # request body bytes held for the app before reading pauses
 _ASGI = {"version": "3.0", "spec_version": "2.3"}
@@ -68,7 +75,7 @@ class ServerState:
     edge: HttpEdge = field(default_factory=HttpEdge)
     lean: LeanLookups | None = None
     writes: LeanPosts | None = None  # writes answered without ASGI (the ingest's)
-    keep_alive_s: float = 5.0
+    keep_alive_s: float = KEEP_ALIVE_S
     default_headers: bytes = b"server: streamiq\r\n"
     app_state: dict[str, Any] = field(default_factory=dict)  # the lifespan's state
     connections: set[HttpProtocol] = field(default_factory=set)

@@ -38,7 +38,7 @@ from streamiq.serving.http.asgi import ASGIApp
 from streamiq.serving.http.fastpath import LeanLookups
 from streamiq.serving.http.http_limits import HttpEdge
 from streamiq.serving.http.leanserve import LeanPosts
-from streamiq.serving.http.protocol import HttpProtocol, ServerState
+from streamiq.serving.http.protocol import KEEP_ALIVE_S, HttpProtocol, ServerState
 
 __all__ = ["STARTUP_FAILED", "HttpServer", "run"]
 
@@ -62,7 +62,8 @@ class HttpServer:
     def __init__(self, app: ASGIApp, *, edge: HttpEdge | None = None,
                  lean: LeanLookups | None = None, writes: LeanPosts | None = None,
                  ssl_context: ssl.SSLContext | None = None,
-                 lifespan: bool = True, grace_s: float = 5.0, keep_alive_s: float = 5.0,
+                 lifespan: bool = True, grace_s: float = 5.0,
+                 keep_alive_s: float = KEEP_ALIVE_S,
                  signals: bool = False, protocol: type[HttpProtocol] = HttpProtocol) -> None:
         self.state = ServerState(app, edge or HttpEdge(), lean, writes, keep_alive_s)
         self.ssl = ssl_context
