@@ -239,9 +239,10 @@ class Coordinator:
                 pending += not_done
             if not pending or loop.time() >= ask.deadline:
                 break
-            if not any(plan.values()) and ask.unread:  # no replica kept the cut's versions
-                raise ask.unread[-1]
             if not any(plan.values()):  # every replica left was asked: once more, later
+                unread = [ask.unread[p] for p in pending if p in ask.unread]
+                if unread:  # unless one refused for the versions of the cut: a new cut
+                    raise unread[-1]
                 if not any(self._again(ask, excluded[p]) for p in pending) or \
                         not await _pause(ask, rounds):
                     break
@@ -329,7 +330,7 @@ class Coordinator:
         if "lower" in moved.extra:
             raise moved
         assert isinstance(moved, CutMoved)
-        ask.unread.append(moved)
+        ask.unread.update(dict.fromkeys(parts, moved))
         return [], parts
 
     async def _peer_part(self, address: str, parts: list[int], ask: Ask) -> _Part[Any]:

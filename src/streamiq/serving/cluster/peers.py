@@ -54,9 +54,9 @@ class Ask:
     ``authorization`` (the owner checks it again) and the ``deadline`` (the event loop's
     time) past which nobody waits for the answer. ``gone``: the replicas found gone
     (connection refused or lost) while this query is answered, never asked again for it.
-    ``unread``: the refusals of replicas that kept no versions back to the query's cut
-    (``CutMoved`` naming no lower cut): another replica may have them; if none has, the
-    gather raises the last (the entry takes a new cut)."""
+    ``unread``: per partition, the last refusal of a replica that kept no versions back
+    to the query's cut (``CutMoved`` naming no lower cut): another replica may have them;
+    if none has, the gather raises it (the entry takes a new cut)."""
 
     kind: str
     fields: Any
@@ -65,7 +65,7 @@ class Ask:
     deadline: float
     part: Callable[[list[int]], Any] | None = None
     gone: set[str] = field(default_factory=set, compare=False)
-    unread: list[CutMoved] = field(default_factory=list, compare=False)
+    unread: dict[int, CutMoved] = field(default_factory=dict, compare=False)
 
     def body(self, partitions: list[int]) -> bytes:
         fields = self.part(partitions) if self.part is not None else self.fields

@@ -37,6 +37,7 @@ __all__ = ["Gather", "explicit_partitions"]
 
 R = TypeVar("R")
 
+
 def explicit_partitions(raw: str | Sequence[int], n: int) -> list[int]:
     """A peer's ``partitions`` (``"0,2"`` or a list), each in 0..n-1, or a 400 naming
     them."""

@@ -46,6 +46,7 @@ from streamiq.serving.sql.types import coerce, duck_of_spark
 
 __all__ = ["Context", "Executor", "Limits"]
 
+
 @dataclass(frozen=True)
 class Limits:
     max_rows: int = 10_000  # rows an answer may return

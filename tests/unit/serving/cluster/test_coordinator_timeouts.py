@@ -185,3 +185,31 @@ async def test_a_lower_cut_is_the_whole_querys_at_once() -> None:
                         nothing_held)
     assert got.value.extra["lower"] == "in:0:5"
     assert asked == [SLOW]
+
+
+async def test_a_partition_another_replica_answered_is_not_a_reason_for_a_new_cut() -> None:
+    """Partition 0's first replica kept no versions and the next answered it; partition
+    1's only replica does not answer: the read is partial (partition 1 missing), not
+    sent back for a new cut that would not help partition 1."""
+    other = "127.0.0.1:4"
+
+    class TwoPlaces(Router):
+        def replicas(self, view: str, p: int, max_lag: int) -> list[Endpoint]:
+            return super().replicas(view, p, max_lag) if p == 0 else [
+                Endpoint(other, "active", 0)]
+
+    node: Any = SimpleNamespace(settings=Settings(auth=False), endpoint=ME,
+                                router=TwoPlaces(), membership=StaticMembership(ME),
+                                partitions={"v": 3}, holds=lambda v, p: False,
+                                lag=lambda v, p: -1)
+    replies = {SLOW: NO_VERSIONS, FAST: ROWS,
+               other: PeerReply(503, b'{"code": "UNAVAILABLE", "detail": "down"}')}
+
+    async def send(address: str, body: bytes, deadline: float) -> PeerReply:
+        return replies[address]
+
+    co = Coordinator(node, send=send)
+    loop = asyncio.get_running_loop()
+    partials, missing, _ = await co.gather(Ask("scan", {}, 3, None, loop.time() + 1), False,
+                                           "v", [0, 1], 10, nothing_held)
+    assert partials == [{"rows": 7}] and missing == [1]
