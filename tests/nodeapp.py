@@ -70,14 +70,12 @@ def make_app(root: Path, settings: Settings | None = None, store: StoreKind = "m
     return create_asgi(settings, node=node)  # type: ignore[arg-type]
 
 
-async def call(app: Any, path: str, forwarded: bool | bytes, query: bytes = b"",
-               auth: str | None = None, raw_path: bytes | None = None
+async def call(app: Any, path: str, query: bytes = b"", auth: str | None = None,
+               raw_path: bytes | None = None, headers: list[tuple[bytes, bytes]] | None = None
                ) -> tuple[int, Any, dict[str, str]]:
-    """GET ``path`` through the lean path (which defers to the full app when it must);
-    ``forwarded``: marked forwarded (True: the mark of a cluster without a secret, or
-    the mark's bytes)."""
-    mark = forwarded if isinstance(forwarded, bytes) else b"1"
-    headers = [(b"host", b"x")] + ([(b"x-streamiq-forwarded", mark)] if forwarded else [])
+    """A client's GET of ``path`` through the lean path (which defers to the full app when
+    it must), with ``headers`` besides Host and Authorization."""
+    headers = [(b"host", b"x"), *(headers or [])]
     if auth:
         headers.append((b"authorization", auth.encode()))
     scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
@@ -143,7 +141,7 @@ class EventStream:
 def peer_request(app: Any, kind: str, query: dict[str, Any], partitions: list[int],
                  count: int = 3, token: str | None = None) -> tuple[int, Any]:
     """What the node's peer server answers a peer's request (a lookup is answered at
-    once; others need a running loop and ``peer_request_async``)."""
+    once; others need a running loop)."""
     from streamiq.serving.cluster.wire import REPLY, request_body
 
     out: list[bytes] = []

@@ -1,5 +1,12 @@
 """streamiq: queryable state for PySpark Structured Streaming, from any node.
 
+Packages by runtime role: ``pipeline/`` runs in Spark (the sink and the changelog it
+writes); ``serving/`` is a node (it follows the changelogs into ``state/`` stores and
+answers queries over HTTP, SQL and the peer protocol); ``routing/`` says which node owns
+which partition; ``ingest/`` takes writes; ``views/`` defines what is served;
+``kafka/`` is the broker and its clients' helpers; ``client/`` is the Python client
+users embed; ``cli/`` is the ``streamiq`` command that runs them all.
+
 The names below are imported on first use (PEP 562): ``import streamiq`` alone loads
 neither the HTTP client (httpx) nor the settings (pydantic) nor PySpark.
 """

@@ -16,12 +16,13 @@ may read only (``Principal.may_see``; ``serving/http/visible.py``). A JWT withou
 ``scope`` claim reads every view (seed 004's tokens carry none) and writes nothing. No
 valid token: 401 UNAUTHENTICATED; a view the token may not read: 403 FORBIDDEN.
 
-Node to node, a request marked forwarded (``X-Streamiq-Forwarded``) and the lookup
-wire's preface carry the cluster credential, an HMAC-SHA256 keyed by the cluster
-secret (``hop_mark``): a forwarded mark without it is refused before it takes one of
-the slots kept for peers. The client's token still travels with every hop and the
-owner checks it again. The credential is a bearer secret between the nodes: across a
-network you do not trust, run the node-to-node traffic over TLS.
+Node to node, the peer protocol's connection preface carries the cluster credential,
+an HMAC-SHA256 keyed by the cluster secret (``hop_mark``): a connection without it is
+refused before it takes one of the slots kept for peers (nodes ask each other only
+over the peer protocol; an HTTP request is always a client's). The client's token
+still travels with every hop and the owner checks it again. The credential is a
+bearer secret between the nodes: across a network you do not trust, run the
+node-to-node traffic over TLS.
 
 A verified token is cached (up to ``_CACHE`` of them, until it expires), so the lookup
 hot path pays a dict lookup, not an HMAC, per request.

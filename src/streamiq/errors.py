@@ -71,7 +71,7 @@ class StreamiqError(Exception):
                 "code": self.code, "detail": self.message, **self.extra}
 
     def render(self) -> bytes:
-        """``body()`` as the bytes an HTTP answer carries (for the lookup wire)."""
+        """``body()`` as the bytes an HTTP answer or a peer's reply carries."""
         return _JSON.encode(self.body()).encode()
 
 

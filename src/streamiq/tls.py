@@ -1,8 +1,8 @@
 """TLS for the HTTP API and node-to-node traffic, from certificate files.
 
 A node (or the ingest service) given ``--tls-cert-file`` and ``--tls-key-file`` serves
-HTTPS only, and calls its peers over TLS as well: HTTP hops, scatter-gather partials and
-the lookup wire, verified against ``--tls-ca-file`` (default: the system's CAs). Every
+HTTPS only, and calls its peers over TLS as well (every request of the peer protocol),
+verified against ``--tls-ca-file`` (default: the system's CAs). Every
 node of a cluster runs with TLS or none does: a peer's advertised ``host:port`` is
 reached with the same scheme, and the certificate must name that host.
 """

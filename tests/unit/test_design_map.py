@@ -4,11 +4,13 @@ Every module of ``src/streamiq`` (``__init__.py`` aside) is named on a row of th
 table, by its path below ``src/streamiq`` (``serving/http/app.py``), or is under a
 folder row (``state/``: a folder row covers every module below it). A row may name
 several paths (``serving/engines/aggregate.py``, ``serving/engines/scan.py``). And
-every path on the map exists, so a move or a deletion cannot leave the map stale.
+every path on the map exists, so a move or a deletion cannot leave the map stale. Every
+package has a docstring, and it names each of its sub-packages (``http/``).
 """
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -60,3 +62,30 @@ def test_a_module_without_a_row_is_named() -> None:
     new = ["serving/http/new_route.py", "serving/new.py", "newpkg/thing.py"]
     assert off_the_map(new, paths) == new
     assert off_the_map(["state/new_store.py", "cli/new_command.py"], paths) == []
+
+
+def unnamed_subpackages(package: Path = PACKAGE) -> dict[str, list[str]]:
+    """Per package below ``package`` (itself too), its sub-packages that its docstring does
+    not name as ``name/``."""
+    out: dict[str, list[str]] = {}
+    for init in sorted(package.rglob("__init__.py")):
+        here = init.parent
+        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+        subs = sorted(d.name for d in here.iterdir() if (d / "__init__.py").exists())
+        unnamed = [s for s in subs if f"{s}/" not in doc]
+        if unnamed:
+            out[here.relative_to(package.parent).as_posix()] = unnamed
+    return out
+
+
+def test_each_packages_docstring_names_its_subpackages() -> None:
+    """A package's docstring is the map a newcomer reads first: every sub-package on it."""
+    unnamed = unnamed_subpackages()
+    assert not unnamed, f"sub-packages their package's docstring does not name: {unnamed}"
+
+
+def test_every_package_has_a_docstring() -> None:
+    bare = [i.parent.relative_to(PACKAGE.parent).as_posix()
+            for i in sorted(PACKAGE.rglob("__init__.py"))
+            if not ast.get_docstring(ast.parse(i.read_text()))]
+    assert not bare, f"packages without a docstring: {bare}"

@@ -2,9 +2,10 @@
 
 The ``Coordinator`` (``coordinator.py``) carries a request where ``placement.py``
 decides, or splits it by partition; it is made of the authentication gate
-(``gate.py``), the calls to peers (``peers.py``: one HTTP hop, or the lookup wire of
-``hop.py`` and ``wire.py``) and the traffic counts (``traffic.py``). Nothing here
-computes an answer: that is ``engines/`` (and ``http/answers.py`` for a key lookup).
+(``gate.py``), the calls to peers (``peers.py``, over the peer protocol: the client in
+``hop.py``, the frames in ``wire.py``; slow calls hedged by ``hedge.py``) and the
+traffic counts (``traffic.py``). Nothing here computes an answer: that is ``engines/``
+and ``query/`` (``Reads.decide`` for a key lookup).
 """
 
 __all__: list[str] = []

@@ -1,11 +1,11 @@
 """The authentication gate: client tokens and the cluster credential, for every front end.
 
-A request from a peer must come with the cluster credential (``streamiq.auth.hop_mark``:
-the peer protocol's connection preface, or an HTTP request's forwarded mark; refused
-before it takes a peer slot), and the client's token must allow the view the request
-reads. The HTTP routes (``serving/http/guard.py``), the lean path and the peer server
-(``serving/peer/server.py``) check the same token and mark here. No web framework: a
-front end hands over the header values it read.
+A peer shows the cluster credential (``streamiq.auth.hop_mark``) as the first line of a
+peer-protocol connection, before it takes a peer slot (``serving/peer/server.py``); peers
+never ask over HTTP. The client's token must allow the view a request reads: the HTTP
+routes (``Answers.check``), the lean path and the peer server (the client's
+Authorization travels with every peer request) check the same token here. No web
+framework: a front end hands over the header values it read.
 """
 
 from __future__ import annotations
@@ -14,12 +14,8 @@ import hmac
 
 from streamiq.auth import Authenticator, hop_mark
 from streamiq.config import Settings
-from streamiq.errors import Unauthenticated
 
-__all__ = ["FORWARDED", "Gate"]
-
-#: the HTTP header that marks a request as a peer's (its value: the cluster credential)
-FORWARDED = "x-streamiq-forwarded"
+__all__ = ["Gate"]
 
 
 class Gate:
@@ -31,18 +27,13 @@ class Gate:
         self.mark_bytes = self.mark.encode()
 
     def is_mark(self, got: bytes) -> bool:
+        """Whether ``got`` is the cluster credential (compared in constant time)."""
         return hmac.compare_digest(got, self.mark_bytes)
 
-    def check(self, authorization: str | None, mark: str | None, view: str | None) -> bool:
-        """Authenticate a request: its Authorization, the forwarded mark it carries (None:
-        none) and the view it reads (None: no view). True when it is a peer's request;
-        raises ``Unauthenticated`` or ``Forbidden``."""
-        forwarded = mark is not None and self.is_mark(mark.encode("latin-1"))
-        if mark is not None and not forwarded:
-            raise Unauthenticated("a request marked forwarded without the cluster "
-                                  "credential")
+    def check(self, authorization: str | None, view: str | None) -> None:
+        """Authenticate a client's request: its Authorization and the view it reads (None:
+        no view); raises ``Unauthenticated`` or ``Forbidden``."""
         if view is None:
             self.auth.principal(authorization)
         else:
             self.auth.reader(authorization, view)
-        return forwarded

@@ -6,9 +6,9 @@ One client for every call to a peer: a forwarded lookup, a key's windows, each p
 a scatter-gather.
 
 Why not an HTTP or gRPC client: bench/bench_queries.py measured a forwarded lookup at
-~5x the server CPU of a local one through aiohttp, most of it in the general-purpose
-client; bench/bench_peer_transport.py measured grpc.aio at ~10x the wire's time per
-small call. A hop needs one frame on a pooled connection.
+~5x the server CPU of a local one through aiohttp (the node's HTTP client before this
+one), most of it in the general-purpose client; bench/bench_peer_transport.py measured
+grpc.aio at ~10x the wire's time per small call. A hop needs one frame on a pooled connection.
 
 Failures are plain ``OSError`` subclasses (``ConnectionError`` when the connection was
 refused or lost) or ``TimeoutError`` past the request's deadline:

@@ -3,9 +3,9 @@
 ``Placement.place`` says, for a partition, whether this node answers (``Here``, with
 its role and lag: computed once, for the answer's stamp too), which replica the
 request goes to (``Forward``; ``Redirect`` in redirect mode) or why nobody can answer
-(``Refuse``: 421 for a forwarded request this node does not hold, 503 when no replica
-is fresh enough). The lean path and the lookup wire (``serving/http/fastpath.py``) and the
-full routes (``Coordinator.route``) all ask it; ``Answers.decide`` adds the store read
+(``Refuse``: 421 for a peer's request this node does not hold, 503 when no replica
+is fresh enough). The lean path (``serving/http/fastpath.py``), the peer server and the
+full routes (``Coordinator.route``) all ask it; ``Reads.decide`` adds the store read
 of a key lookup, once. Transports only carry what it decided.
 
 Roles are derived from membership at most every ``_ROLE_TTL`` seconds and the preferred

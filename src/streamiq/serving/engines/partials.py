@@ -1,8 +1,8 @@
 """What nodes send each other in a scatter-gather: typed partial answers.
 
 An entry node asks each replica for its part of a query over an explicit list of
-partitions (``X-Streamiq-Forwarded: 1`` and ``partitions=...``); the replica answers a
-``GatherReply``: its partial, and the partitions it was asked for but cannot answer
+partitions (a request of the peer protocol, ``serving/cluster/wire.py``); the replica
+answers a ``GatherReply``: its partial, and the partitions it was asked for but cannot answer
 (the entry asks another replica for those). A partial's shape is its query's: the
 engine that makes it (``engines/scan.py``, ``engines/aggregate.py``, the multi-get in
 ``query/run.py``) and the merge that reads it share the type below.

@@ -2,11 +2,11 @@
 answer rendered as JSON.
 
 ``Answers`` is the query layer (``serving/query/``: ``Queries``) plus what only HTTP
-needs: the caller of a request (its Authorization, the forwarded mark, a peer's
-``partitions``), and the responses of a one-partition answer (here, a replica's reply
-relayed, a 307, a refusal) and of a scatter-gather. The HTTP routes
-(``serving/http/app.py``, ``serving/http/queries.py``), the lean path and the lookup
-wire (``serving/http/fastpath.py``) all answer through it.
+needs: the caller of a request (its Authorization and budget), and the responses of a
+one-partition answer (here, a replica's reply relayed, a 307, a refusal) and of a
+scatter-gather. The HTTP routes (``serving/http/app.py``, ``serving/http/queries.py``)
+and the lean path (``serving/http/fastpath.py``) answer through it. Every HTTP request
+is a client's: peers ask over the peer protocol (``serving/peer/server.py``).
 """
 
 from __future__ import annotations
@@ -23,9 +23,8 @@ from streamiq._http import error_response
 from streamiq.auth import Principal
 from streamiq.errors import PROBLEM_JSON, BadRequest
 from streamiq.serving.cluster.coordinator import HOPS, SERVED_BY, Relayed
-from streamiq.serving.cluster.gate import FORWARDED
 from streamiq.serving.cluster.placement import Redirect, Refuse
-from streamiq.serving.engines.partials import GatherReply, P
+from streamiq.serving.engines.partials import P
 from streamiq.serving.query.model import Caller, Gathered, Lookup, PeerPart, Read
 from streamiq.serving.query.run import One, Queries
 from streamiq.serving.routes import view_of
@@ -69,17 +68,13 @@ class Answers(Queries):
         route reads; raises ``Unauthenticated`` or ``Forbidden``."""
         route = request.scope.get("route")
         view = view_of(getattr(route, "path", None), request.path_params)
-        self.coordinator.gate.check(request.headers.get("authorization"),
-                                    request.headers.get(FORWARDED), view)
+        self.coordinator.gate.check(request.headers.get("authorization"), view)
 
-    def caller(self, request: Request, partitions: str | None = None) -> Caller:
-        """Who asks: the client's Authorization and budget; a peer (forwarded mark,
-        checked) asks for explicit ``partitions``."""
-        mark = request.headers.get(FORWARDED)
+    @staticmethod
+    def caller(request: Request) -> Caller:
+        """Who asks: the client's Authorization and budget."""
         budget = budget_s(request.headers.get(TIMEOUT))
-        return Caller(request.headers.get("authorization"),
-                      mark is not None and self.coordinator.gate.is_mark(mark.encode("latin-1")),
-                      partitions, None if budget is None
+        return Caller(request.headers.get("authorization"), deadline=None if budget is None
                       else asyncio.get_running_loop().time() + budget)
 
     async def lookup_response(self, request: Request, q: Lookup) -> Response:
@@ -91,9 +86,9 @@ class Answers(Queries):
                             media_type="application/json" if read.status == 200
                             else PROBLEM_JSON)
 
-        return self.one(request, caller, await self.lookup(q, caller), here)
+        return self.one(request, await self.lookup(q, caller), here)
 
-    def one(self, request: Request, caller: Caller, answer: T | One,
+    def one(self, request: Request, answer: T | One,
             here: Callable[[T], Response]) -> Response:
         """The response of a one-partition answer: ``here``'s rendering of this node's
         answer, a replica's reply relayed (hops 1), a 307 or the refusal."""
@@ -107,10 +102,7 @@ class Answers(Queries):
                 target += "?" + request.url.query
             return RedirectResponse(target, status_code=307)
         if isinstance(answer, Refuse):
-            refused = error_response(answer.error)
-            if caller.forwarded:
-                refused.headers[HOPS] = "0"
-            return refused
+            return error_response(answer.error)
         resp = here(answer)
         resp.headers[HOPS] = str(getattr(answer, "hops", 0))
         return resp
@@ -118,11 +110,10 @@ class Answers(Queries):
     @staticmethod
     def gathered(answer: Gathered[R] | PeerPart[P], body: Callable[[R], dict[str, Any]]
                  ) -> Response:
-        """A scatter-gather's response: to a client, its status, ``body`` (the result
-        as JSON) and the partitions asked and missing; to a peer, its part."""
-        if isinstance(answer, PeerPart):
-            reply: GatherReply[P] = {"partial": answer.partial, "not_active": answer.not_active}
-            return JSONResponse(reply, headers={HOPS: "0", SERVED_BY: answer.served_by})
+        """A scatter-gather's response: its status, ``body`` (the result as JSON) and
+        the partitions asked and missing."""
+        if isinstance(answer, PeerPart):  # only for a peer's Caller, which HTTP never makes
+            raise TypeError("a peer's part is answered over the peer protocol")
         doc = {"status": answer.status, "view": answer.view, **body(answer.result),
                "partitions": answer.partitions, "missing_partitions": answer.missing,
                "served_by": answer.served_by}

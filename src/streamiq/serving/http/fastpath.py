@@ -4,20 +4,22 @@ A ``GET /v1/views/{view}/keys/{key}`` (or the seed's ``GET /account/{id}``, the
 ``balances`` view's shortcut) without query parameters is answered straight
 from the store, before FastAPI routing and parameter validation, with the exact body
 and headers of the regular route. Where it is answered is decided once, by
-``Answers.decide`` (``serving/cluster/placement.py`` plus one store read), the decision the
-full route and the lookup wire make too; this module only carries it out:
+``Reads.decide`` (``serving/cluster/placement.py`` plus one store read), the decision the
+full route and the peer server make too; this module only carries it out:
 
-* answered here (a forwarded lookup from a peer, ``X-Streamiq-Forwarded`` with the
-  cluster credential, for a partition held here; or this node is the partition's
-  active owner within the default ``--max-lag``): the row (200) or the problem
-  document (404), hops 0, from one store read;
+* answered here (this node is the partition's active owner within the default
+  ``--max-lag``): the row (200) or the problem document (404), hops 0, from one store
+  read;
 * forwarded: one request of the peer protocol to the preferred replica (hops 1), its
   200 or 404 relayed; a refused connection, 421 or 503 defers to the lookup's one
   pipeline (``Queries.lookup``), which tries the next replica and marks the dead one.
   On an idle pooled connection the hop runs on callbacks; when the replica has not
   answered within its hedge delay (``serving/cluster/hedge.py``), the same pipeline
   runs too, without it, and the first answer wins;
-* refused: 421 to a peer for a partition not held here, 503 when no replica can answer.
+* refused: 503 when no replica can answer.
+
+A peer's lookup never comes here: peers ask over the peer protocol
+(``serving/peer/server.py``).
 
 The client's token is checked first (``streamiq/auth.py``; a request it does not allow
 falls through to the full app, which answers 401 or 403), and again by the owner. The
@@ -49,7 +51,6 @@ from streamiq._http import problem
 from streamiq.errors import PROBLEM_JSON, StreamiqError
 from streamiq.kafka.partitioner import partition_for
 from streamiq.serving.cluster.coordinator import HOPS, SERVED_BY, Relayed
-from streamiq.serving.cluster.gate import FORWARDED
 from streamiq.serving.cluster.peers import PeerReply
 from streamiq.serving.cluster.placement import Forward, Redirect, Refuse
 from streamiq.serving.cluster.wire import request_body
@@ -71,7 +72,6 @@ ASGIApp = Callable[[Scope, Callable[[], Awaitable[Message]],
 
 log = logging.getLogger("streamiq.routing")
 
-_FWD = FORWARDED.encode()
 _AUTH = b"authorization"
 _TIMEOUT = TIMEOUT.encode()
 _HOPS = HOPS.encode()
@@ -112,7 +112,7 @@ class LeanLookups:
                 status, body, headers = answer
                 latency = self.deps.coordinator.traffic.latency
                 if latency is not None:
-                    served = served_of("lookup", scope["headers"], headers)
+                    served = served_of("lookup", headers)
                     latency.observe(("lookup", served), perf_counter() - t0)
                 await send({"type": "http.response.start", "status": status,
                             "headers": headers})
@@ -172,20 +172,16 @@ class LeanLookups:
         node = self.deps.node
         p = partition_for(raw, node.partitions[view.name])
         co = self.deps.coordinator
-        fwd = auth = timeout = None
+        auth = timeout = None
         for k, v in headers:
-            if k == _FWD:
-                fwd = v
-            elif k == _AUTH:
+            if k == _AUTH:
                 auth = v
             elif k == _TIMEOUT:
                 timeout = v
         if not co.gate.auth.allows(auth, view.name):
             return None  # the full app answers 401 or 403
-        if fwd is not None and not co.gate.is_mark(fwd):
-            return None  # the full app answers 401
         max_lag = node.settings.max_lag
-        d = self._decide(view, key, p, fwd is not None, max_lag)
+        d = self._decide(view, key, p, False, max_lag)
         if type(d) is Read:
             return self.local(d)
         if type(d) is Forward:
@@ -194,7 +190,7 @@ class LeanLookups:
                                 loop or asyncio.get_running_loop())
         if type(d) is Refuse:
             co.traffic.refused(d.error.http_status)
-            return self.refused(d.error, fwd is not None)
+            return self.refused(d.error)
         return None  # redirect mode: the full route answers 307
 
     def _target(self, parts: list[str]) -> tuple[View, str, bytes] | None:
@@ -221,11 +217,9 @@ class LeanLookups:
                               (_SERVED_BY, self._endpoint), _NO_HOP]
 
     @staticmethod
-    def refused(error: StreamiqError, forwarded: bool) -> Answer:
-        """The answer of a lookup nobody can answer (421 to a peer, 503), as the full
-        route gives it."""
-        status, body, headers = problem(error)  # the HTTP answer of an error (_http.py)
-        return status, body, [*headers, (_HOPS, b"0")] if forwarded else headers
+    def refused(error: StreamiqError) -> Answer:
+        """The answer of a lookup nobody can answer (503), as the full route gives it."""
+        return problem(error)  # the HTTP answer of an error (_http.py)
 
     def forward(self, view: View, key: str, p: int, max_lag: int, auth: bytes | None,
                 then: Later | None, owner: str, budget: float | None,
@@ -267,7 +261,7 @@ class LeanLookups:
         if type(got) is Relayed:
             return self.relayed(got.reply, got.address)
         if type(got) is Refuse:
-            return self.refused(got.error, False)
+            return self.refused(got.error)
         return None
 
     def relayed(self, reply: PeerReply, owner: str) -> Answer:

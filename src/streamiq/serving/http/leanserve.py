@@ -144,7 +144,7 @@ class LeanServing:
         if not cycle.busy:
             return
         if self._latency is not None:
-            self._latency.observe(("lookup", served_of("lookup", cycle.headers, answer[2])),
+            self._latency.observe(("lookup", served_of("lookup", answer[2])),
                                   perf_counter() - cycle.t0)
         self._write_answer(cycle, answer)
 

@@ -6,8 +6,9 @@ query type and by how it was served:
 - ``local``: a key lookup or window fetch answered from this node's store;
 - ``forwarded``: one hop to the owner, relayed;
 - ``fanout``: a scatter-gather (multi-get, scan, aggregate) coordinated here;
-- ``peer``: a request another node forwarded here (counted once cluster-wide as the
-  entry node's ``forwarded`` or ``fanout``; kept apart so sums over nodes stay exact).
+- ``peer``: a request another node sent here over the peer protocol (counted once
+  cluster-wide as the entry node's ``forwarded`` or ``fanout``; kept apart so sums over
+  nodes stay exact; recorded by ``serving/peer/server.py``).
 
 Labels come from the route table (``serving/routes.py``). The lean path's answers are
 recorded by the node's HTTP protocol (``protocol.py``),
@@ -25,7 +26,6 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from streamiq.metrics import Latency, exposition
 from streamiq.serving.cluster.coordinator import HOPS
-from streamiq.serving.cluster.gate import FORWARDED
 from streamiq.serving.routes import FANOUT, query_of
 
 if TYPE_CHECKING:
@@ -35,17 +35,13 @@ if TYPE_CHECKING:
 __all__ = ["LABELS", "Timed", "node_metrics", "query_of", "served_of"]
 
 LABELS = ("query", "served")
-_FWD, _HOPS = FORWARDED.encode(), HOPS.encode()
+_HOPS = HOPS.encode()
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 
 
-def served_of(query: str, headers: Any, answer_headers: Any) -> str:
-    """How a query was served, from the request's headers (forwarded mark) and the
-    answer's (hops)."""
-    for k, _ in headers:
-        if k == _FWD:
-            return "peer"
+def served_of(query: str, answer_headers: Any) -> str:
+    """How a client's query was served, from the answer's headers (hops)."""
     if query in FANOUT:
         return "fanout"
     for k, v in answer_headers:
@@ -77,7 +73,7 @@ class Timed:
             if message["type"] == "http.response.start":
                 answered.extend(message.get("headers", ()))
             elif not message.get("more_body", False):  # recorded before the last bytes go
-                self.latency.observe((query, served_of(query, scope["headers"], answered)),
+                self.latency.observe((query, served_of(query, answered)),
                                      perf_counter() - t0)
             await send(message)
 

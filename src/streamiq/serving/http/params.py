@@ -15,7 +15,7 @@ from streamiq.serving.engines.scan import MAX_LIMIT
 from streamiq.serving.query import model
 
 __all__ = ["MAX_MS", "Aggs", "Consistent", "Cursor", "Fresh", "Freshness", "FromMs", "GroupBy",
-           "Limit", "MaxLag", "MaxStaleness", "Parts", "Position", "Prefix", "ToMs", "WaitMs"]
+           "Limit", "MaxLag", "MaxStaleness", "Position", "Prefix", "ToMs", "WaitMs"]
 
 MaxLag = Annotated[int | None, Query(ge=0, description="Max changelog lag (records) of the "
                                      "answering replica(s); default: the node's --max-lag.")]
@@ -41,7 +41,6 @@ GroupBy = Annotated[list[str] | None, Query(description="Column(s) to group by (
 Aggs = Annotated[list[str] | None, Query(description="FUNC(COLUMN), repeatable; FUNC is "
                                          "count, sum, min, max or avg; count(*) counts rows. "
                                          "Default count(*).")]
-Parts = Annotated[str | None, Query(include_in_schema=False)]  # set on forwarded requests
 #: window bounds are stored as signed 64-bit epoch ms
 MAX_MS = (1 << 63) - 1
 FromMs = Annotated[int, Query(alias="from", ge=0, le=MAX_MS,

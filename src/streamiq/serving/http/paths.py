@@ -13,7 +13,7 @@ answers ``400 BAD_REQUEST`` for a segment that is not UTF-8, and routes a path w
 segments hold a ``/`` on an escaped form (``%`` and ``/`` of each segment written
 ``%25`` and ``%2F``) that ``restore``, a dependency of the routes, turns back into the
 segments' text before the route reads its path parameters. The lean path
-(``serving/http/fastpath.py``) and the lookup wire use ``segments`` directly.
+(``serving/http/fastpath.py``) uses ``segments`` directly.
 
 ``segment`` is a path convertor matching an empty segment too, so that an empty key
 (``/v1/views/v/keys/``) reaches its route and is refused by name instead of a 404.

@@ -5,8 +5,7 @@ runs it through the query layer (``Answers``, a ``Queries``) and renders the ans
 Every gathered answer carries ``status`` (``OK``, or ``PARTIAL`` with
 ``missing_partitions`` when some partitions had no replica able to answer: never a
 silently wrong total) and the ``X-Streamiq-Hops`` header (0 local, 1 forwarded).
-A node answering a forwarded request (``X-Streamiq-Forwarded: 1`` plus the explicit
-``partitions``) returns ``{"partial": ..., "not_active": [...]}`` and never forwards.
+A peer's part of a gather is asked over the peer protocol, never over HTTP.
 """
 
 from __future__ import annotations
@@ -26,7 +25,6 @@ from streamiq.serving.http.params import (
     FromMs,
     GroupBy,
     Limit,
-    Parts,
     Prefix,
     ToMs,
 )
@@ -64,10 +62,9 @@ def _multi_get_route(r: APIRouter, deps: Answers) -> None:
     """POST /v1/views/{view}/keys"""
 
     @r.post(MULTI_GET.path, summary="Multi-get: many keys, one call per owner")
-    async def multi_get(request: Request, view: str, body: MultiGet, fresh: Fresh,
-                        partitions: Parts = None) -> Response:
+    async def multi_get(request: Request, view: str, body: MultiGet, fresh: Fresh) -> Response:
         query = q.MultiGet(view, tuple(body.keys), fresh=fresh.typed())
-        answer = await deps.multi_get(query, deps.caller(request, partitions))
+        answer = await deps.multi_get(query, deps.caller(request))
         return deps.gathered(answer, _multi_get_body)
 
 
@@ -85,19 +82,18 @@ def _scan_routes(r: APIRouter, deps: Answers) -> None:
                    start: Annotated[str | None, Query(alias="from",
                                                       description="First key (inclusive).")] = None,
                    to: Annotated[str | None, Query(description="End key (exclusive).")] = None,
-                   prefix: Prefix = None, limit: Limit = 100, cursor: Cursor = None,
-                   partitions: Parts = None) -> Response:
+                   prefix: Prefix = None, limit: Limit = 100, cursor: Cursor = None) -> Response:
         query = q.Scan(view, start, to, prefix, limit, cursor, fresh=fresh.typed())
-        answer = await deps.scan(query, deps.caller(request, partitions))
+        answer = await deps.scan(query, deps.caller(request))
         return deps.gathered(answer, _scan_body(
             {"from": start, "to": to, "prefix": prefix, "limit": limit}))
 
     @r.get(WINDOWS.path, summary="Windows of all keys starting in [from, to)")
     async def windows_range(request: Request, view: str, fresh: Fresh, start: FromMs = 0,
                             end: ToMs = q.FAR, prefix: Prefix = None, limit: Limit = 100,
-                            cursor: Cursor = None, partitions: Parts = None) -> Response:
+                            cursor: Cursor = None) -> Response:
         query = q.WindowScan(view, start, end, prefix, limit, cursor, fresh=fresh.typed())
-        answer = await deps.scan(query, deps.caller(request, partitions))
+        answer = await deps.scan(query, deps.caller(request))
         return deps.gathered(answer, _scan_body(
             {"from": start, "to": end, "prefix": prefix, "limit": limit}))
 
@@ -117,7 +113,7 @@ def _key_windows_route(r: APIRouter, deps: Answers) -> None:
                                  "windows": w.windows, **w.stamp},
                                 headers={SERVED_BY: w.stamp["served_by"]})
 
-        return deps.one(request, caller, await deps.key_windows(query, caller), here)
+        return deps.one(request, await deps.key_windows(query, caller), here)
 
 
 def aggregate_body(rows: q.AggregateRows) -> dict[str, Any]:
@@ -132,11 +128,10 @@ def _aggregate_route(r: APIRouter, deps: Answers) -> None:
     @r.get(AGGREGATE.path,
            summary="Group by columns with count/sum/min/max/avg, across all partitions")
     async def aggregate(request: Request, view: str, fresh: Fresh, group_by: GroupBy = None,
-                        agg: Aggs = None, prefix: Prefix = None, partitions: Parts = None
-                        ) -> Response:
+                        agg: Aggs = None, prefix: Prefix = None) -> Response:
         query = q.Aggregate(view, tuple(group_by or ()), tuple(agg or ()), prefix,
                             fresh=fresh.typed())
-        answer = await deps.aggregate(query, deps.caller(request, partitions))
+        answer = await deps.aggregate(query, deps.caller(request))
         return deps.gathered(answer, aggregate_body)
 
 
@@ -153,7 +148,7 @@ def _top_k_route(r: APIRouter, deps: Answers) -> None:
                   k: Annotated[int, Query(ge=1, le=MAX_K, description="How many rows.")] = 10,
                   order: Annotated[str, Query(pattern="^(asc|desc)$", description=(
                       "desc: the largest values; asc: the smallest."))] = "desc",
-                  prefix: Prefix = None, partitions: Parts = None) -> Response:
+                  prefix: Prefix = None) -> Response:
         query = TopK(view, column, k, order, prefix, fresh=fresh.typed())
-        answer = await deps.run(query, deps.caller(request, partitions))
+        answer = await deps.run(query, deps.caller(request))
         return deps.gathered(answer, body)

@@ -5,7 +5,7 @@ parses its request into a typed query (``model.py``: a view, the query's paramet
 its ``Freshness``), calls ``Queries`` (``run.py``) and renders the typed result it gets
 back. Placement, forwarding, scatter-gather to owners, position waits and partial
 results happen here, below any front end; what a peer is asked is rendered from the
-typed query (``asks.py``).
+typed query (``codec.py``).
 """
 
 __all__: list[str] = []

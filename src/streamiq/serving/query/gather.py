@@ -38,14 +38,12 @@ __all__ = ["Gather", "explicit_partitions"]
 R = TypeVar("R")
 
 
-def explicit_partitions(raw: str | Sequence[int], n: int) -> list[int]:
-    """A peer's ``partitions`` (``"0,2"`` or a list), each in 0..n-1, or a 400 naming
-    them."""
-    try:
-        parts = sorted({int(p) for p in (raw.split(",") if isinstance(raw, str) else raw)})
-    except ValueError:
-        raise BadRequest(f"partitions: expected integers, got {raw!r}",
-                         field="partitions") from None
+def explicit_partitions(raw: Sequence[int], n: int) -> list[int]:
+    """A peer's ``partitions``, each an integer in 0..n-1, or a 400 naming them."""
+    if any(type(p) is not int for p in raw):
+        raise BadRequest(f"partitions: expected integers, got {list(raw)!r:.100}",
+                         field="partitions")
+    parts = sorted(set(raw))
     if any(not 0 <= p < n for p in parts):
         raise BadRequest(f"partitions: out of range 0..{n - 1}", field="partitions")
     return parts

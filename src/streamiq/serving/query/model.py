@@ -55,13 +55,13 @@ class Freshness:
 @dataclass(frozen=True)
 class Caller:
     """Who asks: the client's Authorization (sent on to peers); for a peer's query
-    (``forwarded``) the partitions it must answer (a scatter-gather's part: ``"0,2"`` or
-    a list); and the ``deadline`` (the event loop's time; None: the node's default
-    budget from now) past which nobody waits for the answer."""
+    (``forwarded``) the partitions it must answer (a scatter-gather's part); and the
+    ``deadline`` (the event loop's time; None: the node's default budget from now) past
+    which nobody waits for the answer."""
 
     authorization: str | None = None
     forwarded: bool = False
-    partitions: str | Sequence[int] | None = None
+    partitions: Sequence[int] | None = None
     deadline: float | None = None
 
 

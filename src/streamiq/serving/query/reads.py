@@ -2,7 +2,7 @@
 and a key lookup's one decision and store read.
 
 ``Reads`` is the base of ``Queries`` (``run.py``); the HTTP front end's ``Answers``
-(``serving/http/answers.py``), the lean path and the lookup wire use the same.
+(``serving/http/answers.py``), the lean path and the peer server use the same.
 """
 
 from __future__ import annotations
@@ -160,7 +160,7 @@ class Reads:
         """The one decision of a key lookup (``Placement.place``), with the store read
         once when this node answers: ``Read`` (200 and the row, or 404 and its problem
         document), else where it goes or why it is refused. The lean path and the
-        lookup wire answer with it; the full route walks the same placement."""
+        peer server answer with it; the full route walks the same placement."""
         d = self.coordinator.placement.place(view.name, p, max_lag, forwarded)
         if isinstance(d, Here):
             return self.read(view, key, p, d)

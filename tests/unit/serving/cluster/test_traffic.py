@@ -7,7 +7,7 @@ import logging
 from typing import Any
 
 import pytest
-from nodeapp import call
+from nodeapp import call, peer_lookup
 from waits import until
 
 from streamiq.serving.cluster.traffic import Traffic, log_summaries
@@ -18,9 +18,9 @@ async def test_lookups_are_counted_without_a_log_line_each(
     caplog.set_level(logging.DEBUG)
     traffic = app.deps.coordinator.traffic
     for _ in range(5):
-        assert (await call(app, "/account/a1", forwarded=False))[0] == 200  # lean path
-    assert (await call(app, "/account/a1", forwarded=False, query=b"wait_ms=1"))[0] == 200
-    assert (await call(app, "/account/a1", forwarded=True))[0] == 200
+        assert (await call(app, "/account/a1"))[0] == 200  # lean path
+    assert (await call(app, "/account/a1", query=b"wait_ms=1"))[0] == 200
+    assert peer_lookup(app, "a1")[0] == 200  # a peer's, over the peer protocol
     assert traffic.local == 6 and traffic.for_peers == 1
     assert not [r for r in caplog.records if r.levelno >= logging.INFO
                 and r.name.startswith("streamiq")], "a log line per request"

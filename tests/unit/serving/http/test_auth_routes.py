@@ -1,7 +1,7 @@
 """Client tokens and the cluster credential on a node, through the lean path and the
-full app: 401 without a valid token, 403 for a view the token may not read, a forged
-forwarded mark refused before it takes a peer slot, the owner checking the client's
-token again on the wire."""
+full app: 401 without a valid token, 403 for a view the token may not read, an HTTP
+request always a client's (whatever header it carries), the owner checking the client's
+token again on the peer protocol."""
 
 from __future__ import annotations
 
@@ -34,51 +34,54 @@ def app(tmp_path: Path) -> Any:
                                   "/v1/dashboard", "/v1/events", "/v1/pipeline"])
 async def test_no_token_no_answer(app: Any, path: str) -> None:
     for auth in (None, "Bearer not-a-token", "Basic dXNlcjpwYXNz", TOKEN[:-2]):
-        status, body, headers = await call(app, path, forwarded=False, auth=auth)
+        status, body, headers = await call(app, path, auth=auth)
         assert status == 401 and body["code"] == "UNAUTHENTICATED", (path, auth, body)
         assert headers["www-authenticate"] == "Bearer"
 
 
 async def test_a_valid_token_is_answered_on_the_lean_path(app: Any) -> None:
     for path in (A1, "/account/a1"):
-        status, body, headers = await call(app, path, forwarded=False, auth=TOKEN)
+        status, body, headers = await call(app, path, auth=TOKEN)
         assert status == 200 and body["value"]["balance"] == 5
         assert headers["x-streamiq-hops"] == "0"
 
 
 async def test_a_token_reads_only_its_views(app: Any) -> None:
     key = "Bearer orders-only-key"
-    status, body, _ = await call(app, A1, forwarded=False, auth=key)
+    status, body, _ = await call(app, A1, auth=key)
     assert status == 403 and body["code"] == "FORBIDDEN" and body["view"] == "balances"
-    status, body, _ = await call(app, "/v1/views/order_counts/keys/s1%7CGENERAL",
-                                 forwarded=False, auth=key)
+    status, body, _ = await call(app, "/v1/views/order_counts/keys/s1%7CGENERAL", auth=key)
     assert status not in (401, 403), body  # its own view: answered (here: not held)
     scoped = f"Bearer {mint(SECRET, scope='views:order_counts')}"
-    assert (await call(app, "/account/a1", forwarded=False, auth=scoped))[0] == 403
+    assert (await call(app, "/account/a1", auth=scoped))[0] == 403
 
 
 async def test_an_expired_or_foreign_token_is_refused(app: Any) -> None:
     expired = f"Bearer {mint(SECRET, ttl_s=-10)}"
-    status, body, _ = await call(app, A1, forwarded=False, auth=expired)
+    status, body, _ = await call(app, A1, auth=expired)
     assert status == 401 and "expired" in body["detail"]
     foreign = f"Bearer {mint('another-secret-of-32-bytes-at-least')}"
-    assert (await call(app, A1, forwarded=False, auth=foreign))[0] == 401
+    assert (await call(app, A1, auth=foreign))[0] == 401
 
 
-async def test_a_forged_forwarded_mark_is_refused_before_a_peer_slot(app: Any) -> None:
+async def test_an_http_request_is_a_clients_whatever_it_claims(app: Any) -> None:
+    """Peers ask over the peer protocol only: an HTTP request marked as a peer's (the
+    header nodes once sent, even with the cluster credential, and the partitions a
+    peer's part named) is a client's request, answered whole, taking no peer slot."""
     slots = app.deps.coordinator.peer_slots
     free = slots._value
-    for path, query in ((A1, b""), ("/v1/views/balances/scan", b"partitions=0,1,2")):
-        status, body, _ = await call(app, path, forwarded=True, auth=TOKEN, query=query)
-        assert status == 401 and "cluster credential" in body["detail"], body
-        assert slots._value == free  # no internal slot was taken
-    # with the cluster credential, the owner still checks the client's token
-    assert (await call(app, A1, forwarded=MARK))[0] == 401
-    status, body, _ = await call(app, A1, forwarded=MARK, auth=TOKEN)
-    assert status == 200 and body["value"]["balance"] == 5
-    status, body, _ = await call(app, "/v1/views/balances/scan", forwarded=MARK, auth=TOKEN,
-                                 query=b"partitions=0,1,2")
-    assert status == 200, body
+    for mark in (b"1", MARK):
+        fwd = [(b"x-streamiq-forwarded", mark)]
+        for path, query in ((A1, b""), ("/v1/views/balances/scan", b"partitions=0")):
+            status, body, _ = await call(app, path, query=query, headers=fwd)
+            assert status == 401 and body["code"] == "UNAUTHENTICATED", body  # no token
+        status, body, _ = await call(app, A1, auth=TOKEN, headers=fwd)
+        assert status == 200 and body["value"]["balance"] == 5
+        status, body, _ = await call(app, "/v1/views/balances/scan", auth=TOKEN,
+                                     query=b"partitions=0", headers=fwd)
+        assert status == 200 and body["status"] == "OK" and "partial" not in body, body
+        assert body["partitions"] == 3, body  # every partition, not the one named
+        assert slots._value == free  # no peer slot was taken
 
 
 def test_the_owner_checks_the_token_of_a_peers_lookup(app: Any) -> None:
@@ -128,7 +131,7 @@ EVERYTHING = [TOKEN, f"Bearer {mint(SECRET, scope='cluster:read')}"]  # views:*,
 
 
 async def _get(app: Any, path: str, auth: str) -> Any:
-    status, body, _ = await call(app, path, forwarded=False, auth=auth)
+    status, body, _ = await call(app, path, auth=auth)
     assert status == 200, (path, body)
     return body
 

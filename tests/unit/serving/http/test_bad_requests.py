@@ -63,16 +63,13 @@ def _row(app: Any, key: str, balance: int) -> None:
 
 
 @pytest.mark.parametrize("bad", NOT_UTF8)
-@pytest.mark.parametrize("forwarded", [False, True])
-async def test_a_key_not_utf8_is_a_bad_request_on_the_lean_path(app: Any, bad: str,
-                                                                  forwarded: bool) -> None:
+async def test_a_key_not_utf8_is_a_bad_request_on_the_lean_path(app: Any, bad: str) -> None:
     """Once looked up as U+FFFD (``%FF`` and ``%FE`` the same key): now a 400 naming the
-    segment, from an entry node and from the owner of a forwarded lookup alike."""
+    segment."""
     _row(app, "\ufffd", 1)  # what the decoded path would have found
     for path in (f"/v1/views/balances/keys/{bad}", f"/account/{bad}",
                  f"/v1/metadata/balances/{bad}", f"/v1/views/order_counts_1m/keys/{bad}/windows"):
-        status, body, _ = await call(app, unquote(path), forwarded=forwarded,
-                                     raw_path=path.encode())
+        status, body, _ = await call(app, unquote(path), raw_path=path.encode())
         assert status == 400 and body["code"] == "BAD_REQUEST", (path, body)
         assert "not valid UTF-8" in body["detail"] and body["segment"] == bad, body
 
@@ -103,10 +100,9 @@ async def test_a_key_not_utf8_through_the_node_protocol(app: Any, serve_node: An
 @pytest.mark.parametrize("path", ["/v1/views/balances/keys/", "/v1/metadata/balances/",
                                   "/v1/views/order_counts_1m/keys//windows", "/account/"])
 async def test_an_empty_key_is_a_bad_request_naming_it(app: Any, path: str) -> None:
-    for forwarded in (False, True):
-        status, body, _ = await call(app, path, forwarded=forwarded)
-        assert status == 400 and body["code"] == "BAD_REQUEST", (path, body)
-        assert "empty" in body["detail"] or body["detail"].startswith("account:"), body
+    status, body, _ = await call(app, path)
+    assert status == 400 and body["code"] == "BAD_REQUEST", (path, body)
+    assert "empty" in body["detail"] or body["detail"].startswith("account:"), body
 
 
 async def test_a_key_holding_a_slash_is_looked_up_as_it_is(app: Any) -> None:
@@ -117,18 +113,18 @@ async def test_a_key_holding_a_slash_is_looked_up_as_it_is(app: Any) -> None:
     raw = b"/v1/views/balances/keys/dir%2Fa1"
     for query in (b"", b"wait_ms=1"):  # the lean path, then the full route
         status, body, headers = await call(app, "/v1/views/balances/keys/dir/a1",
-                                           forwarded=False, raw_path=raw, query=query)
+                                           raw_path=raw, query=query)
         assert status == 200 and body["key"] == "dir/a1" and body["value"]["balance"] == 7
         assert headers["x-streamiq-hops"] == "0"
     status, body = peer_lookup(app, "dir/a1")  # a peer's: the key as it is, no path
     assert status == 200 and body["value"]["balance"] == 7
-    status, body, _ = await call(app, "/v1/metadata/balances/dir/a1", forwarded=False,
+    status, body, _ = await call(app, "/v1/metadata/balances/dir/a1",
                                  raw_path=b"/v1/metadata/balances/dir%2Fa1")
     assert status == 200 and body["key"] == "dir/a1"
     assert body["partition"] == BALANCES.partition_of("dir/a1", 3)
     # a "%" of the key's own ("%25") stays a "%" beside a "/"
     _row(app, "50%/x", 3)
-    status, body, _ = await call(app, "/v1/views/balances/keys/50%/x", forwarded=False,
+    status, body, _ = await call(app, "/v1/views/balances/keys/50%/x",
                                  raw_path=b"/v1/views/balances/keys/50%25%2Fx", query=b"wait_ms=1")
     assert status == 200 and body["key"] == "50%/x", body
 
@@ -149,6 +145,6 @@ async def test_a_forwarded_request_asks_for_the_key_the_client_named(app: Any) -
     app.deps.node.router.route_elsewhere("127.0.0.1:2")
     app.deps.node.router.fresh = ["127.0.0.1:2"]
     co.placement.forget_roles()
-    status, body, _ = await call(app, "/v1/views/balances/keys/dir/a1", forwarded=False,
+    status, body, _ = await call(app, "/v1/views/balances/keys/dir/a1",
                                  raw_path=b"/v1/views/balances/keys/dir%2Fa1", query=b"wait_ms=1")
     assert status == 200 and sent == ["dir/a1"], (status, body, sent)

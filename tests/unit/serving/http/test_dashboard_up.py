@@ -56,7 +56,7 @@ def _app(tmp_path: Path) -> Any:
 
 
 async def _snapshot(app: Any, token: str = CLUSTER_WIDE[0]) -> dict[str, Any]:
-    status, body, _ = await call(app, "/v1/dashboard", forwarded=False,
+    status, body, _ = await call(app, "/v1/dashboard",
                                  auth=f"Bearer {token}")
     assert status == 200, body
     return dict(body)

@@ -136,6 +136,10 @@ async def test_a_peers_part_is_answered_here_for_its_partitions(tmp_path: Path) 
     assert got.partial is not None and [r["key"] for r in got.partial["rows"]] == ["a1"]
     with pytest.raises(BadRequest, match="partitions: out of range"):
         await qs.scan(Scan("balances"), Caller(forwarded=True, partitions=[7]))
+    bad_parts: list[list[Any]] = [["0"], [None], [True], [0.0]]  # in a peer's JSON
+    for bad in bad_parts:
+        with pytest.raises(BadRequest, match="partitions: expected integers"):
+            await qs.scan(Scan("balances"), Caller(forwarded=True, partitions=bad))
 
 
 async def test_a_gather_asks_each_owner_from_the_typed_query(tmp_path: Path) -> None:
