@@ -3,27 +3,32 @@ answers, and both read back.
 
 A request carries the typed query as its ``kind`` (``Query.kind``) and its fields
 (orjson writes a dataclass as its fields); ``decode`` makes the same query again for
-the peer server. An answer is rendered by its type (``reply``: a key's row, a key's
-windows, a peer's part of a scatter-gather, an error), and ``windows`` reads a
-replica's windows back. A new query type needs nothing here unless it answers with a
-new type of result (register it with ``reply.register``).
+the peer server, each field read as its type strictly (pydantic, from the dataclass's
+own annotations: a new query type's fields of any JSON type need nothing here). An
+answer is rendered by its type (``reply``: a key's row, a key's windows, a peer's part
+of a scatter-gather, an error), and ``windows`` reads a replica's windows back. A new
+query type needs nothing here unless it answers with a new type of result (register it
+with ``reply.register``).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Callable
 from typing import Any
 
 import orjson
+from pydantic import TypeAdapter, ValidationError
 
 from streamiq.errors import BadRequest, StreamiqError, from_problem
 from streamiq.serving.cluster.peers import Ask, PeerReply
 from streamiq.serving.engines.partials import GatherReply
-from streamiq.serving.query.model import KINDS, Freshness, PeerPart, Query, Read, Windows
+from streamiq.serving.query.model import KINDS, PeerPart, Query, Read, Windows
 
 __all__ = ["ask", "decode", "reply", "windows"]
+
+#: each query type's validator, by kind (made at its first request)
+_ADAPTERS: dict[str, TypeAdapter[Query]] = {}
 
 
 def ask(q: Query, authorization: str | None, count: int, deadline: float,
@@ -34,35 +39,22 @@ def ask(q: Query, authorization: str | None, count: int, deadline: float,
 
 
 def decode(kind: str, fields: Any) -> Query:
-    """The typed query a peer's request names; ``BadRequest`` if it names none."""
+    """The typed query a peer's request names, each field checked against its type as
+    JSON reads it, strictly (pydantic: ``"3"`` is no ``int``, ``1`` no ``bool``; unknown
+    fields refused); ``BadRequest`` naming the first field that does not fit."""
     cls = KINDS.get(kind)
     if cls is None or not isinstance(fields, dict):
         raise BadRequest(f"not a query of this node: {kind!r}")
+    adapter = _ADAPTERS.get(kind)
+    if adapter is None:
+        adapter = _ADAPTERS[kind] = TypeAdapter(cls)
     try:
-        known = {f.name: f.type for f in dataclasses.fields(cls)}
-        for name, value in fields.items():
-            if name != "fresh" and not _fits(str(known.get(name)), value):
-                raise ValueError(f"{name}: {value!r:.40}")
-        values = {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()
-                  if k != "fresh"}
-        fresh = Freshness(**fields.get("fresh") or {})
-        return cls(**values, fresh=fresh)  # type: ignore[arg-type]  # checked by _fits
-    except (TypeError, ValueError) as exc:
-        raise BadRequest(f"malformed {kind} query: {exc}") from None
+        return adapter.validate_json(orjson.dumps(fields))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(x) for x in first["loc"]) or "query"
+        raise BadRequest(f"malformed {kind} query: {where}: {first['msg']}") from None
 
-
-_TYPES = {"str": str, "int": int}
-
-
-def _fits(annotation: str, value: Any) -> bool:
-    """``value`` (from JSON) is of the field's type (``str``, ``int``, optional, or a
-    tuple of them)."""
-    if annotation.endswith(" | None"):
-        return value is None or _fits(annotation[:-7], value)
-    if annotation.startswith("tuple[") and annotation.endswith(", ...]"):
-        return isinstance(value, list) and all(_fits(annotation[6:-6], v) for v in value)
-    kind = _TYPES.get(annotation)
-    return kind is not None and isinstance(value, kind) and not isinstance(value, bool)
 
 
 @functools.singledispatch

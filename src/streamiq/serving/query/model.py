@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
 
 import orjson
+from pydantic import ConfigDict
 
 from streamiq.serving.engines.partials import P, ScannedRow
 
@@ -36,6 +37,9 @@ class Freshness:
     position to wait for (``topic:partition:offset[,...]``), a staleness bound (every
     input record appended more than ``max_staleness_ms`` before the read reflected) and
     the wait's bound."""
+
+    #: how a peer's request is read back (``query/codec.py``): each field of its type
+    __pydantic_config__ = ConfigDict(strict=True, extra="forbid")
 
     max_lag: int | None = None
     position: str | None = None
@@ -71,7 +75,12 @@ KINDS: dict[str, type[Query]] = {}
 
 @dataclass(frozen=True)
 class Query:
+    """A query: its view, its parameters (a subclass's fields, of any type pydantic
+    reads from JSON strictly: ``str``, ``int``, ``float``, ``bool``, optional, tuples of
+    them...) and its freshness."""
+
     kind: ClassVar[str] = ""
+    __pydantic_config__: ClassVar[ConfigDict] = ConfigDict(strict=True, extra="forbid")
     view: str
     fresh: Freshness = field(default_factory=Freshness, kw_only=True)
 
