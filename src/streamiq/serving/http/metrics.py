@@ -6,9 +6,10 @@ query type and by how it was served:
 - ``local``: a key lookup or window fetch answered from this node's store;
 - ``forwarded``: one hop to the owner, relayed;
 - ``fanout``: a scatter-gather (multi-get, scan, aggregate) coordinated here;
-- ``peer``: a request another node sent here over the peer protocol (counted once
-  cluster-wide as the entry node's ``forwarded`` or ``fanout``; kept apart so sums over
-  nodes stay exact; recorded by ``serving/peer/server.py``).
+- ``peer``: another node's part of a scatter-gather, asked here over the peer protocol
+  (counted once cluster-wide as the entry node's ``fanout``; kept apart so sums over
+  nodes stay exact; recorded by ``serving/peer/server.py``). A peer's key lookup is
+  not recorded on the owner: the entry's ``forwarded`` holds its whole time.
 
 Labels come from the route table (``serving/routes.py``). The lean path's answers are
 recorded by the node's HTTP protocol (``protocol.py``),

@@ -67,18 +67,17 @@ class PeerServer:
     def handle(self, rid: int, budget_ms: int, body: bytes, write: _Write,
                waiting: _Waiting | None = None) -> None:
         """Answer one request: a lookup now, anything else from a task (its latency
-        recorded as served for a peer, under its query's label; a refusal is not)."""
+        recorded as served for a peer, under its query's label)."""
         try:
             doc = orjson.loads(body)
             kind = doc.get("k")
             if kind == "changes" and waiting is not None:  # a stream of frames
                 self._changes(rid, doc, write, waiting)
                 return
-            t0 = perf_counter()
-            if kind == "lookup" and not _waits(doc):  # the hot path: inline
-                write(reply_frame(rid, *self._lookup(doc)))
-                self._timed("lookup", t0)
+            if kind == "lookup" and not _waits(doc):  # the hot path: inline, untimed (the
+                write(reply_frame(rid, *self._lookup(doc)))  # entry's "forwarded" has it)
                 return
+            t0 = perf_counter()
             q, caller = self._read(doc)
             loop = asyncio.get_running_loop()
             caller = dataclasses.replace(caller, deadline=loop.time() + budget_ms / 1000)
