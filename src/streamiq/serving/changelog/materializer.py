@@ -35,7 +35,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import Counter, defaultdict
+from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -379,14 +379,17 @@ class Materializer:
     @staticmethod
     def _remember(st: PartitionState, rows: dict[bytes, bytes], marked: bool) -> None:
         """Keep the rows' positions; after a marker, only those it does not cover."""
-        if rows:
-            for key in rows:
-                st.rows.pop(key, None)  # moved to the end: the newest are kept longest
-            st.rows.update(rows)
-        if marked and st.rows:
-            st.rows = {k: v for k, v in st.rows.items() if not row_covered(v, st.position)}
-        while len(st.rows) > MAX_ROW_POSITIONS:
-            del st.rows[next(iter(st.rows))]
+        kept = st.rows
+        for key, pos in rows.items():
+            kept[key] = pos
+            kept.move_to_end(key)  # the newest are kept longest
+        if marked and kept:
+            st.rows = kept = OrderedDict(
+                (k, v) for k, v in kept.items() if not row_covered(v, st.position))
+        # popitem from the front is O(1): deleting a plain dict's first key leaves a
+        # hole that every next(iter()) scans past, a restore's quadratic (issue 49)
+        while len(kept) > MAX_ROW_POSITIONS:
+            kept.popitem(last=False)
 
     def _rebuild(self, view: str, p: int, st: PartitionState, seen: int) -> None:
         log.warning("%s partition %d: changelog restarted (offset %d is below checkpoint %d); "
@@ -397,7 +400,7 @@ class Materializer:
             if st.history is not None:
                 st.history.skip()
             self.feed.end(view, p, "the changelog restarted")
-        st.rows = {}
+        st.rows = OrderedDict()
 
     def _refresh_watermarks(self, consumer: Any, assigned: set[tuple[str, int]]) -> None:
         from confluent_kafka import OFFSET_BEGINNING, TopicPartition

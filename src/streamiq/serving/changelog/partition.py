@@ -4,6 +4,7 @@ checkpoint in the store): offset, end, input positions, restore progress."""
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -33,7 +34,8 @@ class PartitionState:
     fetched: bool = False
     #: store key -> the input positions its stored row reflects (its ``streamiq-pos``
     #: header), for rows stored since the last marker that did not cover them
-    rows: dict[bytes, bytes] = field(default_factory=dict)
+    #: in the order last written (an OrderedDict: the oldest leave first, in O(1))
+    rows: OrderedDict[bytes, bytes] = field(default_factory=OrderedDict)
     #: each aggregation task's newest tick claims in this partition (ticks.py)
     ticks: TickClaims | None = None
     #: each key's recent versions, for reads at one cut (cuts.py; None: a windowed view)

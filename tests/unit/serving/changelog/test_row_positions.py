@@ -124,6 +124,23 @@ def test_remembered_rows_are_bounded_oldest_first(tmp_path: Path,
     assert MAX_ROW_POSITIONS >= 10_000
 
 
+def test_a_rewritten_key_is_kept_longest_and_the_bound_holds_after_a_marker(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("streamiq.serving.changelog.materializer.MAX_ROW_POSITIONS", 2)
+    m = _materializer(tmp_path)
+    a, b, c, d = (_key(0, i).encode() for i in (1, 2, 3, 4))
+    m.apply([_row(a.decode(), 1, "in:0:1", offset=0), _row(b.decode(), 1, "in:0:2", offset=1)])
+    m.apply([_row(a.decode(), 2, "in:0:3", offset=2)])  # a written again: now the newest
+    m.apply([_row(c.decode(), 1, "in:0:4", offset=3)])
+    st = m.states[("balances", 0)]
+    assert list(st.rows) == [a, c]  # b, the oldest written, left first
+    st.position = {"in": {0: 3}}  # as if a marker had covered a
+    Materializer._remember(st, {d: b"in:0:5"}, True)
+    assert list(st.rows) == [c, d]
+    Materializer._remember(st, {a: b"in:0:6", b: b"in:0:7"}, False)
+    assert list(st.rows) == [a, b]  # the filtered rows still leave oldest first
+
+
 def test_freshness_is_measured_once_the_partition_follows(tmp_path: Path) -> None:
     now_ms = int(time.time() * 1000)
     restoring = _materializer(tmp_path / "a", restored=False)
