@@ -5,6 +5,7 @@ raise out of ``feed`` (which would kill the connection without an answer)."""
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 from typing import Any
 
 from hypothesis import given
@@ -34,7 +35,7 @@ class _Echo:
     """Answers each request with its id, budget and body."""
 
     def __init__(self) -> None:
-        self.gate: Any = type("G", (), {"mark_bytes": b"k"})()
+        self.gate: Any = SimpleNamespace(is_mark=lambda got: got == b"k")
         self.seen: list[tuple[int, int, bytes]] = []
 
     def handle(self, rid: int, budget_ms: int, body: bytes, write: Any,

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import hmac
 import logging
 from collections.abc import Callable
 from time import perf_counter
@@ -177,13 +176,13 @@ class PeerConnection:
     an idle HTTP keep-alive connection.
     """
 
-    __slots__ = ("_buf", "_capped", "_mark", "_seen", "_server", "_timeout", "_timer",
+    __slots__ = ("_buf", "_capped", "_marked", "_seen", "_server", "_timeout", "_timer",
                  "_transport")
 
     def __init__(self, server: PeerServer, transport: asyncio.Transport,
                  loop: asyncio.AbstractEventLoop, idle_timeout: float) -> None:
         self._server = server
-        self._mark: bytes | None = server.gate.mark_bytes  # expected first (then None)
+        self._marked = False  # the cluster credential line came first (gate.py)
         self._transport = transport
         self._buf = bytearray()
         self._seen = True
@@ -194,22 +193,22 @@ class PeerConnection:
     @property
     def authenticated(self) -> bool:
         """The peer sent the cluster credential line (a stalled stranger has not)."""
-        return self._mark is None
+        return self._marked
 
     def feed(self, data: bytes) -> None:
         self._seen = True
         buf = self._buf
         buf += data
-        if self._mark is not None:
+        if not self._marked:
             end = buf.find(b"\n")
             if end < 0:
                 if len(buf) > 4096:
                     self._refuse()
                 return
-            if not hmac.compare_digest(bytes(buf[:end]), self._mark):
+            if not self._server.gate.is_mark(bytes(buf[:end])):
                 self._refuse()
                 return
-            self._mark = None
+            self._marked = True
             del buf[:end + 1]
         start = 0
         while len(buf) - start >= REQUEST.size:

@@ -119,7 +119,7 @@ class Server:
     """A peer server that answers every request ``200 {}`` (or raises ``fail``)."""
 
     def __init__(self, mark: bytes = b"1", fail: Exception | None = None) -> None:
-        self.gate = SimpleNamespace(mark_bytes=mark)
+        self.gate = SimpleNamespace(is_mark=lambda got: got == mark)
         self.asked: list[bytes] = []
         self.fail = fail
 
