@@ -164,12 +164,16 @@ class RowCheck:
     def __init__(self, view: View, partitions: int | None) -> None:
         self.view = view
         self.partitions = partitions
-        self._windowed = view.windowed
+        self.windowed = view.windowed
         self._keys = view.key_columns
         self._key_kinds = [_KEY_TEXT.get(_base(view.types[c]) if c in view.types else "?")
                            for c in view.key_columns]
+        # integer columns checked inline (every row's every column: a call each cost
+        # a restore a tenth of its time), the others through their check
+        self._ints = tuple(c for c, t in view.types.items() if _checker(t) is _is_int)
         self._types = [(c, t, f) for c, t in view.types.items()
-                       if (f := _checker(t)) is not None]
+                       if (f := _checker(t)) is not None and f is not _is_int]
+        self._int_types = {c: view.types[c] for c in self._ints}
 
     def __call__(self, key: bytes | None, value: bytes | None, partition: int
                  ) -> tuple[bytes, bytes | None]:
@@ -185,16 +189,21 @@ class RowCheck:
                 raise Skip("wrong_partition", f"key {text[:80]!r} belongs to partition "
                            f"{right}, not {partition}")
         if value is None:
-            if self._windowed:
+            if self.windowed:
                 raise Skip("bad_window", "windowed row without a value")
             return key, None  # a tombstone: the row is gone
         row = _parse(value)
         self._check_key(text, row)
+        for c in self._ints:
+            v = row.get(c)
+            if v is not None and not (type(v) is int and -_I64 <= v < _I64):
+                raise Skip("wrong_type", f"column {c!r} is {self._int_types[c]}, "
+                           f"got {v!r}"[:200])
         for c, t, check in self._types:
             v = row.get(c)
             if v is not None and not check(v):
                 raise Skip("wrong_type", f"column {c!r} is {t}, got {v!r}"[:200])
-        if self._windowed:
+        if self.windowed:
             return store_key(text, _window_start(row)), value
         return key, value
 

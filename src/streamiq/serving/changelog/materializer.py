@@ -355,7 +355,9 @@ class Materializer:
             check = self._checks[view] = RowCheck(self.views[view], self.partitions.get(view))
         row = check(m.key(), m.value(), m.partition())
         puts.append(row)
-        if pos is not None and not self.views[view].windowed:
+        # a partition still restoring answers no read: its rows' positions would only
+        # be kept to be forgotten (a read after it waits for a marker: never wrong)
+        if pos is not None and following and not check.windowed:
             versions.append((row[0], pos, row[1]))
         if ts is not None and following:
             self._fresh(view, ts, m.timestamp())

@@ -141,6 +141,19 @@ def test_a_rewritten_key_is_kept_longest_and_the_bound_holds_after_a_marker(
     assert list(st.rows) == [a, b]  # the filtered rows still leave oldest first
 
 
+def test_a_partition_restoring_keeps_no_row_positions(tmp_path: Path) -> None:
+    # it answers no read until restored; a read after waits for a marker covering the
+    # row (never wrong), and a restore of millions of rows does no bookkeeping per row
+    m = _materializer(tmp_path, restored=False)
+    m.apply([_row(_key(0, i), 1, f"in:0:{i}", offset=i) for i in (1, 2, 3)])
+    st = m.states[("balances", 0)]
+    assert st.offset == 4 and len(st.rows) == 0
+    assert not row_reflects(st.rows.get(_key(0, 1).encode()), st.position, [("in", 0, 1)])
+    st.restored = True
+    m.apply([_row(_key(0, 4), 1, "in:0:4", offset=4)])
+    assert list(st.rows) == [_key(0, 4).encode()]
+
+
 def test_freshness_is_measured_once_the_partition_follows(tmp_path: Path) -> None:
     now_ms = int(time.time() * 1000)
     restoring = _materializer(tmp_path / "a", restored=False)
