@@ -4,7 +4,9 @@ The cluster map comes from the first node that answers ``GET /v1/cluster`` (ever
 computes the same one); readiness from each member's own ``GET /health``. Each node
 lists, per view, every partition it is assigned or holds: its role (``active``,
 ``standby``, or ``previous`` for a partition it still holds while new replicas
-restore), changelog offset and lag, and whether it has restored. Per view, write to
+restore), changelog offset and lag, and whether it has restored (while it restores, how
+far: records applied of the changelog's, rate and time left, from the node's
+``/health``). Per view, write to
 stored (an input record's time to its row stored on a node) at p50 and p99, from every
 node's histogram since it started (``/health``'s ``freshness``), and split in its two
 stages (pipeline, node) when the nodes measure them. When a ``streamiq up``
@@ -37,8 +39,8 @@ from streamiq.cli.common import (
     saved_file,
 )
 
-__all__ = ["add_parser", "build_status", "fetch", "freshness", "render", "render_up", "run",
-           "up_parts"]
+__all__ = ["add_parser", "build_status", "fetch", "freshness", "render", "render_up",
+           "restore_text", "run", "up_parts"]
 
 HELP = "show the cluster: nodes, and per view the partitions each holds, role, lag, ready"
 
@@ -93,8 +95,8 @@ def _role(endpoint: str, assigned: list[str]) -> str:
     return "standby" if endpoint in assigned else "previous"
 
 
-def _node_partitions(endpoint: str, held: dict[str, Any],
-                     views: dict[str, Any]) -> list[dict[str, Any]]:
+def _node_partitions(endpoint: str, held: dict[str, Any], views: dict[str, Any],
+                     restoring: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     for view, parts in sorted(views.items()):
         mine = held.get(view, {})
@@ -103,11 +105,30 @@ def _node_partitions(endpoint: str, held: dict[str, Any],
             if state is None and endpoint not in pv.get("assigned", []):
                 continue
             state = state or {}
+            progress = (restoring.get(view) or {}).get(str(p))
             out.append({"view": view, "partition": int(p),
                         "role": _role(endpoint, pv.get("assigned", [])),
                         "offset": state.get("offset"), "lag": state.get("lag"),
-                        "restored": bool(state.get("restored", False))})
+                        "restored": bool(state.get("restored", False)),
+                        "restore": progress if isinstance(progress, dict) else None})
     return out
+
+
+def restore_text(progress: dict[str, Any]) -> str:
+    """``no: 120,000 of 333,800 records (36%), 52,000/s, 4 s left`` (``/health``'s
+    ``restoring`` entry of a partition, as ``PartitionState.restore_progress`` says)."""
+    try:
+        done, left, rate = int(progress["records"]), int(progress["remaining"]), \
+            float(progress["rate"])
+        eta = progress.get("eta_s")
+    except (KeyError, TypeError, ValueError):
+        return "no"
+    if left < 0:
+        return f"no: {done:,} records, end not yet known"
+    total = done + left
+    share = f" ({100 * done // total}%)" if total else ""
+    text = f"no: {done:,} of {total:,} records{share}, {rate:,.0f}/s"
+    return text + (f", {float(eta):,.0f} s left" if isinstance(eta, int | float) else "")
 
 
 def _problems(health: dict[str, Any]) -> list[str]:
@@ -187,7 +208,8 @@ def build_status(via: str, cluster: dict[str, Any],
         nodes.append({"endpoint": ep, "reachable": h is not None,
                       "ready": bool(h and h.get("ready")), "started_at": n.get("started_at"),
                       "problems": _problems(h) if h else ["did not answer /health"],
-                      "partitions": _node_partitions(ep, n.get("partitions", {}), views)})
+                      "partitions": _node_partitions(ep, n.get("partitions", {}), views,
+                                                     (h or {}).get("restoring") or {})})
     served = {view: [{"partition": int(p), "active": (pv.get("assigned") or [None])[0],
                       "standbys": pv.get("assigned", [])[1:],
                       "answering": [r["address"] for r in pv.get("replicas", [])]}
@@ -223,7 +245,7 @@ def render(doc: dict[str, Any]) -> Group:
             role = Text(pv.get("role", "-"), style="bold" if pv.get("role") == "active" else "")
             table.add_row(*head, cell(pv.get("view")), cell(pv.get("partition")), role,
                           cell(pv.get("offset")), cell(pv.get("lag")),
-                          cell(pv.get("restored")) if pv else cell(None))
+                          _restored_cell(pv))
         table.add_section()
     problems = [Text(f"{n['endpoint']}: {problem}", style="yellow")
                 for n in doc["nodes"] for problem in n["problems"]]
@@ -233,6 +255,14 @@ def render(doc: dict[str, Any]) -> Group:
                       for stage, sf in f.get("stages", {}).items()))
              for view, f in doc.get("freshness", {}).items()]
     return Group(_summary(doc), table, *problems, *fresh)
+
+
+def _restored_cell(pv: dict[str, Any]) -> Text:
+    if not pv:
+        return cell(None)
+    if not pv.get("restored") and pv.get("restore"):
+        return Text(restore_text(pv["restore"]), style="yellow")
+    return cell(pv.get("restored"))
 
 
 def _ms(ms: float) -> str:

@@ -38,6 +38,7 @@ from streamiq.routing.router import Router
 from streamiq.serving.changelog.consistency import Token, row_reflects, token_for
 from streamiq.serving.changelog.discovery import Discovery
 from streamiq.serving.changelog.materializer import Materializer
+from streamiq.serving.changelog.partition import RestoreProgress
 from streamiq.serving.changelog.ticks import Ticker
 from streamiq.state import Store, open_store
 from streamiq.supervise import Supervisor
@@ -474,7 +475,19 @@ class Node:
                 "views": sorted(self.views), "partitions": self.report(),
                 "positions": self.positions(),
                 "ticks": {"written": self.ticker.written, "failed": self.ticker.failed},
-                "freshness": self.freshness(), **self.health()}
+                "freshness": self.freshness(), "restoring": self.restoring(),
+                **self.health()}
+
+    def restoring(self) -> dict[str, dict[int, RestoreProgress]]:
+        """Per view, the partitions this node is restoring from their changelog and how
+        far each has come (``PartitionState.restore_progress``)."""
+        out: dict[str, dict[int, RestoreProgress]] = {}
+        now = time.monotonic()
+        for (view, p), st in sorted(self.materializer.holding().items()):
+            progress = st.restore_progress(now)
+            if progress is not None:
+                out.setdefault(view, {})[p] = progress
+        return out
 
 
 def _histogram(lat: Latency, key: tuple[str, ...], counts: list[int]) -> dict[str, Any]:

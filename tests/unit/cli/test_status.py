@@ -81,6 +81,27 @@ def test_assigned_partition_not_yet_held_is_listed_unrestored() -> None:
         == [(1, "standby", False, None), (2, "active", False, None)]
 
 
+def test_a_partition_restoring_shows_how_far_from_its_nodes_health() -> None:
+    health = {**HEALTH, C: {"ready": False, "restoring": {"balances": {"1": {
+        "records": 120_000, "bytes": 9_000_000, "remaining": 213_800, "elapsed_s": 2.3,
+        "rate": 52_000.0, "eta_s": 4.1}}}}}
+    doc = status.build_status(A, cluster_doc(), health)
+    c1 = doc["nodes"][2]["partitions"][0]
+    assert (c1["partition"], c1["restored"]) == (1, False)
+    assert c1["restore"]["records"] == 120_000 and c1["restore"]["eta_s"] == 4.1
+    assert doc["nodes"][0]["partitions"][0]["restore"] is None  # restored: nothing
+    text = render_text(doc)
+    assert "no: 120,000 of 333,800 records (35%), 52,000/s, 4 s left" in text
+
+
+def test_restore_text_before_the_end_is_known_and_from_junk() -> None:
+    assert status.restore_text({"records": 5, "remaining": -1, "rate": 1.0,
+                                "eta_s": None}) == "no: 5 records, end not yet known"
+    assert status.restore_text({"records": "x"}) == "no"  # a node of another version
+    assert status.restore_text({"records": 0, "remaining": 0, "rate": 0.0,
+                                "eta_s": None}) == "no: 0 of 0 records, 0/s"
+
+
 def render_text(doc: dict[str, Any]) -> str:
     out = io.StringIO()
     Console(file=out, width=160, color_system=None).print(status.render(doc))

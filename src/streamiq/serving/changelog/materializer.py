@@ -274,6 +274,8 @@ class Materializer:
                 if len(offsets) < len(puts):
                     offsets.append(m.offset())
             next_offset = records[-1].offset() + 1
+            if not st.restored:  # the restore's progress (restore_progress)
+                st.restore_bytes += sum(len(k) + len(v) for k, v in puts if v is not None)
             self._versions(view, p, st, versions)  # before the store: a read finds them
             with self.feed.lock:  # subscriptions read their first values under it
                 self.stores[view].apply(p, puts, Checkpoint(offset=next_offset,
@@ -399,6 +401,7 @@ class Materializer:
         with self.feed.lock:
             self.stores[view].drop(p)
             st.offset, st.position, st.restored, st.target = 0, {}, False, -1
+            st.restore_from, st.restore_bytes, st.started = 0, 0, time.monotonic()
             if st.history is not None:
                 st.history.skip()
             self.feed.end(view, p, "the changelog restarted")

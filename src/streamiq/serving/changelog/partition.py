@@ -6,13 +6,26 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 if TYPE_CHECKING:
     from streamiq.serving.changelog.cuts import History
     from streamiq.serving.changelog.ticks import TickClaims
 
-__all__ = ["PartitionState"]
+__all__ = ["PartitionState", "RestoreProgress"]
+
+
+class RestoreProgress(TypedDict):
+    """How far a partition's restore from its changelog has come (``/health``'s
+    ``restoring``, ``streamiq status``): records and bytes applied since it began, the
+    records left to its target, the rate since it began, and the time left at it."""
+
+    records: int
+    bytes: int
+    remaining: int  # -1 while the changelog's end is not yet known
+    elapsed_s: float
+    rate: float  # records a second since the restore began
+    eta_s: float | None  # None until a rate and the end are known
 
 
 @dataclass
@@ -28,6 +41,10 @@ class PartitionState:
     #: missing key is never reported "not found".
     target: int = -1
     restored: bool = False
+    #: the changelog offset the restore began at (its checkpoint's), and the bytes of the
+    #: rows applied since: the restore's progress (``restore_progress``)
+    restore_from: int = -1
+    restore_bytes: int = 0
     #: A fetch for the partition has answered (a record or its end) since it was
     #: assigned. Until then librdkafka's cached end may be the one it had when the
     #: partition was held before, so neither target nor lag is taken from it.
@@ -40,6 +57,24 @@ class PartitionState:
     ticks: TickClaims | None = None
     #: each key's recent versions, for reads at one cut (cuts.py; None: a windowed view)
     history: History | None = None
+
+    def __post_init__(self) -> None:
+        if self.restore_from < 0:
+            self.restore_from = self.offset
+
+    def restore_progress(self, now: float | None = None) -> RestoreProgress | None:
+        """The restore's progress; None once restored."""
+        if self.restored:
+            return None
+        elapsed = max((time.monotonic() if now is None else now) - self.started, 1e-9)
+        records = max(self.offset - self.restore_from, 0)
+        remaining = -1 if self.target < 0 or not self.fetched else max(
+            self.target - self.offset, 0)
+        rate = records / elapsed
+        eta = remaining / rate if rate > 0 and remaining >= 0 else None
+        return {"records": records, "bytes": self.restore_bytes, "remaining": remaining,
+                "elapsed_s": round(elapsed, 3), "rate": round(rate, 1),
+                "eta_s": None if eta is None else round(eta, 1)}
 
     @property
     def lag(self) -> int:

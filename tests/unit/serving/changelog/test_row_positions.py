@@ -154,6 +154,24 @@ def test_a_partition_restoring_keeps_no_row_positions(tmp_path: Path) -> None:
     assert list(st.rows) == [_key(0, 4).encode()]
 
 
+def test_a_restore_reports_its_progress_until_restored(tmp_path: Path) -> None:
+    m = _materializer(tmp_path, restored=False)
+    st = m.states[("balances", 0)]
+    st.started -= 2.0  # began two seconds ago
+    before = st.restore_progress()
+    assert before is not None and before["remaining"] == -1  # the end not yet known
+    rows = [_row(_key(0, i + 1), 1, None, offset=i) for i in range(4)]
+    m.apply(rows)
+    st.target = 10
+    progress = st.restore_progress(st.started + 2.0)
+    assert progress is not None
+    assert (progress["records"], progress["remaining"], progress["rate"]) == (4, 6, 2.0)
+    assert progress["eta_s"] == 3.0
+    assert progress["bytes"] == sum(len(r.key() or b"") + len(r.value() or b"") for r in rows)
+    st.restored = True
+    assert st.restore_progress() is None
+
+
 def test_freshness_is_measured_once_the_partition_follows(tmp_path: Path) -> None:
     now_ms = int(time.time() * 1000)
     restoring = _materializer(tmp_path / "a", restored=False)
