@@ -28,6 +28,28 @@ function ms(seconds) {
   return seconds == null ? "-" : `${(seconds * 1000).toFixed(seconds < 0.01 ? 2 : 1)} ms`;
 }
 
+// a restoring replica's rate: its offset's last sample, per view/partition/node, and
+// the records a second since (smoothed), for the time it has left
+const restores = new Map();
+
+function restoreRate(id, offset) {
+  const now = performance.now() / 1000;
+  const was = restores.get(id);
+  let rate = was ? was.rate : null;
+  if (was && now > was.t && offset >= was.offset) {
+    const seen = (offset - was.offset) / (now - was.t);
+    rate = rate == null ? seen : 0.5 * rate + 0.5 * seen;
+  }
+  restores.set(id, { offset, t: now, rate });
+  return rate;
+}
+
+function left(lag, rate) {
+  if (!rate || lag < 0) return null;
+  const s = lag / rate;
+  return s < 60 ? `${Math.ceil(s)} s` : `${Math.ceil(s / 60)} min`;
+}
+
 function roles(snap) {
   // view -> partition -> node -> {role, lag}
   const out = {};
@@ -48,8 +70,13 @@ function roles(snap) {
         const i = info.assigned.indexOf(node);
         const role = !st.restored ? "restoring" : i === 0 ? "active" : i > 0 ? "standby" : "previous";
         // a restoring replica: how much of the changelog it has applied so far
-        const done = st.lag > 0 ? Math.floor((100 * st.offset) / (st.offset + st.lag)) : 100;
-        row[node] = { role, lag: st.lag, done };
+        // (lag -1: the changelog's end not yet known)
+        const done = st.lag < 0 ? "?" : st.lag > 0
+          ? Math.floor((100 * st.offset) / (st.offset + st.lag)) : 100;
+        const id = `${view}/${p}/${node}`;
+        const rate = role === "restoring" ? restoreRate(id, st.offset) : null;
+        if (role !== "restoring") restores.delete(id);
+        row[node] = { role, lag: st.lag, done, rate, left: left(st.lag, rate) };
       }
     }
   }
@@ -133,8 +160,11 @@ function drawMap(snap, map) {
           const span = document.createElement("span");
           span.className = r.role === "previous" ? "standby" : r.role;
           const restoring = r.role === "restoring";
-          span.textContent = `${r.role[0].toUpperCase()} ${restoring ? `${r.done}%` : r.lag}`;
-          span.title = restoring ? `restoring, ${r.done}% applied, ${r.lag} to go`
+          const eta = restoring && r.left ? ` ${r.left}` : "";
+          span.textContent = `${r.role[0].toUpperCase()} ${restoring ? `${r.done}%${eta}` : r.lag}`;
+          span.title = restoring && r.lag < 0 ? "restoring, the changelog's end not yet known"
+            : restoring ? `restoring, ${r.done}% applied, ${r.lag} to go` + (r.rate
+            ? `, ${Math.round(r.rate).toLocaleString()} records/s, ${r.left} left` : "")
             : `${r.role}, lag ${r.lag}`;
           span.setAttribute("aria-hidden", "true");
           const spoken = document.createElement("span");  // the letter, said in full
