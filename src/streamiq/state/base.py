@@ -9,7 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal, Protocol
+
+if TYPE_CHECKING:
+    from streamiq.state.snapshots import Snapshot
 
 __all__ = ["Checkpoint", "Reader", "Store", "StoreKind"]
 
@@ -63,6 +67,17 @@ class Store(Reader, Protocol):
 
     def drop(self, partition: int) -> None:
         """Forget a partition's rows and checkpoint."""
+        ...
+
+    def export(self, partition: int, into: Path) -> Snapshot | None:
+        """Write the partition, rows and checkpoint as of one moment, to the file
+        ``into`` (``state/snapshots.py``); None if the store never held it."""
+        ...
+
+    def ingest(self, snapshot: Snapshot) -> Checkpoint:
+        """Replace the snapshot's partition with it, once it checks out (its file is
+        taken: moved into the store or removed); its checkpoint. ``SnapshotError`` for
+        one that does not, the partition left as it was."""
         ...
 
     def stats(self) -> dict[str, int]:

@@ -15,13 +15,22 @@ a scan is reading copies them first (copy on write), so the scan keeps its versi
 
 from __future__ import annotations
 
+import json
+import struct
 import threading
 from bisect import bisect_left, insort
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 from streamiq.state.base import Checkpoint, Store
+from streamiq.state.snapshots import Snapshot, SnapshotError, check_digest, file_digest
 
 __all__ = ["MemoryStore"]
+
+#: ``Snapshot.format`` of this store's snapshots: a JSON header line (partition,
+#: checkpoint, rows), then each row as two length-prefixed byte strings, in key order
+FORMAT = "memory-1"
+_LEN = struct.Struct(">I")
 
 #: a batch adding or removing more keys than this re-sorts the keys on the next scan
 #: (an insort moves the list's tail: cheap a few times, slower than a sort many times)
@@ -62,6 +71,23 @@ class _Rows:
                 insort(self.keys, key)
             else:
                 del self.keys[bisect_left(self.keys, key)]
+
+
+def _read_rows(data: bytes) -> dict[bytes, bytes]:
+    """A memory snapshot's rows (after its header line)."""
+    rows: dict[bytes, bytes] = {}
+    at, end = 0, len(data)
+    while at < end:
+        parts = []
+        for _ in range(2):
+            (n,) = _LEN.unpack_from(data, at)
+            at += _LEN.size
+            if at + n > end:
+                raise ValueError("a row cut short")
+            parts.append(data[at:at + n])
+            at += n
+        rows[parts[0]] = parts[1]
+    return rows
 
 
 class _Partition:
@@ -138,6 +164,46 @@ class MemoryStore(Store):
     def drop(self, partition: int) -> None:
         with self._lock:
             self._parts.pop(partition, None)
+
+    def export(self, partition: int, into: Path) -> Snapshot | None:
+        with self._lock:
+            part = self._parts.get(partition)
+            if part is None:
+                return None
+            cp, rows = _copy(part.checkpoint), dict(part.data.rows)  # as of now
+        head = {"partition": partition, "rows": len(rows),
+                "checkpoint": {"offset": cp.offset, "position": cp.position}}
+        with open(into, "wb") as f:
+            f.write(json.dumps(head).encode() + b"\n")
+            for key in sorted(rows):
+                value = rows[key]
+                f.write(_LEN.pack(len(key)) + key + _LEN.pack(len(value)) + value)
+        return Snapshot(FORMAT, partition, into, cp, len(rows), into.stat().st_size,
+                        file_digest(into))
+
+    def ingest(self, snapshot: Snapshot) -> Checkpoint:
+        check_digest(snapshot, FORMAT)
+        try:
+            with open(snapshot.path, "rb") as f:
+                head = json.loads(f.readline())
+                rows = _read_rows(f.read())
+            cp = _copy(Checkpoint(offset=head["checkpoint"]["offset"],
+                                  position=head["checkpoint"]["position"]))
+        except (ValueError, KeyError, TypeError, AttributeError, struct.error) as exc:
+            raise SnapshotError(f"not a {FORMAT} snapshot: {exc!r}"[:300]) from None
+        if head.get("partition") != snapshot.partition or len(rows) != head.get("rows"):
+            raise SnapshotError(f"the file holds partition {head.get('partition')} with "
+                                f"{len(rows)} rows, not what it announced")
+        if cp != snapshot.checkpoint:
+            raise SnapshotError(f"the file's checkpoint {cp} is not the one announced, "
+                                f"{snapshot.checkpoint}")
+        part = _Partition(cp)
+        part.data = _Rows(rows, sorted(rows))
+        part.bytes = sum(len(k) + len(v) for k, v in rows.items())
+        with self._lock:
+            self._parts[snapshot.partition] = part
+        snapshot.path.unlink(missing_ok=True)  # taken in, as RocksDB's ingest moves it
+        return _copy(cp)
 
     def stats(self) -> dict[str, int]:
         """Exact: rows held and the bytes of their keys and values."""

@@ -4,22 +4,39 @@ Layout: ``b"d" + partition(2 bytes) + key`` for rows and ``b"m" + partition`` fo
 partition's checkpoint (JSON), so a partition is one contiguous range that can be
 scanned in key order or dropped with one range delete. An iterator reads RocksDB's
 implicit snapshot, taken when it is created: a scan sees no write made after it began.
+
+A partition's snapshot (``export``) is an SST file of exactly its range, rows then
+checkpoint, written from one RocksDB snapshot by ``SstFileWriter``; ``ingest`` checks it
+in a scratch database beside it (first and last keys inside the partition, its checkpoint
+the one announced), then drops the partition and ingests the file, which RocksDB links
+into its own files: no row is written one by one.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import struct
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from rocksdict import Options, Rdict, WriteBatch
+from rocksdict import (
+    IngestExternalFileOptions,
+    Options,
+    Rdict,
+    ReadOptions,
+    SstFileWriter,
+    WriteBatch,
+)
 
 from streamiq.state.base import Checkpoint, Store
+from streamiq.state.snapshots import Snapshot, SnapshotError, check_digest, file_digest
 
 __all__ = ["RocksDBStore"]
 
 _P = struct.Struct(">H")
+#: ``Snapshot.format`` of this store's snapshots
+FORMAT = "rocksdb-sst-1"
 
 
 def _data(partition: int) -> bytes:
@@ -36,6 +53,7 @@ class RocksDBStore(Store):
         opts = Options(raw_mode=True)
         opts.create_if_missing(True)
         self.path = str(path)
+        self._opts = opts
         self._db = Rdict(self.path, opts)
 
     def get(self, partition: int, key: bytes) -> bytes | None:
@@ -62,12 +80,70 @@ class RocksDBStore(Store):
 
     def checkpoint(self, partition: int) -> Checkpoint | None:
         raw = self._db.get(_meta(partition))
-        if raw is None:
-            return None
-        doc = json.loads(raw)
-        position = {t: {int(p): int(o) for p, o in po.items()}
-                    for t, po in doc.get("position", {}).items()}
-        return Checkpoint(offset=int(doc["offset"]), position=position)
+        return None if raw is None else _checkpoint(raw)
+
+    def export(self, partition: int, into: Path) -> Snapshot | None:
+        snap = self._db.snapshot()
+        meta = _meta(partition)
+        stored = next(iter(snap.items(from_key=meta)), None)
+        if stored is None or stored[0] != meta:
+            return None  # never held
+        bound = ReadOptions()
+        bound.set_iterate_upper_bound(_data(partition + 1))
+        writer = SstFileWriter(options=self._opts)
+        writer.open(str(into))
+        rows = 0
+        for key, value in snap.items(from_key=_data(partition), read_opt=bound):
+            writer[key] = value
+            rows += 1
+        writer[meta] = stored[1]  # "m" after "d": the file stays in key order
+        writer.finish()
+        del snap
+        return Snapshot(FORMAT, partition, into, _checkpoint(stored[1]), rows,
+                        into.stat().st_size, file_digest(into))
+
+    def ingest(self, snapshot: Snapshot) -> Checkpoint:
+        check_digest(snapshot, FORMAT)
+        p = snapshot.partition
+        checkpoint = self._verify(snapshot)
+        self._db.delete_range(_data(p), _data(p + 1))
+        self._db.delete(_meta(p))
+        opts = IngestExternalFileOptions()
+        opts.set_move_files(True)  # linked into the database, not copied
+        self._db.ingest_external_file([str(snapshot.path)], opts)
+        return checkpoint
+
+    def _verify(self, snapshot: Snapshot) -> Checkpoint:
+        """The snapshot's checkpoint, once a scratch database holding the file shows
+        every key inside its partition; ``SnapshotError`` otherwise."""
+        p = snapshot.partition
+        scratch = snapshot.path.with_name(snapshot.path.name + ".check")
+        shutil.rmtree(scratch, ignore_errors=True)
+        db = Rdict(str(scratch), self._opts)
+        try:
+            try:
+                db.ingest_external_file([str(snapshot.path)], IngestExternalFileOptions())
+            except Exception as exc:  # RocksDB's own word: not an SST, a bad block
+                raise SnapshotError(f"not a readable SST file: {exc}") from None
+            first = next(iter(db.keys()), None)
+            last = next(iter(db.keys(backwards=True)), None)
+            if not isinstance(first, bytes) or first < _data(p) or last != _meta(p):
+                raise SnapshotError(f"keys outside partition {p}: {first!r} .. {last!r}")
+            after = next(iter(db.keys(from_key=_data(p + 1))), None)
+            if after != _meta(p):
+                raise SnapshotError(f"keys outside partition {p}: {after!r}")
+            raw = db.get(_meta(p))
+            if not isinstance(raw, bytes):
+                raise SnapshotError(f"no checkpoint of partition {p} in the file")
+            checkpoint = _checkpoint(raw)
+        finally:
+            db.close()
+            Rdict.destroy(str(scratch))
+            shutil.rmtree(scratch, ignore_errors=True)
+        if checkpoint != snapshot.checkpoint:
+            raise SnapshotError(f"the file's checkpoint {checkpoint} is not the one "
+                                f"announced, {snapshot.checkpoint}")
+        return checkpoint
 
     def scan(self, partition: int, start: bytes | None = None, end: bytes | None = None
              ) -> Iterator[tuple[bytes, bytes]]:
@@ -98,3 +174,10 @@ class RocksDBStore(Store):
 
     def close(self) -> None:
         self._db.close()
+
+
+def _checkpoint(raw: bytes) -> Checkpoint:
+    doc = json.loads(raw)
+    position = {t: {int(p): int(o) for p, o in po.items()}
+                for t, po in doc.get("position", {}).items()}
+    return Checkpoint(offset=int(doc["offset"]), position=position)
