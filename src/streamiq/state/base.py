@@ -10,12 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import Literal, Protocol
 
-if TYPE_CHECKING:
-    from streamiq.state.snapshots import Snapshot
-
-__all__ = ["Checkpoint", "Reader", "Store", "StoreKind"]
+__all__ = ["Checkpoint", "Reader", "Snapshot", "SnapshotError", "Store", "StoreKind"]
 
 #: the stores ``streamiq.state.open_store`` opens (the ``store`` setting)
 StoreKind = Literal["rocksdb", "memory"]
@@ -27,6 +24,25 @@ class Checkpoint:
 
     offset: int = 0
     position: dict[str, dict[int, int]] = field(default_factory=dict)
+
+
+class SnapshotError(Exception):
+    """A snapshot that cannot be taken in: corrupt, cut short, of another partition or
+    store kind. The partition is left as it was."""
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One partition of a store in a file (``Store.export``)."""
+
+    #: the file's layout: a store takes in only its own (``rocksdb-sst-1``, ``memory-1``)
+    format: str
+    partition: int
+    path: Path
+    checkpoint: Checkpoint
+    rows: int
+    size: int
+    sha256: str
 
 
 class Reader(Protocol):

@@ -2,8 +2,9 @@
 store of the same kind takes in (issue 49: a replica bootstraps from a peer's copy
 instead of replaying the changelog).
 
-A ``Snapshot`` names the file and what it holds: the partition, the checkpoint its rows
-reflect (the changelog offset to follow on from), the row count, its size and SHA-256.
+A ``Snapshot`` (``state/base.py``, beside the ``Store`` protocol) names the file and
+what it holds: the partition, the checkpoint its rows reflect (the changelog offset to
+follow on from), the row count, its size and SHA-256.
 ``Store.export`` writes one, consistent as of one moment; ``Store.ingest`` checks it
 (format, digest, every key inside the partition, the checkpoint it carries) and only
 then replaces the partition with it, so a store never holds a half-taken snapshot. A
@@ -13,31 +14,11 @@ snapshot that fails a check raises ``SnapshotError`` and leaves the partition as
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 from pathlib import Path
 
-from streamiq.state.base import Checkpoint
+from streamiq.state.base import Snapshot, SnapshotError
 
-__all__ = ["Snapshot", "SnapshotError", "file_digest"]
-
-
-class SnapshotError(Exception):
-    """A snapshot that cannot be taken in: corrupt, cut short, of another partition or
-    store kind. The partition is left as it was."""
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """One partition of a store in a file (``Store.export``)."""
-
-    #: the file's layout: a store takes in only its own (``rocksdb-sst-1``, ``memory-1``)
-    format: str
-    partition: int
-    path: Path
-    checkpoint: Checkpoint
-    rows: int
-    size: int
-    sha256: str
+__all__ = ["Snapshot", "SnapshotError", "check_digest", "file_digest"]
 
 
 def file_digest(path: Path) -> str:
