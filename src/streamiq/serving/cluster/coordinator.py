@@ -136,7 +136,8 @@ class Coordinator:
                 d: Decision = Forward(first)
                 tried.append(first)
             else:
-                d = self.placement.place(view, partition, max_lag, forwarded, tried)
+                d = (self.placement.for_peer(view, partition) if forwarded
+                     else self.placement.place(view, partition, max_lag, tried))
             if isinstance(d, Here):
                 if not forwarded:
                     return await local(d)
@@ -171,7 +172,7 @@ class Coordinator:
         done, _ = await asyncio.wait({a}, timeout=hedging.delay(first, ask.kind))
         if done:
             return a.result()  # type: ignore[no-any-return]
-        d = self.placement.place(view, partition, max_lag, False, tried)
+        d = self.placement.place(view, partition, max_lag, tried)
         if not isinstance(d, Forward | Here):
             return await a  # type: ignore[no-any-return]  # nobody else: wait (the deadline)
         hedging.hedged(ask.kind, first)

@@ -1,12 +1,15 @@
 """Where a one-partition request is answered: the one decision every entry point uses.
 
-``Placement.place`` says, for a partition, whether this node answers (``Here``, with
-its role and lag: computed once, for the answer's stamp too), which replica the
-request goes to (``Forward``; ``Redirect`` in redirect mode) or why nobody can answer
-(``Refuse``: 421 for a peer's request this node does not hold, 503 when no replica
-is fresh enough). The lean path (``serving/http/fastpath.py``), the peer server and the
-full routes (``Coordinator.route``) all ask it; ``Reads.decide`` adds the store read
-of a key lookup, once. Transports only carry what it decided.
+``Placement.place`` says, for a client's request for a partition, whether this node
+answers (``Here``, with its role and lag: computed once, for the answer's stamp too),
+which replica the request goes to (``Forward``; ``Redirect`` in redirect mode) or why
+nobody can answer (``Refuse``: 503 when no replica is fresh enough).
+``Placement.for_peer`` says it for a peer's: ``Here``, or ``Refuse`` with a 421 when
+this node does not hold the partition; by its type never anything else, so a request
+goes at most one hop. The lean path (``serving/http/fastpath.py``) and the full routes
+(``Coordinator.route``) ask ``place``, the peer server ``for_peer``; ``Reads.decide``
+and ``Reads.answer_peer`` add the store read of a key lookup, once. Transports only
+carry what it decided.
 
 Roles are derived from membership at most every ``_ROLE_TTL`` seconds and the preferred
 replica at most every ``_ROUTE_TTL`` seconds, so the hot path is a few dict lookups.
@@ -78,21 +81,26 @@ class Placement:
         self._roles_at = -1e9
         self._preferred: dict[tuple[str, int, int], tuple[float, str | None]] = {}
 
-    def place(self, view: str, p: int, max_lag: int, forwarded: bool,
-              tried: list[str] | None = None) -> Decision:
-        """Where partition ``p`` of ``view`` is answered.
+    def for_peer(self, view: str, p: int) -> Here | Refuse:
+        """Where a peer's request for partition ``p`` of ``view`` is answered: here, if
+        this node holds it (the peer chose this replica, fresh enough, from its view of
+        the cluster), else refused with a 421 so that the peer asks another; never
+        forwarded again."""
+        node = self.node
+        if not node.holds(view, p):
+            return Refuse(not_held(node.endpoint, view, p))
+        self.traffic.for_peers += 1
+        return Here(self.role(view, p), node.lag(view, p))
 
-        ``forwarded``: a peer's request, answered here or refused (421), never forwarded.
+    def place(self, view: str, p: int, max_lag: int,
+              tried: list[str] | None = None) -> Decision:
+        """Where a client's request for partition ``p`` of ``view`` is answered.
+
         ``tried`` None: the first choice of the lean path (the cached preferred replica);
         a list: the full route's walk over the replicas, skipping (and then naming in a
         503) those it holds; each replica chosen is appended.
         """
         node = self.node
-        if forwarded:
-            if not node.holds(view, p):
-                return Refuse(not_held(node.endpoint, view, p))
-            self.traffic.for_peers += 1
-            return Here(self.role(view, p), node.lag(view, p))
         role = self.role(view, p)
         lag = node.lag(view, p)
         if role == "active" and 0 <= lag <= max_lag and node.holds(view, p) and (

@@ -181,7 +181,7 @@ class LeanLookups:
         if not co.gate.auth.allows(auth, view.name):
             return None  # the full app answers 401 or 403
         max_lag = node.settings.max_lag
-        d = self._decide(view, key, p, False, max_lag)
+        d = self._decide(view, key, p, max_lag)
         if type(d) is Read:
             return self.local(d)
         if type(d) is Forward:

@@ -33,7 +33,7 @@ from streamiq.serving.cluster.placement import Refuse
 from streamiq.serving.cluster.wire import MAX_REQUEST, REQUEST, reply_frame
 from streamiq.serving.peer.changes import serve_changes
 from streamiq.serving.query import codec, kinds
-from streamiq.serving.query.model import Caller, Query, Read
+from streamiq.serving.query.model import Caller, Query
 from streamiq.serving.query.run import Queries
 
 __all__ = ["PeerConnection", "PeerServer"]
@@ -144,12 +144,10 @@ class PeerServer:
         view = qs.view(name)
         if view.windowed:
             raise BadRequest(f"view {name!r} is windowed: a lookup asks a keyed view")
-        d = qs.decide(view, key, p, True, qs.max_lag(max_lag))
+        # max_lag chose this replica on the asking node; here it is answered or refused
+        d = qs.answer_peer(view, key, p)
         if isinstance(d, Refuse):
             raise d.error
-        if not isinstance(d, Read):  # placement answers a peer's request here or refuses it
-            raise StreamiqError(f"a peer's lookup of {view.name} was placed as "
-                                f"{type(d).__name__}: it is answered here or refused")
         return d
 
     async def _run(self, rid: int, q: Query, caller: Caller, write: _Write) -> None:

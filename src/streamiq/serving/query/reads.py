@@ -155,13 +155,21 @@ class Reads:
                                f"{wait_s:.3f}s", partition=partition,
                                served_by=self.node.endpoint)
 
-    def decide(self, view: View, key: str, p: int, forwarded: bool, max_lag: int
+    def decide(self, view: View, key: str, p: int, max_lag: int
                ) -> Read | Forward | Redirect | Refuse:
-        """The one decision of a key lookup (``Placement.place``), with the store read
-        once when this node answers: ``Read`` (200 and the row, or 404 and its problem
-        document), else where it goes or why it is refused. The lean path and the
-        peer server answer with it; the full route walks the same placement."""
-        d = self.coordinator.placement.place(view.name, p, max_lag, forwarded)
+        """The one decision of a client's key lookup (``Placement.place``), with the
+        store read once when this node answers: ``Read`` (200 and the row, or 404 and
+        its problem document), else where it goes or why it is refused. The lean path
+        answers with it; the full route walks the same placement."""
+        d = self.coordinator.placement.place(view.name, p, max_lag)
+        if isinstance(d, Here):
+            return self.read(view, key, p, d)
+        return d
+
+    def answer_peer(self, view: View, key: str, p: int) -> Read | Refuse:
+        """A peer's key lookup (``Placement.for_peer``): ``Read`` here, or refused (421:
+        this node does not hold the partition)."""
+        d = self.coordinator.placement.for_peer(view.name, p)
         if isinstance(d, Here):
             return self.read(view, key, p, d)
         return d

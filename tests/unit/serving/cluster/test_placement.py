@@ -1,4 +1,5 @@
-"""Placement.place: the one decision of where a one-partition request is answered."""
+"""Placement: the one decision of where a one-partition request is answered (place, a
+client's; for_peer, a peer's)."""
 
 from __future__ import annotations
 
@@ -36,27 +37,27 @@ def placement(assigned: list[str], fresh: list[str], held: bool = True, lag: int
 
 
 def test_a_peers_request_is_answered_here_or_refused() -> None:
-    assert placement([B], [B]).place("v", 0, 10, forwarded=True) == Here("previous", 0)
-    d = placement([B], [B], held=False).place("v", 0, 10, forwarded=True)
+    assert placement([B], [B]).for_peer("v", 0) == Here("previous", 0)
+    d = placement([B], [B], held=False).for_peer("v", 0)
     assert isinstance(d, Refuse) and d.error.http_status == 421
 
 
 def test_the_active_owner_answers_within_its_lag_else_the_preferred_replica() -> None:
     pl = placement([ME], [ME])
-    assert pl.place("v", 0, 10, forwarded=False) == Here("active", 0)
+    assert pl.place("v", 0, 10) == Here("active", 0)
     assert pl.traffic.local == 1
-    assert placement([ME], [B], lag=11).place("v", 0, 10, forwarded=False) == Forward(B)
-    assert placement([B], [B]).place("v", 0, 10, forwarded=False) == Forward(B)
-    assert placement([B], [B], redirect=True).place("v", 0, 10, False) == Redirect(B)
+    assert placement([ME], [B], lag=11).place("v", 0, 10) == Forward(B)
+    assert placement([B], [B]).place("v", 0, 10) == Forward(B)
+    assert placement([B], [B], redirect=True).place("v", 0, 10) == Redirect(B)
 
 
 def test_the_full_route_walks_the_replicas_then_refuses_with_what_it_tried() -> None:
     pl = placement([B, ME], [B, C, ME])  # this node a fresh standby, after two others
     tried: list[str] = []
-    assert pl.place("v", 0, 10, False, tried) == Forward(B)
-    assert pl.place("v", 0, 10, False, tried) == Forward(C)
-    assert pl.place("v", 0, 10, False, tried) == Here("standby", 0)
-    d = pl.place("v", 0, 10, False, tried)
+    assert pl.place("v", 0, 10, tried) == Forward(B)
+    assert pl.place("v", 0, 10, tried) == Forward(C)
+    assert pl.place("v", 0, 10, tried) == Here("standby", 0)
+    d = pl.place("v", 0, 10, tried)
     assert isinstance(d, Refuse) and d.error.http_status == 503
     assert d.error.extra["tried"] == [B, C, ME]
     # a walk's refusal is not yet an answer (the route may walk again): the route and the
@@ -68,4 +69,4 @@ def test_a_restoring_active_owner_never_answers() -> None:
     pl = placement([ME], [B], held=False, lag=0)
     node: Any = pl.node
     node.lag = lambda v, p: 0  # its lag is known, its restore not finished
-    assert pl.place("v", 0, 10, forwarded=False) == Forward(B)
+    assert pl.place("v", 0, 10) == Forward(B)

@@ -100,13 +100,14 @@ async def test_a_peers_lookup_answers_like_the_route(app: Any) -> None:
 
 
 @pytest.mark.parametrize("decision", [Forward("127.0.0.1:2"), Redirect("127.0.0.1:2")])
-def test_a_peers_lookup_placed_elsewhere_is_an_internal_error(app: Any, decision: Any) -> None:
-    """A peer's lookup is answered here or refused; were placement to forward it, the
-    owner answers an explicit 500 naming the broken rule (not a silent pass under -O)."""
+def test_a_peers_lookup_is_never_placed_elsewhere(app: Any, decision: Any) -> None:
+    """A peer's lookup is answered here or refused: it asks Placement.for_peer, which
+    can say nothing else, never the client's placement, which would forward it."""
     app.deps.coordinator.placement.place = lambda *a, **k: decision
     status, body = peer_lookup(app, "a1")
-    assert status == 500 and body["code"] == "INTERNAL"
-    assert "peer's lookup" in body["detail"] and type(decision).__name__ in body["detail"]
+    assert status == 200 and body["value"]["balance"] == 5
+    app.deps.node.holds = lambda v, q: False
+    assert peer_lookup(app, "a1")[0] == 421
 
 
 async def test_a_failing_lean_path_falls_back_to_the_full_app(app: Any) -> None:
@@ -204,8 +205,8 @@ async def test_the_stored_row_is_answered_byte_for_byte(app: Any) -> None:
     app.deps.node.stores["balances"].apply(p, [(b"a2", stored)], Checkpoint(offset=2))
     status, body, _ = await call(app, "/v1/views/balances/keys/a2")
     assert status == 200 and body["value"] == {"account": "a2", "balance": 1.5, "count": 1}
-    raw = app.deps.read(BALANCES, "a2", p, app.deps.coordinator.placement.place(
-        "balances", p, 0, True)).body
+    raw = app.deps.read(BALANCES, "a2", p, app.deps.coordinator.placement.for_peer(
+        "balances", p)).body
     assert b',"value":' + stored + b',"served_by":' in raw
     assert raw.startswith(b'{"view":"balances","key":"a2","partition":%d,' % p)
 
