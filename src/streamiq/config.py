@@ -143,6 +143,9 @@ class Settings(BaseSettings):
     internal_concurrency: int = Field(
         64, ge=1, le=10_000, description="Concurrent internal (forwarded) requests per node."
     )
+    snapshot_send_mb_s: float = Field(
+        200.0, gt=0, le=100_000, description="Megabytes a second a node sends a partition's "
+        "snapshot to a peer copying it, at most (its network and disk for queries first).")
     redirect: bool = Field(False, description="Answer 307 to the owner instead of proxying.")
     sql_port: int = Field(
         0, ge=0, le=65535, description="A node's SQL (PostgreSQL wire) port, on --host; the "

@@ -46,7 +46,7 @@ _NODE = ("host", "port", "advertised", "state_dir", "store", "standby_replicas",
          "max_lag", "wait_timeout_ms",
          "max_waiters", "changes_buffer", "changes_keepalive_s", "changes_replay_max",
          "changes_max_subscriptions", "changes_max_per_token",
-         "internal_concurrency", "redirect", "cluster_secret", *_AUTH,
+         "internal_concurrency", "snapshot_send_mb_s", "redirect", "cluster_secret", *_AUTH,
          *_TLS, *_HTTP, *_SQL)
 _PIPELINE = ("master", "checkpoint_dir", "trigger", "realtime_batch_s", "trigger_ms",
              "max_offsets_per_trigger",

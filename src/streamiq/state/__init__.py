@@ -11,10 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import get_args
 
-from streamiq.state.base import Checkpoint, Store, StoreKind
+from streamiq.state.base import Checkpoint, Snapshot, SnapshotError, Store, StoreKind
 from streamiq.state.memory import MemoryStore
 
-__all__ = ["KINDS", "Checkpoint", "MemoryStore", "Store", "StoreKind", "open_store"]
+__all__ = ["KINDS", "Checkpoint", "MemoryStore", "Snapshot", "SnapshotError", "Store",
+           "StoreKind", "open_store"]
 
 #: every kind ``open_store`` opens
 KINDS: tuple[StoreKind, ...] = get_args(StoreKind)

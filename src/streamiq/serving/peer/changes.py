@@ -20,11 +20,11 @@ from typing import Any
 
 import orjson
 
-from streamiq.errors import BadRequest, StreamiqError
+from streamiq.errors import BadRequest
 from streamiq.serving.changes.position import parse
 from streamiq.serving.changes.stream import Event, Scope, Subscription
 from streamiq.serving.cluster.wire import reply_frame
-from streamiq.serving.query import codec
+from streamiq.serving.peer.failures import failure
 from streamiq.serving.query.run import Queries
 
 __all__ = ["HEARTBEAT_S", "HIGH_WATER", "Waiting", "Write", "serve_changes"]
@@ -79,11 +79,8 @@ async def serve_changes(queries: Queries, rid: int, doc: Any, write: Write,
                 unsent = waiting()
             if unsent < 0:
                 return
-    except StreamiqError as exc:
-        write(reply_frame(rid, *codec.reply(exc)))
-    except Exception:
-        log.exception("peer subscription failed")
-        write(reply_frame(rid, 500, StreamiqError("peer subscription failed").render()))
+    except Exception as exc:
+        write(failure(rid, exc, "peer subscription"))
     finally:
         if sub is not None:
             sub.close()

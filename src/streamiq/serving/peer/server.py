@@ -20,18 +20,22 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from pathlib import Path
 from time import perf_counter
 from typing import Any
 
 import orjson
 
-from streamiq.errors import BadRequest, DeadlineExceeded, StreamiqError, Unauthenticated
+from streamiq.errors import BadRequest, DeadlineExceeded, Unauthenticated
 from streamiq.serving.changes.sockets import cap
 from streamiq.serving.cluster.gate import Gate
 from streamiq.serving.cluster.placement import Refuse
 from streamiq.serving.cluster.wire import MAX_REQUEST, REQUEST, reply_frame
+from streamiq.serving.node import state_path
 from streamiq.serving.peer.changes import serve_changes
+from streamiq.serving.peer.failures import failure
+from streamiq.serving.peer.snapshots import serve_snapshot
 from streamiq.serving.query import codec, kinds
 from streamiq.serving.query.model import Caller, Query
 from streamiq.serving.query.run import Queries
@@ -73,6 +77,11 @@ class PeerServer:
             if kind == "changes" and waiting is not None:  # a stream of frames
                 self._changes(rid, doc, write, waiting)
                 return
+            if kind == "snapshot" and waiting is not None:  # a partition's file, in frames
+                rate = self.queries.node.settings.snapshot_send_mb_s * 1e6
+                self._stream(serve_snapshot(self.queries, rid, doc, write, waiting, rate,
+                                            self._scratch()))
+                return
             if kind == "lookup" and not _waits(doc):  # the hot path: inline, untimed (the
                 write(reply_frame(rid, *self._lookup(doc)))  # entry's "forwarded" has it)
                 return
@@ -80,12 +89,8 @@ class PeerServer:
             q, caller = self._read(doc)
             loop = asyncio.get_running_loop()
             caller = dataclasses.replace(caller, deadline=loop.time() + budget_ms / 1000)
-        except StreamiqError as exc:
-            write(reply_frame(rid, *codec.reply(exc)))
-            return
-        except Exception:
-            log.exception("peer request failed")
-            write(reply_frame(rid, 500, StreamiqError("peer request failed").render()))
+        except Exception as exc:
+            write(failure(rid, exc, "peer request"))
             return
         task = loop.create_task(self._run(rid, q, caller, write))
         self.tasks.add(task)
@@ -99,10 +104,17 @@ class PeerServer:
                         doc["t"])
         except (KeyError, TypeError, ValueError, IndexError):
             raise BadRequest("malformed changes request") from None
-        task = asyncio.get_running_loop().create_task(
-            serve_changes(self.queries, rid, doc, write, waiting))
+        self._stream(serve_changes(self.queries, rid, doc, write, waiting))
+
+    def _stream(self, answer: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(answer)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
+
+    def _scratch(self) -> Path:
+        """Where this node writes the snapshots it sends (its own state folder)."""
+        node = self.queries.node
+        return state_path(node.settings.state_dir, node.endpoint) / "_snapshots"
 
     def _timed(self, kind: str, t0: float) -> None:
         latency = self.queries.coordinator.traffic.latency
@@ -158,12 +170,12 @@ class PeerServer:
             async with asyncio.timeout_at(caller.deadline):
                 answer: Any = await self.queries.run(q, caller)
         except TimeoutError:
-            answer = DeadlineExceeded(f"no answer within the budget ({q.kind})")
-        except StreamiqError as exc:
-            answer = exc
-        except Exception:
-            log.exception("peer request failed (%s)", q.kind)
-            answer = StreamiqError("peer request failed")
+            budget = DeadlineExceeded(f"no answer within the budget ({q.kind})")
+            write(failure(rid, budget, "peer request"))
+            return
+        except Exception as exc:
+            write(failure(rid, exc, f"peer request ({q.kind})"))
+            return
         write(reply_frame(rid, *codec.reply(answer)))
 
 
