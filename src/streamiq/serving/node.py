@@ -254,6 +254,10 @@ class Node:
         self.views = {**self.views, spec.name: view}
 
     # -- state --
+    def state_root(self) -> Path:
+        """This node's own state folder (its stores, its SQL spill, copies in transit)."""
+        return state_path(self.settings.state_dir, self.endpoint)
+
     def report(self) -> Report:
         """Per view partition: next changelog offset and lag (published in heartbeats)."""
         out: Report = {}

@@ -37,6 +37,7 @@ import threading
 import time
 from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from streamiq.kafka.skips import Skip, Skips
@@ -52,10 +53,14 @@ from streamiq.supervise import Supervisor
 from streamiq.views.base import MARKER_HEADER, POSITION_HEADER, TICK_HEADER, TIME_HEADER, View
 from streamiq.views.rows import RowCheck
 
-__all__ = ["FRESHNESS_BUCKETS", "MAX_ROW_POSITIONS", "Materializer", "PartitionState"]
+__all__ = ["COPY_MIN_RECORDS", "FRESHNESS_BUCKETS", "MAX_ROW_POSITIONS", "Materializer",
+           "PartitionState"]
 
 log = logging.getLogger("streamiq.materializer")
 
+#: changelog records from which a partition never held is copied from a peer (when one
+#: holds it: ``bootstrap``) rather than replayed: about a second's worth of replay
+COPY_MIN_RECORDS = 50_000
 #: rows' input positions remembered per partition until a marker covers them; past
 #: this, the oldest are forgotten (their reads then wait for the marker: never wrong)
 MAX_ROW_POSITIONS = 100_000
@@ -117,6 +122,11 @@ class Materializer:
         #: stored here (fetched and applied). On one host's clock; across hosts, skewed
         self.stages = Latency(("view", "stage"), FRESHNESS_BUCKETS)
         self.on_apply = on_apply  # called (loop thread) after records were applied
+        #: copies a partition this node never held from a peer into its store, True if
+        #: it did (``serving/cluster/bootstrap.py``; None: always the changelog)
+        self.bootstrap: Callable[[str, int], bool] | None = None
+        self._copies: dict[tuple[str, int], Future[bool]] = {}
+        self._copier: ThreadPoolExecutor | None = None
         #: live subscriptions: each applied batch handed to them (``feed.py``)
         self.feed = Feed()
         self._lock = threading.Lock()
@@ -130,6 +140,8 @@ class Materializer:
 
     def stop(self) -> None:
         self._stop.set()
+        if self._copier is not None:  # a copy under way ends at its own pace
+            self._copier.shutdown(wait=False, cancel_futures=True)
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(10)
 
@@ -203,6 +215,8 @@ class Materializer:
                             for vp in gone:
                                 self.states.pop(vp, None)
                                 self.feed.end(*vp, "the partition was handed over")
+                    copying = self._copying(consumer, new)  # held back: copied from a peer
+                    new -= copying
                     if new:
                         tps = []
                         for v, p in sorted(new):
@@ -218,7 +232,7 @@ class Materializer:
                                 self.states[(v, p)] = st
                             tps.append(TopicPartition(self.topics[v], p, cp.offset))
                         consumer.incremental_assign(tps)
-                    assigned = wanted
+                    assigned = wanted - copying
                 if not assigned:
                     time.sleep(0.05)
                     continue
@@ -232,6 +246,44 @@ class Materializer:
                 consumer.close()
             except Exception as exc:  # the loop's own exception, if any, is the one told
                 log.warning("materializer: closing the consumer failed: %r", exc)
+
+    def _copying(self, consumer: Any, new: set[tuple[str, int]]) -> set[tuple[str, int]]:
+        """Of the partitions newly wanted, those being copied from a peer (not assigned
+        yet). A partition this node never held (its store has no checkpoint) whose
+        changelog holds ``COPY_MIN_RECORDS`` or more is first offered to ``bootstrap``
+        in a worker thread; whether the copy was taken in or not, the partition is then
+        assigned from the store's checkpoint as always: the copy's, or none (the
+        changelog from its start)."""
+        if self.bootstrap is None:
+            return set()
+        out = set()
+        for v, p in new:
+            job = self._copies.get((v, p))
+            if job is None:
+                if self.stores[v].checkpoint(p) is not None:
+                    continue  # it follows on from its own rows
+                if self._end(consumer, v, p) < COPY_MIN_RECORDS:
+                    continue  # replayed as fast as copied (and a fresh cluster: no peer)
+                if self._copier is None:
+                    self._copier = ThreadPoolExecutor(2, thread_name_prefix="copy")
+                job = self._copies[(v, p)] = self._copier.submit(self.bootstrap, v, p)
+            if job.done():
+                del self._copies[(v, p)]
+                continue
+            out.add((v, p))
+        return out
+
+    def _end(self, consumer: Any, view: str, p: int) -> int:
+        """The changelog partition's end offset (0 when the broker does not say)."""
+        from confluent_kafka import TopicPartition
+
+        try:
+            _, high = consumer.get_watermark_offsets(TopicPartition(self.topics[view], p),
+                                                     timeout=5)
+        except Exception as exc:
+            log.warning("%s partition %d: changelog end unknown (%r)", view, p, exc)
+            return 0
+        return int(high or 0)
 
     def apply(self, msgs: list[Any]) -> None:
         """Apply fetched changelog records to the stores of the partitions held (the

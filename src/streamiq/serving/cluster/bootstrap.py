@@ -1,0 +1,119 @@
+"""A partition this node must restore and never held, copied from a peer instead of
+replayed from the changelog (issue 49 item 1).
+
+The materializer offers each such partition (its store has no checkpoint: a new node, a
+wiped disk, a new standby) to ``Bootstrap`` in a worker thread before it assigns it
+(``Materializer._copying``). ``Bootstrap`` asks the replicas that report it restored,
+most preferred first, for a snapshot (``cluster/copy.py``, over the peer protocol with
+the cluster credential) and has the store take it in (``Store.ingest``: size, SHA-256,
+keys and checkpoint checked). The materializer then follows the changelog from the
+snapshot's offset. A copy that fails (the peer refuses, dies, sends something that does
+not check out) costs one log line and the next replica; when none is left, the
+partition restores from the changelog as before. Nothing is served from a half-taken
+copy: the store takes in a whole file or nothing, and the partition answers only once
+restored, as always.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from ssl import SSLContext
+from typing import TYPE_CHECKING
+
+from streamiq.errors import NotActive, StreamiqError
+from streamiq.routing.base import Member
+from streamiq.serving.changelog.materializer import COPY_MIN_RECORDS
+from streamiq.serving.cluster.copy import CopyFailed, fetch_snapshot
+from streamiq.state import SnapshotError
+
+if TYPE_CHECKING:
+    from streamiq.serving.node import Node
+
+__all__ = ["MIN_COPY", "TRIES", "Bootstrap"]
+
+log = logging.getLogger("streamiq.materializer")
+
+#: replicas asked at most for one partition before the changelog
+TRIES = 2
+#: a replica whose copy is shorter than this is not asked (the materializer offers
+#: only partitions whose changelog is at least as long: ``COPY_MIN_RECORDS``)
+MIN_COPY = COPY_MIN_RECORDS
+#: any lag: a replica behind is still a copy to follow on from (the changelog catches up)
+_ANY_LAG = 1 << 62
+
+
+class Bootstrap:
+    """``(view, partition) -> bool``: copied from a peer and taken in (True), or not."""
+
+    def __init__(self, node: Node, mark: str, ssl: SSLContext | None) -> None:
+        self.node = node
+        self.mark = mark
+        self.ssl = ssl
+        # made as the node starts: its peers are heard by then (twice their timeout)
+        self._hear_by = time.monotonic() + 2 * node.settings.member_timeout_ms / 1000
+        self.copied = 0  # partitions taken in from a peer
+        self.failed = 0  # copies that failed (each then the next replica or the changelog)
+
+    def __call__(self, view: str, p: int) -> bool:
+        try:
+            return self._copy(view, p)
+        except Exception:  # never fatal: the changelog is there
+            log.exception("%s partition %d: copy from a peer failed", view, p)
+            self.failed += 1
+            return False
+
+    def _peers(self, view: str, p: int) -> list[str]:
+        """The replicas to ask, most preferred first: those that report the partition
+        restored at an offset of ``MIN_COPY`` or more (a shorter changelog restores
+        as fast as a copy is made). A node just started has not heard its peers yet
+        (their heartbeats come within the member timeout): until then it waits for one
+        to report the partition, rather than replay the changelog."""
+        node = self.node
+        while True:
+            members = node.membership.live()
+            peers = [e.address for e in node.router.replicas(view, p, _ANY_LAG)
+                     if e.address != node.endpoint]
+            if peers or time.monotonic() >= self._hear_by or node.materializer.stopped:
+                return [a for a in peers if _offset(members.get(a), view, p) >= MIN_COPY
+                        ][:TRIES]
+            time.sleep(0.1)
+
+    def _copy(self, view: str, p: int) -> bool:
+        node = self.node
+        peers = self._peers(view, p)
+        scratch = node.state_root() / "_copies"
+        scratch.mkdir(parents=True, exist_ok=True)
+        for address in peers:
+            into = scratch / f"{view}-{p}-{uuid.uuid4().hex}"
+            t0 = time.monotonic()
+            try:
+                snap = asyncio.run(fetch_snapshot(address, self.mark, self.ssl, view, p,
+                                                  node.partitions[view], into))
+                cp = node.stores[view].ingest(snap)
+            except (CopyFailed, SnapshotError, StreamiqError, OSError) as exc:
+                self.failed += 1
+                # a replica that moved the partition on since its heartbeat: routine
+                level = logging.INFO if isinstance(exc, NotActive) else logging.WARNING
+                log.log(level, "%s partition %d: copy from %s failed (%s); %s", view, p,
+                        address, str(exc)[:200] or type(exc).__name__,
+                        "the next replica" if address != peers[-1] else "the changelog")
+                continue
+            finally:
+                into.unlink(missing_ok=True)
+            self.copied += 1
+            took = time.monotonic() - t0
+            log.info("%s partition %d: copied from %s, %d rows (%d bytes) in %.2fs "
+                     "(%.0f rows/s); following the changelog from offset %d", view, p,
+                     address, snap.rows, snap.size, took, snap.rows / max(took, 1e-9),
+                     cp.offset)
+            return True
+        return False
+
+
+def _offset(member: Member | None, view: str, p: int) -> int:
+    """The changelog offset ``member`` reports for the partition (0: none)."""
+    report = member.partitions.get(view, {}).get(p) if member is not None else None
+    return int(report["offset"]) if report is not None else 0
