@@ -20,6 +20,7 @@ import math
 import os
 import random
 import re
+import shutil
 import signal
 import socket
 import stat
@@ -153,6 +154,75 @@ def test_sigkill_of_a_node_is_restarted_while_the_others_answer(up: Up) -> None:
     assert up.child("node", victim) != old_pid
     until(lambda: exact(victim, expected), 60, "the restarted node answers")
     assert all(up.child("node", p) for p in survivors)
+
+
+#: accounts produced straight to the input topic for the wiped node's copy: about 60k
+#: records in each changelog partition, past COPY_MIN_RECORDS (a shorter one is replayed)
+COPY_ACCOUNTS = 180_000
+
+
+def _produce_accounts(up: Up, n: int) -> list[str]:
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": f"127.0.0.1:{up.broker_port}", "linger.ms": 50,
+                  "queue.buffering.max.messages": 400_000})
+    ts = int(time.time() * 1000)
+    accounts = [f"w-{i}" for i in range(n)]
+    for a in accounts:
+        p.produce("bank-transactions", key=a.encode(),
+                  value=json.dumps({"account": a, "amount": 1, "ts": ts}).encode())
+        p.poll(0)
+    assert p.flush(60) == 0
+    return accounts
+
+
+def test_a_wiped_node_serves_again_from_a_peers_copy(up: Up) -> None:
+    """Issue 49: SIGKILL a node and wipe its state folder; up restarts it; it takes its
+    balances partitions from a peer's copy, not the changelog, answers every key
+    exactly, and the others answer every lookup meanwhile."""
+    accounts = _produce_accounts(up, COPY_ACCOUNTS)
+    sample = accounts[::300] + accounts[-50:]
+    expected = dict.fromkeys(sample, 1)
+    for port in up.node_ports:
+        until(partial(exact, port, expected), 300, "the accounts stored on every node")
+    victim = up.node_ports[2]
+    survivors = [p for p in up.node_ports if p != victim]
+    stats: dict[str, Any] = {"ok": 0, "wrong": [], "failed": [], "slowest": 0.0}
+    stop = threading.Event()
+
+    def load() -> None:
+        r = random.Random(7)
+        with httpx.Client(headers=HEADERS, timeout=10) as c:
+            while not stop.is_set():
+                _lookup(c, r.choice(survivors), r.choice(sample), expected, stats)
+                time.sleep(0.01)
+
+    worker = threading.Thread(target=load)
+    worker.start()
+    try:
+        offset = len(up.log())
+        pid = up.child("node", victim)
+        os.kill(pid, signal.SIGKILL)
+        until(lambda: proc_info(pid) is None, 10, "the node gone")
+        shutil.rmtree(up.root / "state" / f"127.0.0.1_{victim}")  # its disk wiped, before
+        # up's restart (its first backoff is 1 s)
+        up.wait_for(rf"^streamiq: node:{victim} ready again", 120, offset)
+    finally:
+        stop.set()
+        worker.join(30)
+    copied = {int(n) for n in re.findall(
+        rf"^\[node:{victim}\] .*balances partition (\d): copied from", up.log()[offset:],
+        re.MULTILINE)}
+    health = HTTP.get(f"http://127.0.0.1:{victim}/health", headers=HEADERS, timeout=10).json()
+    held = {int(p) for p in health["partitions"]["balances"]}
+    assert len(held) == 2 and held <= copied, (held, copied)  # its active and standby
+    assert exact(victim, expected) is True
+    read = HTTP.get(f"http://127.0.0.1:{victim}/metrics", headers=HEADERS, timeout=10).text
+    balances = sum(float(v) for v in re.findall(
+        r'^streamiq_changelog_records_read_total\{view="balances"\} (\S+)$', read,
+        re.MULTILINE))
+    assert balances < COPY_ACCOUNTS / 10, balances  # followed on from the copies
+    assert stats["ok"] > 100 and stats["wrong"] == [] and stats["failed"] == [], stats
 
 
 def test_sigstop_of_a_node_costs_the_others_no_more_than_a_moment(up: Up) -> None:
