@@ -136,12 +136,20 @@ class Merge:
     async def events(self, keepalive_s: float) -> AsyncGenerator[Event]:
         try:
             await self._start(list(self.scope.partitions))
+            clock = asyncio.get_running_loop().time
+            sent = clock()  # when the client was last sent something
             while True:
+                # the upstreams' own keepalives are not the client's: they come more
+                # often (every 1-3 s) and are dropped, so the client's are timed here
+                idle = sent + keepalive_s - clock()
+                if idle <= 0:
+                    sent = clock()
+                    yield Event(kind="keepalive")
+                    continue
                 try:
-                    async with asyncio.timeout(keepalive_s):
+                    async with asyncio.timeout(idle):
                         g, x = await self.queue.get()
                 except TimeoutError:
-                    yield Event(kind="keepalive")
                     continue
                 if self.tasks.get(g) is None:
                     continue  # a group already replaced
@@ -150,9 +158,11 @@ class Merge:
                     continue
                 out = self._merge(g, x)
                 if out is not None:
+                    sent = clock()
                     yield out
                 if x.kind == "ready" and not self.waiting and not self.readied:
                     self.announced = self.readied = True
+                    sent = clock()
                     yield Event(kind="ready", id=render(self.cursor),
                                 data=orjson.dumps({"position": render(self.cursor)}))
         finally:
