@@ -240,6 +240,7 @@ FLAT_MB = 16  # RSS growth in the minute's second half, per node
 # under a CI load of 24, none was coalesced: the pipeline had not folded them yet)
 MIN_WRITES = 6_000
 MAX_STALL_S = 300
+DRAIN_S = 300  # each stream read again: a bound on a hang (a lost change), not a timing
 
 
 class _Stalled:
@@ -282,12 +283,20 @@ class _Stalled:
         out, _, self.buf = self.buf.partition(mark)
         return out + mark
 
-    def drain(self, want: dict[str, tuple[int, int]]) -> int:
+    def drain(self, want: dict[str, tuple[int, int]], port: int) -> int:
         """Read until each key's newest row is ``want``'s (balance, count); the events
-        marked coalesced."""
+        marked coalesced. Past ``DRAIN_S`` (a bound on a hang, not a timing: the node
+        sends a keepalive every 15 s, so a read never waits long), the keys still
+        behind, what the stream and a lookup on ``port`` say of them."""
         seen: dict[str, tuple[int, int]] = {}
         coalesced = 0
+        deadline = time.monotonic() + DRAIN_S
         while any(seen.get(k) != v for k, v in want.items()):
+            if time.monotonic() > deadline:
+                behind = {k: (v, seen.get(k), _lookup(port, k))
+                          for k, v in want.items() if seen.get(k) != v}
+                raise AssertionError(f"{len(behind)} keys behind after {DRAIN_S} s "
+                                     f"(written, streamed, looked up): {behind}")
             block = self._until(b"\n\n").decode()
             data = [ln[6:] for ln in block.splitlines() if ln.startswith("data: ")]
             if not data or "event: " in block:
@@ -300,6 +309,15 @@ class _Stalled:
 
     def close(self) -> None:
         self.sock.close()
+
+
+def _lookup(port: int, key: str) -> tuple[int, int] | str:
+    r = httpx.get(f"http://127.0.0.1:{port}/v1/views/balances/keys/{key}", headers=HEADERS,
+                  timeout=30)
+    if r.status_code != 200:
+        return f"{r.status_code} {r.text[:200]}"
+    v = r.json()["value"]
+    return v["balance"], v["count"]
 
 
 def _auth_line() -> str:
@@ -332,18 +350,31 @@ def test_a_reader_that_stops_for_a_minute_leaves_memory_flat(up: Up) -> None:
         the readers' stall is the subject here, not the ingest's speed."""
         rng = random.Random(7)
         p = Producer({"bootstrap.servers": f"127.0.0.1:{up.broker_port}", "acks": "all",
-                      "linger.ms": 5})
+                      "linger.ms": 5, "enable.idempotence": True})
+
+        def delivered(key: str, amount: int) -> Callable[[object, object], None]:
+            """A write counts once the broker has it (under a CI load of 24, one not
+            flushed in time was counted and waited for, never to come)."""
+
+            def done(err: object, _: object) -> None:
+                if err is not None:
+                    undelivered.append(err)
+                    return
+                with lock:
+                    b, n = want.get(key, (0, 0))
+                    want[key] = (b + amount, n + 1)
+
+            return done
+
         while not stop.is_set():
             for _ in range(3):  # ~300 a second
                 key, amount = rng.choice(keys), rng.randint(1, 100)
                 p.produce(BANK_TOPIC, key=key, value=json.dumps(
-                    {"account": key, "amount": amount, "ts": int(time.time() * 1000)}))
-                with lock:
-                    b, n = want.get(key, (0, 0))
-                    want[key] = (b + amount, n + 1)
+                    {"account": key, "amount": amount, "ts": int(time.time() * 1000)}),
+                    on_delivery=delivered(key, amount))
             p.poll(0)
             time.sleep(0.01)
-        assert p.flush(60) == 0
+        pending.append(p.flush(120))
 
     def written() -> int:
         with lock:
@@ -359,6 +390,8 @@ def test_a_reader_that_stops_for_a_minute_leaves_memory_flat(up: Up) -> None:
             return int(r.json()["groups"][0]["sum(count)"] or 0)
         return 0
 
+    undelivered: list[object] = []
+    pending: list[int] = []  # left unflushed: their delivery, counted or not, unknown
     writers = [threading.Thread(target=write, daemon=True)]
     rss: list[dict[int, float]] = []
     t0 = time.monotonic()
@@ -375,7 +408,8 @@ def test_a_reader_that_stops_for_a_minute_leaves_memory_flat(up: Up) -> None:
         held = applied()  # folded before the readers read again
         stop.set()
         for w in writers:
-            w.join(60)
+            w.join(180)
+        assert pending == [0], f"the writer did not flush: {pending}"
         writes = written()
         half = len(rss) // 2
         growth = {p: max(s[p] for s in rss[half:]) - rss[half - 1][p] for p in pids}
@@ -383,8 +417,9 @@ def test_a_reader_that_stops_for_a_minute_leaves_memory_flat(up: Up) -> None:
               f"{STALLED} readers stopped; RSS (MB) "
               f"{[{p: round(v) for p, v in s.items()} for s in rss]}; growth in the second "
               f"half {growth}")
-        coalesced = [r.drain(want) for r in readers]
-        print(f"read again: events marked coalesced per reader {coalesced}")
+        coalesced = [r.drain(want, up.node_ports[1]) for r in readers]
+        print(f"read again: events marked coalesced per reader {coalesced}; "
+              f"{len(undelivered)} writes refused by the broker")
     finally:
         stop.set()
         for r in readers:
