@@ -95,6 +95,15 @@ class Settings(BaseSettings):
         "rocksdb", description="Where a node keeps its views' rows: rocksdb (on disk under "
         "--state-dir, kept across restarts) or memory (in the process: lost when the node "
         "stops, so it restores every partition from the changelog when it starts).")
+    store_memory_mb: int = Field(
+        256, ge=16, le=1 << 20, description="Memory each view's RocksDB store may take on "
+        "a node, in MiB: three quarters its block cache (data blocks, and the index and "
+        "bloom filter blocks: about 20 MB for 10M keys), a quarter its two write "
+        "buffers. A node's budget is this times its views.")
+    peer_copy: bool = Field(
+        True, description="A partition a node must restore and never held (a new node, a "
+        "wiped disk, a new standby) is first copied from a peer that holds it, when its "
+        "changelog holds 50,000 records or more; off: always replayed from the changelog.")
     standby_replicas: int = Field(
         1, ge=0, le=8, description="Warm standby copies of each partition (when 2+ nodes)."
     )

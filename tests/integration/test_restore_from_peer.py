@@ -15,11 +15,12 @@ from procs import free_port
 from updemo import exact, metric
 
 from streamiq.kafka.admin import ensure_topics
+from streamiq.serving.node import COPIES, SNAPSHOTS, state_path
 from streamiq.views.bank import BALANCES
 
 pytestmark = pytest.mark.integration
 
-ROWS = 120_000  # two partitions of about 60k: past MIN_COPY (a shorter one is replayed)
+ROWS = 120_000  # two partitions of about 60k: past COPY_MIN_RECORDS (a shorter one is replayed)
 SECRET = "boot-secret"
 
 
@@ -27,11 +28,13 @@ def _rows() -> dict[str, int]:
     return {f"b{i}": i * 3 for i in range(ROWS)}
 
 
-def _start(procs: Any, bootstrap: str, prefix: str, port: int, state: Path, name: str) -> Any:
+def _start(procs: Any, bootstrap: str, prefix: str, port: int, state: Path, name: str,
+           *extra: str) -> Any:
     node = procs("node", ["--bootstrap-servers", bootstrap, "--cluster", prefix,
                           "--topic-prefix", prefix, "--app", "bank", "--partitions", "2",
                           "--port", str(port), "--state-dir", str(state),
-                          "--standby-replicas", "1", "--no-auth", "--cluster-secret", SECRET],
+                          "--standby-replicas", "1", "--no-auth", "--cluster-secret", SECRET,
+                          *extra],
                  name=name)
     node.wait_ready(f"http://127.0.0.1:{port}/health", timeout=120)
     return node
@@ -55,6 +58,10 @@ def test_a_wiped_node_copies_its_partitions_from_a_peer(bootstrap: str, tmp_path
     b = _start(procs, bootstrap, prefix, pb, tmp_path / "b", "node-b")
     b.stop()
     shutil.rmtree(tmp_path / "b")  # the disk wiped
+    for transit in (COPIES, SNAPSHOTS):  # but what a crash mid-copy left
+        stale = state_path(tmp_path / "b", f"127.0.0.1:{pb}") / transit / "stale"
+        stale.parent.mkdir(parents=True)
+        stale.write_bytes(b"x" * 1000)
     b = _start(procs, bootstrap, prefix, pb, tmp_path / "b", "node-b2")
     log = b.log()
     assert log.count(f"copied from 127.0.0.1:{pa}") == 2, log[-3000:]  # both partitions
@@ -62,7 +69,17 @@ def test_a_wiped_node_copies_its_partitions_from_a_peer(bootstrap: str, tmp_path
     read = metric(pb, "streamiq_changelog_records_read_total")
     assert read < ROWS / 10, read  # the changelog was not replayed
     assert exact(pb, rows) is True
-    assert not list((tmp_path / "b").rglob("_copies/*"))  # no copy left in transit
+    # no copy left in transit, and what a crash left removed as the node opened
+    assert not [*(tmp_path / "b").rglob(f"{COPIES}/*"), *(tmp_path / "b").rglob(
+        f"{SNAPSHOTS}/*")]
+    assert metric(pb, "streamiq_partition_copies_total") == 2  # copied 2, failed 0
+    # --no-peer-copy: the operator's choice of the changelog, with the peer there
+    b.stop()
+    shutil.rmtree(tmp_path / "b")
+    b = _start(procs, bootstrap, prefix, pb, tmp_path / "b", "node-b3", "--no-peer-copy")
+    assert "copied from" not in b.log()
+    assert metric(pb, "streamiq_changelog_records_read_total") >= ROWS
+    assert exact(pb, rows) is True
 
 
 def test_with_no_peer_holding_it_a_wiped_node_restores_from_the_changelog(

@@ -41,7 +41,8 @@ _SQL = ("sql_port", "sql_max_connections", "sql_max_per_address", "sql_max_start
         "sql_startup_timeout_s", "sql_idle_timeout_s", "sql_max_rows", "sql_max_gather",
         "sql_statement_timeout_s", "sql_max_statement_bytes", "sql_max_in_list", "sql_workers",
         "sql_max_queued", "sql_memory_mb", "sql_spill_mb")
-_NODE = ("host", "port", "advertised", "state_dir", "store", "standby_replicas", "heartbeat_ms",
+_NODE = ("host", "port", "advertised", "state_dir", "store", "store_memory_mb", "peer_copy",
+         "standby_replicas", "heartbeat_ms",
          "member_timeout_ms", "membership_period_s", "max_view_partitions", "max_views",
          "max_lag", "wait_timeout_ms",
          "max_waiters", "changes_buffer", "changes_keepalive_s", "changes_replay_max",
@@ -57,7 +58,7 @@ COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
            "pipeline and 3 nodes, restarting a part that dies",
            _KAFKA + _BROKER + _INGEST + _PIPELINE
            + ("host", "state_dir", "standby_replicas", "max_lag", "redirect",
-              "cluster_secret", "restart_max_s", "store")),
+              "cluster_secret", "restart_max_s", "store", "store_memory_mb")),
     "broker": ("run the embedded Apache Kafka broker (KRaft, one node; --install resolves "
                "its jars)", _BROKER),
     "install": ("resolve what the parts need beyond pip (Apache Kafka's jars, Spark's Kafka "

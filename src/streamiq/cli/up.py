@@ -106,7 +106,8 @@ def _parts(s: Settings, nodes: int, node_port: int, sql_port: int = 0) -> list[P
         argv = [*py, "node", *_common(s), "--host", s.host, "--port", str(port),
                 "--advertised", f"{reach}:{port}",
                 "--state-dir", str(s.state_dir), "--standby-replicas", str(s.standby_replicas),
-                "--max-lag", str(s.max_lag), "--store", s.store] + (
+                "--max-lag", str(s.max_lag), "--store", s.store,
+                "--store-memory-mb", str(s.store_memory_mb)] + (
                     ["--redirect"] if s.redirect else []) + (
                     ["--sql-port", str(sql_port + i)] if sql_port else [])
         out.append(Part(f"node:{port}", argv, url, http_ok(f"{url}/health")))

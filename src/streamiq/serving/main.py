@@ -15,11 +15,14 @@ import signal
 import socket
 import sys
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from streamiq import tls
 from streamiq.config import Settings
 from streamiq.logs import configure_logging
+from streamiq.serving.cluster.bootstrap import Bootstrap
+from streamiq.serving.cluster.gate import Gate
 from streamiq.serving.http.app import create_asgi
 from streamiq.serving.http.http_limits import HttpEdge
 from streamiq.serving.http.server import HttpServer, run
@@ -86,7 +89,7 @@ async def _open(settings: Settings) -> Node | None:
     """``Node.open``, or None when SIGINT/SIGTERM arrives first (the server's own
     handlers are installed only once it serves)."""
     loop = asyncio.get_running_loop()
-    opening = asyncio.ensure_future(Node.open(settings))
+    opening = asyncio.ensure_future(Node.open(settings, copier=_copier(settings)))
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, opening.cancel)
     try:
@@ -97,6 +100,15 @@ async def _open(settings: Settings) -> Node | None:
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
+
+
+def _copier(settings: Settings) -> Callable[[Node], Bootstrap] | None:
+    """A partition never held is first copied from a peer (``--no-peer-copy``: never),
+    asked with the cluster credential."""
+    if not settings.peer_copy:
+        return None
+    mark, ssl = Gate(settings).mark, tls.client_context(settings)
+    return lambda node: Bootstrap(node, mark, ssl)
 
 
 def _bind(settings: Settings) -> socket.socket | None:

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 import re
+import shutil
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -58,6 +59,12 @@ SETTLED_S = 0.25
 REFRESH_S = 0.05
 
 
+#: folders of a node's state folder holding partition copies in transit: those being
+#: received from a peer (``cluster/bootstrap.py``) and sent to one
+#: (``peer/snapshots.py``). Emptied as the node opens: a crash mid-copy leaves files
+COPIES, SNAPSHOTS = "_copies", "_snapshots"
+
+
 def state_path(root: Path, endpoint: str) -> Path:
     """A node's own state folder under ``--state-dir`` (its stores, its SQL spill)."""
     return root / re.sub(r"[^A-Za-z0-9_.-]", "_", endpoint)
@@ -87,7 +94,9 @@ def _build(settings: Settings, views: dict[str, View], supervisor: Supervisor,
                            config=CHANGELOG_TOPIC_CONFIG)
     partitions = {name: counts[t] for name, t in topics.items()}
     root = state_path(s.state_dir, s.endpoint)
-    stores = {name: open_store(s.store, root / name) for name in views}
+    for transit in (COPIES, SNAPSHOTS):  # left by a process that died mid-copy
+        shutil.rmtree(root / transit, ignore_errors=True)
+    stores = {name: open_store(s.store, root / name, s.store_memory_mb) for name in views}
     materializer = Materializer(kafka, views, stores, topics, supervisor,
                                 on_apply=lambda: late[0].applied() if late else None,
                                 partitions=partitions)
@@ -155,9 +164,14 @@ class Node:
         self.collectors: list[Callable[[], Iterator[Metric]]] = []
 
     @classmethod
-    async def open(cls, settings: Settings, app: App | None = None) -> Node:
+    async def open(cls, settings: Settings, app: App | None = None,
+                   copier: Callable[[Node], Callable[[str, int], bool]] | None = None
+                   ) -> Node:
         """Build every part (topics, stores, materializer, membership, router) and start
-        them: the materializer restoring, heartbeats flowing, the assignment loop."""
+        them: the materializer restoring, heartbeats flowing, the assignment loop.
+        ``copier``: what copies a partition never held from a peer, given the node
+        before anything is assigned (``serving/cluster/bootstrap.py``; None: the
+        changelog only)."""
         if app is None:  # no --app or --views-module given: the catalog's views only
             chosen = "app" in settings.model_fields_set or settings.views_module
             app = (load_app(settings.app, settings.views_module) if chosen
@@ -168,6 +182,8 @@ class Node:
         parts = await asyncio.to_thread(_build, settings, views, supervisor, late)
         node = cls(settings, app, parts, supervisor)
         late.append(node)
+        if copier is not None:
+            node.materializer.bootstrap = copier(node)
         await asyncio.to_thread(node.discovery.load)  # the views published so far
         await node.start()
         return node
@@ -245,7 +261,8 @@ class Node:
             return
         if own is None:  # new: store, materializer and routing first, the view last
             root = state_path(self.settings.state_dir, self.endpoint)
-            store = open_store(self.settings.store, root / spec.name)
+            store = open_store(self.settings.store, root / spec.name,
+                               self.settings.store_memory_mb)
             self.materializer.add_view(view, store, spec.changelog_topic, spec.partitions)
             self.stores = {**self.stores, spec.name: store}
             self.topics = {**self.topics, spec.name: spec.changelog_topic}

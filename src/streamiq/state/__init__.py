@@ -21,14 +21,15 @@ __all__ = ["KINDS", "Checkpoint", "MemoryStore", "Snapshot", "SnapshotError", "S
 KINDS: tuple[StoreKind, ...] = get_args(StoreKind)
 
 
-def open_store(kind: StoreKind, path: Path | str) -> Store:
+def open_store(kind: StoreKind, path: Path | str, memory_mb: int = 256) -> Store:
     """A view's store of ``kind`` at ``path`` (a directory; ``memory`` ignores it and
-    creates nothing). ``ValueError`` for a kind there is not."""
+    creates nothing), RocksDB's within ``memory_mb`` (``--store-memory-mb``).
+    ``ValueError`` for a kind there is not."""
     if kind == "rocksdb":
         # imported here: every part reads StoreKind (config.py), only nodes need rocksdict
         from streamiq.state.rocksdb import RocksDBStore
 
-        return RocksDBStore(path)
+        return RocksDBStore(path, memory_mb)
     if kind == "memory":
         return MemoryStore()
     raise ValueError(f"unknown store {kind!r}: expected one of {', '.join(KINDS)}")

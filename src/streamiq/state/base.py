@@ -97,7 +97,8 @@ class Store(Reader, Protocol):
         ...
 
     def stats(self) -> dict[str, int]:
-        """``rows`` and ``bytes`` held (estimates are fine: they are read by /metrics)."""
+        """``rows`` and ``bytes`` held, and the ``memory`` the store takes (estimates
+        are fine: they are read by /metrics)."""
         ...
 
     def close(self) -> None: ...

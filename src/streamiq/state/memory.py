@@ -206,11 +206,12 @@ class MemoryStore(Store):
         return _copy(cp)
 
     def stats(self) -> dict[str, int]:
-        """Exact: rows held and the bytes of their keys and values."""
+        """Exact: rows held and the bytes of their keys and values (held in memory)."""
         with self._lock:
             parts = list(self._parts.values())
-            return {"rows": sum(len(p.data.rows) for p in parts),
-                    "bytes": sum(p.bytes for p in parts)}
+            held = sum(p.bytes for p in parts)
+            return {"rows": sum(len(p.data.rows) for p in parts), "bytes": held,
+                    "memory": held}
 
     def close(self) -> None:
         """Free the rows: a closed store holds nothing."""

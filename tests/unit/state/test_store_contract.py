@@ -166,6 +166,7 @@ def test_stats_count_the_rows(s: Store) -> None:
     s.apply(0, [(b"a", b"1"), (b"b", b"22")], Checkpoint(offset=2))
     stats = s.stats()
     assert stats["rows"] >= 2 and stats["bytes"] > 0  # RocksDB's are estimates
+    assert stats["memory"] > 0  # the memtable holding them, at least
 
 
 def test_memory_stats_are_exact() -> None:
@@ -173,11 +174,11 @@ def test_memory_stats_are_exact() -> None:
     s.apply(0, [(b"a", b"1"), (b"b", b"22")], Checkpoint(offset=2))
     s.apply(1, [(b"c", b"333")], Checkpoint(offset=1))
     s.apply(0, [(b"a", None), (b"b", b"2")], Checkpoint(offset=4))
-    assert s.stats() == {"rows": 2, "bytes": 2 + 4}
+    assert s.stats() == {"rows": 2, "bytes": 2 + 4, "memory": 2 + 4}
     s.drop(1)
-    assert s.stats() == {"rows": 1, "bytes": 2}
+    assert s.stats() == {"rows": 1, "bytes": 2, "memory": 2}
     s.close()
-    assert s.stats() == {"rows": 0, "bytes": 0} and s.get(0, b"b") is None
+    assert s.stats() == {"rows": 0, "bytes": 0, "memory": 0} and s.get(0, b"b") is None
 
 
 def test_memory_writes_in_place_once_no_scan_reads() -> None:

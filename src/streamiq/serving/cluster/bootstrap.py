@@ -20,27 +20,24 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Iterator
 from ssl import SSLContext
-from typing import TYPE_CHECKING
+
+from prometheus_client.core import CounterMetricFamily, Metric
 
 from streamiq.errors import NotActive, StreamiqError
 from streamiq.routing.base import Member
 from streamiq.serving.changelog.materializer import COPY_MIN_RECORDS
 from streamiq.serving.cluster.copy import CopyFailed, fetch_snapshot
+from streamiq.serving.node import COPIES, Node
 from streamiq.state import SnapshotError
 
-if TYPE_CHECKING:
-    from streamiq.serving.node import Node
-
-__all__ = ["MIN_COPY", "TRIES", "Bootstrap"]
+__all__ = ["TRIES", "Bootstrap"]
 
 log = logging.getLogger("streamiq.materializer")
 
 #: replicas asked at most for one partition before the changelog
 TRIES = 2
-#: a replica whose copy is shorter than this is not asked (the materializer offers
-#: only partitions whose changelog is at least as long: ``COPY_MIN_RECORDS``)
-MIN_COPY = COPY_MIN_RECORDS
 #: any lag: a replica behind is still a copy to follow on from (the changelog catches up)
 _ANY_LAG = 1 << 62
 
@@ -56,6 +53,9 @@ class Bootstrap:
         self._hear_by = time.monotonic() + 2 * node.settings.member_timeout_ms / 1000
         self.copied = 0  # partitions taken in from a peer
         self.failed = 0  # copies that failed (each then the next replica or the changelog)
+        self.rows = 0  # rows taken in from peers
+        if hasattr(node, "collectors"):  # on the node's /metrics (a test's fake: none)
+            node.collectors.append(self.metrics)
 
     def __call__(self, view: str, p: int) -> bool:
         try:
@@ -67,7 +67,8 @@ class Bootstrap:
 
     def _peers(self, view: str, p: int) -> list[str]:
         """The replicas to ask, most preferred first: those that report the partition
-        restored at an offset of ``MIN_COPY`` or more (a shorter changelog restores
+        restored at an offset of ``COPY_MIN_RECORDS`` or more (the materializer offers
+        only partitions whose changelog is at least as long) (a shorter changelog restores
         as fast as a copy is made). A node just started has not heard its peers yet
         (their heartbeats come within the member timeout): until then it waits for one
         to report the partition, rather than replay the changelog."""
@@ -77,14 +78,14 @@ class Bootstrap:
             peers = [e.address for e in node.router.replicas(view, p, _ANY_LAG)
                      if e.address != node.endpoint]
             if peers or time.monotonic() >= self._hear_by or node.materializer.stopped:
-                return [a for a in peers if _offset(members.get(a), view, p) >= MIN_COPY
+                return [a for a in peers if _offset(members.get(a), view, p) >= COPY_MIN_RECORDS
                         ][:TRIES]
             time.sleep(0.1)
 
     def _copy(self, view: str, p: int) -> bool:
         node = self.node
         peers = self._peers(view, p)
-        scratch = node.state_root() / "_copies"
+        scratch = node.state_root() / COPIES
         scratch.mkdir(parents=True, exist_ok=True)
         for address in peers:
             into = scratch / f"{view}-{p}-{uuid.uuid4().hex}"
@@ -104,6 +105,7 @@ class Bootstrap:
             finally:
                 into.unlink(missing_ok=True)
             self.copied += 1
+            self.rows += snap.rows
             took = time.monotonic() - t0
             log.info("%s partition %d: copied from %s, %d rows (%d bytes) in %.2fs "
                      "(%.0f rows/s); following the changelog from offset %d", view, p,
@@ -111,6 +113,17 @@ class Bootstrap:
                      cp.offset)
             return True
         return False
+
+    def metrics(self) -> Iterator[Metric]:
+        copies = CounterMetricFamily(
+            "streamiq_partition_copies", "Partitions this node copied from a peer rather "
+            "than replay their changelog: taken in, or failed (then the next replica or the "
+            "changelog)", labels=["outcome"])
+        copies.add_metric(["copied"], self.copied)
+        copies.add_metric(["failed"], self.failed)
+        yield copies
+        yield CounterMetricFamily("streamiq_partition_copied_rows",
+                                  "Rows taken in from peers' copies", value=self.rows)
 
 
 def _offset(member: Member | None, view: str, p: int) -> int:

@@ -20,13 +20,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, FastAPI, Path, Request, Response
 from fastapi.responses import JSONResponse
 
-from streamiq import tls
 from streamiq._http import install_error_handlers
 from streamiq.config import Settings
 from streamiq.kafka.clientlog import logged
 from streamiq.metrics import CONTENT_TYPE, Latency
 from streamiq.serving.changelog.progress import Progress
-from streamiq.serving.cluster.bootstrap import Bootstrap
 from streamiq.serving.cluster.coordinator import Coordinator
 from streamiq.serving.http.answers import Answers
 from streamiq.serving.http.changes import changes_routes
@@ -163,9 +161,6 @@ def create_app(settings: Settings, node: Node) -> FastAPI:
     the coordinator and then the node (the HTTP server runs it after a graceful stop:
     RocksDB closed and the cluster left on SIGTERM)."""
     coordinator = Coordinator(node)
-    if hasattr(node, "materializer"):  # a partition never held is first copied from a peer
-        node.materializer.bootstrap = Bootstrap(node, coordinator.gate.mark,
-                                                tls.client_context(settings))
     if settings.metrics:  # recorded per query (serving/http/metrics.py)
         coordinator.traffic.latency = Latency(LABELS)
     deps = Answers(node, coordinator)

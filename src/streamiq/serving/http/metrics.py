@@ -130,12 +130,17 @@ def _stores(node: Node) -> Iterator[Metric]:
                              labels=["view"])
     size = GaugeMetricFamily("streamiq_store_bytes", "Bytes of the view's store (SST files "
                              "and memtables)", labels=["view"])
+    memory = GaugeMetricFamily("streamiq_store_memory_bytes", "Memory the view's store "
+                               "takes (RocksDB: its block cache's use, memtables and table "
+                               "readers; within --store-memory-mb)", labels=["view"])
     for view, store in sorted(node.stores.items()):
         stats = store.stats()
         rows.add_metric([view], stats["rows"])
         size.add_metric([view], stats["bytes"])
+        memory.add_metric([view], stats.get("memory", 0))
     yield rows
     yield size
+    yield memory
 
 
 def _partitions(node: Node) -> Iterator[Metric]:

@@ -32,7 +32,7 @@ from streamiq.serving.changes.sockets import cap
 from streamiq.serving.cluster.gate import Gate
 from streamiq.serving.cluster.placement import Refuse
 from streamiq.serving.cluster.wire import MAX_REQUEST, REQUEST, reply_frame
-from streamiq.serving.node import state_path
+from streamiq.serving.node import SNAPSHOTS
 from streamiq.serving.peer.changes import serve_changes
 from streamiq.serving.peer.failures import failure
 from streamiq.serving.peer.snapshots import serve_snapshot
@@ -114,7 +114,7 @@ class PeerServer:
     def _scratch(self) -> Path:
         """Where this node writes the snapshots it sends (its own state folder)."""
         node = self.queries.node
-        return state_path(node.settings.state_dir, node.endpoint) / "_snapshots"
+        return node.state_root() / SNAPSHOTS
 
     def _timed(self, kind: str, t0: float) -> None:
         latency = self.queries.coordinator.traffic.latency

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from streamiq.routing.router import Endpoint
+from streamiq.serving.changelog.materializer import COPY_MIN_RECORDS
 from streamiq.serving.cluster import bootstrap as module
-from streamiq.serving.cluster.bootstrap import MIN_COPY, Bootstrap
+from streamiq.serving.cluster.bootstrap import Bootstrap
 from streamiq.serving.cluster.copy import CopyFailed
 from streamiq.state import Checkpoint, MemoryStore, Snapshot, SnapshotError
 
@@ -22,8 +23,8 @@ def _node(tmp_path: Path, replicas: list[str], offsets: dict[str, int] | None = 
     store = MemoryStore()
     router = SimpleNamespace(replicas=lambda v, p, lag: [Endpoint(a, "active", 0)
                                                          for a in replicas])
-    reports = {a: SimpleNamespace(partitions={"v": {2: {"offset": offsets.get(a, MIN_COPY)}}})
-               for a in replicas}
+    reports = {a: SimpleNamespace(partitions={"v": {2: {
+        "offset": offsets.get(a, COPY_MIN_RECORDS)}}}) for a in replicas}
     return SimpleNamespace(endpoint="me:1", router=router, stores={"v": store},
                            membership=SimpleNamespace(live=lambda: reports),
                            partitions={"v": 4}, state_root=lambda: tmp_path,
@@ -57,6 +58,11 @@ def test_the_first_replica_that_sends_a_whole_copy_is_taken_in(
     assert asked == ["a:1", "b:1"]  # never itself; the next after a failure
     assert node.stores["v"].get(2, b"k") == b"v" and node.stores["v"].checkpoint(2).offset == 9
     assert (boot.copied, boot.failed) == (1, 1)
+    got = {(x.name, tuple(x.labels.values())): x.value for m in boot.metrics()
+           for x in m.samples}
+    assert got[("streamiq_partition_copies_total", ("copied",))] == 1
+    assert got[("streamiq_partition_copies_total", ("failed",))] == 1
+    assert got[("streamiq_partition_copied_rows_total", ())] == snap.rows
 
 
 @pytest.mark.parametrize("failure", [CopyFailed("cut"), SnapshotError("bad digest"),
@@ -91,6 +97,6 @@ def test_a_short_changelog_is_replayed_not_copied(tmp_path: Path,
         raise CopyFailed("cut")
 
     monkeypatch.setattr(module, "fetch_snapshot", fetch)
-    node = _node(tmp_path, ["a:1", "b:1"], {"a:1": MIN_COPY - 1})
+    node = _node(tmp_path, ["a:1", "b:1"], {"a:1": COPY_MIN_RECORDS - 1})
     assert Bootstrap(node, "1", None)("v", 2) is False
     assert asked == ["b:1"]  # a's partition is short: not asked
