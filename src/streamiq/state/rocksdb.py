@@ -6,7 +6,8 @@ scanned in key order or dropped with one range delete. An iterator reads RocksDB
 implicit snapshot, taken when it is created: a scan sees no write made after it began.
 
 A partition's snapshot (``export``) is an SST file of exactly its range, rows then
-checkpoint, written from one RocksDB snapshot by ``SstFileWriter``; ``ingest`` checks it
+checkpoint, written by ``SstFileWriter`` in a child process (``rocksdb_export.py``) from a
+RocksDB checkpoint of the store (one moment); ``ingest`` checks it
 in a scratch database beside it (first and last keys inside the partition, its checkpoint
 the one announced), then drops the partition and ingests the file, which RocksDB links
 into its own files: no row is written one by one.
@@ -17,6 +18,8 @@ from __future__ import annotations
 import json
 import shutil
 import struct
+import subprocess
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -26,10 +29,9 @@ from rocksdict import (
     IngestExternalFileOptions,
     Options,
     Rdict,
-    ReadOptions,
-    SstFileWriter,
     WriteBatch,
 )
+from rocksdict import Checkpoint as DbCheckpoint
 
 from streamiq.state.base import Checkpoint, Store
 from streamiq.state.snapshots import Snapshot, SnapshotError, check_digest, file_digest
@@ -39,6 +41,8 @@ __all__ = ["BLOOM_BITS", "DEFAULT_MEMORY_MB", "RocksDBStore"]
 _P = struct.Struct(">H")
 #: ``Snapshot.format`` of this store's snapshots
 FORMAT = "rocksdb-sst-1"
+#: ``rocksdb_export.py``'s exit status for a partition the store never held
+NEVER_HELD = 3
 #: ``--store-memory-mb``'s default: a view's store on one node
 DEFAULT_MEMORY_MB = 256
 #: bloom filter bits per key: about 1% of lookups of an absent key read a data block
@@ -107,24 +111,30 @@ class RocksDBStore(Store):
         return None if raw is None else _checkpoint(raw)
 
     def export(self, partition: int, into: Path) -> Snapshot | None:
-        snap = self._db.snapshot()
-        meta = _meta(partition)
-        stored = next(iter(snap.items(from_key=meta)), None)
-        if stored is None or stored[0] != meta:
+        """A RocksDB checkpoint of the whole store (hard links to its files: one
+        moment, made in milliseconds) from which a child process writes the partition's
+        file (``rocksdb_export.py``), so the export holds none of this process's
+        interpreter; the checkpoint is removed after."""
+        if self._db.get(_meta(partition)) is None:
             return None  # never held
-        bound = ReadOptions()
-        bound.set_iterate_upper_bound(_data(partition + 1))
-        writer = SstFileWriter(options=self._opts)
-        writer.open(str(into))
-        rows = 0
-        for key, value in snap.items(from_key=_data(partition), read_opt=bound):
-            writer[key] = value
-            rows += 1
-        writer[meta] = stored[1]  # "m" after "d": the file stays in key order
-        writer.finish()
-        del snap
-        return Snapshot(FORMAT, partition, into, _checkpoint(stored[1]), rows,
-                        into.stat().st_size, file_digest(into))
+        at = into.with_name(into.name + ".at")
+        shutil.rmtree(at, ignore_errors=True)
+        try:
+            DbCheckpoint(self._db).create_checkpoint(str(at))
+            done = subprocess.run(
+                [sys.executable, "-m", "streamiq.state.rocksdb_export", str(at),
+                 str(partition), str(into)], capture_output=True, text=True, check=False)
+        finally:
+            shutil.rmtree(at, ignore_errors=True)
+        if done.returncode == NEVER_HELD:
+            return None
+        if done.returncode != 0:
+            into.unlink(missing_ok=True)
+            raise SnapshotError(f"the export of partition {partition} failed (exit "
+                                f"{done.returncode}): {done.stderr.strip()[-500:]}")
+        out = json.loads(done.stdout)
+        return Snapshot(FORMAT, partition, into, _checkpoint(out["checkpoint"].encode()),
+                        int(out["rows"]), into.stat().st_size, file_digest(into))
 
     def ingest(self, snapshot: Snapshot) -> Checkpoint:
         check_digest(snapshot, FORMAT)

@@ -1,0 +1,53 @@
+"""A partition's snapshot written by a child process (``RocksDBStore.export``), so that
+the node's own interpreter stays free for its queries while a peer's copy is made: the
+export reads and writes every row, and in the node's process it held the interpreter
+for seconds at a time (the sender's lookups waited behind it).
+
+``python -m streamiq.state.rocksdb_export CHECKPOINT PARTITION INTO`` opens a RocksDB
+checkpoint of the store read-only (hard links to its files as of one moment, made by the
+parent), writes the partition's rows and its checkpoint entry, in key order, to the SST
+file ``INTO`` and prints ``{"rows", "checkpoint"}`` as JSON; exit status 3 when the
+partition was never held there. It runs at a lower priority than the node.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from rocksdict import AccessType, Rdict, ReadOptions, SstFileWriter
+
+from streamiq.state.rocksdb import NEVER_HELD, _data, _meta, options
+
+__all__ = ["main"]
+
+
+def main(argv: list[str]) -> int:
+    checkpoint, partition, into = argv[0], int(argv[1]), argv[2]
+    os.nice(10)  # the node's queries first
+    opts = options(16)
+    db = Rdict(checkpoint, opts, access_type=AccessType.read_only())
+    try:
+        meta = _meta(partition)
+        stored = db.get(meta)
+        if not isinstance(stored, bytes):
+            return NEVER_HELD
+        bound = ReadOptions()
+        bound.set_iterate_upper_bound(_data(partition + 1))
+        writer = SstFileWriter(options=opts)
+        writer.open(into)
+        rows = 0
+        for key, value in db.items(from_key=_data(partition), read_opt=bound):
+            writer[key] = value
+            rows += 1
+        writer[meta] = stored  # "m" after "d": the file stays in key order
+        writer.finish()
+    finally:
+        db.close()
+    print(json.dumps({"rows": rows, "checkpoint": stored.decode()}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
