@@ -116,7 +116,11 @@ def _node_partitions(endpoint: str, held: dict[str, Any], views: dict[str, Any],
 
 def restore_text(progress: dict[str, Any]) -> str:
     """``no: 120,000 of 333,800 records (36%), 52,000/s, 4 s left`` (``/health``'s
-    ``restoring`` entry of a partition, as ``PartitionState.restore_progress`` says)."""
+    ``restoring`` entry of a partition, as ``PartitionState.restore_progress`` says), or
+    ``no: copying from 10.0.0.5:9001, 12.0 of 40.1 MB (29%), 38.2 MB/s, 1 s left``
+    (``Transfer.progress``)."""
+    if "copying_from" in progress:
+        return _copy_text(progress)
     try:
         done, left, rate = int(progress["records"]), int(progress["remaining"]), \
             float(progress["rate"])
@@ -128,6 +132,22 @@ def restore_text(progress: dict[str, Any]) -> str:
     total = done + left
     share = f" ({100 * done // total}%)" if total else ""
     text = f"no: {done:,} of {total:,} records{share}, {rate:,.0f}/s"
+    return text + (f", {float(eta):,.0f} s left" if isinstance(eta, int | float) else "")
+
+
+def _copy_text(progress: dict[str, Any]) -> str:
+    try:
+        peer, got, size = str(progress["copying_from"]), int(progress["bytes"]), \
+            int(progress["size"])
+        rate, eta = float(progress["rate"]), progress.get("eta_s")
+    except (KeyError, TypeError, ValueError):
+        return "no: copying from a peer"
+    mb = 1 << 20
+    if size < 0:
+        return f"no: copying from {peer}, starting"
+    share = f" ({100 * got // size}%)" if size else ""
+    text = f"no: copying from {peer}, {got / mb:,.1f} of {size / mb:,.1f} MB{share}, " \
+           f"{rate / mb:,.1f} MB/s"
     return text + (f", {float(eta):,.0f} s left" if isinstance(eta, int | float) else "")
 
 

@@ -6,6 +6,9 @@ A heartbeat is one JSON object (``KafkaMembership._heartbeat``)::
      "started_at": 1.7e9, "sent_at": 1.7e9, "seq": 42, "leaving": false,
      "partitions": {"<view>": {"<p>": {"offset": 120, "lag": 0, "restored": 1}}}}
 
+(a partition being copied from a peer: ``{"offset": 0, "lag": -1, "restored": 0,
+"copied": <thousandths received>}``.)
+
 :func:`parse` validates any record into a :class:`Heartbeat` or raises
 :class:`BadHeartbeat` naming a reason (the ``reason`` label of the skip counter).
 
@@ -33,7 +36,7 @@ import json
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple, TypedDict
+from typing import Any, NamedTuple, NotRequired, TypedDict
 
 from streamiq.kafka.skips import Skip, load_object
 
@@ -62,6 +65,8 @@ class PartitionReport(TypedDict):
     offset: int  # the next changelog offset it will apply
     lag: int  # changelog records behind the end
     restored: int  # 1 once its initial restore is done (it may answer), else 0
+    #: while the partition is copied from a peer (offset 0, lag -1): thousandths received
+    copied: NotRequired[int]
 
 
 #: view -> partition -> report: a member's partitions, as heartbeats carry them.
@@ -134,8 +139,10 @@ def _partitions(raw_parts: Any) -> Report:
             if not isinstance(st, dict) or not all(_int(st.get(f)) for f in _STATE_FIELDS):
                 raise BadHeartbeat(f"{view[:80]!r} partition {p}: expected integer "
                                    f"offset, lag and restored")
-            out[int(p)] = PartitionReport(offset=st["offset"], lag=st["lag"],
-                                          restored=st["restored"])
+            report = out[int(p)] = PartitionReport(offset=st["offset"], lag=st["lag"],
+                                                   restored=st["restored"])
+            if _int(st.get("copied")):
+                report["copied"] = st["copied"]
     return parts
 
 

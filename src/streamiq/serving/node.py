@@ -39,7 +39,7 @@ from streamiq.routing.router import Router
 from streamiq.serving.changelog.consistency import Token, row_reflects, token_for
 from streamiq.serving.changelog.discovery import Discovery
 from streamiq.serving.changelog.materializer import Materializer
-from streamiq.serving.changelog.partition import RestoreProgress
+from streamiq.serving.changelog.partition import CopyProgress, RestoreProgress, Transfer
 from streamiq.serving.changelog.ticks import Ticker
 from streamiq.state import Store, open_store
 from streamiq.supervise import Supervisor
@@ -162,6 +162,8 @@ class Node:
         self.closing: list[Callable[[], Awaitable[None]]] = []
         #: more of this node's /metrics (serving/main.py: the SQL front end's)
         self.collectors: list[Callable[[], Iterator[Metric]]] = []
+        #: partitions being copied from a peer now (``serving/cluster/bootstrap.py``)
+        self.transfers: dict[tuple[str, int], Transfer] = {}
 
     @classmethod
     async def open(cls, settings: Settings, app: App | None = None,
@@ -276,8 +278,13 @@ class Node:
         return state_path(self.settings.state_dir, self.endpoint)
 
     def report(self) -> Report:
-        """Per view partition: next changelog offset and lag (published in heartbeats)."""
+        """Per view partition: next changelog offset and lag (published in heartbeats);
+        a partition being copied from a peer is restoring, with the thousandths of the
+        copy received (``copied``)."""
         out: Report = {}
+        for (view, p), t in list(self.transfers.items()):
+            out.setdefault(view, {})[p] = {"offset": 0, "lag": -1, "restored": 0,
+                                           "copied": t.permil()}
         for (view, p), st in self.materializer.holding().items():
             out.setdefault(view, {})[p] = {"offset": st.offset, "lag": st.lag,
                                            "restored": int(st.restored)}
@@ -499,11 +506,14 @@ class Node:
                 "freshness": self.freshness(), "restoring": self.restoring(),
                 **self.health()}
 
-    def restoring(self) -> dict[str, dict[int, RestoreProgress]]:
-        """Per view, the partitions this node is restoring from their changelog and how
-        far each has come (``PartitionState.restore_progress``)."""
-        out: dict[str, dict[int, RestoreProgress]] = {}
+    def restoring(self) -> dict[str, dict[int, RestoreProgress | CopyProgress]]:
+        """Per view, the partitions this node is restoring and how far each has come:
+        copying from a peer (``Transfer.progress``), then from the changelog
+        (``PartitionState.restore_progress``)."""
+        out: dict[str, dict[int, RestoreProgress | CopyProgress]] = {}
         now = time.monotonic()
+        for (view, p), t in list(self.transfers.items()):
+            out.setdefault(view, {})[p] = t.progress(now)
         for (view, p), st in sorted(self.materializer.holding().items()):
             progress = st.restore_progress(now)
             if progress is not None:

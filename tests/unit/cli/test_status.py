@@ -102,6 +102,20 @@ def test_restore_text_before_the_end_is_known_and_from_junk() -> None:
                                 "eta_s": None}) == "no: 0 of 0 records, 0/s"
 
 
+def test_a_partition_copied_from_a_peer_shows_how_far_the_copy_is() -> None:
+    health = {**HEALTH, C: {"ready": False, "restoring": {"balances": {"1": {
+        "copying_from": "10.0.0.5:9001", "bytes": 12 << 20, "size": 40 << 20,
+        "elapsed_s": 0.3, "rate": 40.0 * (1 << 20), "eta_s": 0.7}}}}}
+    doc = status.build_status(A, cluster_doc(), health)
+    assert doc["nodes"][2]["partitions"][0]["restore"]["copying_from"] == "10.0.0.5:9001"
+    assert "no: copying from 10.0.0.5:9001, 12.0 of 40.0 MB (30%), 40.0 MB/s, 1 s left" \
+        in render_text(doc)
+    assert status.restore_text({"copying_from": "a:1", "bytes": 0, "size": -1, "rate": 0.0,
+                                "eta_s": None}) == "no: copying from a:1, starting"
+    assert status.restore_text({"copying_from": "a:1", "bytes": "x"}) == \
+        "no: copying from a peer"
+
+
 def render_text(doc: dict[str, Any]) -> str:
     out = io.StringIO()
     Console(file=out, width=160, color_system=None).print(status.render(doc))

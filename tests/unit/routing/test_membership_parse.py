@@ -38,6 +38,13 @@ def test_a_valid_heartbeat_parses() -> None:
     # optional fields default; extra fields (a newer node's) are ignored
     minimal = parse_heartbeat(_raw({"endpoint": B, "incarnation": "i", "new": [1]}))
     assert minimal["partitions"] == {} and minimal["leaving"] is False
+    # a partition being copied from a peer says how far (an integer, or nothing)
+    copying = {"0": {"offset": 0, "lag": -1, "restored": 0, "copied": 420},
+               "1": {"offset": 0, "lag": -1, "restored": 0, "copied": "x"}}
+    doc = parse_heartbeat(_raw(_hb(partitions={"v": copying})))
+    assert doc["partitions"]["v"] == {0: {"offset": 0, "lag": -1, "restored": 0,
+                                          "copied": 420},
+                                      1: {"offset": 0, "lag": -1, "restored": 0}}
 
 
 BAD: dict[str, bytes] = {

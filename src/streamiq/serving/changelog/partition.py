@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from streamiq.serving.changelog.cuts import History
     from streamiq.serving.changelog.ticks import TickClaims
 
-__all__ = ["PartitionState", "RestoreProgress"]
+__all__ = ["CopyProgress", "PartitionState", "RestoreProgress", "Transfer"]
 
 
 class RestoreProgress(TypedDict):
@@ -80,3 +80,38 @@ class PartitionState:
     def lag(self) -> int:
         """Changelog records not yet applied; -1 while the end is not yet known."""
         return -1 if self.high_watermark < 0 else max(0, self.high_watermark - self.offset)
+
+
+class CopyProgress(TypedDict):
+    """How far a copy from a peer has come (``/health``'s ``restoring``, ``streamiq
+    status``): bytes received of the file's size (-1 until its header came), the rate
+    since it began (bytes a second) and the time left at it."""
+
+    copying_from: str
+    bytes: int
+    size: int
+    elapsed_s: float
+    rate: float
+    eta_s: float | None
+
+
+@dataclass
+class Transfer:
+    """One copy under way from ``peer``: what ``fetch_snapshot`` has received."""
+
+    peer: str
+    size: int = -1
+    got: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+    def progress(self, now: float | None = None) -> CopyProgress:
+        elapsed = max((time.monotonic() if now is None else now) - self.started, 1e-9)
+        rate = self.got / elapsed
+        left = self.size - self.got if self.size >= 0 else -1
+        return {"copying_from": self.peer, "bytes": self.got, "size": self.size,
+                "elapsed_s": round(elapsed, 3), "rate": round(rate, 1),
+                "eta_s": round(left / rate, 1) if rate > 0 and left >= 0 else None}
+
+    def permil(self) -> int:
+        """Thousandths received (0 until the size is known)."""
+        return 1000 * self.got // self.size if self.size > 0 else 0

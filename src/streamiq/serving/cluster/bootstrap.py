@@ -28,6 +28,7 @@ from prometheus_client.core import CounterMetricFamily, Metric
 from streamiq.errors import NotActive, StreamiqError
 from streamiq.routing.base import Member
 from streamiq.serving.changelog.materializer import COPY_MIN_RECORDS
+from streamiq.serving.changelog.partition import Transfer
 from streamiq.serving.cluster.copy import CopyFailed, fetch_snapshot
 from streamiq.serving.node import COPIES, Node
 from streamiq.state import SnapshotError
@@ -90,9 +91,11 @@ class Bootstrap:
         for address in peers:
             into = scratch / f"{view}-{p}-{uuid.uuid4().hex}"
             t0 = time.monotonic()
+            node.transfers[(view, p)] = transfer = Transfer(address)  # its progress shown
             try:
                 snap = asyncio.run(fetch_snapshot(address, self.mark, self.ssl, view, p,
-                                                  node.partitions[view], into))
+                                                  node.partitions[view], into,
+                                                  transfer=transfer))
                 cp = node.stores[view].ingest(snap)
             except (CopyFailed, SnapshotError, StreamiqError, OSError) as exc:
                 self.failed += 1
@@ -104,6 +107,7 @@ class Bootstrap:
                 continue
             finally:
                 into.unlink(missing_ok=True)
+                node.transfers.pop((view, p), None)
             self.copied += 1
             self.rows += snap.rows
             took = time.monotonic() - t0

@@ -21,6 +21,7 @@ from typing import IO, Any
 import orjson
 
 from streamiq.errors import from_problem
+from streamiq.serving.changelog.partition import Transfer
 from streamiq.serving.cluster.wire import PREFACE, REPLY, request_body, request_frame
 from streamiq.state import Checkpoint, Snapshot
 
@@ -37,8 +38,9 @@ class CopyFailed(Exception):
 
 
 class _Copy(asyncio.Protocol):
-    def __init__(self, into: IO[bytes]) -> None:
+    def __init__(self, into: IO[bytes], transfer: Transfer) -> None:
         self.into = into
+        self.transfer = transfer
         self.head: dict[str, Any] | None = None
         self.got = 0
         self.failed: Exception | None = None
@@ -64,12 +66,13 @@ class _Copy(asyncio.Protocol):
         if status == _PART and self.head is not None:
             self.into.write(body)
             self.got += len(body)
+            self.transfer.got = self.got
             if self.got > int(self.head["size"]):
                 self._end(CopyFailed(f"more than the {self.head['size']} bytes announced"))
         elif status == _HEADER and self.head is None:
             try:
                 head = orjson.loads(body)
-                int(head["size"])
+                self.transfer.size = int(head["size"])
                 self.head = head
             except (ValueError, KeyError, TypeError) as exc:
                 self._end(CopyFailed(f"a header that is not one: {exc!r}"[:200]))
@@ -92,10 +95,13 @@ class _Copy(asyncio.Protocol):
 
 async def fetch_snapshot(address: str, mark: str, ssl: SSLContext | None, view: str,
                          partition: int, count: int, into: Path,
-                         hang_s: float = HANG_S) -> Snapshot:
+                         hang_s: float = HANG_S, transfer: Transfer | None = None
+                         ) -> Snapshot:
     """Copy ``view``'s ``partition`` (of ``count``) from the node at ``address`` into
     the file ``into``; ``CopyFailed`` (or the peer's error, e.g. ``NotActive``) when it
-    does not arrive whole, the file then removed."""
+    does not arrive whole, the file then removed. ``transfer``: kept up to date with
+    what has come."""
+    transfer = transfer or Transfer(address)
     name, _, port = address.rpartition(":")
     loop = asyncio.get_running_loop()
     with open(into, "wb") as f:
@@ -103,7 +109,7 @@ async def fetch_snapshot(address: str, mark: str, ssl: SSLContext | None, view: 
             try:
                 async with asyncio.timeout(hang_s):
                     transport, proto = await loop.create_connection(
-                        lambda: _Copy(f), name, int(port), ssl=ssl,
+                        lambda: _Copy(f, transfer), name, int(port), ssl=ssl,
                         server_hostname=name if ssl else None)
             except (OSError, TimeoutError) as exc:
                 raise CopyFailed(f"{address} unreachable: {exc!r}") from exc

@@ -12,6 +12,7 @@ import pytest
 
 from streamiq.routing.router import Endpoint
 from streamiq.serving.changelog.materializer import COPY_MIN_RECORDS
+from streamiq.serving.changelog.partition import Transfer
 from streamiq.serving.cluster import bootstrap as module
 from streamiq.serving.cluster.bootstrap import Bootstrap
 from streamiq.serving.cluster.copy import CopyFailed
@@ -29,7 +30,7 @@ def _node(tmp_path: Path, replicas: list[str], offsets: dict[str, int] | None = 
                            membership=SimpleNamespace(live=lambda: reports),
                            partitions={"v": 4}, state_root=lambda: tmp_path,
                            settings=SimpleNamespace(member_timeout_ms=0),
-                           materializer=SimpleNamespace(stopped=False))
+                           materializer=SimpleNamespace(stopped=False), transfers={})
 
 
 def _snapshot_of(tmp_path: Path) -> Snapshot:
@@ -46,8 +47,9 @@ def test_the_first_replica_that_sends_a_whole_copy_is_taken_in(
     asked: list[str] = []
     snap = _snapshot_of(tmp_path)
 
-    async def fetch(address: str, *args: Any) -> Snapshot:
+    async def fetch(address: str, *args: Any, transfer: Transfer) -> Snapshot:
         asked.append(address)
+        assert node.transfers == {("v", 2): transfer} and transfer.peer == address  # shown
         if address == "a:1":
             raise CopyFailed("the sender closed the connection")
         return snap
@@ -57,7 +59,7 @@ def test_the_first_replica_that_sends_a_whole_copy_is_taken_in(
     assert boot("v", 2) is True
     assert asked == ["a:1", "b:1"]  # never itself; the next after a failure
     assert node.stores["v"].get(2, b"k") == b"v" and node.stores["v"].checkpoint(2).offset == 9
-    assert (boot.copied, boot.failed) == (1, 1)
+    assert (boot.copied, boot.failed) == (1, 1) and node.transfers == {}  # none under way
     got = {(x.name, tuple(x.labels.values())): x.value for m in boot.metrics()
            for x in m.samples}
     assert got[("streamiq_partition_copies_total", ("copied",))] == 1
@@ -72,7 +74,7 @@ def test_copies_that_fail_leave_the_changelog(tmp_path: Path, monkeypatch: pytes
     node = _node(tmp_path, ["a:1", "b:1", "c:1"])
     asked: list[str] = []
 
-    async def fetch(address: str, *args: Any) -> Snapshot:
+    async def fetch(address: str, *args: Any, **kw: Any) -> Snapshot:
         asked.append(address)
         raise failure
 
@@ -92,7 +94,7 @@ def test_a_short_changelog_is_replayed_not_copied(tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     asked: list[str] = []
 
-    async def fetch(address: str, *args: Any) -> Snapshot:
+    async def fetch(address: str, *args: Any, **kw: Any) -> Snapshot:
         asked.append(address)
         raise CopyFailed("cut")
 

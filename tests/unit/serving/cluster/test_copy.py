@@ -13,6 +13,7 @@ import orjson
 import pytest
 
 from streamiq.errors import NotActive
+from streamiq.serving.changelog.partition import Transfer
 from streamiq.serving.cluster.copy import CopyFailed, fetch_snapshot
 from streamiq.serving.cluster.wire import reply_frame
 from streamiq.state import Checkpoint, Snapshot
@@ -43,11 +44,12 @@ async def _sender(answer: Callable[[asyncio.StreamWriter], object]
 
 
 async def _copy(answer: Callable[[asyncio.StreamWriter], object], into: Path,
-                hang_s: float = 5.0) -> Snapshot:
+                hang_s: float = 5.0, transfer: Transfer | None = None) -> Snapshot:
     gen = _sender(answer)
     address = await gen.__anext__()
     try:
-        return await fetch_snapshot(address, "1", None, "balances", 3, 4, into, hang_s)
+        return await fetch_snapshot(address, "1", None, "balances", 3, 4, into, hang_s,
+                                    transfer)
     finally:
         await gen.aclose()
 
@@ -66,8 +68,14 @@ def _writes(data: bytes, close: bool = True) -> Callable[[asyncio.StreamWriter],
 async def test_a_whole_copy_is_a_snapshot_of_the_file(tmp_path: Path) -> None:
     into = tmp_path / "p3"
     parts = [(206, DATA[i:i + 3000]) for i in range(0, len(DATA), 3000)]
-    snap = await _copy(_writes(_frames((200, orjson.dumps(HEAD)), *parts, (204, b""))), into)
+    transfer = Transfer("the sender")
+    assert transfer.progress()["size"] == -1 and transfer.permil() == 0  # no header yet
+    snap = await _copy(_writes(_frames((200, orjson.dumps(HEAD)), *parts, (204, b""))), into,
+                       transfer=transfer)
     assert into.read_bytes() == DATA
+    assert (transfer.got, transfer.size, transfer.permil()) == (len(DATA), len(DATA), 1000)
+    progress = transfer.progress()
+    assert progress["copying_from"] == "the sender" and progress["eta_s"] == 0
     assert snap == Snapshot("memory-1", 3, into, Checkpoint(12, {"in": {3: 40}}), 10,
                               len(DATA), hashlib.sha256(DATA).hexdigest())
 

@@ -71,12 +71,15 @@ function roles(snap) {
         const role = !st.restored ? "restoring" : i === 0 ? "active" : i > 0 ? "standby" : "previous";
         // a restoring replica: how much of the changelog it has applied so far
         // (lag -1: the changelog's end not yet known)
-        const done = st.lag < 0 ? "?" : st.lag > 0
+        // (lag -1: the changelog's end not yet known); one copied from a peer first:
+        // the thousandths of the copy received (copied)
+        const copying = st.copied != null;
+        const done = copying ? Math.floor(st.copied / 10) : st.lag < 0 ? "?" : st.lag > 0
           ? Math.floor((100 * st.offset) / (st.offset + st.lag)) : 100;
         const id = `${view}/${p}/${node}`;
-        const rate = role === "restoring" ? restoreRate(id, st.offset) : null;
-        if (role !== "restoring") restores.delete(id);
-        row[node] = { role, lag: st.lag, done, rate, left: left(st.lag, rate) };
+        const rate = role === "restoring" && !copying ? restoreRate(id, st.offset) : null;
+        if (role !== "restoring" || copying) restores.delete(id);
+        row[node] = { role, lag: st.lag, done, rate, left: left(st.lag, rate), copying };
       }
     }
   }
@@ -162,7 +165,8 @@ function drawMap(snap, map) {
           const restoring = r.role === "restoring";
           const eta = restoring && r.left ? ` ${r.left}` : "";
           span.textContent = `${r.role[0].toUpperCase()} ${restoring ? `${r.done}%${eta}` : r.lag}`;
-          span.title = restoring && r.lag < 0 ? "restoring, the changelog's end not yet known"
+          span.title = r.copying ? `restoring, copying from a peer: ${r.done}% received`
+            : restoring && r.lag < 0 ? "restoring, the changelog's end not yet known"
             : restoring ? `restoring, ${r.done}% applied, ${r.lag} to go` + (r.rate
             ? `, ${Math.round(r.rate).toLocaleString()} records/s, ${r.left} left` : "")
             : `${r.role}, lag ${r.lag}`;
