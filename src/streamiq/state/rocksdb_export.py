@@ -7,7 +7,8 @@ for seconds at a time (the sender's lookups waited behind it).
 checkpoint of the store read-only (hard links to its files as of one moment, made by the
 parent), writes the partition's rows and its checkpoint entry, in key order, to the SST
 file ``INTO`` and prints ``{"rows", "checkpoint"}`` as JSON; exit status 3 when the
-partition was never held there. It runs at a lower priority than the node.
+partition was never held there. It runs at a lower priority than the node, and stops
+when the node that asked has died.
 """
 
 from __future__ import annotations
@@ -22,9 +23,13 @@ from streamiq.state.rocksdb import NEVER_HELD, _data, _meta, options
 
 __all__ = ["main"]
 
+#: the exit status when the node that asked died first (its next start removes the file)
+ORPHANED = 4
+
 
 def main(argv: list[str]) -> int:
     checkpoint, partition, into = argv[0], int(argv[1]), argv[2]
+    parent = os.getppid()
     os.nice(10)  # the node's queries first
     opts = options(16)
     db = Rdict(checkpoint, opts, access_type=AccessType.read_only())
@@ -41,6 +46,8 @@ def main(argv: list[str]) -> int:
         for key, value in db.items(from_key=_data(partition), read_opt=bound):
             writer[key] = value
             rows += 1
+            if not rows & 0xFFFF and os.getppid() != parent:
+                return ORPHANED  # the node died: nobody waits for this file
         writer[meta] = stored  # "m" after "d": the file stays in key order
         writer.finish()
     finally:
