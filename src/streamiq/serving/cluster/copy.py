@@ -3,12 +3,13 @@ file (issue 49; the sender's side and the frames: ``serving/peer/snapshots.py``)
 
 One connection of its own (a copy holds it for seconds, so not the pooled
 ``HopClient``'s): the preface and the cluster credential, one request of kind
-``snapshot``, then the header, the file's parts as they come (written straight to
-``into``) and the end. What comes back is a ``Snapshot`` naming the file; nothing checks
-it here but its size: the store that takes it in checks the rest (``Store.ingest``:
-digest, keys, checkpoint). A peer that refuses (an error frame), closes the connection,
-sends more or fewer bytes than its header said, or sends nothing for ``hang_s`` raises
-``CopyFailed``, and the partial file is removed: nothing half-copied is ever used.
+``snapshot``, then (after a frame a second while the sender exports the partition) the
+header, the file's parts as they come (written straight to ``into``) and the end. What
+comes back is a ``Snapshot`` naming the file; nothing checks it here but its size: the
+store that takes it in checks the rest (``Store.ingest``: digest, keys, checkpoint). A
+peer that refuses (an error frame), closes the connection, sends more or fewer bytes
+than its header said, or sends nothing for ``hang_s`` raises ``CopyFailed``, and the
+partial file is removed: nothing half-copied is ever used.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ __all__ = ["CopyFailed", "fetch_snapshot"]
 _RID = 1
 #: no frame for this long: the sender is taken for hung
 HANG_S = 10.0
-_HEADER, _PART, _END = 200, 206, 204  # serving/peer/snapshots.py
+#: serving/peer/snapshots.py's frames: still exporting, the header, a part, the end
+_PREPARING, _HEADER, _PART, _END = 202, 200, 206, 204
 
 
 class CopyFailed(Exception):
@@ -63,7 +65,9 @@ class _Copy(asyncio.Protocol):
         del buf[:start]
 
     def _frame(self, status: int, body: memoryview) -> None:
-        if status == _PART and self.head is not None:
+        if status == _PREPARING and self.head is None:
+            pass  # the sender is exporting the partition: alive (data_received saw it)
+        elif status == _PART and self.head is not None:
             self.into.write(body)
             self.got += len(body)
             self.transfer.got = self.got

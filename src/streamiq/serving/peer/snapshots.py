@@ -7,6 +7,7 @@ must hold the partition, restored (else 421: ask another replica). It exports th
 partition from its store to a file under its state directory (``Store.export``: one
 consistent moment, in a worker thread), then sends:
 
+    202  (none or more, no body) still exporting: one every second
     200  the header: {"format", "partition", "checkpoint": {"offset", "position"},
          "rows", "size", "sha256"} (``Snapshot``'s fields but its path)
     206  the file's bytes, in chunks of ``CHUNK`` at most (as many frames as it takes)
@@ -37,7 +38,8 @@ from streamiq.serving.peer.failures import failure
 from streamiq.serving.query.run import Queries
 from streamiq.state import Snapshot
 
-__all__ = ["CHUNK", "END", "HEADER", "HIGH_WATER", "PART", "header", "serve_snapshot"]
+__all__ = ["CHUNK", "END", "HEADER", "HIGH_WATER", "PART", "PREPARING", "header",
+           "serve_snapshot"]
 
 log = logging.getLogger("streamiq.routing")
 
@@ -46,6 +48,10 @@ CHUNK = 1 << 20
 HIGH_WATER = 4 * CHUNK
 #: the statuses of a snapshot stream's frames: its header, a part of the file, its end
 HEADER, PART, END = 200, 206, 204
+#: while the partition is being exported (seconds for millions of rows), a frame of this
+#: status with no body every ``PREPARING_S``: the receiver does not take the sender
+#: for hung (its bound is ``copy.HANG_S``)
+PREPARING, PREPARING_S = 202, 1.0
 
 Write = Callable[[bytes], None]
 Waiting = Callable[[], int]
@@ -81,7 +87,14 @@ async def serve_snapshot(queries: Queries, rid: int, doc: Any, write: Write,
     try:
         view, p = _asked(queries, doc)
         scratch.mkdir(parents=True, exist_ok=True)
-        snap = await asyncio.to_thread(queries.node.stores[view].export, p, path)
+        export = asyncio.ensure_future(asyncio.to_thread(queries.node.stores[view].export,
+                                                         p, path))
+        while not (await asyncio.wait({export}, timeout=PREPARING_S))[0]:
+            if waiting() >= 0:
+                write(reply_frame(rid, PREPARING, b""))
+        snap = export.result()
+        if waiting() < 0:
+            return  # the receiver went away while it was exported
         if snap is None:
             raise NotActive(f"{queries.node.endpoint} holds no {view} partition {p}",
                             partition=p)

@@ -87,6 +87,7 @@ async def test_a_whole_copy_is_a_snapshot_of_the_file(tmp_path: Path) -> None:
     ([(200, orjson.dumps({**HEAD, "checkpoint": 5})), (206, DATA), (204, b"")],
      "a header that is not one"),
     ([(206, DATA)], "out of turn"),
+    ([(200, orjson.dumps(HEAD)), (202, b"")], "out of turn"),
     ([(200, orjson.dumps(HEAD)), (206, DATA[:10])], "closed the connection"),
 ])
 async def test_a_copy_that_is_not_whole_fails_and_leaves_no_file(
@@ -111,6 +112,26 @@ async def test_a_sender_gone_quiet_fails_after_the_hang_bound(tmp_path: Path) ->
         await _copy(_writes(_frames((200, orjson.dumps(HEAD)), (206, DATA[:10])),
                             close=False), into, hang_s=0.3)
     assert not into.exists()
+
+
+async def test_a_sender_exporting_longer_than_the_hang_bound_is_waited_for(
+        tmp_path: Path) -> None:
+    """A large partition takes the sender seconds to export: its frame a second (202)
+    says it is alive, so the copy is not taken for hung (10M keys failed so, each
+    partition then replayed from the changelog)."""
+
+    async def slow(w: asyncio.StreamWriter) -> None:
+        for _ in range(10):  # 1 s of exporting, the bound 0.3 s
+            w.write(_frames((202, b"")))
+            await w.drain()
+            await asyncio.sleep(0.1)
+        w.write(_frames((200, orjson.dumps(HEAD)), (206, DATA), (204, b"")))
+        await w.drain()
+        w.close()
+
+    into = tmp_path / "p3"
+    snap = await _copy(slow, into, hang_s=0.3)
+    assert into.read_bytes() == DATA and snap.size == len(DATA)
 
 
 async def test_nobody_listening_fails(tmp_path: Path) -> None:
