@@ -58,10 +58,12 @@ def rows(lo: int, hi: int) -> Iterator[dict[str, Any]]:
                "count": 1 + i % 20, "last_update": 1_700_000_000_000 + i}
 
 
-def metric(port: int, name: str) -> float:
+def metric(port: int, name: str, labels: str = "") -> float:
+    """A node's metric summed over its labels (those including ``labels`` only)."""
     text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=30).text
-    return sum(float(m.group(1)) for m in
-               re.finditer(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.MULTILINE))
+    return sum(float(m.group(2)) for m in
+               re.finditer(rf"^{name}({{[^}}]*}})? (\S+)$", text, re.MULTILINE)
+               if labels in (m.group(1) or ""))
 
 
 class Nodes:
@@ -191,11 +193,13 @@ def main() -> None:
             prober.start()
             node_b, copy_s = nodes.start("b", pb)
             sending = prober.stop()
-            copies = metric(pb, "streamiq_partition_copies_total")
+            copies = metric(pb, "streamiq_partition_copies_total", 'outcome="copied"')
+            failed = metric(pb, "streamiq_partition_copies_total", 'outcome="failed"')
             replay, copy = replay_s - empty_s, copy_s - empty_s
             line = (f"{n:>10,} keys: from the changelog {replay:6.1f} s "
                     f"({n / replay / 1e3:5.0f}k keys/s); copied from the peer "
-                    f"({copies:.0f} partitions) {copy:5.1f} s ({n / copy / 1e3:5.0f}k keys/s, "
+                    f"({copies:.0f} partitions, {failed:.0f} failed) {copy:5.1f} s "
+                    f"({n / copy / 1e3:5.0f}k keys/s, "
                     f"{replay / copy:.1f}x)")
             print(line, flush=True)
             out.append(line)
