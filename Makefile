@@ -85,6 +85,7 @@ bench: $(STAMP) $(JARS)
 	$(BIN)/python bench/bench_hung.py
 	$(BIN)/python bench/bench_restore_rows.py
 	$(BIN)/python bench/bench_snapshots.py
+	$(BIN)/python bench/bench_scale.py
 	$(BIN)/python bench/bench_freshness.py
 	$(BIN)/python bench/bench_pipeline.py
 	$(BIN)/python bench/bench_log_level.py
