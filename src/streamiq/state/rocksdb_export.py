@@ -7,8 +7,9 @@ for seconds at a time (the sender's lookups waited behind it).
 checkpoint of the store read-only (hard links to its files as of one moment, made by the
 parent), writes the partition's rows and its checkpoint entry, in key order, to the SST
 file ``INTO`` and prints ``{"rows", "checkpoint"}`` as JSON; exit status 3 when the
-partition was never held there. It runs at a lower priority than the node, and stops
-when the node that asked has died.
+partition was never held there. It stops when the node that asked has died. It runs at
+the node's priority: at nice 10, on ``make demo`` (the pipeline and the broker busy on two
+cores) a 333k-key partition took 4.6 s to copy against 1.1 s.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ ORPHANED = 4
 def main(argv: list[str]) -> int:
     checkpoint, partition, into = argv[0], int(argv[1]), argv[2]
     parent = os.getppid()
-    os.nice(10)  # the node's queries first
     opts = options(16)
     db = Rdict(checkpoint, opts, access_type=AccessType.read_only())
     try:
