@@ -55,6 +55,22 @@ def _read(c: httpx.Client, base: str, kind: str, prefix: str, accounts: list[str
     return got if r.status_code == 200 else f"{r.status_code} {r.text[:200]}"
 
 
+def _evidence(c: httpx.Client, port: int, kind: str, prefix: str, accounts: list[str],
+              params: dict[str, Any]) -> str:
+    """What a stale read with a position leaves to go on (one CI run saw a scan behind
+    the write it waited for, once): the position, the same read again, and the node's
+    positions and partitions as its /health says."""
+    try:
+        again = _read(c, f"http://127.0.0.1:{port}/v1/views/balances", kind, prefix,
+                      accounts, params)
+        health = c.get(f"http://127.0.0.1:{port}/health").json()
+    except httpx.HTTPError as exc:
+        return f"; evidence not read: {exc!r}"
+    return (f"; position {params['position']}; read again {again}; the node's positions "
+            f"{health.get('positions', {}).get('balances')} partitions "
+            f"{health.get('partitions', {}).get('balances')}")
+
+
 def _client(n: int, ingest: int, ports: list[int], with_position: bool,
             stale: list[str], errors: list[str]) -> None:
     rng = random.Random(n)
@@ -85,7 +101,9 @@ def _client(n: int, ingest: int, ports: list[int], with_position: bool,
             if isinstance(got, str):
                 errors.append(f"{kind} on {port}: {got}")
             elif got != expect:
-                stale.append(f"{kind} on {port} after write {i}: {got} != {expect}")
+                stale.append(f"{kind} on {port} after write {i}: {got} != {expect}"
+                             + (_evidence(c, port, kind, prefix, accounts, params)
+                                if with_position else ""))
 
 
 def _noise(bootstrap: str, topic: str, stop: threading.Event, sent: list[int]) -> None:
