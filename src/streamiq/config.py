@@ -15,7 +15,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from streamiq.defaults import DEFAULT_CLUSTER, DEFAULT_PARTITIONS
-from streamiq.state.base import StoreKind
+from streamiq.state.base import DEFAULT_MEMORY_MB, StoreKind
 
 __all__ = ["WILDCARD_HOSTS", "Settings", "token_file"]
 
@@ -96,10 +96,10 @@ class Settings(BaseSettings):
         "--state-dir, kept across restarts) or memory (in the process: lost when the node "
         "stops, so it restores every partition from the changelog when it starts).")
     store_memory_mb: int = Field(
-        256, ge=16, le=1 << 20, description="Memory each view's RocksDB store may take on "
-        "a node, in MiB: three quarters its block cache (data blocks, and the index and "
-        "bloom filter blocks: about 20 MB for 10M keys), a quarter its two write "
-        "buffers. A node's budget is this times its views.")
+        DEFAULT_MEMORY_MB, ge=16, le=1 << 20, description="Memory each view's RocksDB store "
+        "may take on a node, in MiB: three quarters its block cache (data blocks, and the "
+        "index and bloom filter blocks: 10M keys' filters take about 12 MB), a quarter its "
+        "two write buffers. A node's budget is this times its views.")
     peer_copy: bool = Field(
         True, description="A partition a node must restore and never held (a new node, a "
         "wiped disk, a new standby) is first copied from a peer that holds it, when its "

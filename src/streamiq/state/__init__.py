@@ -11,7 +11,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import get_args
 
-from streamiq.state.base import Checkpoint, Snapshot, SnapshotError, Store, StoreKind
+from streamiq.state.base import (
+    DEFAULT_MEMORY_MB,
+    Checkpoint,
+    Snapshot,
+    SnapshotError,
+    Store,
+    StoreKind,
+)
 from streamiq.state.memory import MemoryStore
 
 __all__ = ["KINDS", "Checkpoint", "MemoryStore", "Snapshot", "SnapshotError", "Store",
@@ -21,7 +28,8 @@ __all__ = ["KINDS", "Checkpoint", "MemoryStore", "Snapshot", "SnapshotError", "S
 KINDS: tuple[StoreKind, ...] = get_args(StoreKind)
 
 
-def open_store(kind: StoreKind, path: Path | str, memory_mb: int = 256) -> Store:
+def open_store(kind: StoreKind, path: Path | str,
+               memory_mb: int = DEFAULT_MEMORY_MB) -> Store:
     """A view's store of ``kind`` at ``path`` (a directory; ``memory`` ignores it and
     creates nothing), RocksDB's within ``memory_mb`` (``--store-memory-mb``).
     ``ValueError`` for a kind there is not."""

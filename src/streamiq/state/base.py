@@ -12,10 +12,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
 
-__all__ = ["Checkpoint", "Reader", "Snapshot", "SnapshotError", "Store", "StoreKind"]
+__all__ = ["DEFAULT_MEMORY_MB", "Checkpoint", "Reader", "Snapshot", "SnapshotError", "Store",
+           "StoreKind"]
 
 #: the stores ``streamiq.state.open_store`` opens (the ``store`` setting)
 StoreKind = Literal["rocksdb", "memory"]
+#: ``--store-memory-mb``'s default: the memory of a view's store on one node (MiB)
+DEFAULT_MEMORY_MB = 256
 
 
 @dataclass

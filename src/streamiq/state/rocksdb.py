@@ -33,18 +33,16 @@ from rocksdict import (
 )
 from rocksdict import Checkpoint as DbCheckpoint
 
-from streamiq.state.base import Checkpoint, Store
+from streamiq.state.base import DEFAULT_MEMORY_MB, Checkpoint, Store
 from streamiq.state.snapshots import Snapshot, SnapshotError, check_digest, file_digest
 
-__all__ = ["BLOOM_BITS", "DEFAULT_MEMORY_MB", "RocksDBStore"]
+__all__ = ["BLOOM_BITS", "RocksDBStore"]
 
 _P = struct.Struct(">H")
 #: ``Snapshot.format`` of this store's snapshots
 FORMAT = "rocksdb-sst-1"
 #: ``rocksdb_export.py``'s exit status for a partition the store never held
 NEVER_HELD = 3
-#: ``--store-memory-mb``'s default: a view's store on one node
-DEFAULT_MEMORY_MB = 256
 #: bloom filter bits per key: about 1% of lookups of an absent key read a data block
 BLOOM_BITS = 10
 

@@ -55,8 +55,7 @@ class Bootstrap:
         self.copied = 0  # partitions taken in from a peer
         self.failed = 0  # copies that failed (each then the next replica or the changelog)
         self.rows = 0  # rows taken in from peers
-        if hasattr(node, "collectors"):  # on the node's /metrics (a test's fake: none)
-            node.collectors.append(self.metrics)
+        node.collectors.append(self.metrics)  # on the node's /metrics
 
     def __call__(self, view: str, p: int) -> bool:
         try:
@@ -68,9 +67,9 @@ class Bootstrap:
 
     def _peers(self, view: str, p: int) -> list[str]:
         """The replicas to ask, most preferred first: those that report the partition
-        restored at an offset of ``COPY_MIN_RECORDS`` or more (the materializer offers
-        only partitions whose changelog is at least as long) (a shorter changelog restores
-        as fast as a copy is made). A node just started has not heard its peers yet
+        restored at an offset of ``COPY_MIN_RECORDS`` or more: the materializer offers
+        only partitions whose changelog is at least as long (a shorter one restores as
+        fast as a copy is made). A node just started has not heard its peers yet
         (their heartbeats come within the member timeout): until then it waits for one
         to report the partition, rather than replay the changelog."""
         node = self.node

@@ -23,7 +23,16 @@ import orjson
 
 from streamiq.errors import from_problem
 from streamiq.serving.changelog.partition import Transfer
-from streamiq.serving.cluster.wire import PREFACE, REPLY, request_body, request_frame
+from streamiq.serving.cluster.wire import (
+    END,
+    HEADER,
+    PART,
+    PREFACE,
+    PREPARING,
+    REPLY,
+    request_body,
+    request_frame,
+)
 from streamiq.state import Checkpoint, Snapshot
 
 __all__ = ["CopyFailed", "fetch_snapshot"]
@@ -31,8 +40,6 @@ __all__ = ["CopyFailed", "fetch_snapshot"]
 _RID = 1
 #: no frame for this long: the sender is taken for hung
 HANG_S = 10.0
-#: serving/peer/snapshots.py's frames: still exporting, the header, a part, the end
-_PREPARING, _HEADER, _PART, _END = 202, 200, 206, 204
 
 
 class CopyFailed(Exception):
@@ -65,22 +72,22 @@ class _Copy(asyncio.Protocol):
         del buf[:start]
 
     def _frame(self, status: int, body: memoryview) -> None:
-        if status == _PREPARING and self.head is None:
+        if status == PREPARING and self.head is None:
             pass  # the sender is exporting the partition: alive (data_received saw it)
-        elif status == _PART and self.head is not None:
+        elif status == PART and self.head is not None:
             self.into.write(body)
             self.got += len(body)
             self.transfer.got = self.got
             if self.got > int(self.head["size"]):
                 self._end(CopyFailed(f"more than the {self.head['size']} bytes announced"))
-        elif status == _HEADER and self.head is None:
+        elif status == HEADER and self.head is None:
             try:
                 head = orjson.loads(body)
                 self.transfer.size = int(head["size"])
                 self.head = head
             except (ValueError, KeyError, TypeError) as exc:
                 self._end(CopyFailed(f"a header that is not one: {exc!r}"[:200]))
-        elif status == _END and self.head is not None:
+        elif status == END and self.head is not None:
             self._end(None)
         else:
             self._end(from_problem(status, bytes(body)) if status >= 400 else

@@ -43,12 +43,15 @@ from typing import Any, NamedTuple
 
 import orjson
 
-__all__ = ["MAX_REQUEST", "PREFACE", "REPLY", "REQUEST", "PeerReply", "Request", "reply_frame",
-           "request_body", "request_frame"]
+__all__ = ["END", "HEADER", "MAX_REQUEST", "PART", "PREFACE", "PREPARING", "REPLY", "REQUEST",
+           "PeerReply", "Request", "reply_frame", "request_body", "request_frame"]
 
 PREFACE = b"STREAMIQ-PEER/2\n"
 REQUEST = struct.Struct("!III")  # body length, request id, budget ms
 REPLY = struct.Struct("!IIH")  # body length, request id, status
+#: the statuses of a snapshot stream's frames (``serving/peer/snapshots.py`` sends,
+#: ``serving/cluster/copy.py`` receives): still exporting, the header, a part, the end
+PREPARING, HEADER, PART, END = 202, 200, 206, 204
 MAX_REQUEST = 8 * 1024 * 1024  # a request body past this closes the connection
 MAX_BUDGET_MS = (1 << 32) - 1
 

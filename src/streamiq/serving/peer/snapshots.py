@@ -33,7 +33,7 @@ from typing import Any
 import orjson
 
 from streamiq.errors import BadRequest, NotActive
-from streamiq.serving.cluster.wire import reply_frame
+from streamiq.serving.cluster.wire import END, HEADER, PART, PREPARING, reply_frame
 from streamiq.serving.peer.failures import failure
 from streamiq.serving.query.run import Queries
 from streamiq.state import Snapshot
@@ -46,12 +46,10 @@ log = logging.getLogger("streamiq.routing")
 CHUNK = 1 << 20
 #: bytes waiting unsent past which the sender waits for the receiver
 HIGH_WATER = 4 * CHUNK
-#: the statuses of a snapshot stream's frames: its header, a part of the file, its end
-HEADER, PART, END = 200, 206, 204
-#: while the partition is being exported (seconds for millions of rows), a frame of this
-#: status with no body every ``PREPARING_S``: the receiver does not take the sender
+#: while the partition is being exported (seconds for millions of rows), a PREPARING
+#: frame with no body every this many seconds: the receiver does not take the sender
 #: for hung (its bound is ``copy.HANG_S``)
-PREPARING, PREPARING_S = 202, 1.0
+PREPARING_S = 1.0
 
 Write = Callable[[bytes], None]
 Waiting = Callable[[], int]

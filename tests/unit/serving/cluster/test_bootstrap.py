@@ -30,7 +30,8 @@ def _node(tmp_path: Path, replicas: list[str], offsets: dict[str, int] | None = 
                            membership=SimpleNamespace(live=lambda: reports),
                            partitions={"v": 4}, state_root=lambda: tmp_path,
                            settings=SimpleNamespace(member_timeout_ms=0),
-                           materializer=SimpleNamespace(stopped=False), transfers={})
+                           materializer=SimpleNamespace(stopped=False), transfers={},
+                           collectors=[])
 
 
 def _snapshot_of(tmp_path: Path) -> Snapshot:
