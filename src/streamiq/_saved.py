@@ -1,6 +1,6 @@
 """What ``streamiq up`` saves beside its state directory, and the token a client sends.
 
-``up`` keeps its demo token, JWT secret and ``up.json`` next to its state directory
+``up`` keeps its demo token, JWT and cluster secrets and ``up.json`` next to its state directory
 (``STREAMIQ_STATE_DIR``, default ``.streamiq/state``, so ``.streamiq/token``). The CLI
 and the Python client look for a token the same way, here, so that a person who ran
 ``streamiq up`` in this folder is let in by either without exporting anything, and an
@@ -17,7 +17,7 @@ __all__ = ["find_token", "saved_file"]
 
 def saved_file(name: str) -> Path:
     """A file ``streamiq up`` keeps beside its state directory (STREAMIQ_STATE_DIR,
-    default .streamiq/state): ``token``, ``jwt-secret``, ``up.json``."""
+    default .streamiq/state): ``token``, ``jwt-secret``, ``cluster-secret``, ``up.json``."""
     return Path(os.environ.get("STREAMIQ_STATE_DIR") or ".streamiq/state").parent / name
 
 

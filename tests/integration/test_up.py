@@ -37,7 +37,7 @@ from typing import Any
 import httpx
 import jwt
 import pytest
-from procs import HTTP, favoured
+from procs import HTTP, favoured, free_port
 from updemo import (
     CONVERGE_S,
     HEADERS,
@@ -236,6 +236,55 @@ def test_a_wiped_node_serves_again_from_a_peers_copy(up: Up) -> None:
         re.MULTILINE))
     assert balances < COPY_ACCOUNTS / 10, balances  # followed on from the copies
     assert stats["ok"] > 100 and stats["wrong"] == [] and stats["failed"] == [], stats
+
+
+def _sees(port: int, members: list[str]) -> bool | list[str]:
+    """The node on ``port`` lists exactly ``members`` (else those it lists)."""
+    meta = HTTP.get(f"http://127.0.0.1:{port}/v1/cluster", headers=HEADERS, timeout=10).json()
+    listed = sorted(n["endpoint"] for n in meta["nodes"])
+    return True if listed == members else listed
+
+
+def test_a_node_added_as_the_quick_start_says_joins_serves_and_leaves(up: Up) -> None:
+    """docs/quickstart.md, "More nodes": a node started by hand with the secrets up saved
+    (0600) joins up's cluster, answers every key (a write made after it joined, with
+    its position, too), and on SIGTERM leaves while the others answer on."""
+    expected = {f"hand-{i}": i + 1 for i in range(12)}
+    _write_and_see(up, expected)
+    secrets = {name: up.root / name for name in ("cluster-secret", "jwt-secret")}
+    for path in secrets.values():
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+    port = free_port()
+    env = {**up.environment(),
+           "STREAMIQ_CLUSTER_SECRET": secrets["cluster-secret"].read_text().strip(),
+           "STREAMIQ_JWT_SECRET": secrets["jwt-secret"].read_text().strip()}
+    argv = [sys.executable, "-m", "streamiq", "node", "--port", str(port), "--state-dir",
+            str(up.root / "state"), "--bootstrap-servers", f"127.0.0.1:{up.broker_port}"]
+    with open(up.root / f"node-{port}.log", "wb") as log:
+        node = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        until(lambda: HTTP.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code
+              == 200, START_S, "the added node ready")
+        everyone = sorted(f"127.0.0.1:{p}" for p in [*up.node_ports, port])
+        for p in [*up.node_ports, port]:
+            until(partial(_sees, p, everyone), 60, f"{p} sees four nodes")
+        assert exact(port, expected) is True
+        with httpx.Client(headers=HEADERS, timeout=30) as c:
+            w = post_json(c, f"http://127.0.0.1:{up.ingest_port}/account/hand-new",
+                          params={"amount": 7})
+            r = c.get(f"http://127.0.0.1:{port}/account/hand-new",
+                      params={"position": w["position"], "wait_ms": 30_000})
+        assert r.status_code == 200 and r.json()["value"]["balance"] == 7, r.text
+        node.send_signal(signal.SIGTERM)
+        assert node.wait(60) == 0
+        three = sorted(f"127.0.0.1:{p}" for p in up.node_ports)
+        for p in up.node_ports:
+            until(partial(_sees, p, three), 60, f"{p} sees three nodes again")
+            assert exact(p, {**expected, "hand-new": 7}) is True
+    finally:
+        if node.poll() is None:
+            node.kill()
+            node.wait(30)
 
 
 def test_sigstop_of_a_node_costs_the_others_no_more_than_a_moment(up: Up) -> None:

@@ -217,14 +217,20 @@ def _install(embedded: bool) -> None:
 def _share_secrets(s: Settings) -> DemoToken | None:
     """The nodes sign their heartbeats and hops with one cluster secret, and check client
     tokens with one JWT secret: the ones given, or new ones per run. Handed down in the
-    environment (never on a command line, where ps shows it). The JWT secret is saved
-    (0600) for ``streamiq token``, and a demo token issued (printed once all parts are
-    ready)."""
+    environment (never on a command line, where ps shows it). Both are saved (0600)
+    beside the state directory: the JWT secret for ``streamiq token``, the cluster
+    secret for a node added by hand (docs/quickstart.md); and a demo token issued
+    (printed once all parts are ready)."""
     def given_or_new(secret: SecretStr | None) -> str:
         return secret.get_secret_value() if secret is not None else secrets.token_urlsafe(32)
 
-    os.environ["STREAMIQ_CLUSTER_SECRET"] = given_or_new(s.cluster_secret)
+    cluster_secret = given_or_new(s.cluster_secret)
+    os.environ["STREAMIQ_CLUSTER_SECRET"] = cluster_secret
     os.environ["STREAMIQ_AUTH"] = "true" if s.auth else "false"
+    try:
+        write_private(token_file(s).with_name("cluster-secret"), cluster_secret + "\n")
+    except OSError as exc:
+        _fail(f"cannot save the cluster secret beside --state-dir: {exc}")
     if not s.auth:
         say("authentication is off (--no-auth): anyone who reaches a node reads every view")
         return None
