@@ -99,7 +99,8 @@ class Settings(BaseSettings):
         DEFAULT_MEMORY_MB, ge=16, le=1 << 20, description="Memory each view's RocksDB store "
         "may take on a node, in MiB: three quarters its block cache (data blocks, and the "
         "index and bloom filter blocks: 10M keys' filters take about 12 MB), a quarter its "
-        "two write buffers. A node's budget is this times its views.")
+        "write buffers; shared by the partitions it holds. A node's budget is this times "
+        "its views.")
     peer_copy: bool = Field(
         True, description="A partition a node must restore and never held (a new node, a "
         "wiped disk, a new standby) is first copied from a peer that holds it, when its "

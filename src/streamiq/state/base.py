@@ -38,7 +38,7 @@ class SnapshotError(Exception):
 class Snapshot:
     """One partition of a store in a file (``Store.export``)."""
 
-    #: the file's layout: a store takes in only its own (``rocksdb-sst-1``, ``memory-1``)
+    #: the file's layout: a store takes in only its own (``rocksdb-db-1``, ``memory-1``)
     format: str
     partition: int
     path: Path

@@ -1,64 +1,73 @@
-"""RocksDB store (``rocksdict``): one database per view per node.
+"""RocksDB store (``rocksdict``): one database per partition of a view on a node.
 
-Layout: ``b"d" + partition(2 bytes) + key`` for rows and ``b"m" + partition`` for the
-partition's checkpoint (JSON), so a partition is one contiguous range that can be
-scanned in key order or dropped with one range delete. An iterator reads RocksDB's
-implicit snapshot, taken when it is created: a scan sees no write made after it began.
+Layout: the view's folder holds a folder per partition, ``p<partition>-<id>``, each a
+RocksDB database of ``b"d" + key`` rows and one ``b"m"`` entry, the partition's
+checkpoint (JSON: next changelog offset, input position, the partition), written in the
+same batch as the rows. The databases of a view share one block cache and one write
+buffer manager, so ``--store-memory-mb`` bounds the view whatever the partitions held.
+An iterator reads RocksDB's implicit snapshot, taken when it is created: a scan sees no
+write made after it began.
 
-A partition's snapshot (``export``) is an SST file of exactly its range, rows then
-checkpoint, written by ``SstFileWriter`` in a child process (``rocksdb_export.py``) from a
-RocksDB checkpoint of the store (one moment); ``ingest`` checks it
-in a scratch database beside it (first and last keys inside the partition, its checkpoint
-the one announced), then drops the partition and ingests the file, which RocksDB links
-into its own files: no row is written one by one.
+A partition's database is what moves between nodes (issue 49): ``export`` makes a
+RocksDB checkpoint of it (hard links to its files as of one moment) and packs the
+folder into one tar file, with no row read or written one by one; ``ingest`` unpacks a
+file into a folder of its own, opens it and checks its checkpoint (this partition, the
+one announced), and only then puts it in place of the partition's database. So copying
+a partition costs what copying its files costs, at any number of keys.
+
+A dropped or replaced database is marked (a ``DROPPED`` file) and closed and deleted
+after ``RETIRE_S``: a read that found it just before goes on reading it. A start deletes
+the marked ones and any folder left half-received. A store of the layout before
+(one database for the view, rows prefixed by partition) is moved into this one when it
+is opened (``rocksdb_layout.py``).
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-import struct
-import subprocess
-import sys
+import tarfile
+import threading
+import time
+import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from rocksdict import (
+    AccessType,
     BlockBasedOptions,
     Cache,
-    IngestExternalFileOptions,
     Options,
     Rdict,
     WriteBatch,
+    WriteBufferManager,
 )
 from rocksdict import Checkpoint as DbCheckpoint
 
 from streamiq.state.base import DEFAULT_MEMORY_MB, Checkpoint, Store
 from streamiq.state.snapshots import Snapshot, SnapshotError, check_digest, file_digest
 
-__all__ = ["BLOOM_BITS", "RocksDBStore"]
+__all__ = ["BLOOM_BITS", "FORMAT", "RETIRE_S", "RocksDBStore"]
 
-_P = struct.Struct(">H")
-#: ``Snapshot.format`` of this store's snapshots
-FORMAT = "rocksdb-sst-1"
-#: ``rocksdb_export.py``'s exit status for a partition the store never held
-NEVER_HELD = 3
+#: ``Snapshot.format`` of this store's snapshots: a partition's database folder, tarred
+FORMAT = "rocksdb-db-1"
 #: bloom filter bits per key: about 1% of lookups of an absent key read a data block
 BLOOM_BITS = 10
-
-
-def _data(partition: int) -> bytes:
-    return b"d" + _P.pack(partition)
-
-
-def _meta(partition: int) -> bytes:
-    return b"m" + _P.pack(partition)
+#: how long a dropped or replaced database stays open for the reads that found it
+RETIRE_S = 30.0
+ROW, META = b"d", b"m"
+_DROPPED = "DROPPED"
+_INCOMING = "incoming-"
+#: files a snapshot's tar may hold (a partition's database: a few per level)
+_MAX_FILES = 100_000
+_COPY_BUF = 1 << 20
 
 
 def options(memory_mb: int) -> Options:
-    """A store's options within ``memory_mb``: three quarters a block cache that also
-    holds the index and bloom filter blocks (so they count, and 10M keys' filters take
-    about 12 MB of it), a quarter two write buffers. A lookup of a key reads one data
+    """Options within ``memory_mb`` for all the databases they open: three quarters a
+    block cache that also holds the index and bloom filter blocks (so they count, and
+    10M keys' filters take about 12 MB of it), a quarter the write buffers (a write
+    buffer manager over every partition's memtables). A lookup of a key reads one data
     block at most, none for most absent keys (the bloom filter)."""
     budget = memory_mb << 20
     table = BlockBasedOptions()
@@ -69,148 +78,220 @@ def options(memory_mb: int) -> Options:
     opts = Options(raw_mode=True)
     opts.create_if_missing(True)
     opts.set_block_based_table_factory(table)
+    opts.set_write_buffer_manager(WriteBufferManager(budget // 4, False))
     opts.set_write_buffer_size(budget // 8)
     opts.set_max_write_buffer_number(2)
     return opts
 
 
+def _meta(partition: int, checkpoint: Checkpoint) -> bytes:
+    return json.dumps({"offset": checkpoint.offset, "position": checkpoint.position,
+                       "partition": partition}).encode()
+
+
 class RocksDBStore(Store):
     def __init__(self, path: Path | str, memory_mb: int = DEFAULT_MEMORY_MB) -> None:
-        Path(path).mkdir(parents=True, exist_ok=True)
-        opts = options(memory_mb)
+        from streamiq.state.rocksdb_layout import clean, migrate
+
+        self.root = Path(path)
+        self.root.mkdir(parents=True, exist_ok=True)
         self.path = str(path)
-        self._opts = opts
-        self._db = Rdict(self.path, opts)
+        self._opts = options(memory_mb)
+        self._lock = threading.Lock()  # opening, dropping and replacing databases
+        self._dbs: dict[int, tuple[Rdict, Path]] = {}
+        self._retired: list[tuple[float, Rdict, Path]] = []
+        migrate(self.root, self._opts)
+        for p, folder in clean(self.root).items():
+            self._dbs[p] = (Rdict(str(folder), self._opts), folder)
+
+    def _db(self, partition: int) -> Rdict | None:
+        held = self._dbs.get(partition)
+        return None if held is None else held[0]
+
+    def _writable(self, partition: int) -> Rdict:
+        db = self._db(partition)
+        if db is not None:
+            return db
+        with self._lock:
+            if partition not in self._dbs:
+                folder = self.root / f"p{partition}-{uuid.uuid4().hex[:12]}"
+                self._dbs[partition] = (Rdict(str(folder), self._opts), folder)
+            return self._dbs[partition][0]
 
     def get(self, partition: int, key: bytes) -> bytes | None:
-        value: bytes | None = self._db.get(_data(partition) + key)
+        db = self._db(partition)
+        value: bytes | None = None if db is None else db.get(ROW + key)
         return value
 
     def multi_get(self, partition: int, keys: Sequence[bytes]) -> list[bytes | None]:
-        prefix = _data(partition)
-        values: list[bytes | None] = list(self._db.get([prefix + k for k in keys]) or [])
-        return values
+        db = self._db(partition)
+        if db is None:
+            return [None] * len(keys)
+        return list(db.get([ROW + k for k in keys]) or [])
 
     def apply(self, partition: int, puts: Sequence[tuple[bytes, bytes | None]],
               checkpoint: Checkpoint) -> None:
-        prefix = _data(partition)
+        db = self._writable(partition)
         wb = WriteBatch(raw_mode=True)
         for key, value in puts:
             if value is None:
-                wb.delete(prefix + key)
+                wb.delete(ROW + key)
             else:
-                wb.put(prefix + key, value)
-        wb.put(_meta(partition), json.dumps(
-            {"offset": checkpoint.offset, "position": checkpoint.position}).encode())
-        self._db.write(wb)
+                wb.put(ROW + key, value)
+        wb.put(META, _meta(partition, checkpoint))
+        db.write(wb)
+        if self._retired:
+            self._sweep()
 
     def checkpoint(self, partition: int) -> Checkpoint | None:
-        raw = self._db.get(_meta(partition))
+        db = self._db(partition)
+        raw = None if db is None else db.get(META)
         return None if raw is None else _checkpoint(raw)
 
+    def scan(self, partition: int, start: bytes | None = None, end: bytes | None = None
+             ) -> Iterator[tuple[bytes, bytes]]:
+        db = self._db(partition)
+        if db is None:
+            return
+        hi = ROW + end if end is not None else META
+        it = db.iter()
+        it.seek(ROW + (start or b""))
+        while it.valid():
+            k = it.key()
+            if k >= hi:
+                break
+            yield k[1:], it.value()
+            it.next()
+
+    def drop(self, partition: int) -> None:
+        with self._lock:
+            held = self._dbs.pop(partition, None)
+            if held is not None:
+                self._retire(*held)
+        self._sweep()
+
+    def _retire(self, db: Rdict, folder: Path) -> None:
+        """Marked now (a start deletes it), closed and deleted after RETIRE_S."""
+        (folder / _DROPPED).touch()
+        self._retired.append((time.monotonic(), db, folder))
+
+    def _sweep(self, everything: bool = False) -> None:
+        now = time.monotonic()
+        with self._lock:
+            due = [r for r in self._retired if everything or now - r[0] >= RETIRE_S]
+            self._retired = [r for r in self._retired if r not in due]
+        for _, db, folder in due:
+            db.close()
+            shutil.rmtree(folder, ignore_errors=True)
+
     def export(self, partition: int, into: Path) -> Snapshot | None:
-        """A RocksDB checkpoint of the whole store (hard links to its files: one
-        moment, made in milliseconds) from which a child process writes the partition's
-        file (``rocksdb_export.py``), so the export holds none of this process's
-        interpreter; the checkpoint is removed after."""
-        if self._db.get(_meta(partition)) is None:
+        """A RocksDB checkpoint of the partition's database (hard links: one moment,
+        made in milliseconds), packed into the tar file ``into``; the checkpoint's
+        folder is removed after. The rows counted are RocksDB's estimate."""
+        db = self._db(partition)
+        if db is None or db.get(META) is None:
             return None  # never held
         at = into.with_name(into.name + ".at")
         shutil.rmtree(at, ignore_errors=True)
         try:
-            DbCheckpoint(self._db).create_checkpoint(str(at))
-            done = subprocess.run(
-                [sys.executable, "-m", "streamiq.state.rocksdb_export", str(at),
-                 str(partition), str(into)], capture_output=True, text=True, check=False)
+            DbCheckpoint(db).create_checkpoint(str(at))
+            copy = Rdict(str(at), self._opts, access_type=AccessType.read_only())
+            try:
+                raw, rows = copy.get(META), copy.property_int_value("rocksdb.estimate-num-keys")
+            finally:
+                copy.close()
+            with tarfile.TarFile(into, "w", copybufsize=_COPY_BUF) as tar:
+                for f in sorted(at.iterdir()):
+                    tar.add(f, arcname=f.name, recursive=False)
         finally:
             shutil.rmtree(at, ignore_errors=True)
-        if done.returncode == NEVER_HELD:
-            return None
-        if done.returncode != 0:
-            into.unlink(missing_ok=True)
-            raise SnapshotError(f"the export of partition {partition} failed (exit "
-                                f"{done.returncode}): {done.stderr.strip()[-500:]}")
-        out = json.loads(done.stdout)
-        return Snapshot(FORMAT, partition, into, _checkpoint(out["checkpoint"].encode()),
-                        int(out["rows"]), into.stat().st_size, file_digest(into))
+        assert isinstance(raw, bytes)  # written with every batch
+        return Snapshot(FORMAT, partition, into, _checkpoint(raw), max(int(rows or 0) - 1, 0),
+                        into.stat().st_size, file_digest(into))
 
     def ingest(self, snapshot: Snapshot) -> Checkpoint:
         check_digest(snapshot, FORMAT)
         p = snapshot.partition
-        checkpoint = self._verify(snapshot)
-        self._db.delete_range(_data(p), _data(p + 1))
-        self._db.delete(_meta(p))
-        opts = IngestExternalFileOptions()
-        opts.set_move_files(True)  # linked into the database, not copied
-        self._db.ingest_external_file([str(snapshot.path)], opts)
+        incoming = self.root / f"{_INCOMING}{uuid.uuid4().hex[:12]}"
+        try:
+            checkpoint = self._unpack(snapshot, incoming)
+            folder = self.root / f"p{p}-{incoming.name[len(_INCOMING):]}"
+            incoming.rename(folder)
+        finally:
+            shutil.rmtree(incoming, ignore_errors=True)
+            snapshot.path.unlink(missing_ok=True)
+        db = Rdict(str(folder), self._opts)
+        with self._lock:
+            old = self._dbs.get(p)
+            self._dbs[p] = (db, folder)
+            if old is not None:
+                self._retire(*old)
         return checkpoint
 
-    def _verify(self, snapshot: Snapshot) -> Checkpoint:
-        """The snapshot's checkpoint, once a scratch database holding the file shows
-        every key inside its partition; ``SnapshotError`` otherwise."""
-        p = snapshot.partition
-        scratch = snapshot.path.with_name(snapshot.path.name + ".check")
-        shutil.rmtree(scratch, ignore_errors=True)
-        db = Rdict(str(scratch), self._opts)
+    def _unpack(self, snapshot: Snapshot, into: Path) -> Checkpoint:
+        """The snapshot's files in ``into`` (flat regular files only), opened as a
+        database whose checkpoint is the one announced, of its partition; else
+        ``SnapshotError``."""
         try:
-            try:
-                db.ingest_external_file([str(snapshot.path)], IngestExternalFileOptions())
-            except Exception as exc:  # RocksDB's own word: not an SST, a bad block
-                raise SnapshotError(f"not a readable SST file: {exc}") from None
+            with tarfile.open(snapshot.path, "r:") as tar:
+                members = tar.getmembers()
+                if len(members) > _MAX_FILES or any(
+                        not m.isfile() or "/" in m.name or m.name in ("", ".", "..")
+                        for m in members):
+                    raise SnapshotError("not a database folder: files other than flat "
+                                        "regular files")
+                tar.extractall(into, filter="data")
+        except (tarfile.TarError, OSError) as exc:
+            raise SnapshotError(f"not a readable snapshot: {exc}") from None
+        try:
+            db = Rdict(str(into), self._opts, access_type=AccessType.read_only())
+        except Exception as exc:  # RocksDB's own word: no database, a corrupt manifest
+            raise SnapshotError(f"not a readable database: {str(exc)[:200]}") from None
+        try:
+            raw = db.get(META)
             first = next(iter(db.keys()), None)
             last = next(iter(db.keys(backwards=True)), None)
-            if not isinstance(first, bytes) or first < _data(p) or last != _meta(p):
-                raise SnapshotError(f"keys outside partition {p}: {first!r} .. {last!r}")
-            after = next(iter(db.keys(from_key=_data(p + 1))), None)
-            if after != _meta(p):
-                raise SnapshotError(f"keys outside partition {p}: {after!r}")
-            raw = db.get(_meta(p))
-            if not isinstance(raw, bytes):
-                raise SnapshotError(f"no checkpoint of partition {p} in the file")
-            checkpoint = _checkpoint(raw)
         finally:
             db.close()
-            Rdict.destroy(str(scratch))
-            shutil.rmtree(scratch, ignore_errors=True)
+        if not isinstance(raw, bytes):
+            raise SnapshotError("no checkpoint in the snapshot")
+        if last != META or not isinstance(first, bytes) or not first.startswith((ROW, META)):
+            raise SnapshotError(f"keys that are not rows: {first!r} .. {last!r}")
+        held = json.loads(raw).get("partition")
+        if held != snapshot.partition:
+            raise SnapshotError(f"a snapshot of partition {held}, announced as partition "
+                                f"{snapshot.partition}")
+        checkpoint = _checkpoint(raw)
         if checkpoint != snapshot.checkpoint:
             raise SnapshotError(f"the file's checkpoint {checkpoint} is not the one "
                                 f"announced, {snapshot.checkpoint}")
         return checkpoint
 
-    def scan(self, partition: int, start: bytes | None = None, end: bytes | None = None
-             ) -> Iterator[tuple[bytes, bytes]]:
-        prefix = _data(partition)
-        lo = prefix + (start or b"")
-        hi = prefix + end if end is not None else _data(partition + 1)
-        it = self._db.iter()
-        it.seek(lo)
-        n = len(prefix)
-        while it.valid():
-            k = it.key()
-            if k >= hi:
-                break
-            yield k[n:], it.value()
-            it.next()
-
-    def drop(self, partition: int) -> None:
-        self._db.delete_range(_data(partition), _data(partition + 1))
-        self._db.delete(_meta(partition))
-
     def stats(self) -> dict[str, int]:
-        """RocksDB's own estimates: keys (checkpoint entries included, one per
-        partition), bytes in SST files plus memtables, and memory (the block cache's
-        use, memtables, and the table readers' index and filter blocks outside it)."""
-        prop = self._db.property_int_value
-
-        def n(name: str) -> int:
-            return int(prop(f"rocksdb.{name}") or 0)
-
-        tables = n("cur-size-all-mem-tables")
-        return {"rows": n("estimate-num-keys"), "bytes": n("total-sst-files-size") + tables,
-                "memory": n("block-cache-usage") + tables + n("estimate-table-readers-mem")}
+        """RocksDB's own estimates over the partitions' databases: keys (rows), bytes in
+        SST files plus memtables, and memory (the shared block cache's use, memtables,
+        and the table readers' index and filter blocks outside it)."""
+        dbs = [db for db, _ in list(self._dbs.values())]
+        rows = size = memory = 0
+        for db in dbs:
+            tables = _prop(db, "cur-size-all-mem-tables")
+            rows += max(_prop(db, "estimate-num-keys") - 1, 0)  # its checkpoint entry
+            size += _prop(db, "total-sst-files-size") + tables
+            memory += tables + _prop(db, "estimate-table-readers-mem")
+        if dbs:  # one cache, shared
+            memory += _prop(dbs[0], "block-cache-usage")
+        return {"rows": rows, "bytes": size, "memory": memory}
 
     def close(self) -> None:
-        self._db.close()
+        self._sweep(everything=True)
+        with self._lock:
+            held, self._dbs = list(self._dbs.values()), {}
+        for db, _ in held:
+            db.close()
+
+
+def _prop(db: Rdict, name: str) -> int:
+    return int(db.property_int_value(f"rocksdb.{name}") or 0)
 
 
 def _checkpoint(raw: bytes) -> Checkpoint:

@@ -124,6 +124,6 @@ def test_another_kinds_snapshot_is_refused(tmp_path: Path) -> None:
     from_rocks = rocks.export(1, tmp_path / "r.snap")
     from_memory = memory.export(1, tmp_path / "m.snap")
     assert from_rocks is not None and from_memory is not None
-    _refused(memory, from_rocks, "rocksdb-sst-1")
+    _refused(memory, from_rocks, "rocksdb-db-1")
     _refused(rocks, from_memory, "memory-1")
     rocks.close()
