@@ -121,7 +121,9 @@ async def test_a_sender_exporting_longer_than_the_hang_bound_is_waited_for(
     partition then replayed from the changelog)."""
 
     async def slow(w: asyncio.StreamWriter) -> None:
-        for _ in range(10):  # 1 s of exporting, the bound 0.3 s
+        # 3 s of exporting, the bound 2 s: a frame every 0.1 s leaves the bound 20 times
+        # the gap (with 0.3 s, a CI run's loaded loop once let 0.3 s pass between two)
+        for _ in range(30):
             w.write(_frames((202, b"")))
             await w.drain()
             await asyncio.sleep(0.1)
@@ -130,7 +132,7 @@ async def test_a_sender_exporting_longer_than_the_hang_bound_is_waited_for(
         w.close()
 
     into = tmp_path / "p3"
-    snap = await _copy(slow, into, hang_s=0.3)
+    snap = await _copy(slow, into, hang_s=2.0)
     assert into.read_bytes() == DATA and snap.size == len(DATA)
 
 
