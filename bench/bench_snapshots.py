@@ -2,8 +2,8 @@
 
 For each size, a RocksDB store holds that many ``balances`` rows (about 100 bytes of JSON
 each) in partition 1 of 3. Printed side by side: ``Store.export`` of the partition to a
-file (keys/s, MB), ``Store.ingest`` of it into another store (keys/s: the checks and
-RocksDB's ingest, no row written one by one), export and ingest together, and a restore
+file (keys/s, MB: its database's files, tarred), ``Store.ingest`` of it into another
+store (keys/s: the checks, unpacking and opening it; every row counted after, untimed), export and ingest together, and a restore
 of the same rows through ``Materializer.apply`` as a node replays its changelog (keys/s,
 the changelog's fetch not in it; ``bench_restore_rows.py``), and the ratio. Issue 49's
 target for a bootstrap from a peer: at least 1M keys/s, 10M keys in 10 s; the copy
@@ -59,12 +59,13 @@ def main() -> None:
             fill(root / "a", n)
             a, b = open_store("rocksdb", root / "a"), open_store("rocksdb", root / "b")
             t0 = time.perf_counter()
-            snap = a.export(1, root / "p1.sst")
+            snap = a.export(1, root / "p1.snap")
             t1 = time.perf_counter()
-            assert snap is not None and snap.rows == n
+            assert snap is not None  # its rows: RocksDB's estimate
             b.ingest(snap)
             t2 = time.perf_counter()
-            assert b.get(1, b"100001") is not None and b.checkpoint(1) == a.checkpoint(1)
+            assert b.checkpoint(1) == a.checkpoint(1)
+            assert sum(1 for _ in b.scan(1)) == n, "rows lost in the copy"  # not timed
             a.close()
             b.close()
         replay = apply_rate(rows(min(n, args.restore_max)))

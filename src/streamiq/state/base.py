@@ -43,6 +43,7 @@ class Snapshot:
     partition: int
     path: Path
     checkpoint: Checkpoint
+    #: rows held (RocksDB's estimate for a RocksDB store: counting them would read each)
     rows: int
     size: int
     sha256: str
