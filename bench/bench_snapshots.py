@@ -3,11 +3,12 @@
 For each size, a RocksDB store holds that many ``balances`` rows (about 100 bytes of JSON
 each) in partition 1 of 3. Printed side by side: ``Store.export`` of the partition to a
 file (keys/s, MB: its database's files, tarred), ``Store.ingest`` of it into another
-store (keys/s: the checks, unpacking and opening it; every row counted after, untimed), export and ingest together, and a restore
-of the same rows through ``Materializer.apply`` as a node replays its changelog (keys/s,
-the changelog's fetch not in it; ``bench_restore_rows.py``), and the ratio. Issue 49's
-target for a bootstrap from a peer: at least 1M keys/s, 10M keys in 10 s; the copy
-between nodes over the peer protocol is not in this benchmark yet.
+store (keys/s: the checks, unpacking and opening it; every row counted after, untimed),
+export and ingest together, and a restore of the same rows through
+``Materializer.apply`` as a node replays its changelog (keys/s, the changelog's fetch
+not in it; ``bench_restore_rows.py``), and the ratio. Issue 49's target for a bootstrap
+from a peer: at least 1M keys/s, 10M keys in 10 s; the copy between nodes over the peer
+protocol is ``bench_scale.py``'s.
 
 Usage: .venv/bin/python bench/bench_snapshots.py [--sizes 1000000,3000000] [--restore-max N]
 """

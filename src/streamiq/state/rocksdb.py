@@ -35,6 +35,7 @@ from pathlib import Path
 
 from rocksdict import (
     AccessType,
+    BlockBasedIndexType,
     BlockBasedOptions,
     Cache,
     Options,
@@ -65,16 +66,23 @@ _COPY_BUF = 1 << 20
 
 def options(memory_mb: int) -> Options:
     """Options within ``memory_mb`` for all the databases they open: three quarters a
-    block cache that also holds the index and bloom filter blocks (so they count, and
-    10M keys' filters take about 12 MB of it), a quarter the write buffers (a write
+    block cache that also holds the index and bloom filter partitions (so they count,
+    and 10M keys' filters take about 12 MB of it), a quarter the write buffers (a write
     buffer manager over every partition's memtables). A lookup of a key reads one data
     block at most, none for most absent keys (the bloom filter)."""
     budget = memory_mb << 20
     table = BlockBasedOptions()
     table.set_block_cache(Cache(budget * 3 // 4))
-    table.set_bloom_filter(BLOOM_BITS, False)  # a full filter per SST file
+    table.set_bloom_filter(BLOOM_BITS, False)
     table.set_cache_index_and_filter_blocks(True)
     table.set_pin_l0_filter_and_index_blocks_in_cache(True)
+    # index and filter in 4 KB partitions, cached like data blocks, their top levels
+    # pinned: whole blocks per file (a 60 MB file's filter is 2 MB) were evicted by the
+    # data blocks and read again, 390 us of CPU a lookup at 10M keys against 11 us
+    table.set_index_type(BlockBasedIndexType.two_level_index_search())
+    table.set_partition_filters(True)
+    table.set_pin_top_level_index_and_filter(True)
+    table.set_metadata_block_size(4096)
     opts = Options(raw_mode=True)
     opts.create_if_missing(True)
     opts.set_block_based_table_factory(table)

@@ -53,7 +53,9 @@ def test_memory_is_bounded_and_lookups_use_a_bloom_filter(tmp_path: Path) -> Non
     options = {line.strip() for line in written.read_text().splitlines()}
     assert {"filter_policy=bloomfilter", "cache_index_and_filter_blocks=true",
             "pin_l0_filter_and_index_blocks_in_cache=true", "write_buffer_size=8388608",
-            "max_write_buffer_number=2"} <= options
+            "max_write_buffer_number=2", "partition_filters=true",
+            "index_type=kTwoLevelIndexSearch", "pin_top_level_index_and_filter=true",
+            "metadata_block_size=4096"} <= options
 
 
 def test_a_dropped_partition_stays_readable_to_a_read_that_found_it(tmp_path: Path) -> None:
