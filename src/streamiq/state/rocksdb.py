@@ -46,6 +46,7 @@ from rocksdict import (
 from rocksdict import Checkpoint as DbCheckpoint
 
 from streamiq.state.base import DEFAULT_MEMORY_MB, Checkpoint, Store
+from streamiq.state.rocksdb_layout import DROPPED, INCOMING, META, ROW, clean, folder, migrate
 from streamiq.state.snapshots import Snapshot, SnapshotError, check_digest, file_digest
 
 __all__ = ["BLOOM_BITS", "FORMAT", "RETIRE_S", "RocksDBStore"]
@@ -56,9 +57,6 @@ FORMAT = "rocksdb-db-1"
 BLOOM_BITS = 10
 #: how long a dropped or replaced database stays open for the reads that found it
 RETIRE_S = 30.0
-ROW, META = b"d", b"m"
-_DROPPED = "DROPPED"
-_INCOMING = "incoming-"
 #: files a snapshot's tar may hold (a partition's database: a few per level)
 _MAX_FILES = 100_000
 _COPY_BUF = 1 << 20
@@ -99,8 +97,6 @@ def _meta(partition: int, checkpoint: Checkpoint) -> bytes:
 
 class RocksDBStore(Store):
     def __init__(self, path: Path | str, memory_mb: int = DEFAULT_MEMORY_MB) -> None:
-        from streamiq.state.rocksdb_layout import clean, migrate
-
         self.root = Path(path)
         self.root.mkdir(parents=True, exist_ok=True)
         self.path = str(path)
@@ -109,8 +105,8 @@ class RocksDBStore(Store):
         self._dbs: dict[int, tuple[Rdict, Path]] = {}
         self._retired: list[tuple[float, Rdict, Path]] = []
         migrate(self.root, self._opts)
-        for p, folder in clean(self.root).items():
-            self._dbs[p] = (Rdict(str(folder), self._opts), folder)
+        for p, found in clean(self.root).items():
+            self._dbs[p] = (Rdict(str(found), self._opts), found)
 
     def _db(self, partition: int) -> Rdict | None:
         held = self._dbs.get(partition)
@@ -122,8 +118,8 @@ class RocksDBStore(Store):
             return db
         with self._lock:
             if partition not in self._dbs:
-                folder = self.root / f"p{partition}-{uuid.uuid4().hex[:12]}"
-                self._dbs[partition] = (Rdict(str(folder), self._opts), folder)
+                new = folder(self.root, partition)
+                self._dbs[partition] = (Rdict(str(new), self._opts), new)
             return self._dbs[partition][0]
 
     def get(self, partition: int, key: bytes) -> bytes | None:
@@ -178,19 +174,19 @@ class RocksDBStore(Store):
                 self._retire(*held)
         self._sweep()
 
-    def _retire(self, db: Rdict, folder: Path) -> None:
+    def _retire(self, db: Rdict, path: Path) -> None:
         """Marked now (a start deletes it), closed and deleted after RETIRE_S."""
-        (folder / _DROPPED).touch()
-        self._retired.append((time.monotonic(), db, folder))
+        (path / DROPPED).touch()
+        self._retired.append((time.monotonic(), db, path))
 
     def _sweep(self, everything: bool = False) -> None:
         now = time.monotonic()
         with self._lock:
             due = [r for r in self._retired if everything or now - r[0] >= RETIRE_S]
             self._retired = [r for r in self._retired if r not in due]
-        for _, db, folder in due:
+        for _, db, path in due:
             db.close()
-            shutil.rmtree(folder, ignore_errors=True)
+            shutil.rmtree(path, ignore_errors=True)
 
     def export(self, partition: int, into: Path) -> Snapshot | None:
         """A RocksDB checkpoint of the partition's database (hard links: one moment,
@@ -220,18 +216,19 @@ class RocksDBStore(Store):
     def ingest(self, snapshot: Snapshot) -> Checkpoint:
         check_digest(snapshot, FORMAT)
         p = snapshot.partition
-        incoming = self.root / f"{_INCOMING}{uuid.uuid4().hex[:12]}"
+        name = uuid.uuid4().hex[:12]
+        incoming = self.root / f"{INCOMING}{name}"
         try:
             checkpoint = self._unpack(snapshot, incoming)
-            folder = self.root / f"p{p}-{incoming.name[len(_INCOMING):]}"
-            incoming.rename(folder)
+            placed = folder(self.root, p, name)
+            incoming.rename(placed)
         finally:
             shutil.rmtree(incoming, ignore_errors=True)
             snapshot.path.unlink(missing_ok=True)
-        db = Rdict(str(folder), self._opts)
+        db = Rdict(str(placed), self._opts)
         with self._lock:
             old = self._dbs.get(p)
-            self._dbs[p] = (db, folder)
+            self._dbs[p] = (db, placed)
             if old is not None:
                 self._retire(*old)
         return checkpoint
