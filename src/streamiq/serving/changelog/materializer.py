@@ -273,8 +273,9 @@ class Materializer:
             out.add((v, p))
         return out
 
-    def _end(self, consumer: Any, view: str, p: int) -> int:
-        """The changelog partition's end offset (0 when the broker does not say)."""
+    def _end(self, consumer: Any, view: str, p: int, unknown: int = 0) -> int:
+        """The changelog partition's end offset, asked of the broker (``unknown`` when
+        it does not say)."""
         from confluent_kafka import TopicPartition
 
         try:
@@ -282,8 +283,8 @@ class Materializer:
                                                      timeout=5)
         except Exception as exc:
             log.warning("%s partition %d: changelog end unknown (%r)", view, p, exc)
-            return 0
-        return int(high or 0)
+            return unknown
+        return unknown if high is None or high < 0 else int(high)
 
     def apply(self, msgs: list[Any]) -> None:
         """Apply fetched changelog records to the stores of the partitions held (the
@@ -473,7 +474,9 @@ class Materializer:
                 continue
             if high is None or high < 0:
                 continue
-            if high < st.offset:  # the log is now shorter than our checkpoint
+            if high < st.offset and (high := self._end(consumer, v, p, st.offset)) < st.offset:
+                # the log is now shorter than our checkpoint (the cached end can lag the
+                # records just handed over by one fetch: the broker is asked to be sure)
                 self._rebuild(v, p, st, high)
                 try:
                     consumer.seek(TopicPartition(self.topics[v], p, OFFSET_BEGINNING))
