@@ -8,8 +8,8 @@ scope's rows (RocksDB iterators see the store as of their start). ``events`` the
 * without a position: the current rows (no ``id``), then ``ready`` with the position
   they reflect;
 * with a position: the rows from there to the store's offsets, read again from Kafka
-  (``replay.py``), or past ``--changes-replay-max`` records a ``reset`` and the current
-  rows, each ``coalesced``;
+  (``replay.py``: sent as read, a ``keepalive`` while reading), or past
+  ``--changes-replay-max`` records a ``reset`` and the current rows, each ``coalesced``;
 * then each change as the feed hands it over, ``id`` the position after it; changes
   below the position already delivered are dropped (no duplicate); keys the inbox
   coalesced are read back under the lock and sent ``coalesced``;
@@ -30,7 +30,7 @@ from streamiq.errors import NotActive
 from streamiq.kafka.clientlog import logged
 from streamiq.serving.changelog.feed import Change, Inbox, Taken, view_key
 from streamiq.serving.changes.position import render
-from streamiq.serving.changes.replay import replay
+from streamiq.serving.changes.replay import Replay
 from streamiq.serving.node import Node
 from streamiq.views.base import View
 
@@ -246,12 +246,22 @@ class Subscription:
             return
         name = self.scope.view.name
         missed = await asyncio.to_thread(
-            replay, logged(self.node.settings.kafka()), self.node.topics[name],
+            Replay, logged(self.node.settings.kafka()), self.node.topics[name],
             self.scope.view, self.node.partitions[name], spans, self.wanted)
-        for c in missed:
-            if c.offset >= self.cursor[c.partition]:
-                self.cursor[c.partition] = c.offset + 1
-                yield self._change(c, render(self.cursor))
+        try:
+            clock = asyncio.get_running_loop().time
+            sent = clock()
+            while (chunk := await asyncio.to_thread(missed.next)) is not None:
+                if not chunk and clock() - sent >= 1.0:
+                    sent = clock()  # still reading: alive (a peer's hang bound is 3 s)
+                    yield Event(kind="keepalive")
+                for c in chunk:
+                    if c.offset >= self.cursor[c.partition]:
+                        self.cursor[c.partition] = c.offset + 1
+                        sent = clock()
+                        yield self._change(c, render(self.cursor))
+        finally:
+            missed.close()
         for p, (_, end) in spans.items():  # markers and other keys' rows up to there
             self.cursor[p] = max(self.cursor[p], end)
         yield Event(kind="ready", data=orjson.dumps({"position": render(self.cursor)}),

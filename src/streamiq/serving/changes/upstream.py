@@ -12,7 +12,6 @@ every second) raises ``PeerError``: the merge resumes the partitions elsewhere.
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections import deque
 from collections.abc import AsyncIterator
 from ssl import SSLContext
@@ -21,7 +20,7 @@ from typing import Any, cast
 import orjson
 
 from streamiq.errors import PeerTimeout, PeerUnreachable, from_problem
-from streamiq.serving.changes.sockets import cap
+from streamiq.serving.changes.sockets import connect
 from streamiq.serving.changes.stream import Event
 from streamiq.serving.cluster.wire import PREFACE, REPLY, request_body, request_frame
 
@@ -85,12 +84,12 @@ async def upstream(address: str, mark: str, ssl: SSLContext | None, query: dict[
     name, _, port = address.rpartition(":")
     loop = asyncio.get_running_loop()
     try:
-        async with asyncio.timeout(HANG_S):
+        async with asyncio.timeout(HANG_S):  # little held in the kernel (sockets.py)
             transport, proto = await loop.create_connection(
-                _Stream, name, int(port), ssl=ssl, server_hostname=name if ssl else None)
+                _Stream, sock=await connect(name, int(port)), ssl=ssl,
+                server_hostname=name if ssl else None)
     except (OSError, TimeoutError) as exc:
         raise PeerUnreachable(address, exc) from exc
-    cap(transport, socket.SO_RCVBUF)  # a stream: little held in the kernel (sockets.py)
     try:
         body = request_body("changes", query, partitions, count, token)
         transport.write(PREFACE + mark.encode() + b"\n" + request_frame(_RID, 0, body))
