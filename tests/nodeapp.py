@@ -12,7 +12,7 @@ from typing import Any
 from streamiq.config import Settings
 from streamiq.routing.memory import StaticMembership
 from streamiq.routing.router import Endpoint
-from streamiq.serving.http.app import create_asgi
+from streamiq.serving.main import assemble
 from streamiq.state import Checkpoint, StoreKind, open_store
 from streamiq.views.bank import BALANCES
 from streamiq.views.orders import ORDER_COUNTS, ORDER_COUNTS_1M
@@ -67,7 +67,7 @@ def make_app(root: Path, settings: Settings | None = None, store: StoreKind = "m
         router=FakeRouter(),
         endpoint=ME, membership=StaticMembership(ME), holds=lambda v, q: v != "order_counts",
         lag=lambda v, q: 0, freshness=lambda: {}, tick_topics={"balances": {"bank-transactions"}})
-    return create_asgi(settings, node=node)  # type: ignore[arg-type]
+    return assemble(settings, node=node)  # type: ignore[arg-type]
 
 
 async def call(app: Any, path: str, query: bytes = b"", auth: str | None = None,

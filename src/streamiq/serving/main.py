@@ -1,9 +1,13 @@
 """The composition root of a serving node: builds its parts and runs the process.
 
-``run_node`` wires the node's state (``serving/node.py``), its HTTP app
-(``serving/http/app.py``) and the HTTP server that speaks HTTP, the lean path and the
-peer protocol on one port (``serving/http/server.py``), then serves until SIGINT/SIGTERM
-or a fatal failure. Nothing imports this module but the command line.
+``run_node`` opens the node's state (``serving/node.py``); ``assemble`` builds its one
+query layer (``serving/query/``: ``Queries`` over the node and its ``Coordinator``) and
+the front ends over it: the HTTP app (``serving/http/app.py``, answering through
+``Answers``), the lean path, the peer server and (``--sql-port``) the SQL server, each
+given the query layer rather than building one. The HTTP server speaks HTTP, the lean
+path and the peer protocol on one port (``serving/http/server.py``) until SIGINT/SIGTERM
+or a fatal failure. Nothing imports this module but the command line and the tests'
+node apps (``assemble``).
 """
 
 from __future__ import annotations
@@ -21,24 +25,50 @@ from typing import TYPE_CHECKING
 from streamiq import tls
 from streamiq.config import Settings
 from streamiq.logs import configure_logging
+from streamiq.metrics import Latency
 from streamiq.serving.cluster.bootstrap import Bootstrap
+from streamiq.serving.cluster.coordinator import Coordinator
 from streamiq.serving.cluster.gate import Gate
-from streamiq.serving.http.app import create_asgi
+from streamiq.serving.http.answers import Answers
+from streamiq.serving.http.app import create_app
+from streamiq.serving.http.fastpath import LeanLookups
 from streamiq.serving.http.http_limits import HttpEdge
+from streamiq.serving.http.metrics import LABELS, Timed
 from streamiq.serving.http.server import HttpServer, run
 from streamiq.serving.node import Node
+from streamiq.serving.peer.server import PeerServer
+from streamiq.serving.query.run import Queries
 
 if TYPE_CHECKING:  # the SQL engines load only with --sql-port (_start_sql)
-    from streamiq.serving.query.run import Queries
     from streamiq.serving.sql.server import PgServer
 
-__all__ = ["FATAL_EXIT_GRACE_S", "run_node"]
+__all__ = ["FATAL_EXIT_GRACE_S", "assemble", "run_node"]
 
 log = logging.getLogger("streamiq.node")
 
 
 #: After a fatal failure, the clean shutdown gets this long before the process is ended.
 FATAL_EXIT_GRACE_S = 20.0
+
+
+def assemble(settings: Settings, node: Node) -> LeanLookups:
+    """A node's one query layer and the front ends over it: the FastAPI app behind the
+    lean key-lookup path, which carries the peer server (``asgi.deps.queries``: the
+    query layer, for the SQL server).
+
+    The lean path sits outside FastAPI's own middleware stack (error, telemetry and
+    body-limit wrappers) so that the hottest query pays for none of it; everything it
+    does not answer goes through the full app unchanged.
+    """
+    coordinator = Coordinator(node)
+    if settings.metrics:  # recorded per query (serving/http/metrics.py)
+        coordinator.traffic.latency = Latency(LABELS)
+    queries = Queries(node, coordinator)
+    deps = Answers(queries)
+    app = create_app(settings, deps)
+    latency = coordinator.traffic.latency
+    return LeanLookups(app if latency is None else Timed(app, latency), deps,
+                       PeerServer(queries, coordinator.gate))
 
 
 def _force_exit() -> None:
@@ -147,7 +177,7 @@ async def _serve_on(settings: Settings, sock: socket.socket) -> int:
     if node is None:
         return 0
     try:
-        asgi = create_asgi(settings, node)
+        asgi = assemble(settings, node)
         server = HttpServer(asgi, edge=HttpEdge(settings.request_read_timeout_s), lean=asgi,
                             ssl_context=tls.server_context(settings), signals=True)
 
@@ -159,7 +189,7 @@ async def _serve_on(settings: Settings, sock: socket.socket) -> int:
 
         node.on_fatal = fatal
         try:
-            sql = await _start_sql(settings, asgi.deps)  # on this loop, before HTTP serves
+            sql = await _start_sql(settings, asgi.deps.queries)  # this loop, before HTTP serves
         except OSError as e:
             _cannot_listen(settings.host, settings.sql_port, "--sql-port", e)
             return 3

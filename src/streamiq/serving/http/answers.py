@@ -1,12 +1,13 @@
 """How a node answers over HTTP: a request parsed into a typed query, the query layer's
 answer rendered as JSON.
 
-``Answers`` is the query layer (``serving/query/``: ``Queries``) plus what only HTTP
-needs: the caller of a request (its Authorization and budget), and the responses of a
-one-partition answer (here, a replica's reply relayed, a 307, a refusal) and of a
-scatter-gather. The HTTP routes (``serving/http/app.py``, ``serving/http/queries.py``)
-and the lean path (``serving/http/fastpath.py``) answer through it. Every HTTP request
-is a client's: peers ask over the peer protocol (``serving/peer/server.py``).
+``Answers`` holds the query layer (``serving/query/``: ``Queries``, built in the
+composition root, ``serving/main.py``) and adds what only HTTP needs: the caller of a
+request (its Authorization and budget), and the responses of a one-partition answer
+(here, a replica's reply relayed, a 307, a refusal) and of a scatter-gather. The HTTP
+routes (``serving/http/app.py``, ``serving/http/queries.py``) and the lean path
+(``serving/http/fastpath.py``) answer through it. Every HTTP request is a client's:
+peers ask over the peer protocol (``serving/peer/server.py``).
 """
 
 from __future__ import annotations
@@ -56,8 +57,13 @@ def raw_path(request: Request) -> str:
     return raw.decode("latin-1") if raw else quote(request.url.path)
 
 
-class Answers(Queries):
-    """The query layer, answering HTTP requests."""
+class Answers:
+    """The query layer's answers rendered for HTTP requests."""
+
+    def __init__(self, queries: Queries) -> None:
+        self.queries = queries
+        self.node = queries.node
+        self.coordinator = queries.coordinator
 
     def who(self, request: Request) -> Principal:
         """The caller (its token was checked before the route ran; cached)."""
@@ -86,7 +92,7 @@ class Answers(Queries):
                             media_type="application/json" if read.status == 200
                             else PROBLEM_JSON)
 
-        return self.one(request, await self.lookup(q, caller), here)
+        return self.one(request, await self.queries.lookup(q, caller), here)
 
     def one(self, request: Request, answer: T | One,
             here: Callable[[T], Response]) -> Response:

@@ -23,27 +23,24 @@ from fastapi.responses import JSONResponse
 from streamiq._http import install_error_handlers
 from streamiq.config import Settings
 from streamiq.kafka.clientlog import logged
-from streamiq.metrics import CONTENT_TYPE, Latency
+from streamiq.metrics import CONTENT_TYPE
 from streamiq.serving.changelog.progress import Progress
-from streamiq.serving.cluster.coordinator import Coordinator
 from streamiq.serving.http.answers import Answers
 from streamiq.serving.http.changes import changes_routes
 from streamiq.serving.http.dashboard import dashboard_routes, mount_page
 from streamiq.serving.http.dashboard.upstate import UpState
-from streamiq.serving.http.fastpath import LeanLookups
-from streamiq.serving.http.metrics import LABELS, Timed, node_metrics
+from streamiq.serving.http.metrics import node_metrics
 from streamiq.serving.http.params import MaxLag, MaxStaleness, Position, WaitMs
 from streamiq.serving.http.paths import KEY, PathSegments, restore
 from streamiq.serving.http.queries import query_routes
 from streamiq.serving.http.visible import cluster_map, seen_views
-from streamiq.serving.node import Node
 from streamiq.serving.query.model import Freshness, Lookup
 from streamiq.serving.query.reads import check_key
 from streamiq.serving.routes import ACCOUNT, LOOKUP
 from streamiq.supervise import Supervisor
 from streamiq.views.catalog import progress_topic
 
-__all__ = ["create_app", "create_asgi"]
+__all__ = ["create_app"]
 
 log = logging.getLogger("streamiq.node")
 
@@ -113,11 +110,11 @@ def _routes(deps: Answers) -> APIRouter:
     @r.get("/v1/metadata/{view}/" + KEY, tags=["metadata"],
            summary="Partition, active node and standbys of a key")
     async def key_metadata(view: str, key: str, max_lag: MaxLag = None) -> dict[str, Any]:
-        v = deps.view(view)
+        v = deps.queries.view(view)
         check_key(v, key)
         p = v.partition_of(key, node.partitions[v.name])
         assigned = node.router.assigned(v.name, p)
-        replicas = node.router.replicas(v.name, p, deps.max_lag(max_lag))
+        replicas = node.router.replicas(v.name, p, deps.queries.max_lag(max_lag))
         return {"view": v.name, "key": key, "partition": p,
                 "active": assigned[0] if assigned else None, "standbys": assigned[1:],
                 "replicas": [e.__dict__ for e in replicas]}
@@ -135,19 +132,6 @@ def _routes(deps: Answers) -> APIRouter:
     return r
 
 
-def create_asgi(settings: Settings, node: Node) -> LeanLookups:
-    """What a node serves: the FastAPI app behind the lean key-lookup path.
-
-    The lean path sits outside FastAPI's own middleware stack (error, telemetry and
-    body-limit wrappers) so that the hottest query pays for none of it; everything it
-    does not answer goes through the full app unchanged.
-    """
-    app = create_app(settings, node)
-    deps: Answers = app.state.deps
-    latency = deps.coordinator.traffic.latency
-    return LeanLookups(app if latency is None else Timed(app, latency), deps=deps)
-
-
 def _progress(settings: Settings) -> Progress:
     """The follower of the pipeline's progress, started with the app (dashboard only: a
     supervisor of its own, so its failures never make the node unready)."""
@@ -155,15 +139,13 @@ def _progress(settings: Settings) -> Progress:
                     Supervisor())
 
 
-def create_app(settings: Settings, node: Node) -> FastAPI:
-    """The HTTP routes over a node that is already open (``Node.open``). The lifespan
-    runs the coordinator (pooled sessions, traffic summaries) and, at shutdown, closes
-    the coordinator and then the node (the HTTP server runs it after a graceful stop:
-    RocksDB closed and the cluster left on SIGTERM)."""
-    coordinator = Coordinator(node)
-    if settings.metrics:  # recorded per query (serving/http/metrics.py)
-        coordinator.traffic.latency = Latency(LABELS)
-    deps = Answers(node, coordinator)
+def create_app(settings: Settings, deps: Answers) -> FastAPI:
+    """The HTTP routes over the query layer of a node that is already open
+    (``Node.open``; wired in ``serving/main.py``). The lifespan runs the coordinator
+    (pooled sessions, traffic summaries) and, at shutdown, closes the coordinator and
+    then the node (the HTTP server runs it after a graceful stop: RocksDB closed and the
+    cluster left on SIGTERM)."""
+    node, coordinator = deps.node, deps.coordinator
 
     progress = _progress(settings)  # the pipeline's progress, followed while the app runs
     if hasattr(node, "reads"):  # counted with the node's other topics (a test's fake has none)

@@ -131,7 +131,7 @@ def changes_routes(deps: Answers) -> APIRouter:
                       start: From = None,
                       last_event_id: Annotated[str | None, Header()] = None
                       ) -> StreamingResponse:
-        v = deps.view(view)
+        v = deps.queries.view(view)
         scope = scope_of(v, node.partitions[v.name], key, prefix)
         given, field = (start, "from") if start is not None else (last_event_id,
                                                                    "Last-Event-ID")
@@ -153,13 +153,13 @@ def changes_routes(deps: Answers) -> APIRouter:
     async def aggregate_changes(request: Request, view: str, group_by: GroupBy = None,
                                 agg: Aggs = None, prefix: Prefix = None,
                                 interval: Interval = 50) -> StreamingResponse:
-        v = deps.view(view)
+        v = deps.queries.view(view)
         authorization = request.headers.get("authorization")
         query = q.Aggregate(v.name, tuple(group_by or ()), tuple(agg or ()), prefix)
         caller = Caller(authorization)
 
         async def ask() -> bytes:
-            answer = await deps.aggregate(query, caller)
+            answer = await deps.queries.aggregate(query, caller)
             assert isinstance(answer, Gathered)  # a client's, not a peer's part
             return orjson.dumps({"status": answer.status, "view": answer.view,
                                  **aggregate_body(answer.result),

@@ -45,7 +45,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from time import perf_counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from streamiq._http import problem
 from streamiq.errors import PROBLEM_JSON, StreamiqError
@@ -57,11 +57,13 @@ from streamiq.serving.cluster.wire import request_body
 from streamiq.serving.http.answers import TIMEOUT, Answers, budget_s
 from streamiq.serving.http.metrics import served_of
 from streamiq.serving.http.paths import segments
-from streamiq.serving.peer.server import PeerServer
 from streamiq.serving.query.model import Caller, Lookup, Read
 from streamiq.serving.query.reads import BUDGET_S
 from streamiq.serving.routes import lookup_target
 from streamiq.views.base import View
+
+if TYPE_CHECKING:  # built in the composition root (serving/main.py), only carried here
+    from streamiq.serving.peer.server import PeerServer
 
 __all__ = ["PENDING", "Answer", "Later", "LeanLookups"]
 
@@ -91,15 +93,16 @@ PENDING = _Pending()
 
 
 class LeanLookups:
-    """ASGI wrapper around the node's FastAPI app: ``LeanLookups(app, deps=deps)``."""
+    """ASGI wrapper around the node's FastAPI app: ``LeanLookups(app, deps, peers)``
+    (``peers``: the peer protocol's server on the same port, ``serving/http/protocol.py``;
+    any object with its ``connection`` side, wired in ``serving/main.py``)."""
 
-    def __init__(self, app: ASGIApp, deps: Answers) -> None:
+    def __init__(self, app: ASGIApp, deps: Answers, peer_server: PeerServer) -> None:
         self.app = app
         self.deps = deps
-        # the peer protocol's server, on the same port (serving/http/protocol.py)
-        self.peer_server = PeerServer(deps, deps.coordinator.gate)
+        self.peer_server = peer_server
         # bound once: the same call cost as the methods these were before
-        self._decide = deps.decide
+        self._decide = deps.queries.decide
         self._endpoint = deps.node.endpoint.encode()
         self._served: dict[str, tuple[bytes, bytes]] = {}  # a peer's served-by header
 
@@ -251,7 +254,7 @@ class LeanLookups:
         """The lookup's one pipeline (``Queries.lookup``: placement, forwarding to one
         replica after another, hedging; ``first`` asked first), as this path answers it
         (None: a redirect or anything this path does not render: the full app answers)."""
-        got = await self.deps.lookup(Lookup(view.name, key),
+        got = await self.deps.queries.lookup(Lookup(view.name, key),
                                      Caller(authorization, deadline=deadline), first)
         return self.rendered(got)
 

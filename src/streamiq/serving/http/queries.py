@@ -64,7 +64,7 @@ def _multi_get_route(r: APIRouter, deps: Answers) -> None:
     @r.post(MULTI_GET.path, summary="Multi-get: many keys, one call per owner")
     async def multi_get(request: Request, view: str, body: MultiGet, fresh: Fresh) -> Response:
         query = q.MultiGet(view, tuple(body.keys), fresh=fresh.typed())
-        answer = await deps.multi_get(query, deps.caller(request))
+        answer = await deps.queries.multi_get(query, deps.caller(request))
         return deps.gathered(answer, _multi_get_body)
 
 
@@ -84,7 +84,7 @@ def _scan_routes(r: APIRouter, deps: Answers) -> None:
                    to: Annotated[str | None, Query(description="End key (exclusive).")] = None,
                    prefix: Prefix = None, limit: Limit = 100, cursor: Cursor = None) -> Response:
         query = q.Scan(view, start, to, prefix, limit, cursor, fresh=fresh.typed())
-        answer = await deps.scan(query, deps.caller(request))
+        answer = await deps.queries.scan(query, deps.caller(request))
         return deps.gathered(answer, _scan_body(
             {"from": start, "to": to, "prefix": prefix, "limit": limit}))
 
@@ -93,7 +93,7 @@ def _scan_routes(r: APIRouter, deps: Answers) -> None:
                             end: ToMs = q.FAR, prefix: Prefix = None, limit: Limit = 100,
                             cursor: Cursor = None) -> Response:
         query = q.WindowScan(view, start, end, prefix, limit, cursor, fresh=fresh.typed())
-        answer = await deps.scan(query, deps.caller(request))
+        answer = await deps.queries.scan(query, deps.caller(request))
         return deps.gathered(answer, _scan_body(
             {"from": start, "to": end, "prefix": prefix, "limit": limit}))
 
@@ -113,7 +113,7 @@ def _key_windows_route(r: APIRouter, deps: Answers) -> None:
                                  "windows": w.windows, **w.stamp},
                                 headers={SERVED_BY: w.stamp["served_by"]})
 
-        return deps.one(request, await deps.key_windows(query, caller), here)
+        return deps.one(request, await deps.queries.key_windows(query, caller), here)
 
 
 def aggregate_body(rows: q.AggregateRows) -> dict[str, Any]:
@@ -131,7 +131,7 @@ def _aggregate_route(r: APIRouter, deps: Answers) -> None:
                         agg: Aggs = None, prefix: Prefix = None) -> Response:
         query = q.Aggregate(view, tuple(group_by or ()), tuple(agg or ()), prefix,
                             fresh=fresh.typed())
-        answer = await deps.aggregate(query, deps.caller(request))
+        answer = await deps.queries.aggregate(query, deps.caller(request))
         return deps.gathered(answer, aggregate_body)
 
 
@@ -150,5 +150,5 @@ def _top_k_route(r: APIRouter, deps: Answers) -> None:
                       "desc: the largest values; asc: the smallest."))] = "desc",
                   prefix: Prefix = None) -> Response:
         query = TopK(view, column, k, order, prefix, fresh=fresh.typed())
-        answer = await deps.run(query, deps.caller(request))
+        answer = await deps.queries.run(query, deps.caller(request))
         return deps.gathered(answer, body)

@@ -187,7 +187,7 @@ async def test_a_failing_request_is_a_500_and_the_connection_stays(
     def broken(*_: Any, **__: Any) -> Any:
         raise RuntimeError("boom")
 
-    app.deps.read = broken  # the store read of a lookup fails
+    app.deps.queries.read = broken  # the store read of a lookup fails
     port = await serve_node(app)
     r, w = await asyncio.open_connection("127.0.0.1", port)
     w.write(PREFACE + b"1\n" + lookup("a1", rid=1))

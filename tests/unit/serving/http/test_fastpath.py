@@ -205,7 +205,7 @@ async def test_the_stored_row_is_answered_byte_for_byte(app: Any) -> None:
     app.deps.node.stores["balances"].apply(p, [(b"a2", stored)], Checkpoint(offset=2))
     status, body, _ = await call(app, "/v1/views/balances/keys/a2")
     assert status == 200 and body["value"] == {"account": "a2", "balance": 1.5, "count": 1}
-    raw = app.deps.read(BALANCES, "a2", p, app.deps.coordinator.placement.for_peer(
+    raw = app.deps.queries.read(BALANCES, "a2", p, app.deps.coordinator.placement.for_peer(
         "balances", p)).body
     assert b',"value":' + stored + b',"served_by":' in raw
     assert raw.startswith(b'{"view":"balances","key":"a2","partition":%d,' % p)

@@ -40,7 +40,7 @@ Sent = tuple[str, dict[str, Any], float]  # address, the request's JSON, its dea
 
 
 def queries(root: Path) -> Queries:
-    deps: Queries = make_app(root).deps
+    deps: Queries = make_app(root).deps.queries
     return deps
 
 

@@ -45,7 +45,7 @@ def _put(qs: Queries, view: str, key: str, row: dict[str, Any], window: int | No
 
 def engine(root: Path, settings: Settings | None = None) -> NodeEngine:
     """A node holding balances a1 (5), a2 (7), b1 (11) and two windows of store c1."""
-    qs: Queries = make_app(root, settings).deps
+    qs: Queries = make_app(root, settings).deps.queries
     for k, bal in (("a2", 7), ("b1", 11)):
         _put(qs, "balances", k, {"account": k, "balance": bal, "count": 1, "last_update": 9})
     for start in (0, 60_000):
