@@ -279,3 +279,29 @@ def test_a_new_query_type_is_one_module_in_query_plus_its_renderers() -> None:
     assert naming == ["serving/http/queries.py", "serving/query/kinds.py",
                       "serving/query/topk.py", "serving/routes.py",
                       "serving/sql/adapter.py"], naming
+
+
+_CONNECTS = {"create_connection", "open_connection", "sock_connect"}
+
+
+def _connects(path: Path) -> set[str]:
+    """The connecting calls a module makes (``loop.create_connection(...)`` and kin)."""
+    return {n.func.attr for n in ast.walk(ast.parse(path.read_text(), str(path)))
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+            and n.func.attr in _CONNECTS}
+
+
+def test_only_cluster_opens_peer_connections() -> None:
+    """One peer transport (issue 48): of the serving node's modules only ``cluster/``
+    connects to a peer, for calls (``hop.py``), streams (``stream.py``: a live
+    subscription's events) and snapshots (``copy.py``); the front ends and the live
+    subscriptions carry what it gives them."""
+    modules = _modules()
+    serving = [m for m in modules if m.startswith("streamiq.serving.")]
+    outside = {m: c for m in serving if not m.startswith("streamiq.serving.cluster.")
+               and (c := _connects(modules[m]))}
+    assert outside == {}, outside
+    inside = {m for m in serving if m.startswith("streamiq.serving.cluster.")
+              and _connects(modules[m])}
+    assert inside == {"streamiq.serving.cluster.hop", "streamiq.serving.cluster.stream",
+                      "streamiq.serving.cluster.copy"}, inside

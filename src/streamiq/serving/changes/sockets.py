@@ -9,11 +9,8 @@ it for its bookkeeping): past that the node's own bound applies (a subscription'
 ``--changes-buffer``, then the newest value per key). 64 KiB carries thousands of
 events a second over a link of 50 ms.
 
-The entry node's receiving socket of a peer stream (``connect``) is capped at
-``RECEIVE_BUFFER``, set before it connects. Capped after the handshake, or at 64 KiB,
-its window could not open again by a whole segment on loopback (MTU 64 KiB): after a
-reader's stall the owner's bytes waited on TCP's persist timer, measured 18-27 s after
-a 40 s stall (0.01 s with 32 KiB set first), and the entry took the owner for hung.
+The receiving end of a peer stream is capped before it connects
+(``serving/cluster/stream.py``).
 """
 
 from __future__ import annotations
@@ -22,10 +19,9 @@ import asyncio
 import contextlib
 import socket
 
-__all__ = ["RECEIVE_BUFFER", "STREAM_BUFFER", "cap", "connect"]
+__all__ = ["STREAM_BUFFER", "cap"]
 
 STREAM_BUFFER = 64 * 1024
-RECEIVE_BUFFER = 32 * 1024
 
 
 def cap(transport: asyncio.BaseTransport) -> None:
@@ -35,25 +31,3 @@ def cap(transport: asyncio.BaseTransport) -> None:
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, STREAM_BUFFER)
 
-
-async def connect(host: str, port: int) -> socket.socket:
-    """A connected non-blocking TCP socket whose receive buffer was capped at
-    ``RECEIVE_BUFFER`` before the handshake (``OSError`` if none of ``host``'s
-    addresses answers)."""
-    loop = asyncio.get_running_loop()
-    error: OSError = OSError(f"{host}:{port}: no address")
-    for family, kind, proto, _, addr in await loop.getaddrinfo(
-            host, port, type=socket.SOCK_STREAM):
-        sock = socket.socket(family, kind, proto)
-        try:
-            sock.setblocking(False)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
-            await loop.sock_connect(sock, addr)
-            return sock
-        except OSError as exc:
-            sock.close()
-            error = exc
-        except BaseException:
-            sock.close()
-            raise
-    raise error

@@ -1,16 +1,12 @@
 """A live stream's socket buffers are capped (the kernel's autotuning would hold
-megabytes per stalled reader outside the node's bounds); a peer stream's receiving
-socket before it connects."""
+megabytes per stalled reader outside the node's bounds)."""
 
 from __future__ import annotations
 
-import asyncio
 import socket
 from typing import Any
 
-import pytest
-
-from streamiq.serving.changes.sockets import RECEIVE_BUFFER, STREAM_BUFFER, cap, connect
+from streamiq.serving.changes.sockets import STREAM_BUFFER, cap
 
 
 class _Transport:
@@ -39,25 +35,3 @@ def test_a_transport_without_a_socket_or_a_closed_one_is_left_alone() -> None:
     b.close()
     cap(_Transport(a))  # type: ignore[arg-type]  # OSError (closed): nothing to cap
 
-
-def test_a_peer_stream_connects_with_its_receive_buffer_capped_first() -> None:
-    async def run() -> int:
-        server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        sock = await connect("127.0.0.1", port)
-        try:
-            assert not sock.getblocking()
-            return int(sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF))
-        finally:
-            sock.close()
-            server.close()
-
-    assert asyncio.run(run()) <= 2 * RECEIVE_BUFFER  # Linux doubles it
-
-
-def test_a_peer_that_refuses_is_an_oserror() -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # bound, not listening: refused
-        with pytest.raises(OSError):
-            asyncio.run(connect("127.0.0.1", port))
