@@ -28,9 +28,18 @@ printed, what real-time mode costs at rest.
 that crosses batch boundaries (``--realtime-batch-s``, the product's 300 s unless given):
 each boundary is a checkpoint during which records wait 0.3-1 s.
 
+``--under-load 1000,5000,20000``: afterwards, real-time mode's samples again (bank and
+orders, ``--load-samples`` each) while a paced producer writes that many records a
+second straight to the input topics (half bank transactions over 100,000 accounts, half
+orders over 10,000 stores: the pipeline's real work, not the ingest's), one rate after
+the other, each with its stages; the producer's achieved rate is printed with it. At
+most ``--load-budget-s`` (60 s) of samples per app and rate: a pipeline that cannot
+keep up makes every sample later than the last (fewer samples then say so).
+
 Usage: .venv/bin/python bench/bench_freshness.py [--samples 300] [--minutes 0]
        [--modes real-time,micro-batch] [--realtime-batch-s 300] [--pace-ms 100]
        [--poll-ms 1] [--flush-ms 1,5] [--idle-s 20]
+       [--under-load 1000,5000,20000] [--load-samples 100] [--load-budget-s 60]
 """
 
 from __future__ import annotations
@@ -39,10 +48,12 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -81,8 +92,9 @@ class Parts:
         label = label or mode
         self.root = Path(tempfile.mkdtemp(prefix=f"streamiq-bench-fresh-{label}-"))
         self.mode = mode
+        self.prefix = f"{label}."
         common = ["--bootstrap-servers", bootstrap, "--app", "bank,orders",
-                  "--log-level", "warning", "--topic-prefix", f"{label}."]
+                  "--log-level", "warning", "--topic-prefix", self.prefix]
         self.procs: list[subprocess.Popen[bytes]] = []
         self.ingest = free_port()
         self.procs.append(_spawn("ingest", [*common, "--ingest-port", str(self.ingest)],
@@ -180,12 +192,18 @@ class Writer:
         return time.perf_counter() - t0
 
 
-async def _samples(w: Writer, kind: str, n: int, pace: float, warm: int = 5) -> list[float]:
+async def _samples(w: Writer, kind: str, n: int, pace: float, warm: int = 5,
+                   budget_s: float | None = None) -> list[float]:
+    """``n`` samples after ``warm``; with ``budget_s``, those taken within it (a
+    pipeline that cannot keep up makes each later than the last)."""
     out: list[float] = []
     # idle connections closed before the servers close them (uvicorn: after 5 s)
     limits = httpx.Limits(max_connections=32, max_keepalive_connections=32, keepalive_expiry=2)
+    end = None if budget_s is None else time.monotonic() + budget_s
     async with httpx.AsyncClient(timeout=600, limits=limits) as c:
         for i in range(n + warm):  # the first few warm the path up and are not counted
+            if end is not None and time.monotonic() > end:
+                break
             dt = await (w.bank(c) if kind == "bank" else w.order(c))
             if i >= warm:
                 out.append(dt)
@@ -205,6 +223,71 @@ async def _minutes(w: Writer, minutes: float, pace: float) -> dict[str, list[flo
                 out[kind].append(dt)
                 await asyncio.sleep(max(0.0, pace - dt))
     return out
+
+
+class Load:
+    """A paced producer of ``rate`` records a second straight to the input topics of
+    ``prefix`` (half bank transactions, half orders), in a thread until ``stop``."""
+
+    def __init__(self, bootstrap: str, prefix: str, rate: int) -> None:
+        self.bootstrap, self.prefix, self.rate = bootstrap, prefix, rate
+        self.sent = 0
+        self.failed = 0
+        self.halt = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.t0 = 0.0
+        self.t1 = 0.0
+
+    def __enter__(self) -> Load:
+        self.thread.start()
+        time.sleep(3)  # the pipeline at the rate before the samples
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.halt.set()
+        self.thread.join(120)
+
+    @property
+    def achieved(self) -> float:
+        return self.sent / max(self.t1 - self.t0, 1e-9)
+
+    def _run(self) -> None:
+        from confluent_kafka import Producer
+
+        def done(err: object, _: object) -> None:
+            if err is not None:
+                self.failed += 1
+
+        p = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5,
+                      "partitioner": "murmur2_random", "queue.buffering.max.messages":
+                      1_000_000})
+        rng = random.Random(11)
+        bank, orders = f"{self.prefix}bank-transactions", f"{self.prefix}orders"
+        tick = 0.01
+        per_tick = self.rate * tick
+        self.t0 = next_at = time.monotonic()
+        owed = 0.0
+        while not self.halt.is_set():
+            owed += per_tick
+            now_ms = int(time.time() * 1000)
+            while owed >= 1:
+                owed -= 1
+                if self.sent % 2 == 0:
+                    a = f"load{rng.randrange(100_000)}"
+                    p.produce(bank, key=a, value=json.dumps(
+                        {"account": a, "amount": 1, "ts": now_ms}), on_delivery=done)
+                else:
+                    st = f"load{rng.randrange(10_000)}"
+                    p.produce(orders, key=st, value=json.dumps(
+                        {"order_id": f"l{self.sent}", "store": st,
+                         "type": ("GENERAL", "RESTAURANT")[self.sent % 4 == 1],
+                         "amount": 1, "ts": now_ms}), on_delivery=done)
+                self.sent += 1
+            p.poll(0)
+            next_at += tick
+            time.sleep(max(0.0, next_at - time.monotonic()))
+        self.t1 = time.monotonic()
+        p.flush(60)
 
 
 def _stages(ports: list[int]) -> dict[tuple[str, str], dict[float, float]]:
@@ -282,6 +365,14 @@ def _cpu_s(root: int) -> float:
     return sum(used.get(p, 0.0) for p in tree)
 
 
+def _cpu_parts(p: Parts) -> dict[str, float]:
+    """CPU seconds so far of the pipeline (with Spark's JVM), the 3 nodes together and
+    the ingest."""
+    return {"pipeline": _cpu_s(p.pipeline),
+            "3 nodes": sum(_cpu_s(q.pid) for q in p.procs[1:1 + len(p.ports)]),
+            "ingest": _cpu_s(p.procs[0].pid)}
+
+
 def _idle(parts: dict[str, Parts], seconds: float) -> dict[str, float]:
     """Each pipeline's CPU (% of a core) over ``seconds`` with nothing written or read."""
     before = {m: _cpu_s(p.pipeline) for m, p in parts.items()}
@@ -313,12 +404,22 @@ def main() -> None:
     ap.add_argument("--poll-ms", type=float, default=1.0,
                     help="after a sample's first 50 ms, ask the nodes every this many ms "
                          "(1: always every ms, as before; each sample late by at most it)")
+    ap.add_argument("--under-load", default="",
+                    help="then real-time mode's samples while this many records a second "
+                         "are produced straight to the input topics, each rate in turn "
+                         "(e.g. 1000,5000,20000)")
+    ap.add_argument("--load-samples", type=int, default=100,
+                    help="writes per app and rate under --under-load")
+    ap.add_argument("--load-budget-s", type=float, default=60.0,
+                    help="at most this long sampling per app and rate under --under-load "
+                         "(a pipeline behind the load makes every sample later)")
     a = ap.parse_args()
     pace = a.pace_ms / 1000
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the parts stopped, then exit
     results: dict[str, dict[str, list[float]]] = {}
     stages: dict[str, dict[tuple[str, str], dict[float, float]]] = {}
     long: dict[str, list[float]] = {}
+    loaded: dict[int, tuple[float, int, dict[str, list[float]], dict[str, float]]] = {}
     with bench_broker() as broker:
         parts = {}
         for m in a.modes.split(","):
@@ -350,6 +451,22 @@ def main() -> None:
                         parts.pop(m).stop()
                 w = Writer(parts["real-time"], "l", a.poll_ms / 1000)
                 long = asyncio.run(_minutes(w, a.minutes, pace))
+            if a.under_load and "real-time" in parts:
+                rt = parts["real-time"]
+                for rate in (int(r) for r in a.under_load.split(",")):
+                    w = Writer(rt, f"u{rate}", a.poll_ms / 1000)
+                    before = _stages(rt.ports)
+                    cpu0, t0 = _cpu_parts(rt), time.monotonic()
+                    with Load(broker.bootstrap_servers, rt.prefix, rate) as load:
+                        got = {k: asyncio.run(_samples(w, k, a.load_samples, pace,
+                                                       budget_s=a.load_budget_s))
+                               for k in ("bank", "orders")}
+                    stages[f"real-time under {rate}/s"] = _since(_stages(rt.ports), before)
+                    took = time.monotonic() - t0
+                    cpu = {k: (v - cpu0[k]) / took * 100 for k, v in _cpu_parts(rt).items()}
+                    loaded[rate] = (load.achieved, load.failed, got, cpu)
+                    print(f"  under {rate}/s (achieved {load.achieved:.0f}/s): "
+                          + "; ".join(_line(k, v).strip() for k, v in got.items()), flush=True)
         finally:
             for p in parts.values():
                 p.stop()
@@ -367,6 +484,15 @@ def main() -> None:
         if lines:
             print(f"  {m}: stages of every row the nodes stored meanwhile (streamiq_view_"
                   "stage_seconds)")
+            print("\n".join(lines))
+    for rate, (achieved, failed, got, cpu) in loaded.items():
+        print(f"real-time under load: {rate} records/s produced straight to the input topics "
+              f"(achieved {achieved:.0f}/s, {failed} refused), half bank, half orders; CPU "
+              + ", ".join(f"{k} {v:.0f}%" for k, v in cpu.items()) + " of a core")
+        for kind, samples in got.items():
+            print(_line(f"under {rate}/s, {kind}", samples))
+        lines = _stage_lines(stages.get(f"real-time under {rate}/s", {}))
+        if lines:
             print("\n".join(lines))
     if long:
         batch = a.realtime_batch_s or 300
