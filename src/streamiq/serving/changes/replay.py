@@ -69,6 +69,7 @@ class Replay:
             self.consumer.close()
             self.consumer = None
 
+
 def _take(m: Any, todo: dict[int, tuple[int, int]], check: RowCheck,
           wanted: Callable[[bytes], bool], out: list[Change]) -> None:
     p = m.partition()

@@ -260,8 +260,8 @@ class Subscription:
                         self.cursor[c.partition] = c.offset + 1
                         sent = clock()
                         yield self._change(c, render(self.cursor))
-        finally:
-            missed.close()
+        finally:  # closing a consumer blocks: in a worker thread, as it was made
+            await asyncio.to_thread(missed.close)
         for p, (_, end) in spans.items():  # markers and other keys' rows up to there
             self.cursor[p] = max(self.cursor[p], end)
         yield Event(kind="ready", data=orjson.dumps({"position": render(self.cursor)}),

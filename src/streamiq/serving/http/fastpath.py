@@ -93,9 +93,9 @@ PENDING = _Pending()
 
 
 class LeanLookups:
-    """ASGI wrapper around the node's FastAPI app: ``LeanLookups(app, deps, peers)``
-    (``peers``: the peer protocol's server on the same port, ``serving/http/protocol.py``;
-    any object with its ``connection`` side, wired in ``serving/main.py``)."""
+    """ASGI wrapper around the node's FastAPI app: ``LeanLookups(app, deps, peer_server)``
+    (the peer protocol's server, answering on the same port: ``serving/http/protocol.py``;
+    all three built in ``serving/main.py``)."""
 
     def __init__(self, app: ASGIApp, deps: Answers, peer_server: PeerServer) -> None:
         self.app = app
@@ -255,7 +255,7 @@ class LeanLookups:
         replica after another, hedging; ``first`` asked first), as this path answers it
         (None: a redirect or anything this path does not render: the full app answers)."""
         got = await self.deps.queries.lookup(Lookup(view.name, key),
-                                     Caller(authorization, deadline=deadline), first)
+                                             Caller(authorization, deadline=deadline), first)
         return self.rendered(got)
 
     def rendered(self, got: Read | Relayed | Redirect | Refuse) -> Answer | None:
