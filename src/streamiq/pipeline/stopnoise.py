@@ -12,7 +12,9 @@ of "fatal error" before "all parts ready". A writer task killed while it waited 
 shuffle logs ``ERROR Utils: Aborting task`` (an ``InterruptedException``) and
 ``ERROR DataWritingSparkTask: Aborting commit for partition N``, and a reader task
 ``ERROR Utils: Aborting task`` with the closed writer's error: CI starts printed 12
-and 2 such lines.
+and 2 such lines. A reader task that fails on the closed writer before its own kill
+reaches it is reported by the executor as ``ERROR Executor: Exception in task N in
+stage M`` with that error (one CI start printed it after the warm-up's stop).
 
 So a log4j2 filter is installed for the whole run (compiled in Spark's JVM by Janino,
 which Spark ships for its own code generation: no jar of ours, no ``javac``). It drops
@@ -42,11 +44,13 @@ _CLOSED_WRITER = (r"org\.apache\.spark\.SparkException: Connection to streaming 
 
 #: (logger, a regex over what it logged) of each error a requested stop provokes; what it
 #: logged is the throwable as ``<class>: <message>`` or, without one, the message. Seen
-#: at stops: the reader's ErrorNotifier and its task's ``Aborting task``; the killed
-#: writer task's ``Aborting task`` (interrupted while it waited on the streaming
-#: shuffle) and its commit's abort
+#: at stops: the reader's ErrorNotifier, its task's ``Aborting task`` and the executor's
+#: report of that task's failure (the writer closed before the reader's kill arrived);
+#: the killed writer task's ``Aborting task`` (interrupted while it waited on the
+#: streaming shuffle) and its commit's abort
 NOISE: tuple[tuple[str, str], ...] = (
     ("org.apache.spark.util.ErrorNotifier", _CLOSED_WRITER),
+    ("org.apache.spark.executor.Executor", _CLOSED_WRITER),
     ("org.apache.spark.util.Utils",
      rf"(?:java\.lang\.InterruptedException: .*|{_CLOSED_WRITER})"),
     ("org.apache.spark.sql.execution.datasources.v2.DataWritingSparkTask",

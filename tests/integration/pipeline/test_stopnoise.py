@@ -1,5 +1,6 @@
 """The stop-noise filter in Spark's real JVM and log4j2: Spark's own ``ErrorNotifier``
-reporting a shuffle writer's connection closed, a killed writer task's "Aborting task"
+reporting a shuffle writer's connection closed (and the executor reporting a reader
+task that failed on it), a killed writer task's "Aborting task"
 (interrupted) and its commit's abort are dropped only while armed; every other error,
 and those while nothing is being stopped, go through."""
 
@@ -13,6 +14,7 @@ CLOSED = ("Connection to streaming shuffle writer 12 closed before termination; 
           "task likely failed.")
 NOTIFIER = "org.apache.spark.util.ErrorNotifier"
 UTILS = "org.apache.spark.util.Utils"
+EXECUTOR = "org.apache.spark.executor.Executor"
 WRITER = "org.apache.spark.sql.execution.datasources.v2.DataWritingSparkTask"
 ABORTING = "Aborting commit for partition 2 (task 5, attempt 0, stage 1.0)"
 
@@ -58,13 +60,16 @@ def test_only_the_closed_writer_error_and_only_while_armed(spark: Any) -> None:
         assert _verdict(spark, NOTIFIER, "ERROR", CLOSED.split(";")[0]) == "DENY"
         assert _verdict(spark, UTILS, "ERROR", None, "interrupted") == "DENY"
         assert _verdict(spark, UTILS, "ERROR", CLOSED) == "DENY"  # a reader task's abort
+        # the executor's report of a reader task that failed on it before its kill came
+        assert _verdict(spark, EXECUTOR, "ERROR", CLOSED) == "DENY"
         assert _verdict(spark, WRITER, "ERROR", ABORTING, None) == "DENY"
         assert _verdict(spark, WRITER, "ERROR", ABORTING.replace("ing", "ed"), None) == "DENY"
         for logger, level, message, thrown in [
             (NOTIFIER, "ERROR", "Streaming shuffle checksum verification failed", "spark"),
             (NOTIFIER, "ERROR", None, "spark"),
             (NOTIFIER, "WARN", CLOSED, "spark"),
-            ("org.apache.spark.executor.Executor", "ERROR", CLOSED, "spark"),
+            (EXECUTOR, "ERROR", "Task failed: input row is null", "spark"),
+            (EXECUTOR, "WARN", CLOSED, "spark"),
             (NOTIFIER, "ERROR", "Connection to streaming shuffle writer closed", "spark"),
             (UTILS, "ERROR", "Aborting task", "spark"),  # a task that failed, not killed
             (UTILS, "WARN", None, "interrupted"),
@@ -74,6 +79,7 @@ def test_only_the_closed_writer_error_and_only_while_armed(spark: Any) -> None:
             assert _verdict(spark, logger, level, message, thrown) == "NEUTRAL", (logger, message)
         noise.disarm()
         assert _verdict(spark, NOTIFIER, "ERROR", CLOSED) == "NEUTRAL"
+        assert _verdict(spark, EXECUTOR, "ERROR", CLOSED) == "NEUTRAL"
         assert _verdict(spark, UTILS, "ERROR", None, "interrupted") == "NEUTRAL"
         assert _verdict(spark, WRITER, "ERROR", ABORTING, None) == "NEUTRAL"
     finally:
