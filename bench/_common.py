@@ -26,10 +26,20 @@ __all__ = ["NodeProc", "bench_broker", "free_port", "pct", "stop_all", "wait_rea
 os.environ.setdefault("STREAMIQ_AUTH", "false")
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free loopback port, never one this run handed out before: the kernel may give
+    a just-closed port again, and two nodes started side by side then bound the same one
+    (a node binds with SO_REUSEADDR and listens only once it has opened)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def bench_broker() -> EmbeddedBroker:
@@ -82,6 +92,7 @@ class NodeProc:
     def __init__(self, port: int, args: list[str], log: Path,
                  env: dict[str, str] | None = None) -> None:
         self.port = port
+        self.sql_port = int(args[args.index("--sql-port") + 1]) if "--sql-port" in args else 0
         log.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(log, "ab")  # noqa: SIM115 - child's output for its lifetime
         self.proc = subprocess.Popen(

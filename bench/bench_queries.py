@@ -596,6 +596,7 @@ def side_by_side(a: argparse.Namespace) -> None:
     root = Path(tempfile.mkdtemp(prefix="bench-sbs-"))
     broker = bench_broker().start()
     clusters: dict[str, list[NodeProc]] = {}
+    nginx: tuple[subprocess.Popen[bytes], int] | None = None
     try:
         topic = f"sb-{BALANCES.changelog_topic}"
         ensure_topics({"bootstrap.servers": broker.bootstrap_servers}, {topic: 3})
@@ -605,7 +606,8 @@ def side_by_side(a: argparse.Namespace) -> None:
             args = ["--bootstrap-servers", broker.bootstrap_servers, "--cluster", name,
                     "--topic-prefix", "sb-", "--app", "bank", "--state-dir",
                     str(root / name), "--log-level", "warning", "--standby-replicas", "0"]
-            clusters[name] = [NodeProc(free_port(), args, root / f"{name}-{i}.log",
+            clusters[name] = [NodeProc(free_port(), [*args, "--sql-port", str(free_port())],
+                                       root / f"{name}-{i}.log",
                                        env={"PYTHONPATH": str(tree / "src")})
                               for i in range(2)]
         for nodes in clusters.values():
@@ -631,6 +633,8 @@ def side_by_side(a: argparse.Namespace) -> None:
                     aggregate_p50(f"{url}/v1/views/balances/aggregate", 5))
                 for what, ms in gathers(url, keys).items():
                     runs.setdefault((name, what, "ms"), []).append(ms)
+                for kind, ms in sql_lookups(nodes[0], paths[name]).items():
+                    runs.setdefault((name, f"SQL lookup {kind} p50", "ms"), []).append(ms)
             if nginx is not None:
                 relayed = wrk(f"http://127.0.0.1:{nginx[1]}", paths["after"]["local"], root,
                               1, 1.0)
@@ -666,7 +670,7 @@ def side_by_side(a: argparse.Namespace) -> None:
                   f"{fwd / relay:.2f}x (target <= 1.10: {met})")
         else:
             print("  (nginx not installed: no relay floor; apt-get install -y nginx-light)")
-        for what in GATHERS:
+        for what in (*GATHERS, "SQL lookup local p50", "SQL lookup forwarded p50"):
             b_ms, n_ms = runs[("before", what, "ms")], runs[("after", what, "ms")]
             print(f"  {what:<36} before {statistics.median(b_ms):7.1f} ms  after "
                   f"{statistics.median(n_ms):7.1f} ms  after/before "
@@ -681,6 +685,29 @@ def side_by_side(a: argparse.Namespace) -> None:
             nginx[0].terminate()
             nginx[0].wait(20)
         stop_all(clusters.values(), broker, root)
+
+
+def sql_lookups(node: NodeProc, paths: dict[str, list[str]], n: int = 400
+                ) -> dict[str, float]:
+    """p50 (ms) of ``n`` one-key SELECTs over the PostgreSQL wire (psycopg, one
+    connection, extended protocol), of local and of forwarded keys."""
+    import psycopg
+
+    out = {}
+    with psycopg.connect(host="127.0.0.1", port=node.sql_port, dbname="streamiq",
+                         password="any", sslmode="disable", autocommit=True) as conn:
+        for kind, ps in paths.items():
+            keys = [p.rsplit("/", 1)[1] for p in ps[:n]]
+            conn.execute("SELECT balance FROM balances WHERE account = %s", (keys[0],))
+            lat = []
+            for k in keys:
+                t = time.perf_counter()
+                row = conn.execute("SELECT balance FROM balances WHERE account = %s",
+                                   (k,)).fetchone()
+                lat.append((time.perf_counter() - t) * 1e3)
+                assert row is not None, k
+            out[kind] = pct(lat, 50)
+    return out
 
 
 GATHERS = ("aggregate over all keys", "multi-get 1000 keys", "scan page of 1000 keys")
@@ -744,7 +771,7 @@ def wire_variants(n: int = 20_000) -> tuple[float, float]:
     row = b'{"view":"balances","key":"acct-000001","value":{"balance":1}}'
 
     class Answering:
-        gate = SimpleNamespace(mark_bytes=b"1")
+        gate = SimpleNamespace(is_mark=lambda got: got == b"1")
 
         def handle(self, rid: int, budget_ms: int, body: bytes, write: Any,
                    waiting: Any = None) -> None:
