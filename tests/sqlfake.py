@@ -19,6 +19,8 @@ from typing import Any, TypeVar
 from streamiq.auth import Principal
 from streamiq.errors import CutMoved, Unauthenticated, Unavailable
 from streamiq.serving.changelog.consistency import parse_tokens
+from streamiq.serving.query.model import Query
+from streamiq.serving.query.topk import TopK
 from streamiq.serving.sql.engine import Bounds, Freshness, Groups, Row, Rows, ViewInfo
 from streamiq.serving.sql.execute import Limits
 from streamiq.serving.sql.pool import SqlWorkers
@@ -142,15 +144,17 @@ class FakeEngine:
             out.append(g)
         return Groups(out, got.missing)
 
-    async def top_k(self, view: str, column: str, k: int, desc: bool, nulls_first: bool,
-                    fresh: Freshness) -> Rows:
+    async def run(self, query: Query, fresh: Freshness) -> Rows:
+        """A pushed-down query type: top-k (the only built-in one)."""
+        assert isinstance(query, TopK), query
+        view, column, desc = query.view, query.column, query.order == "desc"
         self.calls.append(("top_k", view))
         await self._wait(fresh)
         got = self._reachable(view, list(self.rows[view]), set(range(PARTITIONS)))
         nulls = [r for r in got.rows if r.get(column) is None]
         ranked = sorted((r for r in got.rows if r.get(column) is not None),
                         key=lambda r: r[column], reverse=desc)
-        got.rows = (nulls + ranked if nulls_first else ranked + nulls)[:k]
+        got.rows = (nulls + ranked if query.nulls == "first" else ranked + nulls)[:query.k]
         return got
 
 

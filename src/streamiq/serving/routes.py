@@ -14,8 +14,10 @@ know a route takes it from here:
 
 The seed's ``/account/{id}`` shortcut is an alias, declared once below (``ACCOUNT``):
 a key lookup of the ``balances`` view whose key is the ``account`` path parameter.
-A new query type is one ``Route`` here and its FastAPI function; ``test_routes`` fails
-for a route of the app that is not in this table.
+A new query type is one ``Route`` here (or ``declare``'d by its own module) with
+``fields=True``: its HTTP route is made from the query type's fields
+(``serving/http/declared.py``). ``test_routes`` fails for a route of the app that is
+not in this table.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from streamiq.views.base import ID_PATTERN
 
 __all__ = ["ACCOUNT", "AGGREGATE", "AGGREGATE_CHANGES", "CHANGES", "FANOUT", "KEY_WINDOWS",
            "LOOKUP", "MULTI_GET", "ROUTES", "SCAN", "TOP_K", "UNTIMED", "WINDOWS", "Route",
-           "lookup_target", "query_of", "undeclared", "view_of"]
+           "declare", "lookup_target", "query_of", "undeclared", "view_of"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,9 @@ class Route:
     view: str | None = None  # an alias: this view, whatever the path says
     key: str = "key"  # the path parameter holding the key (a key lookup)
     pattern: str | None = None  # an alias's key form (checked by the route and lean path)
+    #: the route is made from its query type (``KINDS[query]``): its fields are the
+    #: route's parameters, its result the answer (``serving/http/declared.py``)
+    fields: bool = False
     # derived: the segment count, the literal segments (index, text), the parameters'
     # indexes, and the alias's key form compiled
     size: int = field(init=False, repr=False, compare=False)
@@ -81,9 +86,9 @@ SCAN = Route("GET", "/v1/views/{view}/scan", "scan", fanout=True)
 WINDOWS = Route("GET", "/v1/views/{view}/windows", "window_scan", fanout=True)
 KEY_WINDOWS = Route("GET", "/v1/views/{view}/keys/" + _KEY + "/windows", "windows")
 AGGREGATE = Route("GET", "/v1/views/{view}/aggregate", "aggregate", fanout=True)
-TOP_K = Route("GET", "/v1/views/{view}/top", "topk", fanout=True)
-#: the queries: timed, labelled by ``query`` (the query's ``kind``)
-ROUTES = (LOOKUP, ACCOUNT, MULTI_GET, SCAN, WINDOWS, KEY_WINDOWS, AGGREGATE, TOP_K)
+TOP_K = Route("GET", "/v1/views/{view}/top", "topk", fanout=True, fields=True)
+#: the queries: timed, labelled by ``query`` (the query's ``kind``); ``declare`` adds one
+ROUTES = [LOOKUP, ACCOUNT, MULTI_GET, SCAN, WINDOWS, KEY_WINDOWS, AGGREGATE, TOP_K]
 #: a view's live changes (Server-Sent Events): a stream, not a query (untimed)
 CHANGES = Route("GET", "/v1/views/{view}/changes")
 #: an aggregate's result each time it changes (Server-Sent Events)
@@ -94,9 +99,26 @@ UNTIMED = (CHANGES, AGGREGATE_CHANGES, *(Route(m, p) for m, p in (
     ("GET", "/v1/metadata/{view}/" + _KEY), ("GET", "/v1/cluster"),
     ("GET", "/v1/dashboard"), ("GET", "/v1/pipeline"), ("GET", "/v1/events"), ("GET", "/"))))
 #: the labels of scatter-gather queries (served "fanout")
-FANOUT = frozenset(r.query for r in ROUTES if r.fanout)
+FANOUT = {r.query for r in ROUTES if r.fanout}
 _LOOKUPS = {r.size: r for r in ROUTES if r.query == "lookup"}
 _BY_PATH = {r.path: r for r in ROUTES}
+
+
+def declare(route: Route) -> Route:
+    """Add a query's route to the table (a query type in a module of its own declares
+    its route as it is defined; an app made after that serves it). ValueError: the
+    table has a route of that method and path, or the route is no query."""
+    if route.query is None:
+        raise ValueError(f"{route.path}: a declared route is a query's (query=its kind)")
+    if any((r.method, r.path) == (route.method, route.path) for r in (*ROUTES, *UNTIMED)):
+        raise ValueError(f"{route.method} {route.path} is declared already")
+    ROUTES.append(route)
+    _BY_PATH[route.path] = route
+    if route.fanout:
+        FANOUT.add(route.query)
+    if route.query == "lookup":
+        _LOOKUPS[route.size] = route
+    return route
 
 
 def lookup_target(parts: list[str]) -> tuple[str, str] | None:

@@ -29,6 +29,7 @@ from streamiq.serving.http.answers import Answers
 from streamiq.serving.http.changes import changes_routes
 from streamiq.serving.http.dashboard import dashboard_routes, mount_page
 from streamiq.serving.http.dashboard.upstate import UpState
+from streamiq.serving.http.declared import declared_routes
 from streamiq.serving.http.metrics import node_metrics
 from streamiq.serving.http.params import MaxLag, MaxStaleness, Position, WaitMs
 from streamiq.serving.http.paths import KEY, PathSegments, restore
@@ -170,6 +171,7 @@ def create_app(settings: Settings, deps: Answers) -> FastAPI:
     mount_page(app)  # the dashboard's page and files: open, they hold no data
     guarded = _routes(deps)
     guarded.include_router(query_routes(deps))
+    guarded.include_router(declared_routes(deps))
     guarded.include_router(changes_routes(deps))
     guarded.include_router(dashboard_routes(deps, progress, UpState.from_env()))
     app.include_router(guarded)

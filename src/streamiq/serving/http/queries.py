@@ -29,8 +29,7 @@ from streamiq.serving.http.params import (
     ToMs,
 )
 from streamiq.serving.query import model as q
-from streamiq.serving.query.topk import MAX_K, TopK, TopKRows
-from streamiq.serving.routes import AGGREGATE, KEY_WINDOWS, MULTI_GET, SCAN, TOP_K, WINDOWS
+from streamiq.serving.routes import AGGREGATE, KEY_WINDOWS, MULTI_GET, SCAN, WINDOWS
 
 __all__ = ["MultiGet", "aggregate_body", "query_routes"]
 
@@ -48,7 +47,6 @@ def query_routes(deps: Answers) -> APIRouter:
     _scan_routes(r, deps)
     _key_windows_route(r, deps)
     _aggregate_route(r, deps)
-    _top_k_route(r, deps)
     return r
 
 
@@ -134,21 +132,3 @@ def _aggregate_route(r: APIRouter, deps: Answers) -> None:
         answer = await deps.queries.aggregate(query, deps.caller(request))
         return deps.gathered(answer, aggregate_body)
 
-
-def _top_k_route(r: APIRouter, deps: Answers) -> None:
-    """GET /v1/views/{view}/top"""
-
-    def body(rows: TopKRows) -> dict[str, Any]:
-        return {"column": rows.column, "order": rows.order, "rows": rows.rows,
-                "count": len(rows.rows)}
-
-    @r.get(TOP_K.path, summary="The k rows with the largest (or smallest) value of a column")
-    async def top(request: Request, view: str, fresh: Fresh,
-                  column: Annotated[str, Query(description="The column ranked.")],
-                  k: Annotated[int, Query(ge=1, le=MAX_K, description="How many rows.")] = 10,
-                  order: Annotated[str, Query(pattern="^(asc|desc)$", description=(
-                      "desc: the largest values; asc: the smallest."))] = "desc",
-                  prefix: Prefix = None) -> Response:
-        query = TopK(view, column, k, order, prefix, fresh=fresh.typed())
-        answer = await deps.queries.run(query, deps.caller(request))
-        return deps.gathered(answer, body)

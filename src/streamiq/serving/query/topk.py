@@ -4,9 +4,10 @@ largest balances: a query type in one module.
 Everything the query is lives here: its typed query (``TopK``, registered by its
 ``kind`` and so carried by the peer protocol as it is), each owner's part (the top
 ``k`` of the partitions it answers, read in a worker thread) and the merge of the parts
-(the top ``k`` of the parts' rows). Its renderers are the front ends' business: the HTTP
-route (``serving/http/queries.py``, ``routes.TOP_K``), the Python client
-(``client/aio.py``), SQL's pushdown of ``ORDER BY column DESC LIMIT k``.
+(the top ``k`` of the parts' rows). The front ends need only its declarations: its HTTP
+route is made from its fields (``routes.TOP_K``, ``serving/http/declared.py``), SQL's
+pushdown of ``ORDER BY column DESC LIMIT k`` is a planner rule
+(``serving/sql/pushdowns.py``); the Python client asks its path (``client/aio.py``).
 
 Order: numbers before text, each in its own order; ties by key, so every node and
 every merge picks the same rows. Rows whose column is null or absent are left out (as
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 from streamiq.errors import BadRequest
@@ -44,11 +45,13 @@ class TopK(Query):
     (``nulls="omit"``), or placed before (``"first"``) or after (``"last"``) the rest."""
 
     kind = "topk"
-    column: str
-    k: int = 10
-    order: str = "desc"
-    prefix: str | None = None
-    nulls: str = "omit"
+    column: str = field(metadata={"doc": "The column ranked."})
+    k: int = field(default=10, metadata={"doc": f"How many rows (1..{MAX_K})."})
+    order: str = field(default="desc", metadata={
+        "doc": "desc: the largest values; asc: the smallest."})
+    prefix: str | None = field(default=None, metadata={"doc": "Only keys starting with this."})
+    nulls: str = field(default="omit", metadata={
+        "doc": "Rows without a value of the column: omit, first or last."})
 
 
 class TopKPartial(TypedDict):
@@ -62,6 +65,7 @@ class TopKRows:
     column: str
     order: str
     rows: list[ScannedRow]
+    count: int
 
 
 def _rank(value: Any, key: str) -> tuple[int, Any, str] | None:
@@ -130,7 +134,8 @@ def _merge(view: View, parts: list[TopKPartial], q: TopK) -> TopKRows:
     """The top ``k`` of the parts' rows."""
     rows = [(rank, row) for part in parts for row in part["rows"]
             if (rank := _ranked(view, q, row["key"], row["value"])) is not None]
-    return TopKRows(q.column, q.order, _best(rows, q.k, q.order))
+    best = _best(rows, q.k, q.order)
+    return TopKRows(q.column, q.order, best, len(best))
 
 
 @runs(TopK)

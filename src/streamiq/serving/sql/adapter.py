@@ -5,14 +5,16 @@ the HTTP API's requests are.
 A lookup is one ``Queries.lookup`` (the one placement decision: answered here, relayed
 from one replica, or refused); a windowed view's key is its ``KeyWindows``. Multi-gets,
 scans and aggregates are the query layer's scatter-gathers: typed rows plus the
-partitions no replica answered; so is ``ORDER BY column LIMIT k``, the ``TopK``
-query (``query/topk.py``). The session's credential goes to the owners with every
-query (``Caller.authorization``), which check it as they check an HTTP client's.
+partitions no replica answered; so is a query type's pushdown (``run``: a planner rule
+made the query, e.g. ``ORDER BY column LIMIT k``'s top-k), whatever its type. The
+session's credential goes to the owners with every query (``Caller.authorization``),
+which check it as they check an HTTP client's.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any, TypeVar
@@ -27,7 +29,6 @@ from streamiq.serving.engines.scan import MAX_LIMIT
 from streamiq.serving.query import model as q
 from streamiq.serving.query.model import MAX_KEYS
 from streamiq.serving.query.run import Queries
-from streamiq.serving.query.topk import TopK, TopKRows
 from streamiq.serving.sql.engine import Bounds, Column, Freshness, Groups, Row, Rows, ViewInfo
 from streamiq.views.base import View
 
@@ -141,15 +142,16 @@ class NodeEngine:
             _caller(fresh)))
         return Groups(got.result.groups, tuple(got.missing))
 
-    async def top_k(self, view: str, column: str, k: int, desc: bool, nulls_first: bool,
-                    fresh: Freshness) -> Rows:
-        """The query layer's ``TopK`` (each owner's top ``k``, merged)."""
-        got = _gathered(await self.queries.run(TopK(
-            view, column, k, "desc" if desc else "asc",
-            nulls="first" if nulls_first else "last", fresh=_fresh(fresh)), _caller(fresh)))
-        result: TopKRows = got.result
+    async def run(self, query: q.Query, fresh: Freshness) -> Rows:
+        """A query type's pushdown, run by the query layer as any client's query: the
+        rows of its result (``result.rows``: scanned rows, each a key's ``value``)."""
+        got = _gathered(await self.queries.run(
+            dataclasses.replace(query, fresh=_fresh(fresh)), _caller(fresh)))
+        rows = getattr(got.result, "rows", None)
+        if not isinstance(rows, list):
+            raise TypeError(f"a {query.kind} query's result has no rows to answer SQL with")
         out = Rows([])
-        _add(out, [r["value"] for r in result.rows], got)
+        _add(out, [r["value"] for r in rows], got)
         return out
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from streamiq.auth import Principal
+from streamiq.serving.query.model import Query
 
 __all__ = ["Authenticate", "Bounds", "Column", "Engine", "Freshness", "Groups", "Row", "Rows",
            "ViewInfo"]
@@ -110,7 +111,7 @@ class Engine(Protocol):
                         prefix: str | None, fresh: Freshness) -> Groups:
         """The scatter-gather aggregate: each owner once; avg travels as [sum, count]."""
 
-    async def top_k(self, view: str, column: str, k: int, desc: bool, nulls_first: bool,
-                    fresh: Freshness) -> Rows:
-        """The ``k`` rows first by ``column`` (nulls first or left out): each owner's
-        top ``k``, merged."""
+    async def run(self, query: Query, fresh: Freshness) -> Rows:
+        """A query type's pushdown (``plans.Pushed``: a planner rule made ``query``), at
+        the session's freshness: its result's rows (``result.rows``, each a key's
+        ``value``)."""

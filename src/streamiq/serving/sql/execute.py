@@ -35,9 +35,9 @@ from streamiq.serving.sql.plans import (
     Gather,
     Lookup,
     Plan,
+    Pushed,
     Scan,
     Source,
-    Top,
 )
 from streamiq.serving.sql.pool import SqlWorkers, Worker
 from streamiq.serving.sql.remote import RemoteCatalog
@@ -169,10 +169,9 @@ class Executor:
                 got = await self.engine.lookup(source.view, source.keys[0], ctx.fresh)
             else:
                 got = await self.engine.multi_get(source.view, source.keys, ctx.fresh)
-        elif isinstance(source, Top):  # at most k rows (planner.MAX_TOP)
+        elif isinstance(source, Pushed):  # as many rows as its rule bounds them to
             async with self._reads:
-                got = await self.engine.top_k(source.view, source.column, source.k,
-                                              source.desc, source.nulls_first, ctx.fresh)
+                got = await self.engine.run(source.query, ctx.fresh)
         else:
             async with self._reads:
                 got = await self.engine.scan(source.view, source.bounds, ctx.fresh,

@@ -35,7 +35,8 @@ def workers_of(s: Settings) -> SqlWorkers:
     spill = state_path(s.state_dir, s.endpoint) / SPILL_FOLDER
     return SqlWorkers(s.sql_workers, memory_mb=s.sql_memory_mb, spill_dir=spill,
                       spill_mb=s.sql_spill_mb, max_queued=s.sql_max_queued,
-                      log_level=s.log_level, log_format=s.log_format)
+                      log_level=s.log_level, log_format=s.log_format,
+                      imports=(s.views_module,) if s.views_module else ())
 
 
 async def start_sql(s: Settings, queries: Queries) -> PgServer | None:

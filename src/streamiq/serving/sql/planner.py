@@ -3,8 +3,9 @@
 * ``key = v`` / ``IN (...)`` on every key column: a routed lookup or multi-get;
 * ``LIKE 'x%'`` on the first key column: a prefix scan; ``<``, ``>``, ``BETWEEN``: a
   range scan over a superset of the keys (DuckDB then applies the exact condition);
-* ``ORDER BY column [ASC|DESC] LIMIT k`` of one view, nothing else asked of its rows: the
-  owners' top-k (``query/topk.py``), DuckDB then ordering those k rows;
+* a query type's own pushdown, its planner rule's (``rules.py``), e.g. ``ORDER BY column
+  [ASC|DESC] LIMIT k`` of one view, nothing else asked of its rows: the owners' top-k
+  (``pushdowns.py``), DuckDB then ordering those k rows;
 * ``GROUP BY`` columns with count/sum/min/max/avg (and at most a ``LIKE 'x%'`` key
   filter): the scatter-gather aggregate, HAVING/ORDER BY/LIMIT over its groups;
 * anything else (joins, expressions, window functions, ORDER BY, LIMIT): the views'
@@ -38,11 +39,13 @@ from streamiq.serving.sql.plans import (
     Fetch,
     Gather,
     Plan,
+    Pushed,
     Scan,
     Source,
-    Top,
     marker,
 )
+from streamiq.serving.sql.pushdowns import MAX_TOP
+from streamiq.serving.sql.rules import PUSHDOWNS, QUERY_TAIL
 
 __all__ = ["MAX_DEPTH", "MAX_TOP", "parse", "plan", "prepare"]
 
@@ -51,18 +54,9 @@ __all__ = ["MAX_DEPTH", "MAX_TOP", "parse", "plan", "prepare"]
 #: stack depth limit too, only deeper
 MAX_DEPTH = 32
 
-#: the largest LIMIT pushed down as a top-k (the query layer's MAX_K); past it the rows
-#: are gathered for DuckDB
-MAX_TOP = 1000
-#: Spark types whose values are JSON numbers (``views/rows.py`` checks a row's types), so
-#: top-k's order is theirs
-_NUMERIC = frozenset({"tinyint", "smallint", "int", "integer", "bigint", "long", "float",
-                      "double", "real", "decimal"})
 CATALOG_SCHEMAS = frozenset({"pg_catalog", "information_schema"})
 _AGGS: dict[type[exp.Expr], str] = {exp.Count: "count", exp.Sum: "sum", exp.Min: "min",
                                           exp.Max: "max", exp.Avg: "avg"}
-_QUERY_TAIL = ("order", "limit", "offset", "distinct", "having", "qualify", "group", "joins",
-               "laterals", "windows", "pivots")
 
 
 class _NotPushable(Exception):
@@ -183,7 +177,7 @@ def _where(sel: exp.Select) -> list[exp.Expr]:
 
 def _direct(sel: exp.Select, names: tuple[str, ...]) -> Direct | None:
     """The output columns when the select list is plain columns of ``names``."""
-    if any(sel.args.get(k) for k in _QUERY_TAIL):
+    if any(sel.args.get(k) for k in QUERY_TAIL):
         return None
     out: list[tuple[str, str]] = []
     for e in sel.expressions:
@@ -263,46 +257,23 @@ def _limit(sel: exp.Select) -> int | None:
     limit = sel.args.get("limit")
     value = limit.expression if isinstance(limit, exp.Limit) else None
     if not isinstance(value, exp.Literal) or value.is_string or sel.args.get("offset") \
-            or any(sel.args.get(k) for k in ("where", *_QUERY_TAIL) if k != "limit") \
+            or any(sel.args.get(k) for k in ("where", *QUERY_TAIL) if k != "limit") \
             or sel.find(exp.AggFunc, exp.Window):
         return None
     return int(value.this) if str(value.this).isdigit() else None
-
-
-def _top(sel: exp.Select, view: ViewInfo) -> Top | None:
-    """``ORDER BY column [ASC|DESC] [NULLS ...] LIMIT k`` with nothing else asked of the
-    view's rows (no WHERE, grouping, DISTINCT, OFFSET, window or aggregate), over a
-    numeric column that is not a key: the owners' top-k holds the answer's rows."""
-    order, limit = sel.args.get("order"), sel.args.get("limit")
-    value = limit.expression if isinstance(limit, exp.Limit) else None
-    if order is None or len(order.expressions) != 1 or not isinstance(value, exp.Literal) \
-            or value.is_string or not str(value.this).isdigit() or sel.args.get("offset") \
-            or any(sel.args.get(k) for k in ("where", *_QUERY_TAIL) if k not in (
-                "order", "limit")) or sel.find(exp.AggFunc, exp.Window):
-        return None
-    by, k = order.expressions[0], int(value.this)
-    col = by.this if isinstance(by, exp.Ordered) else None
-    types = {c.name: c.type.split("(")[0].strip().lower() for c in view.columns}
-    if not isinstance(col, exp.Column) or col.name not in types or not 1 <= k <= MAX_TOP \
-            or col.name in view.key_columns or types[col.name] not in _NUMERIC:
-        return None
-    if any(e.alias_or_name == col.name and not (  # an output column of that name orders
-            isinstance(e.unalias(), exp.Column) and e.unalias().name == col.name)
-            for e in sel.expressions if not isinstance(e, exp.Star)):
-        return None
-    return Top(view.name, col.name, k, bool(by.args.get("desc")),
-               bool(by.args.get("nulls_first")))
 
 
 def _single(sel: exp.Select, view: ViewInfo, sql: str) -> Plan:
     agg = _aggregate(sel, view, sql)
     if agg is not None:
         return agg
-    top = _top(sel, view)
-    if top is not None:
-        return Fetch(top, sql)
     conds = _where(sel)
-    src, exact = key_source(view, conds)
+    src, exact = key_source(view, conds)  # a read by key first: none is narrower
+    if src is None:
+        for rule in PUSHDOWNS:  # a query type's own pushdown (rules.py), the first that fits
+            query = rule(sel, view)
+            if query is not None:
+                return Fetch(Pushed(query), sql)
     direct = _direct(sel, view.names) if exact or not conds else None
     return Fetch(src or Scan(view.name, limit=_limit(sel)), sql, direct)
 

@@ -14,11 +14,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from streamiq.serving.query.model import Query
 from streamiq.serving.sql.engine import Bounds
 from streamiq.serving.sql.types import sql_literal
 
-__all__ = ["AGG_TABLE", "Aggregate", "CatalogQuery", "Fetch", "Gather", "Lookup", "Plan", "Scan",
-           "Source", "Top", "bind", "has_marker", "marker", "marker_number", "unbound_sql"]
+__all__ = ["AGG_TABLE", "Aggregate", "CatalogQuery", "Fetch", "Gather", "Lookup", "Plan", "Pushed",
+           "Scan", "Source", "bind", "has_marker", "marker", "marker_number", "unbound_sql"]
 
 #: the table the aggregate's groups are registered as for its post SQL
 AGG_TABLE = "__agg"
@@ -62,19 +63,20 @@ class Scan:
 
 
 @dataclass(frozen=True)
-class Top:
-    """The owners' top-k (``ORDER BY column [DESC] LIMIT k``, nothing else asked of the
-    view's rows): the ``k`` rows first in that order, nulls where PostgreSQL puts them
-    (``nulls_first``: ``DESC``'s default); DuckDB then runs the statement over them."""
+class Pushed:
+    """A query type's own pushdown (a planner rule made it: ``sql/rules.py``), e.g. the
+    owners' top-k for ``ORDER BY column DESC LIMIT k``: the query layer runs ``query``
+    (at the session's freshness) and its result's rows are the view's rows DuckDB then
+    runs the statement over. A rule makes it of literals only: nothing to bind."""
 
-    view: str
-    column: str
-    k: int
-    desc: bool
-    nulls_first: bool
+    query: Query
+
+    @property
+    def view(self) -> str:
+        return self.query.view
 
 
-Source = Lookup | Scan | Top
+Source = Lookup | Scan | Pushed
 #: (output column name, the row's column) when rows are the answer as they come
 Direct = tuple[tuple[str, str], ...]
 
@@ -146,7 +148,7 @@ def _keys(template: str, values: Sequence[Any]) -> list[str]:
 
 
 def _bind_source(s: Source, values: Sequence[Any]) -> Source:
-    if isinstance(s, Top):  # a literal LIMIT and a column: nothing to bind
+    if isinstance(s, Pushed):  # of literals: nothing to bind
         return s
     if isinstance(s, Lookup):
         return Lookup(s.view, tuple(dict.fromkeys(k for t in s.keys for k in _keys(t, values))))

@@ -193,14 +193,18 @@ class SqlWorkers:
 
     def __init__(self, workers: int = 2, *, memory_mb: int = 512, spill_dir: Path | None = None,
                  spill_mb: int = 0, max_queued: int = 32, log_level: str = "warning",
-                 log_format: str = "auto", cancel_grace_s: float = 1.0) -> None:
+                 log_format: str = "auto", cancel_grace_s: float = 1.0,
+                 imports: Sequence[str] = ()) -> None:
+        """``imports``: modules each worker imports first (the node's ``--views-module``:
+        the query types and planner rules it declares plan there too)."""
         self.size = workers
         self.share_mb = max(16, memory_mb // workers)
         self.spill_dir = spill_dir
         self.spill_mb = spill_mb // workers if spill_dir is not None else 0
         self.max_queued = max_queued
         self.cancel_grace_s = cancel_grace_s
-        self._logs = ["--log-level", log_level, "--log-format", log_format]
+        self._logs = ["--log-level", log_level, "--log-format", log_format,
+                      *(a for m in imports for a in ("--import", m))]
         self._idle: list[Worker] = []
         self._all: set[Worker] = set()
         self._long = 0  # workers running a long request

@@ -12,7 +12,7 @@ from prometheus_client.core import CounterMetricFamily, Metric
 
 from streamiq._sqlstate import sqlstate_of
 from streamiq.errors import StreamiqError
-from streamiq.serving.sql.plans import Aggregate, CatalogQuery, Fetch, Lookup, Plan, Top
+from streamiq.serving.sql.plans import Aggregate, CatalogQuery, Fetch, Lookup, Plan, Pushed
 
 __all__ = ["SqlStats", "kind_of"]
 
@@ -26,8 +26,8 @@ def kind_of(plan: Plan) -> str:
         return "aggregate"
     if isinstance(plan, Fetch) and isinstance(plan.source, Lookup):
         return "lookup" if len(plan.source.keys) == 1 else "multiget"
-    if isinstance(plan, Fetch) and isinstance(plan.source, Top):
-        return "topk"
+    if isinstance(plan, Fetch) and isinstance(plan.source, Pushed):
+        return plan.source.query.kind  # a query type's pushdown (topk...)
     return "scan" if isinstance(plan, Fetch) else "gather"
 
 

@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import contextlib
 import ctypes
+import importlib
 import logging
 import math
 import os
@@ -194,6 +195,18 @@ def _die_with_parent() -> None:
         os._exit(0)
 
 
+def _import(modules: Sequence[str]) -> None:
+    """The node's own modules (it imported them already): a module that fails here is
+    logged and left out, its statements then planned without its rules (the rows
+    gathered for DuckDB: the same answers, read less directly)."""
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:
+            log.warning("SQL worker: module %s not imported (%r): its planner rules are "
+                        "left out", name, exc)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="streamiq SQL worker")
     ap.add_argument("--fd", type=int, required=True)
@@ -202,10 +215,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--spill-mb", type=int, default=0)
     ap.add_argument("--log-level", default="warning")
     ap.add_argument("--log-format", default="auto")
+    ap.add_argument("--import", dest="imports", action="append", default=[],
+                    help="a module to import first (its query types and planner rules)")
     a = ap.parse_args(argv)
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the node, which stops us
     configure_logging(a.log_level, a.log_format)
+    _import(a.imports)
     work = Work(a.memory_mb, a.spill_dir, a.spill_mb)
     try:
         asyncio.run(serve(socket.socket(fileno=a.fd), work))

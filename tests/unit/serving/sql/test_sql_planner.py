@@ -8,6 +8,7 @@ import pytest
 from sqlviews import VIEWS
 
 from streamiq.errors import BadSql, TooComplex, UnknownView
+from streamiq.serving.query.topk import TopK
 from streamiq.serving.sql.engine import Bounds
 from streamiq.serving.sql.planner import MAX_TOP, plan, prepare
 from streamiq.serving.sql.plans import (
@@ -17,8 +18,8 @@ from streamiq.serving.sql.plans import (
     Gather,
     Lookup,
     Plan,
+    Pushed,
     Scan,
-    Top,
     bind,
     unbound_sql,
 )
@@ -63,7 +64,7 @@ SHAPES: list[tuple[str, Plan | dict[str, Any]]] = [
      {"source": Scan("balances", Bounds(start="b", end="a}")), "direct": None}),
     # DuckDB over every row: ORDER BY, LIMIT, expressions, window functions, DISTINCT aggs
     ("SELECT account, balance FROM balances ORDER BY balance DESC LIMIT 3",
-     {"source": Top("balances", "balance", 3, True, True), "direct": None}),
+     {"source": Pushed(TopK("balances", "balance", 3, "desc", nulls="first")), "direct": None}),
     ("SELECT account, balance FROM balances ORDER BY balance DESC LIMIT 3 OFFSET 2",
      {"source": Scan("balances"), "direct": None}),
     ("SELECT account, balance * 2 AS dbl, rank() OVER (ORDER BY balance) FROM balances",
@@ -224,7 +225,8 @@ def test_limit_alone_asks_for_that_many_rows_and_limit_0_for_none() -> None:
     ordered = plan("SELECT * FROM balances ORDER BY account LIMIT 5", VIEWS)
     assert isinstance(ordered, Fetch) and ordered.source == Scan("balances")
     top = plan("SELECT * FROM balances ORDER BY balance LIMIT 5", VIEWS)
-    assert isinstance(top, Fetch) and top.source == Top("balances", "balance", 5, False, False)
+    assert isinstance(top, Fetch) and top.source == Pushed(TopK("balances", "balance", 5, "asc",
+                                                                nulls="last"))
     for probe in ('SELECT TRUE AS "_" FROM "public"."balances" WHERE 1 <> 1 LIMIT 0',
                   "SELECT * FROM balances WHERE false", "SELECT * FROM balances LIMIT 0"):
         assert isinstance(plan(probe, VIEWS), CatalogQuery), probe  # the empty tables
@@ -265,12 +267,14 @@ def test_order_by_a_number_limit_k_is_the_owners_top_k() -> None:
     OFFSET, an output column of that name, a text or key column, k past MAX_TOP) is not."""
     got = plan("SELECT account, balance FROM balances ORDER BY balance DESC LIMIT 10", VIEWS)
     assert isinstance(got, Fetch) and got.direct is None
-    assert got.source == Top("balances", "balance", 10, True, True)
+    assert got.source == Pushed(TopK("balances", "balance", 10, "desc", nulls="first"))
     assert "ORDER BY balance DESC NULLS FIRST LIMIT 10" in got.sql
     asc = plan("SELECT * FROM balances ORDER BY balance LIMIT 3", VIEWS)
-    assert isinstance(asc, Fetch) and asc.source == Top("balances", "balance", 3, False, False)
+    assert isinstance(asc, Fetch) and asc.source == Pushed(TopK("balances", "balance", 3, "asc",
+                                                                 nulls="last"))
     last = plan("SELECT * FROM balances ORDER BY count DESC NULLS LAST LIMIT 5", VIEWS)
-    assert isinstance(last, Fetch) and last.source == Top("balances", "count", 5, True, False)
+    assert isinstance(last, Fetch) and last.source == Pushed(TopK("balances", "count", 5, "desc",
+                                                                  nulls="last"))
     for sql in ("SELECT * FROM balances WHERE balance > 3 ORDER BY balance DESC LIMIT 3",
                 "SELECT * FROM balances ORDER BY balance DESC LIMIT 3 OFFSET 1",
                 "SELECT account, -balance AS balance FROM balances ORDER BY balance LIMIT 3",
@@ -279,4 +283,36 @@ def test_order_by_a_number_limit_k_is_the_owners_top_k() -> None:
                 f"SELECT * FROM balances ORDER BY balance DESC LIMIT {MAX_TOP + 1}",
                 "SELECT DISTINCT balance FROM balances ORDER BY balance DESC LIMIT 3"):
         p = plan(sql, VIEWS)
-        assert not (isinstance(p, Fetch) and isinstance(p.source, Top)), sql
+        assert not (isinstance(p, Fetch) and isinstance(p.source, Pushed)), sql
+
+
+def test_a_planner_rule_pushes_its_query_type_down(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rule (``sql/rules.py``) sees a one-view SELECT and returns its query: the plan
+    is that query pushed down, DuckDB then running the statement over its rows; a rule
+    that returns None leaves the statement to the next rule and the planner's own. A
+    read by key comes first (none is narrower): no rule is asked then."""
+    from sqlglot import exp
+
+    from streamiq.serving.query.model import Query
+    from streamiq.serving.sql import rules
+
+    seen: list[str] = []
+
+    def none(sel: exp.Select, view: Any) -> Query | None:
+        seen.append(view.name)
+        return None
+
+    def where_only(sel: exp.Select, view: Any) -> Query | None:
+        return TopK(view.name, "balance", 1) if rules.asks_only(sel, "where") and \
+            sel.args.get("where") else None
+
+    monkeypatch.setattr(rules, "PUSHDOWNS", [none, where_only, *rules.PUSHDOWNS])
+    monkeypatch.setattr("streamiq.serving.sql.planner.PUSHDOWNS", rules.PUSHDOWNS)
+    got = plan("SELECT account FROM balances WHERE balance > 3", VIEWS)
+    assert isinstance(got, Fetch) and got.source == Pushed(TopK("balances", "balance", 1))
+    assert "WHERE balance > 3" in got.sql and seen == ["balances"]
+    keyed = plan("SELECT * FROM balances WHERE account = 'a' AND balance > 3", VIEWS)
+    assert isinstance(keyed, Fetch) and keyed.source == Lookup("balances", ("a",))
+    assert seen == ["balances"]
+    top = plan("SELECT * FROM balances ORDER BY balance LIMIT 2", VIEWS)
+    assert isinstance(top, Fetch) and isinstance(top.source, Pushed)  # top-k's, next
