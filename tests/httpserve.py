@@ -32,8 +32,10 @@ async def serving(app: Any, edge: HttpEdge | None = None, lifespan: bool = False
 
     port = free_port()
     sock = socket.create_server(("127.0.0.1", port))
-    srv = HttpServer(app, edge=edge, lean=app if isinstance(app, LeanLookups) else None,
-                     writes=writes, lifespan=lifespan, protocol=protocol, grace_s=grace_s)
+    node = isinstance(app, LeanLookups)
+    srv = HttpServer(app, edge=edge, lean=app if node else None,
+                     same_port=app.peer_server if node else None, writes=writes,
+                     lifespan=lifespan, protocol=protocol, grace_s=grace_s)
     task = asyncio.create_task(srv.serve(sock))
     try:
         while not srv.started:

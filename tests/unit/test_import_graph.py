@@ -282,6 +282,30 @@ def test_a_new_query_type_is_one_module_in_query_plus_its_declarations() -> None
                       "serving/sql/pushdowns.py"], naming
 
 
+#: the HTTP server the node and the ingest share, and what the node plugs into it
+_SERVER = tuple(f"streamiq.serving.http.{m}" for m in (
+    "asgi", "flow", "http_limits", "leanserve", "protocol", "server"))
+_NODE = ("streamiq.serving.query", "streamiq.serving.cluster", "streamiq.serving.peer",
+         "streamiq.serving.node", "streamiq.serving.routes", "streamiq.serving.http.fastpath",
+         "streamiq.serving.http.metrics", "streamiq.serving.http.app")
+
+
+def test_the_http_server_is_generic() -> None:
+    """Issue 48: the HTTP server (its protocol, limits, lean serving, ASGI cycles) knows
+    neither the node nor the ingest: the node's lean key lookups (``LeanGets``) and its
+    peer protocol on the same port (``SamePort``) are plugged in by the composition root,
+    not imported; the ingest, which serves on it too, reaches none of the node's query
+    layer either."""
+    for m in _SERVER:
+        reached = _reaches(m)
+        assert not [r for r in reached if r.startswith(_NODE)], (m, sorted(
+            r for r in reached if r.startswith(_NODE)))
+    ingest = [m for m in _modules() if m.startswith("streamiq.ingest.")]
+    reached = set().union(*(_reaches(m) for m in ingest))
+    assert not [r for r in reached if r.startswith(_NODE)], sorted(
+        r for r in reached if r.startswith(_NODE))
+
+
 _CONNECTS = {"create_connection", "open_connection", "sock_connect"}
 
 

@@ -35,8 +35,7 @@ from streamiq.ingest.metrics import IngestCounters
 from streamiq.ingest.producer import Producer
 from streamiq.serving.changelog.consistency import token_for
 from streamiq.serving.http.asgi import Cycle
-from streamiq.serving.http.fastpath import Answer
-from streamiq.serving.http.leanserve import PostRoute
+from streamiq.serving.http.leanserve import Answer, PostRoute
 from streamiq.views import bank, orders
 
 __all__ = ["LeanWrites", "answer_body"]

@@ -179,6 +179,7 @@ async def _serve_on(settings: Settings, sock: socket.socket) -> int:
     try:
         asgi = assemble(settings, node)
         server = HttpServer(asgi, edge=HttpEdge(settings.request_read_timeout_s), lean=asgi,
+                            same_port=asgi.peer_server,
                             ssl_context=tls.server_context(settings), signals=True)
 
         def fatal() -> None:

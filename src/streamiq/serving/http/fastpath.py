@@ -55,6 +55,7 @@ from streamiq.serving.cluster.peers import PeerReply
 from streamiq.serving.cluster.placement import Forward, Redirect, Refuse
 from streamiq.serving.cluster.wire import request_body
 from streamiq.serving.http.answers import TIMEOUT, Answers, budget_s
+from streamiq.serving.http.leanserve import PENDING, Answer, Later, Observe, Pending
 from streamiq.serving.http.metrics import served_of
 from streamiq.serving.http.paths import segments
 from streamiq.serving.query.model import Caller, Lookup, Read
@@ -81,21 +82,12 @@ _SERVED_BY = SERVED_BY.encode()
 _JSON, _PROBLEM = b"application/json", PROBLEM_JSON.encode()  # an answer, an error (404)
 _TYPE_JSON, _TYPE_PROBLEM = (b"content-type", _JSON), (b"content-type", _PROBLEM)
 _NO_HOP, _ONE_HOP = (_HOPS, b"0"), (_HOPS, b"1")
-Answer = tuple[int, bytes, list[tuple[bytes, bytes]]]  # status, body, headers
-Later = Callable[[Answer | None], None]
-
-
-class _Pending:
-    """``begin`` sent a hop; the answer goes to the callback it was given."""
-
-
-PENDING = _Pending()
 
 
 class LeanLookups:
     """ASGI wrapper around the node's FastAPI app: ``LeanLookups(app, deps, peer_server)``
     (the peer protocol's server, answering on the same port: ``serving/http/protocol.py``;
-    all three built in ``serving/main.py``)."""
+    all three built in ``serving/main.py``). The HTTP server's ``LeanGets``."""
 
     def __init__(self, app: ASGIApp, deps: Answers, peer_server: PeerServer) -> None:
         self.app = app
@@ -105,6 +97,16 @@ class LeanLookups:
         self._decide = deps.queries.decide
         self._endpoint = deps.node.endpoint.encode()
         self._served: dict[str, tuple[bytes, bytes]] = {}  # a peer's served-by header
+
+    def timer(self) -> Observe | None:
+        """Each lean answer's latency, by how it was served (None: metrics off)."""
+        latency = self.deps.coordinator.traffic.latency
+        if latency is None:
+            return None
+
+        def observe(t0: float, answer: Answer) -> None:
+            latency.observe(("lookup", served_of("lookup", answer[2])), perf_counter() - t0)
+        return observe
 
     async def __call__(self, scope: Scope, receive: Callable[[], Awaitable[Message]],
                        send: Callable[[Message], Awaitable[None]]) -> None:
@@ -129,7 +131,7 @@ class LeanLookups:
         pending = self.begin(path, headers, raw_path=raw_path)
         if pending is None or isinstance(pending, tuple):
             return pending
-        assert not isinstance(pending, _Pending)  # only for a caller that gave a callback
+        assert not isinstance(pending, Pending)  # only for a caller that gave a callback
         return await self.settle(pending)
 
     @staticmethod
@@ -144,7 +146,7 @@ class LeanLookups:
     def begin(self, path: str, headers: Iterable[tuple[bytes, bytes]],
               then: Later | None = None, raw_path: bytes | None = None,
               loop: asyncio.AbstractEventLoop | None = None
-              ) -> Answer | Awaitable[Answer | None] | _Pending | None:
+              ) -> Answer | Awaitable[Answer | None] | Pending | None:
         """Answer now (a local lookup), later (the forwarded hop: PENDING when ``then``
         will get the answer, else a coroutine), or None: the full app answers.
 
@@ -160,7 +162,7 @@ class LeanLookups:
 
     def _begin(self, path: str, headers: Iterable[tuple[bytes, bytes]], then: Later | None,
                raw_path: bytes | None, loop: asyncio.AbstractEventLoop | None
-               ) -> Answer | Awaitable[Answer | None] | _Pending | None:
+               ) -> Answer | Awaitable[Answer | None] | Pending | None:
         if raw_path is not None and b"%" in raw_path:
             try:
                 parts = segments(raw_path)
@@ -226,7 +228,7 @@ class LeanLookups:
 
     def forward(self, view: View, key: str, p: int, max_lag: int, auth: bytes | None,
                 then: Later | None, owner: str, budget: float | None,
-                loop: asyncio.AbstractEventLoop) -> Awaitable[Answer | None] | _Pending:
+                loop: asyncio.AbstractEventLoop) -> Awaitable[Answer | None] | Pending:
         """One hop to ``owner``, the replica ``decide`` chose, over the peer protocol (the
         client's Authorization in the request, checked again by the owner); any trouble
         (a ``PeerError``, a 421 or 503) defers to the lookup's one pipeline.

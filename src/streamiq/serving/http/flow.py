@@ -10,14 +10,24 @@ pauses while pipelined requests wait for their turn or a body is not taken.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from streamiq.serving.changes.sockets import cap
 
-if TYPE_CHECKING:
-    from streamiq.serving.peer.server import PeerConnection
+__all__ = ["Flow", "Wire"]
 
-__all__ = ["Flow"]
+
+class Wire(Protocol):
+    """A connection of another protocol on the port (``protocol.SamePort.accept``: the
+    node's peers): the bytes read go to it."""
+
+    @property
+    def authenticated(self) -> bool:
+        """It proved who it is (the HTTP read deadline, for strangers, ends)."""
+
+    def feed(self, data: bytes) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class Flow:
@@ -25,7 +35,7 @@ class Flow:
 
     loop: asyncio.AbstractEventLoop
     transport: asyncio.Transport
-    _wire: PeerConnection | None
+    _wire: Wire | None
     _write_paused: bool
     _read_paused: bool
     _drained: asyncio.Future[None] | None

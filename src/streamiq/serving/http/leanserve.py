@@ -1,6 +1,7 @@
-"""A connection's answers on the lean path (``fastpath.py``): a key lookup answered
-without ASGI, in one write; and a write (``LeanPosts``: the ingest's) answered from a
-callback once its body is read.
+"""A connection's answers without ASGI: a GET a ``LeanGets`` answers (the node's key
+lookups, ``fastpath.py``), in one write; and a write (``LeanPosts``: the ingest's)
+answered from a callback once its body is read. Both are protocols the server is given
+(``server.py``): this module knows neither the node nor the ingest.
 
 ``HttpProtocol`` (``protocol.py``) starts each request here: a local lookup is answered
 inside the parser callback; one forwarded on a pooled connection from the hop's
@@ -20,14 +21,9 @@ import asyncio
 from collections.abc import Awaitable, Callable, Coroutine
 from functools import partial
 from time import perf_counter
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import Any, Protocol, cast
 
 from streamiq.serving.http.asgi import STATUS_LINE, ASGIApp, Cycle
-from streamiq.serving.http.fastpath import PENDING, Answer, LeanLookups
-from streamiq.serving.http.metrics import served_of
-
-if TYPE_CHECKING:
-    from streamiq.metrics import Latency
 
 
 class _Shared(Protocol):
@@ -39,9 +35,51 @@ class _Shared(Protocol):
     @property
     def default_headers(self) -> bytes: ...
 
-__all__ = ["LEAN_BODY_BYTES", "LeanPosts", "LeanServing", "PostRoute"]
+__all__ = [
+    "LEAN_BODY_BYTES",
+    "PENDING",
+    "Answer",
+    "Later",
+    "LeanGets",
+    "LeanPosts",
+    "LeanServing",
+    "Observe",
+    "Pending",
+    "PostRoute",
+]
 
 LEAN_BODY_BYTES = 16384  # a lean write's largest body; a larger one goes to the app
+Answer = tuple[int, bytes, list[tuple[bytes, bytes]]]  # status, body, headers
+Later = Callable[[Answer | None], None]
+#: a lean GET's answer timed: (when it began, perf_counter; the answer)
+Observe = Callable[[float, Answer], None]
+
+
+class Pending:
+    """``begin`` sent a hop; the answer goes to the callback it was given."""
+
+
+PENDING = Pending()
+
+
+class LeanGets(Protocol):
+    """The GETs (without a query string) a server answers without ASGI: the node's key
+    lookups (``fastpath.LeanLookups``); ``app`` answers what they decline."""
+
+    @property
+    def app(self) -> ASGIApp: ...
+
+    def begin(self, path: str, headers: Any, then: Later | None = None,
+              raw_path: bytes | None = None, loop: asyncio.AbstractEventLoop | None = None
+              ) -> Answer | Awaitable[Answer | None] | Pending | None:
+        """Answer now, later (PENDING: ``then`` gets it; or an awaitable), or None: the
+        app answers."""
+
+    async def settle(self, pending: Awaitable[Answer | None]) -> Answer | None:
+        """Await what ``begin`` started (None: the app answers)."""
+
+    def timer(self) -> Observe | None:
+        """What times each lean answer (None: nothing does)."""
 
 #: A lean write's route, called once its body is read whole: it answers through the
 #: callback, now or later (None: the app answers the request instead).
@@ -61,13 +99,13 @@ class LeanServing:
     protocol's)."""
 
     state: _Shared
-    lean: LeanLookups | None
+    lean: LeanGets | None
     writes: LeanPosts | None
     posting: tuple[Cycle, PostRoute] | None  # a lean write waiting for its body
     current: Cycle | None
     transport: asyncio.Transport
     loop: asyncio.AbstractEventLoop
-    _latency: Latency | None
+    _observe: Observe | None
 
     def _run(self, cycle: Cycle, app: ASGIApp) -> None:
         raise NotImplementedError
@@ -143,9 +181,8 @@ class LeanServing:
         """A lean lookup's answer, timed."""
         if not cycle.busy:
             return
-        if self._latency is not None:
-            self._latency.observe(("lookup", served_of("lookup", answer[2])),
-                                  perf_counter() - cycle.t0)
+        if self._observe is not None:
+            self._observe(cycle.t0, answer)
         self._write_answer(cycle, answer)
 
     def _write_answer(self, cycle: Cycle, answer: Answer) -> None:

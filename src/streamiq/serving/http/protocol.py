@@ -1,15 +1,16 @@
 """One HTTP connection of a node or the ingest, on httptools: our own protocol, no server
-framework's private methods.
+framework's private methods. Generic: what it serves besides the ASGI app is given to
+the server as protocols (``SamePort``, ``leanserve.LeanGets``, ``leanserve.LeanPosts``),
+never imported.
 
 What it does with the bytes it reads:
 
-* a connection that opens with the peer protocol's preface (``serving/cluster/wire.py``:
-  other nodes asking their queries) is served by a ``PeerConnection``
-  (``serving/peer/server.py``) instead of HTTP;
+* a connection that opens with another protocol's preface (``SamePort``: the node's
+  peer protocol, ``serving/peer/server.py``) is handed to it instead of HTTP;
 * each request is counted against the limits of ``http_limits.py`` as it is parsed
   (431, 413, the gate, 408 for a request not read whole in time, 400 for what is not
   HTTP), refused with a problem document and a lingering close;
-* a key lookup the lean path (``fastpath.py``: ``LeanLookups``) can answer skips ASGI:
+* a GET the lean path (``LeanGets``: the node's key lookups, ``fastpath.py``) answers skips ASGI:
   answered inside the parser callback when local, or from the hop's ``data_received``
   when forwarded on a pooled connection (a hop that must connect or wait runs in a
   task), in one write;
@@ -32,16 +33,14 @@ import asyncio
 from collections import deque
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import unquote
 
 import httptools
 
 from streamiq.errors import BadRequest, RequestTimeout, StreamiqError
-from streamiq.serving.cluster.wire import PREFACE
 from streamiq.serving.http.asgi import ASGIApp, Cycle, Scope
-from streamiq.serving.http.fastpath import LeanLookups
-from streamiq.serving.http.flow import Flow
+from streamiq.serving.http.flow import Flow, Wire
 from streamiq.serving.http.http_limits import (
     LINGER_S,
     MAX_HEAD_BYTES,
@@ -51,10 +50,21 @@ from streamiq.serving.http.http_limits import (
     head_too_large,
     refusal,
 )
-from streamiq.serving.http.leanserve import LeanPosts, LeanServing
-from streamiq.serving.peer.server import PeerConnection
+from streamiq.serving.http.leanserve import LeanGets, LeanPosts, LeanServing
 
-__all__ = ["KEEP_ALIVE_S", "HttpProtocol", "ServerState"]
+__all__ = ["KEEP_ALIVE_S", "HttpProtocol", "SamePort", "ServerState", "Wire"]
+
+
+class SamePort(Protocol):
+    """Another protocol served on the server's port (the node's peer protocol), told
+    apart from HTTP by the ``preface`` its connections open with."""
+
+    @property
+    def preface(self) -> bytes: ...
+
+    def accept(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop,
+               keep_alive_s: float) -> Wire:
+        """Serve the connection (its preface read)."""
 
 #: a keep-alive connection idle this long is closed (seconds): longer than the pools of
 #: common clients keep one (httpx 5 s, aiohttp 15 s), as nginx's 75 s is, so the client
@@ -73,8 +83,9 @@ class ServerState:
 
     app: ASGIApp
     edge: HttpEdge = field(default_factory=HttpEdge)
-    lean: LeanLookups | None = None
+    lean: LeanGets | None = None  # GETs answered without ASGI (the node's key lookups)
     writes: LeanPosts | None = None  # writes answered without ASGI (the ingest's)
+    same_port: SamePort | None = None  # another protocol on the port (the node's peers)
     keep_alive_s: float = KEEP_ALIVE_S
     default_headers: bytes = b"server: streamiq\r\n"
     app_state: dict[str, Any] = field(default_factory=dict)  # the lifespan's state
@@ -117,9 +128,10 @@ class HttpProtocol(LeanServing, Flow, asyncio.Protocol):
         self._write_paused = False
         self._drained: asyncio.Future[None] | None = None
         self._first: bytes | None = b""  # a new connection's first bytes, until known
-        self._wire: PeerConnection | None = None
-        # the lean path's answers' latency (serving/http/metrics.py); None: metrics off
-        self._latency = None if self.lean is None else self.lean.deps.coordinator.traffic.latency
+        self._wire: Wire | None = None
+        self._same_port = state.same_port
+        # what times the lean path's answers (the node's latency metric); None: nothing
+        self._observe = None if self.lean is None else self.lean.timer()
 
     # --- asyncio ---
 
@@ -152,16 +164,17 @@ class HttpProtocol(LeanServing, Flow, asyncio.Protocol):
             if self._wire.authenticated:  # a peer: the read deadline was for strangers
                 self._deadline = None
             return
-        if self._first is not None and self.lean is not None:  # the peer protocol, or HTTP?
+        if self._first is not None and self._same_port is not None:  # HTTP, or the other?
             data = self._first + data
-            if len(data) < len(PREFACE) and PREFACE.startswith(data):
+            preface = self._same_port.preface
+            if len(data) < len(preface) and preface.startswith(data):
                 self._first = data
                 return
             self._first = None
-            if data.startswith(PREFACE):
-                self._wire = PeerConnection(self.lean.peer_server, self.transport, self.loop,
-                                            self.state.keep_alive_s)
-                self.data_received(data[len(PREFACE):])
+            if data.startswith(preface):
+                self._wire = self._same_port.accept(self.transport, self.loop,
+                                                    self.state.keep_alive_s)
+                self.data_received(data[len(preface):])
                 return
         self._idle_at = None
         while data and not self._refused:  # a head is fed to the parser up to its limit

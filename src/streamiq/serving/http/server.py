@@ -13,7 +13,9 @@ listened), serves connections with ``HttpProtocol`` (``protocol.py``) until ``st
 3. run the lifespan shutdown (a node's closes the node: RocksDB closed, the cluster
    left) and return 0.
 
-The ``date`` header is rendered once a second for every response.
+The ``date`` header is rendered once a second for every response. The server is
+generic: a node plugs in its lean key lookups (``lean``) and its peer protocol on the
+same port (``same_port``), the ingest its lean writes (``writes``).
 
 Why a server of our own: docs/design.md, "The HTTP server" (uvicorn's public hooks cost
 lookups 0.82x the throughput, granian 0.63x; its private ones tied us to one version).
@@ -35,10 +37,9 @@ from typing import Any, TypeVar
 import uvloop
 
 from streamiq.serving.http.asgi import ASGIApp
-from streamiq.serving.http.fastpath import LeanLookups
 from streamiq.serving.http.http_limits import HttpEdge
-from streamiq.serving.http.leanserve import LeanPosts
-from streamiq.serving.http.protocol import KEEP_ALIVE_S, HttpProtocol, ServerState
+from streamiq.serving.http.leanserve import LeanGets, LeanPosts
+from streamiq.serving.http.protocol import KEEP_ALIVE_S, HttpProtocol, SamePort, ServerState
 
 __all__ = ["STARTUP_FAILED", "HttpServer", "run"]
 
@@ -60,12 +61,14 @@ class HttpServer:
     """One listening socket served until stopped."""
 
     def __init__(self, app: ASGIApp, *, edge: HttpEdge | None = None,
-                 lean: LeanLookups | None = None, writes: LeanPosts | None = None,
+                 lean: LeanGets | None = None, writes: LeanPosts | None = None,
+                 same_port: SamePort | None = None,
                  ssl_context: ssl.SSLContext | None = None,
                  lifespan: bool = True, grace_s: float = 5.0,
                  keep_alive_s: float = KEEP_ALIVE_S,
                  signals: bool = False, protocol: type[HttpProtocol] = HttpProtocol) -> None:
-        self.state = ServerState(app, edge or HttpEdge(), lean, writes, keep_alive_s)
+        self.state = ServerState(app, edge or HttpEdge(), lean, writes, same_port,
+                                 keep_alive_s)
         self.ssl = ssl_context
         self.lifespan = Lifespan(app, self.state.app_state) if lifespan else None
         self.grace_s = grace_s

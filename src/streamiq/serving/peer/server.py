@@ -31,7 +31,7 @@ from streamiq.errors import BadRequest, DeadlineExceeded, Unauthenticated
 from streamiq.serving.changes.sockets import cap
 from streamiq.serving.cluster.gate import Gate
 from streamiq.serving.cluster.placement import Refuse
-from streamiq.serving.cluster.wire import MAX_REQUEST, REQUEST, reply_frame
+from streamiq.serving.cluster.wire import MAX_REQUEST, PREFACE, REQUEST, reply_frame
 from streamiq.serving.node import SNAPSHOTS
 from streamiq.serving.peer.changes import serve_changes
 from streamiq.serving.peer.failures import failure
@@ -60,12 +60,20 @@ def _waits(doc: Any) -> bool:
 
 
 class PeerServer:
-    """This node's answers to its peers' requests."""
+    """This node's answers to its peers' requests; served on the node's HTTP port (the
+    HTTP server's ``SamePort``: a connection opening with ``PREFACE`` is a peer's)."""
+
+    preface = PREFACE
 
     def __init__(self, queries: Queries, gate: Gate) -> None:
         self.queries = queries
         self.gate = gate
         self.tasks: set[asyncio.Task[None]] = set()
+
+    def accept(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop,
+               keep_alive_s: float) -> PeerConnection:
+        """A peer's connection (its preface read), idle-closed like HTTP keep-alive."""
+        return PeerConnection(self, transport, loop, keep_alive_s)
 
     def handle(self, rid: int, budget_ms: int, body: bytes, write: _Write,
                waiting: _Waiting | None = None) -> None:

@@ -13,8 +13,7 @@ import pytest_asyncio
 from httpserve import read_response, serving
 
 from streamiq.serving.http.asgi import Cycle
-from streamiq.serving.http.fastpath import Answer
-from streamiq.serving.http.leanserve import LEAN_BODY_BYTES, PostRoute
+from streamiq.serving.http.leanserve import LEAN_BODY_BYTES, Answer, PostRoute
 
 
 class Echo:
