@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from streamiq._http import error_response
+from streamiq._fastapi import error_response
 from streamiq.errors import (
     BadRequest,
     NotActive,

@@ -282,6 +282,21 @@ def test_a_new_query_type_is_one_module_in_query_plus_its_declarations() -> None
                       "serving/sql/pushdowns.py"], naming
 
 
+def test_front_ends_import_neither_the_cluster_nor_the_peer_server() -> None:
+    """Issue 48: the HTTP routes, the lean path and SQL speak the query layer's
+    vocabulary (``query/answers.py``: where a one-partition query was answered;
+    ``query/codec.py``: a lookup's request, a replica's reply read); none of their
+    modules imports ``cluster/`` (peer frames, the coordinator, placement) or
+    ``peer/``. The composition root (``serving/main.py``) wires them together."""
+    graph = module_graph()
+    fronts = [m for m in graph if m.startswith(("streamiq.serving.http.",
+                                                 "streamiq.serving.sql."))]
+    assert len(fronts) > 30, fronts
+    direct = {m: sorted(d for d in graph[m] if d.startswith(
+        ("streamiq.serving.cluster", "streamiq.serving.peer"))) for m in fronts}
+    assert {m: d for m, d in direct.items() if d} == {}
+
+
 #: the HTTP server the node and the ingest share, and what the node plugs into it
 _SERVER = tuple(f"streamiq.serving.http.{m}" for m in (
     "asgi", "flow", "http_limits", "leanserve", "protocol", "server"))
@@ -295,11 +310,15 @@ def test_the_http_server_is_generic() -> None:
     neither the node nor the ingest: the node's lean key lookups (``LeanGets``) and its
     peer protocol on the same port (``SamePort``) are plugged in by the composition root,
     not imported; the ingest, which serves on it too, reaches none of the node's query
-    layer either."""
+    layer either. It serves any ASGI app and imports no web framework (its refusals are
+    rendered by the one HTTP error mapping, ``_http.problem``)."""
+    modules = _modules()
     for m in _SERVER:
         reached = _reaches(m)
         assert not [r for r in reached if r.startswith(_NODE)], (m, sorted(
             r for r in reached if r.startswith(_NODE)))
+        libs = set().union(*(_third_party(modules[r]) for r in reached if r in modules))
+        assert not libs & {"fastapi", "starlette", "uvicorn"}, (m, libs)
     ingest = [m for m in _modules() if m.startswith("streamiq.ingest.")]
     reached = set().union(*(_reaches(m) for m in ingest))
     assert not [r for r in reached if r.startswith(_NODE)], sorted(

@@ -40,7 +40,8 @@ from typing import Annotated, Any, Literal
 from fastapi import Depends, FastAPI, Path, Query, Request, Response
 from pydantic import BaseModel, Field
 
-from streamiq._http import ApiError, install_error_handlers
+from streamiq._fastapi import install_error_handlers
+from streamiq._http import ApiError
 from streamiq.auth import Authenticator
 from streamiq.config import Settings
 from streamiq.errors import BadRequest

@@ -27,10 +27,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple, TypeVar
 
 import orjson
+from prometheus_client.core import Metric
 
 from streamiq.errors import (
     BadRequest,
@@ -44,6 +45,7 @@ from streamiq.errors import (
 )
 from streamiq.routing.router import Endpoint
 from streamiq.serving.cluster.gate import Gate
+from streamiq.serving.cluster.metrics import coordinator_metrics
 from streamiq.serving.cluster.peers import Ask, PeerReply, Peers, Send
 from streamiq.serving.cluster.placement import (
     Decision,
@@ -57,12 +59,10 @@ from streamiq.serving.cluster.traffic import Traffic, log_summaries
 from streamiq.serving.engines.partials import GatherReply, P
 from streamiq.serving.node import Node
 
-__all__ = ["HOPS", "RETRY_MAX_S", "RETRY_S", "SERVED_BY", "Coordinator", "Relayed"]
+__all__ = ["RETRY_MAX_S", "RETRY_S", "Coordinator", "Relayed"]
 
 log = logging.getLogger("streamiq.routing")
 
-HOPS = "x-streamiq-hops"
-SERVED_BY = "x-streamiq-served-by"
 
 #: the pause before replicas that all failed are walked again, doubling up to the max
 RETRY_S = 0.05
@@ -104,6 +104,10 @@ class Coordinator:
         self.placement = Placement(node, self.traffic, redirect=s.redirect,
                                    hedging=self.peers.hedging)
         self._summaries: asyncio.Task[None] | None = None
+
+    def metrics(self) -> Iterator[Metric]:
+        """Its part of the node's ``/metrics`` (``metrics.py``)."""
+        return coordinator_metrics(self.traffic, self.peers)
 
     def start(self, summary_period_s: float = 60.0) -> None:
         """Start the periodic traffic summary line (one per period with traffic)."""

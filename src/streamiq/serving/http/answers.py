@@ -20,22 +20,24 @@ from urllib.parse import quote
 from fastapi import Request, Response
 from fastapi.responses import JSONResponse, RedirectResponse
 
-from streamiq._http import error_response
+from streamiq._fastapi import error_response
 from streamiq.auth import Principal
 from streamiq.errors import PROBLEM_JSON, BadRequest
-from streamiq.serving.cluster.coordinator import HOPS, SERVED_BY, Relayed
-from streamiq.serving.cluster.placement import Redirect, Refuse
 from streamiq.serving.engines.partials import P
+from streamiq.serving.query.answers import One, Redirect, Refuse, Relayed
 from streamiq.serving.query.model import Caller, Gathered, Lookup, PeerPart, Read
-from streamiq.serving.query.run import One, Queries
+from streamiq.serving.query.run import Queries
 from streamiq.serving.routes import view_of
 
-__all__ = ["TIMEOUT", "Answers", "budget_s", "raw_path"]
+__all__ = ["HOPS", "SERVED_BY", "TIMEOUT", "Answers", "budget_s", "raw_path"]
 
 R = TypeVar("R")
 T = TypeVar("T")
 #: the client's budget for a request, in milliseconds (else ``reads.BUDGET_S``)
 TIMEOUT = "x-streamiq-timeout-ms"
+#: an answer's hops (0: answered here; 1: by a replica) and the node that answered it
+HOPS = "x-streamiq-hops"
+SERVED_BY = "x-streamiq-served-by"
 _MAX_TIMEOUT_MS = 3_600_000
 
 

@@ -20,7 +20,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, FastAPI, Path, Request, Response
 from fastapi.responses import JSONResponse
 
-from streamiq._http import install_error_handlers
+from streamiq._fastapi import install_error_handlers
 from streamiq.config import Settings
 from streamiq.kafka.clientlog import logged
 from streamiq.metrics import CONTENT_TYPE
@@ -51,7 +51,7 @@ def _open_routes(deps: Answers) -> APIRouter:
     node = deps.node
 
     if node.settings.metrics:
-        render = node_metrics(node, deps.coordinator)
+        render = node_metrics(node, deps.coordinator.metrics)
 
         @r.get("/metrics", tags=["ops"], summary="Prometheus metrics of this node",
                response_class=Response)

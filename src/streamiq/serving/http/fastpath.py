@@ -50,21 +50,19 @@ from typing import TYPE_CHECKING, Any
 from streamiq._http import problem
 from streamiq.errors import PROBLEM_JSON, StreamiqError
 from streamiq.kafka.partitioner import partition_for
-from streamiq.serving.cluster.coordinator import HOPS, SERVED_BY, Relayed
-from streamiq.serving.cluster.peers import PeerReply
-from streamiq.serving.cluster.placement import Forward, Redirect, Refuse
-from streamiq.serving.cluster.wire import request_body
-from streamiq.serving.http.answers import TIMEOUT, Answers, budget_s
+from streamiq.serving.http.answers import HOPS, SERVED_BY, TIMEOUT, Answers, budget_s
 from streamiq.serving.http.leanserve import PENDING, Answer, Later, Observe, Pending
 from streamiq.serving.http.metrics import served_of
 from streamiq.serving.http.paths import segments
+from streamiq.serving.query import codec
+from streamiq.serving.query.answers import Forward, PeerReply, Redirect, Refuse, Relayed
 from streamiq.serving.query.model import Caller, Lookup, Read
 from streamiq.serving.query.reads import BUDGET_S
 from streamiq.serving.routes import lookup_target
 from streamiq.views.base import View
 
 if TYPE_CHECKING:  # built in the composition root (serving/main.py), only carried here
-    from streamiq.serving.peer.server import PeerServer
+    from streamiq.serving.http.protocol import SamePort
 
 __all__ = ["PENDING", "Answer", "Later", "LeanLookups"]
 
@@ -89,7 +87,7 @@ class LeanLookups:
     (the peer protocol's server, answering on the same port: ``serving/http/protocol.py``;
     all three built in ``serving/main.py``). The HTTP server's ``LeanGets``."""
 
-    def __init__(self, app: ASGIApp, deps: Answers, peer_server: PeerServer) -> None:
+    def __init__(self, app: ASGIApp, deps: Answers, peer_server: SamePort) -> None:
         self.app = app
         self.deps = deps
         self.peer_server = peer_server
@@ -244,8 +242,8 @@ class LeanLookups:
         if then is not None:
             hop = _Hop(self, view, key, p, max_lag, authorization, deadline, owner, then, now,
                        loop)
-            body = request_body("lookup", {"view": view.name, "key": key}, [p],
-                                self.deps.node.partitions[view.name], authorization)
+            body = codec.lookup_request(view.name, key, p, self.deps.node.partitions[view.name],
+                                        authorization)
             delay = co.peers.hedging.delay(owner, "lookup")
             if co.peers.hop.call(owner, body, deadline, hop.settled, hop.slow, now + delay):
                 return PENDING

@@ -33,12 +33,8 @@ from dataclasses import dataclass, field
 from http import HTTPStatus
 from time import monotonic
 
-from streamiq.errors import (
-    PROBLEM_JSON,
-    PayloadTooLarge,
-    RequestHeaderTooLarge,
-    StreamiqError,
-)
+from streamiq._http import problem
+from streamiq.errors import PayloadTooLarge, RequestHeaderTooLarge, StreamiqError
 
 __all__ = ["LINGER_S", "MAX_BODY_BYTES", "MAX_HEADERS", "MAX_HEAD_BYTES", "Gate", "HttpEdge",
            "ReadBounds", "Refusals", "check_head", "head_too_large", "refusal"]
@@ -139,14 +135,12 @@ def head_too_large() -> RequestHeaderTooLarge:
 
 
 def refusal(err: StreamiqError) -> bytes:
-    """The whole HTTP answer of ``err``: its problem document, then the connection closes."""
-    body = err.render()
-    status = err.http_status
-    extra = b"www-authenticate: Bearer\r\n" if status == 401 else b""
-    return b"".join((
-        b"HTTP/1.1 %d %s\r\n" % (status, HTTPStatus(status).phrase.encode()),
-        b"content-type: %s\r\ncontent-length: %d\r\n" % (PROBLEM_JSON.encode(), len(body)),
-        extra, b"connection: close\r\n\r\n", body))
+    """The whole HTTP answer of ``err`` (``_http.problem``, the one mapping), then the
+    connection closes."""
+    status, body, headers = problem(err)
+    return b"".join((b"HTTP/1.1 %d %s\r\n" % (status, HTTPStatus(status).phrase.encode()),
+                     *(b"%s: %s\r\n" % h for h in headers),
+                     b"connection: close\r\n\r\n", body))
 
 
 def _content_length(headers: list[tuple[bytes, bytes]]) -> int | None:

@@ -26,11 +26,10 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from streamiq.metrics import Latency, exposition
-from streamiq.serving.cluster.coordinator import HOPS
+from streamiq.serving.http.answers import HOPS
 from streamiq.serving.routes import FANOUT, query_of
 
 if TYPE_CHECKING:
-    from streamiq.serving.cluster.coordinator import Coordinator
     from streamiq.serving.node import Node
 
 __all__ = ["LABELS", "Timed", "node_metrics", "query_of", "served_of"]
@@ -81,15 +80,14 @@ class Timed:
         await self.app(scope, receive, timed_send)
 
 
-def node_metrics(node: Node, coordinator: Coordinator) -> Callable[[], bytes]:
-    """The ``/metrics`` document of a node."""
+def node_metrics(node: Node, *parts: Callable[[], Iterator[Metric]]
+                 ) -> Callable[[], bytes]:
+    """The ``/metrics`` document of a node: its stores, partitions and health, and each
+    of ``parts``' metrics (the cluster's traffic, ``cluster/metrics.py``)."""
 
     def collect() -> Iterator[Metric]:
-        latency = coordinator.traffic.latency
-        if latency is not None:
-            yield latency.family("streamiq_request_duration_seconds",
-                                 "Queries answered, by query type and how served")
-        yield from _traffic(coordinator)
+        for part in parts:
+            yield from part()
         yield from _stores(node)
         yield from _partitions(node)
         yield from _health(node)
@@ -97,32 +95,6 @@ def node_metrics(node: Node, coordinator: Coordinator) -> Callable[[], bytes]:
             yield from more()
 
     return exposition(collect)
-
-
-def _traffic(co: Coordinator) -> Iterator[Metric]:
-    t = co.traffic
-    fwd = CounterMetricFamily("streamiq_forwarded_answers", "Answers relayed from an owner",
-                              labels=["peer"])
-    for peer, n in sorted(t.forwarded.items()):
-        fwd.add_metric([peer], n)
-    yield fwd
-    yield CounterMetricFamily("streamiq_unavailable_answers",
-                              "Queries no replica could answer (503)", value=t.unavailable)
-    yield CounterMetricFamily("streamiq_cut_retries", "Consistent reads asked again at a "
-                              "lower or newer cut of the input", value=t.cut_moved)
-    yield CounterMetricFamily("streamiq_peer_replies", "Replies received from peers (the "
-                              "peer protocol)", value=co.peers.hop.answered())
-    hedging = co.peers.hedging
-    sent = CounterMetricFamily("streamiq_hedges_sent", "Requests also sent to another replica "
-                               "because the first had not answered within its hedge delay",
-                               labels=["query"])
-    won = CounterMetricFamily("streamiq_hedges_won", "Hedges that answered first",
-                              labels=["query"])
-    for kind in sorted(hedging.sent):
-        sent.add_metric([kind], hedging.sent[kind])
-        won.add_metric([kind], hedging.won.get(kind, 0))
-    yield sent
-    yield won
 
 
 def _stores(node: Node) -> Iterator[Metric]:

@@ -28,7 +28,7 @@ from urllib.parse import unquote, unquote_to_bytes
 from fastapi import Request
 from starlette.convertors import StringConvertor, register_url_convertor
 
-from streamiq._http import error_response
+from streamiq._fastapi import error_response
 from streamiq.errors import BadRequest
 
 __all__ = ["KEY", "PathSegments", "not_utf8", "restore", "segments"]

@@ -16,8 +16,7 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from streamiq.serving.cluster.coordinator import SERVED_BY
-from streamiq.serving.http.answers import Answers
+from streamiq.serving.http.answers import SERVED_BY, Answers
 from streamiq.serving.http.params import (
     Aggs,
     Cursor,

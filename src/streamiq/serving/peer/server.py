@@ -150,15 +150,7 @@ class PeerServer:
     def _lookup(self, doc: Any) -> tuple[int, bytes]:
         """A key lookup decided and read now (the entry computed its partition); with a
         position to wait for, the typed query's own path (a task)."""
-        try:
-            q, (p,), count, token = doc["q"], doc["p"], doc["n"], doc["t"]
-            name, key, fresh = q["view"], q["key"], q.get("fresh") or {}
-            max_lag = fresh.get("max_lag")
-        except (KeyError, TypeError, ValueError, AttributeError):
-            raise BadRequest("malformed lookup request") from None
-        if not (type(name) is str and type(key) is str and type(p) is int
-                and type(count) is int and (max_lag is None or type(max_lag) is int)):
-            raise BadRequest("malformed lookup request")
+        name, key, p, count, token = codec.read_lookup(doc)
         self._check(name, count, p, token)
         qs = self.queries
         view = qs.view(name)
@@ -261,7 +253,7 @@ class PeerConnection:
 
     def _refuse(self) -> None:
         log.warning("peer connection without the cluster credential; closing it")
-        self._transport.write(reply_frame(0, 401, _NO_CREDENTIAL.render()))
+        self._transport.write(reply_frame(0, *codec.reply(_NO_CREDENTIAL)))
         self._transport.close()
         self._buf.clear()
 

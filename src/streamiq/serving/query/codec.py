@@ -22,10 +22,11 @@ from pydantic import TypeAdapter, ValidationError
 
 from streamiq.errors import BadRequest, StreamiqError, from_problem
 from streamiq.serving.cluster.peers import Ask, PeerReply
+from streamiq.serving.cluster.wire import request_body
 from streamiq.serving.engines.partials import GatherReply
 from streamiq.serving.query.model import KINDS, PeerPart, Query, Read, Windows
 
-__all__ = ["ask", "decode", "reply", "windows"]
+__all__ = ["ask", "decode", "lookup_request", "read", "read_lookup", "reply", "windows"]
 
 #: each query type's validator, by kind (made at its first request)
 _ADAPTERS: dict[str, TypeAdapter[Query]] = {}
@@ -36,6 +37,32 @@ def ask(q: Query, authorization: str | None, count: int, deadline: float,
     """What peers are asked for ``q`` (``part``: the query for the partitions one peer
     answers, e.g. a multi-get of their keys)."""
     return Ask(q.kind, q, count, authorization, deadline, part)
+
+
+def lookup_request(view: str, key: str, partition: int, count: int,
+                   authorization: str | None) -> bytes:
+    """A key lookup's request body, as the lean path sends it: the view and the key only
+    (the owner answers it inline, ``peer/server.py``; a lookup with a freshness goes as
+    its typed query)."""
+    return request_body("lookup", {"view": view, "key": key}, [partition], count,
+                        authorization)
+
+
+def read_lookup(doc: Any) -> tuple[str, str, int, int, str | None]:
+    """A lookup request read back on the owner's hot path (without pydantic: checked by
+    hand, as strictly): its view, key, partition, the view's partition count and the
+    client's token; ``BadRequest`` when anything is missing or of another type."""
+    try:
+        q, (p,), count, token = doc["q"], doc["p"], doc["n"], doc["t"]
+        name, key, fresh = q["view"], q["key"], q.get("fresh") or {}
+        max_lag = fresh.get("max_lag")
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise BadRequest("malformed lookup request") from None
+    if not (type(name) is str and type(key) is str and type(p) is int
+            and type(count) is int and (max_lag is None or type(max_lag) is int)
+            and (token is None or type(token) is str)):
+        raise BadRequest("malformed lookup request")
+    return name, key, p, count, token
 
 
 def decode(kind: str, fields: Any) -> Query:
@@ -83,6 +110,14 @@ def _part(answer: PeerPart) -> tuple[int, bytes]:  # type: ignore[type-arg]
 @reply.register
 def _error(answer: StreamiqError) -> tuple[int, bytes]:
     return answer.http_status, answer.render()
+
+
+def read(r: PeerReply) -> Read:
+    """A replica's answer to a key lookup: its row (200) or none (404); any other reply
+    raised as the error it names."""
+    if r.status not in (200, 404):
+        raise from_problem(r.status, r.body)
+    return Read(r.status, r.body)
 
 
 def windows(r: PeerReply) -> Windows:

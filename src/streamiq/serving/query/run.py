@@ -40,6 +40,7 @@ from streamiq.serving.engines.scan import (
     scan_partitions,
 )
 from streamiq.serving.query import codec
+from streamiq.serving.query.answers import One
 from streamiq.serving.query.gather import Gather
 from streamiq.serving.query.model import (
     Aggregate,
@@ -66,7 +67,6 @@ from streamiq.views.base import View, window_bounds
 __all__ = ["RUNNERS", "One", "Queries", "runs"]
 
 #: a one-partition query's answer: here (``T``), a replica's, or the decision
-One = Relayed | Redirect | Refuse
 _ME = Caller()
 Q = TypeVar("Q", bound=Query)
 Runner = Callable[["Queries", Any, Caller], Awaitable[Any]]

@@ -19,14 +19,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any, TypeVar
 
-import orjson
-
 from streamiq.auth import Authenticator, Principal
-from streamiq.errors import StreamiqError, from_problem
-from streamiq.serving.cluster.coordinator import Relayed
-from streamiq.serving.cluster.placement import Redirect, Refuse
 from streamiq.serving.engines.scan import MAX_LIMIT
+from streamiq.serving.query import codec
 from streamiq.serving.query import model as q
+from streamiq.serving.query.answers import PeerReply, Redirect, Refuse, Relayed
 from streamiq.serving.query.model import MAX_KEYS
 from streamiq.serving.query.run import Queries
 from streamiq.serving.sql.engine import Bounds, Column, Freshness, Groups, Row, Rows, ViewInfo
@@ -48,11 +45,6 @@ def view_info(view: View) -> ViewInfo:
         return view.types.get(c, "string" if c in view.key_columns else "text")
     return ViewInfo(view.name, view.key_columns,
                     tuple(Column(c, type_of(c)) for c in view.columns))
-
-
-def relayed_error(status: int, body: bytes) -> StreamiqError:
-    """A replica's error reply as the error it names (``errors.from_problem``)."""
-    return from_problem(status, body)
 
 
 class NodeEngine:
@@ -88,13 +80,14 @@ class NodeEngine:
                 return Rows(got.windows)
             if isinstance(got, Redirect):
                 return await self.scan(view, Bounds(key, key, key + "\x00"), fresh, q.FAR)
-            return Rows(_one(got, "windows"), hops=1)
+            return Rows(codec.windows(_relayed(got)).windows, hops=1)
         found = await self.queries.lookup(q.Lookup(view, key, fresh=f), caller)
         if isinstance(found, q.Read):
             return Rows([] if found.row is None else [found.row])
         if isinstance(found, Redirect):
             return await self.multi_get(view, [key], fresh)
-        return Rows(_one(found, "value"), hops=1)
+        row = codec.read(_relayed(found)).row
+        return Rows([] if row is None else [row], hops=1)
 
     async def multi_get(self, view: str, keys: Sequence[str], fresh: Freshness) -> Rows:
         """Each key's row: chunks of what one request to a peer may ask (``MAX_KEYS``),
@@ -194,15 +187,9 @@ def _gathered(got: q.Gathered[Any] | q.PeerPart[Any]) -> q.Gathered[Any]:
     return got
 
 
-def _one(answer: Relayed | Refuse, field: str) -> list[Row]:
-    """The rows of a one-partition answer from elsewhere: a replica's reply (``field``
-    of its 200; a 404: none), else the error it or the decision names."""
+def _relayed(answer: Relayed | Refuse) -> PeerReply:
+    """A one-partition answer from elsewhere: the replica's reply (read by the query
+    layer's codec), else the error the decision names."""
     if isinstance(answer, Refuse):
         raise answer.error
-    r = answer.reply
-    if r.status == 404 and field == "value":
-        return []
-    if r.status != 200:
-        raise relayed_error(r.status, r.body)
-    got: Any = orjson.loads(r.body)[field]
-    return list(got) if field == "windows" else [got]
+    return answer.reply

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from fastapi import APIRouter, FastAPI
 
-from streamiq._http import install_error_handlers
+from streamiq._fastapi import install_error_handlers
 from streamiq.serving.http.answers import Answers
 from streamiq.serving.http.declared import _declare
 from streamiq.serving.query.model import Caller, Gathered, Query

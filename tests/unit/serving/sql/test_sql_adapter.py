@@ -20,11 +20,12 @@ from procs import free_port
 from streamiq._sqlstate import sqlstate_of
 from streamiq.auth import Principal
 from streamiq.config import Settings
-from streamiq.errors import Unauthenticated, Unavailable
+from streamiq.errors import StreamiqError, Unauthenticated, Unavailable
 from streamiq.serving.cluster.peers import PeerReply
+from streamiq.serving.query import codec
 from streamiq.serving.query.run import Queries
 from streamiq.serving.sql import adapter
-from streamiq.serving.sql.adapter import NodeEngine, relayed_error
+from streamiq.serving.sql.adapter import NodeEngine
 from streamiq.serving.sql.engine import Bounds, Column, Freshness
 from streamiq.serving.sql.listen import start_sql
 from streamiq.serving.sql.server import PgServer
@@ -125,7 +126,9 @@ async def test_a_replicas_error_is_the_error_it_names(tmp_path: Path) -> None:
     with pytest.raises(Unavailable, match="has not reflected") as got:
         await e.lookup("balances", "a1", Freshness())
     assert sqlstate_of(got.value) == "55000"
-    assert relayed_error(502, b"<html>").http_status == 502  # not JSON: by its status
+    with pytest.raises(StreamiqError) as relayed:  # a replica's reply that is not JSON
+        codec.read(PeerReply(502, b"<html>"))
+    assert relayed.value.http_status == 502  # the error of its status
 
 
 async def test_multi_get_scan_and_aggregate_go_through_the_query_layer(
