@@ -21,7 +21,6 @@ import contextlib
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
-from typing import Any
 
 import orjson
 
@@ -31,6 +30,7 @@ from streamiq.serving.changes.position import parse, render
 from streamiq.serving.changes.stream import Event, Scope, Subscription
 from streamiq.serving.changes.upstream import HANG_S, upstream
 from streamiq.serving.node import Node
+from streamiq.serving.query.model import Changes
 
 __all__ = ["Merge"]
 
@@ -104,9 +104,8 @@ class Merge:
         if g.address == self.node.endpoint:
             return self._local(Scope(self.scope.view, g.partitions, keys, self.scope.prefix,
                                      self.scope.tail), start)
-        query: dict[str, Any] = {"view": self.scope.view.name, "keys": keys,
-                                 "prefix": self.scope.prefix, "tail": self.scope.tail,
-                                 "from": None if start is None else render(start)}
+        query = Changes(self.scope.view.name, keys, self.scope.prefix,
+                        None if start is None else render(start), self.scope.tail)
         return upstream(g.address, self.mark, self.ssl, query, list(g.partitions),
                         self.node.partitions[self.scope.view.name], self.token)
 

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from ssl import SSLContext
-from typing import Any
 
 import orjson
 
 from streamiq.errors import from_problem
 from streamiq.serving.changes.stream import Event
 from streamiq.serving.cluster.stream import stream
-from streamiq.serving.cluster.wire import request_body
+from streamiq.serving.query.codec import changes_request
+from streamiq.serving.query.model import Changes
 
 __all__ = ["HANG_S", "upstream"]
 
@@ -27,12 +27,12 @@ __all__ = ["HANG_S", "upstream"]
 HANG_S = 3.0
 
 
-async def upstream(address: str, mark: str, ssl: SSLContext | None, query: dict[str, Any],
+async def upstream(address: str, mark: str, ssl: SSLContext | None, query: Changes,
                    partitions: list[int], count: int, token: str | None
                    ) -> AsyncIterator[Event]:
     """The owner's events for ``query`` over ``partitions``; ``PeerError`` when the
     owner is gone, hangs or refuses."""
-    body = request_body("changes", query, partitions, count, token)
+    body = changes_request(query, partitions, count, token)
     frames = stream(address, mark, ssl, body, HANG_S)
     try:
         async for status, raw in frames:

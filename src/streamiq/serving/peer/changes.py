@@ -1,8 +1,9 @@
 """The owner's side of a peer's subscription (issue 40): one request of kind ``changes``,
 answered by a stream of reply frames under its request id.
 
-The request's query is ``{"view", "keys" | "prefix", "from"}`` over the partitions ``p``
-(the entry node sends only the keys of those partitions). Each event is one 200 frame
+The request's query is a ``Changes`` (``query/model.py``: the view, its keys or prefix,
+the position to start from) over the partitions ``p`` (the entry node sends only the
+keys of those partitions), read by ``codec.decode`` as any typed query. Each event is one 200 frame
 whose body is ``{"i": id, "e": kind, "d": data}``; a ``keepalive`` frame every
 ``HEARTBEAT_S`` at most, so the entry tells a hung owner from an idle stream; the
 stream's end (its partitions handed over) is its ``end`` event, and an error (before or
@@ -20,11 +21,11 @@ from typing import Any
 
 import orjson
 
-from streamiq.errors import BadRequest
 from streamiq.serving.changes.position import parse
 from streamiq.serving.changes.stream import Event, Scope, Subscription
 from streamiq.serving.cluster.wire import reply_frame
 from streamiq.serving.peer.failures import failure
+from streamiq.serving.query.model import Changes
 from streamiq.serving.query.run import Queries
 
 __all__ = ["HEARTBEAT_S", "HIGH_WATER", "Waiting", "Write", "serve_changes"]
@@ -51,25 +52,18 @@ def event_body(e: Event) -> bytes:
     return orjson.dumps(doc)
 
 
-def _scope(queries: Queries, q: Any, partitions: list[int]) -> tuple[Scope,
-                                                                     dict[int, int] | None]:
-    try:
-        view = queries.view(str(q["view"]))
-        keys, prefix, start = q.get("keys"), q.get("prefix"), q.get("from")
-        parts = tuple(int(p) for p in partitions)
-    except (KeyError, TypeError, ValueError, AttributeError):
-        raise BadRequest("malformed changes request") from None
-    scope = Scope(view, parts, keys=None if keys is None else tuple(str(k) for k in keys),
-                  prefix=None if prefix is None else str(prefix), tail=q.get("tail") is True)
-    return scope, None if start is None else parse(str(start), parts)
+def _scope(queries: Queries, q: Changes, partitions: tuple[int, ...]
+           ) -> tuple[Scope, dict[int, int] | None]:
+    scope = Scope(queries.view(q.view), partitions, keys=q.keys, prefix=q.prefix, tail=q.tail)
+    return scope, None if q.start is None else parse(q.start, partitions)
 
 
-async def serve_changes(queries: Queries, rid: int, doc: Any, write: Write,
-                        waiting: Waiting) -> None:
+async def serve_changes(queries: Queries, rid: int, q: Changes, partitions: tuple[int, ...],
+                        write: Write, waiting: Waiting) -> None:
     """Stream a peer's subscription until it ends or the connection closes."""
     sub: Subscription | None = None
     try:
-        scope, start = _scope(queries, doc.get("q"), list(doc.get("p") or ()))
+        scope, start = _scope(queries, q, partitions)
         sub = await Subscription.open(queries.node, scope, start)
         async for e in sub.events(HEARTBEAT_S):
             write(reply_frame(rid, 200, event_body(e)))

@@ -107,12 +107,16 @@ class PeerServer:
 
     def _changes(self, rid: int, doc: Any, write: _Write, waiting: _Waiting) -> None:
         try:
-            q, parts = doc["q"], doc["p"]
-            self._check(str(q["view"]), int(doc["n"]), int(parts[0]) if parts else 0,
-                        doc["t"])
-        except (KeyError, TypeError, ValueError, IndexError):
+            q, parts, count, token = doc["q"], doc["p"], doc["n"], doc["t"]
+            partitions = tuple(parts)
+        except (KeyError, TypeError, ValueError):
             raise BadRequest("malformed changes request") from None
-        self._stream(serve_changes(self.queries, rid, doc, write, waiting))
+        query = codec.changes(q)
+        if not (type(count) is int and all(type(p) is int for p in partitions)
+                and (token is None or type(token) is str)):
+            raise BadRequest("malformed changes request")
+        self._check(query.view, count, partitions[0] if partitions else 0, token)
+        self._stream(serve_changes(self.queries, rid, query, partitions, write, waiting))
 
     def _stream(self, answer: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(answer)

@@ -24,9 +24,10 @@ from streamiq.errors import BadRequest, StreamiqError, from_problem
 from streamiq.serving.cluster.peers import Ask, PeerReply
 from streamiq.serving.cluster.wire import request_body
 from streamiq.serving.engines.partials import GatherReply
-from streamiq.serving.query.model import KINDS, PeerPart, Query, Read, Windows
+from streamiq.serving.query.model import KINDS, Changes, PeerPart, Query, Read, Windows
 
-__all__ = ["ask", "decode", "lookup_request", "read", "read_lookup", "reply", "windows"]
+__all__ = ["ask", "changes", "changes_request", "decode", "lookup_request", "read",
+           "read_lookup", "reply", "windows"]
 
 #: each query type's validator, by kind (made at its first request)
 _ADAPTERS: dict[str, TypeAdapter[Query]] = {}
@@ -46,6 +47,23 @@ def lookup_request(view: str, key: str, partition: int, count: int,
     its typed query)."""
     return request_body("lookup", {"view": view, "key": key}, [partition], count,
                         authorization)
+
+
+def changes_request(q: Changes, partitions: list[int], count: int,
+                    authorization: str | None) -> bytes:
+    """A subscription's request to an owner (``decode`` reads it back as ``Changes``);
+    its position goes as ``from``, the name every node has read it by."""
+    fields = {"view": q.view, "keys": q.keys, "prefix": q.prefix, "tail": q.tail,
+              "from": q.start}
+    return request_body("changes", fields, partitions, count, authorization)
+
+
+def changes(fields: Any) -> Changes:
+    """A subscription's request read back (``decode``'s rules: strict, ``from`` or
+    ``start``); ``BadRequest`` naming what does not fit."""
+    q = decode(Changes.kind, fields)
+    assert isinstance(q, Changes)
+    return q
 
 
 def read_lookup(doc: Any) -> tuple[str, str, int, int, str | None]:

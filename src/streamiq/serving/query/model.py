@@ -13,14 +13,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
+from typing import Annotated, Any, ClassVar, Generic, NamedTuple, TypeVar
 
 import orjson
-from pydantic import ConfigDict
+from pydantic import AliasChoices, ConfigDict, Field
 
 from streamiq.serving.engines.partials import P, ScannedRow
 
-__all__ = ["FAR", "KINDS", "MAX_KEYS", "Aggregate", "AggregateRows", "Caller", "Freshness",
+__all__ = ["FAR", "KINDS", "MAX_KEYS", "Aggregate", "AggregateRows", "Caller", "Changes",
+           "Freshness",
            "Gathered", "KeyResult", "KeyWindows", "Lookup", "MultiGet", "MultiGetRows",
            "PeerPart", "Query", "Read", "Scan", "ScanRows", "WindowScan", "Windows"]
 
@@ -150,6 +151,21 @@ class Aggregate(Query):
     group_by: tuple[str, ...] = ()
     aggs: tuple[str, ...] = ()
     prefix: str | None = None
+
+
+@dataclass(frozen=True)
+class Changes(Query):
+    """A live subscription's part on an owner (``serving/peer/changes.py``): the events
+    of ``keys`` (or of keys with ``prefix``; neither: every key) of the partitions asked,
+    from position ``start`` (a token; none: now), with a ``tail`` of the current values
+    first when asked. Not run as a query: its owner answers it as a stream of frames. On
+    the wire ``start`` is ``from`` (``codec.changes_request``)."""
+
+    kind = "changes"
+    keys: tuple[str, ...] | None = None
+    prefix: str | None = None
+    start: Annotated[str | None, Field(validation_alias=AliasChoices("from", "start"))] = None
+    tail: bool = False
 
 
 class Read(NamedTuple):

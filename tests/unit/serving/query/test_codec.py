@@ -103,3 +103,32 @@ def test_an_unknown_kind_or_a_body_not_an_object_is_refused() -> None:
     for kind, fields in (("nope", {"view": "v"}), ("lookup", ["v", "k"]), ("lookup", None)):
         with pytest.raises(BadRequest, match="not a query of this node"):
             codec.decode(kind, fields)
+
+
+def _sent(body: bytes) -> dict[str, Any]:
+    doc: dict[str, Any] = orjson.loads(body)
+    return doc
+
+
+def test_a_subscription_is_a_typed_changes_query_on_the_wire() -> None:
+    """Issue 48: a subscription's request is the typed ``Changes`` (its position as
+    ``from``, the name every node reads), read back strictly as any query; the owner's
+    lean lookup request reads back by hand as strictly."""
+    from streamiq.serving.query.model import Changes
+
+    q = Changes("balances", ("a1", "b2"), None, "balances-changelog:0:5", True)
+    doc = _sent(codec.changes_request(q, [0, 2], 3, "Bearer t"))
+    assert doc["k"] == "changes" and doc["q"]["from"] == "balances-changelog:0:5"
+    assert codec.changes(doc["q"]) == q
+    assert codec.changes({"view": "v"}) == Changes("v")
+    for bad, name in (({"view": "v", "keys": [1]}, "keys"), ({"view": "v", "tail": "yes"},
+                                                              "tail"),
+                      ({"view": "v", "form": "x"}, "form"), ({"keys": ["a"]}, "view")):
+        with pytest.raises(BadRequest, match=name):
+            codec.changes(bad)
+    lookup = _sent(codec.lookup_request("balances", "a1", 2, 3, None))
+    assert codec.read_lookup(lookup) == ("balances", "a1", 2, 3, None)
+    for broken in ({**lookup, "t": 7}, {**lookup, "p": [1.5]}, {**lookup, "q": {"view": 1}},
+                   {k: v for k, v in lookup.items() if k != "n"}):
+        with pytest.raises(BadRequest, match="malformed lookup"):
+            codec.read_lookup(broken)
