@@ -5,25 +5,26 @@ the two ends hold.
 The node asks ``("run", op, args)`` and may follow with ``("cancel",)``; the worker
 answers each run with ``("ok", result)`` or ``("err", error)``. A worker's first frame
 is ``("ready", rss)``, its resident bytes once its modules are loaded. Errors travel as
-their class's module and name, message and extra fields (``dump_error``) and are raised
-again on the node as the same ``StreamiqError`` class (``load_error``).
+their status and problem document (``dump_error``: ``StreamiqError.render``, what an
+HTTP client or a peer gets) and are raised again on the node as the error the document
+names (``load_error``: ``errors.from_problem``, the same pair the peer protocol uses), so
+no class is looked up by its module's name.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib
 import pickle
 import struct
 from typing import Any
 
-from streamiq.errors import StreamiqError
+from streamiq.errors import StreamiqError, from_problem
 
 __all__ = ["ErrorDump", "dump_error", "frame", "load_error", "read_frame"]
 
 _HEAD = struct.Struct("!I")
-#: (module, class name, message, extra, http status) of a StreamiqError
-ErrorDump = tuple[str, str, str, dict[str, Any], int]
+#: (http status, problem document) of a StreamiqError
+ErrorDump = tuple[int, bytes]
 
 
 def frame(obj: Any) -> bytes:
@@ -39,20 +40,10 @@ async def read_frame(reader: asyncio.StreamReader) -> Any:
 
 
 def dump_error(exc: StreamiqError) -> ErrorDump:
-    cls = type(exc)
-    return (cls.__module__, cls.__qualname__, exc.message, dict(exc.extra), exc.http_status)
+    return exc.http_status, exc.render()
 
 
 def load_error(dumped: ErrorDump) -> StreamiqError:
-    """The error ``dump_error`` described (a class that cannot be found: StreamiqError)."""
-    module, name, message, extra, status = dumped
-    try:
-        cls = getattr(importlib.import_module(module), name, StreamiqError)
-    except ImportError:
-        cls = StreamiqError
-    if not (isinstance(cls, type) and issubclass(cls, StreamiqError)):
-        cls = StreamiqError
-    err = cls.__new__(cls)  # StreamiqError's own __init__: a subclass's may take others
-    StreamiqError.__init__(err, message, **extra)
-    err.http_status = status
-    return err
+    """The error ``dump_error`` described (its code's class; an unknown code: by its
+    status)."""
+    return from_problem(*dumped)
