@@ -50,8 +50,8 @@ class Settings(BaseSettings):
                                  "A node given neither this nor --views-module serves "
                                  "the views on the cluster's catalog only.")
     views_module: str | None = Field(
-        None, description="Python module defining APP, a streamiq.App (overrides --app)."
-    )
+        None, description="Python module defining APP, a streamiq.App (overrides --app); "
+                          "it may also declare query types of its own (docs/http-api.md).")
     partitions: int = Field(DEFAULT_PARTITIONS, ge=1, le=1024,
                             description="Partitions of created topics.")
 
