@@ -29,6 +29,7 @@ from streamiq.errors import StreamiqError
 from streamiq.serving.changes.position import parse, render
 from streamiq.serving.changes.stream import Event, Scope, Subscription
 from streamiq.serving.changes.upstream import HANG_S, upstream
+from streamiq.serving.cluster.placement import Placement
 from streamiq.serving.node import Node
 from streamiq.serving.query.model import Changes
 
@@ -50,9 +51,10 @@ class _Group:
 class Merge:
     """See the module's docstring."""
 
-    def __init__(self, node: Node, mark: str, scope: Scope, start: dict[int, int] | None,
-                 token: str | None) -> None:
+    def __init__(self, node: Node, placement: Placement, mark: str, scope: Scope,
+                 start: dict[int, int] | None, token: str | None) -> None:
         self.node = node
+        self.placement = placement  # the one replica planner (cluster/placement.py)
         self.mark = mark
         self.ssl = tls.client_context(node.settings)
         self.scope = scope
@@ -68,19 +70,17 @@ class Merge:
 
     # -- where each partition is read --
     def _groups(self, partitions: list[int]) -> list[_Group] | None:
-        """Partitions by the replica to ask (failed ones last); None if one has none."""
-        by: dict[str, list[int]] = {}
+        """Partitions by the replica to ask: this node for those it holds, the
+        placement's plan for the others (failed upstreams last); None if one has none."""
         view = self.scope.view.name
-        for p in partitions:
-            if self.node.holds(view, p):
-                by.setdefault(self.node.endpoint, []).append(p)
-                continue
-            found = [e.address for e in self.node.router.replicas(
-                view, p, self.node.settings.max_lag)]
-            found.sort(key=lambda a: a in self.failed)
-            if not found:
-                return None
-            by.setdefault(found[0], []).append(p)
+        here = [p for p in partitions if self.node.holds(view, p)]
+        elsewhere = [p for p in partitions if p not in here]
+        by = self.placement.plan(view, elsewhere, self.node.settings.max_lag,
+                                 last=self.failed)
+        if sum(map(len, by.values())) < len(elsewhere):
+            return None
+        if here:
+            by.setdefault(self.node.endpoint, []).extend(here)
         return [_Group(a, tuple(ps)) for a, ps in by.items()]
 
     async def _start(self, partitions: list[int]) -> None:

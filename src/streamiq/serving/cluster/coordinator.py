@@ -43,7 +43,6 @@ from streamiq.errors import (
     Unauthenticated,
     from_problem,
 )
-from streamiq.routing.router import Endpoint
 from streamiq.serving.cluster.gate import Gate
 from streamiq.serving.cluster.metrics import coordinator_metrics
 from streamiq.serving.cluster.peers import Ask, PeerReply, Peers, Send
@@ -229,7 +228,7 @@ class Coordinator:
         loop = asyncio.get_running_loop()
         rounds = 0
         while True:
-            plan = self._plan(view, pending, max_lag, excluded)
+            plan = self.placement.plan(view, pending, max_lag, excluded)
             unplanned = [p for p in pending if not any(p in ps for ps in plan.values())]
             calls = [self._part(view, addr, ps, ask, local, max_lag, excluded)
                      for addr, ps in plan.items()]
@@ -255,22 +254,6 @@ class Coordinator:
                 excluded = defaultdict(set, {p: set(ask.gone) for p in pending})
         return partials, sorted(set(pending)), hops
 
-    def _plan(self, view: str, partitions: Sequence[int], max_lag: int,
-              excluded: dict[int, set[str]]) -> dict[str, list[int]]:
-        plan: dict[str, list[int]] = defaultdict(list)
-        me = self.node.endpoint
-        here_first = view in self.node.router.global_views  # held whole here: no hop
-        suspect = self.peers.hedging.suspect
-        for p in partitions:
-            eps: list[Endpoint] = self.node.router.replicas(view, p, max_lag)
-            eps.sort(key=lambda e: suspect(e.address))  # slow peers last (stable)
-            if here_first:
-                eps.sort(key=lambda e: e.address != me)
-            choice = next((e for e in eps if e.address not in excluded[p]), None)
-            if choice is not None:
-                plan[choice.address].append(p)
-        return dict(plan)
-
     async def _part(self, view: str, address: str, parts: list[int], ask: Ask,
                     local: Callable[[list[int]], Awaitable[P]], max_lag: int,
                     excluded: dict[int, set[str]]) -> _Part[P]:
@@ -285,7 +268,7 @@ class Coordinator:
         if done:
             return a.result()
         others = {p: excluded[p] | {address} for p in parts}
-        plan = self._plan(view, parts, max_lag, others)
+        plan = self.placement.plan(view, parts, max_lag, others)
         if not plan:
             return await a
         hedging.hedged(ask.kind, address)

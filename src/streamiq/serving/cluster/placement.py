@@ -18,6 +18,7 @@ replica at most every ``_ROUTE_TTL`` seconds, so the hot path is a few dict look
 from __future__ import annotations
 
 import time
+from collections.abc import Collection, Iterable, Mapping
 from typing import TYPE_CHECKING, NamedTuple
 
 from streamiq.errors import NotActive, StreamiqError, Unavailable
@@ -80,6 +81,33 @@ class Placement:
         self._roles: dict[tuple[str, int], str] = {}  # assigned here: "active" or "standby"
         self._roles_at = -1e9
         self._preferred: dict[tuple[str, int, int], tuple[float, str | None]] = {}
+
+    def plan(self, view: str, partitions: Iterable[int], max_lag: int,
+             excluded: Mapping[int, Collection[str]] | None = None,
+             last: Collection[str] = ()) -> dict[str, list[int]]:
+        """The one replica planner of every fan-out (a scatter-gather's parts, a
+        subscription's upstreams): each partition's replica to ask, within ``max_lag``,
+        grouped by replica. Peers that lost a race lately, and those in ``last`` (a
+        subscription's failed upstreams), are asked last; a global view is read here
+        when this node is a replica; ``excluded[p]``'s are never chosen. A partition
+        with no replica left is in no group."""
+        plan: dict[str, list[int]] = {}
+        partitions = list(partitions)
+        if not partitions:
+            return plan
+        me = self.node.endpoint
+        here_first = view in self.node.router.global_views  # held whole here: no hop
+        suspect = self.hedging.suspect
+        for p in partitions:
+            eps = self.node.router.replicas(view, p, max_lag)
+            eps.sort(key=lambda e: suspect(e.address) or e.address in last)  # stable
+            if here_first:
+                eps.sort(key=lambda e: e.address != me)
+            skip = excluded.get(p, ()) if excluded is not None else ()
+            choice = next((e for e in eps if e.address not in skip), None)
+            if choice is not None:
+                plan.setdefault(choice.address, []).append(p)
+        return plan
 
     def for_peer(self, view: str, p: int) -> Here | Refuse:
         """Where a peer's request for partition ``p`` of ``view`` is answered: here, if

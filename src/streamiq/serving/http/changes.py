@@ -141,7 +141,8 @@ def changes_routes(deps: Answers) -> APIRouter:
         try:
             # always merged (serving/changes/merge.py): partitions held here are read
             # here, and a partition handed over while streaming resumes on its new owner
-            merge = Merge(node, deps.coordinator.peers.mark, scope, position, authorization)
+            co = deps.coordinator
+            merge = Merge(node, co.placement, co.peers.mark, scope, position, authorization)
             return respond(merge.events(keepalive()), authorization, release)
         except BaseException:
             release()
@@ -169,7 +170,7 @@ def changes_routes(deps: Answers) -> APIRouter:
         first = await ask()  # a bad group_by or agg: its 400 now
         release = limits.admit(authorization)
         try:
-            trigger = Merge(node, deps.coordinator.peers.mark,
+            trigger = Merge(node, deps.coordinator.placement, deps.coordinator.peers.mark,
                             Scope(v, tuple(range(node.partitions[v.name])), prefix=prefix,
                                   tail=True), None, authorization)
             stream = AggregateChanges(trigger, ask, first, interval / 1000)

@@ -12,6 +12,8 @@ from feeders import Feeder
 from streamiq.serving.changes import merge
 from streamiq.serving.changes.merge import Merge
 from streamiq.serving.changes.stream import Scope
+from streamiq.serving.cluster.placement import Placement
+from streamiq.serving.cluster.traffic import Traffic
 from streamiq.views.bank import BALANCES
 
 
@@ -22,7 +24,8 @@ async def test_an_idle_merged_stream_sends_the_client_keepalives(
     monkeypatch.setattr(merge, "HANG_S", 0.05)
     f = Feeder(tmp_path, buffer=10)
     f.put(("a", 1))
-    events = Merge(f.node, "mark", Scope(BALANCES, (0,)), None, None).events(0.3)
+    placement = Placement(f.node, Traffic())
+    events = Merge(f.node, placement, "mark", Scope(BALANCES, (0,)), None, None).events(0.3)
     try:
         async with asyncio.timeout(30):  # a bound on a hang, not a timing
             kinds = [(await anext(events)).kind for _ in range(2)]

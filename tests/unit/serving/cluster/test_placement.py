@@ -70,3 +70,22 @@ def test_a_restoring_active_owner_never_answers() -> None:
     node: Any = pl.node
     node.lag = lambda v, p: 0  # its lag is known, its restore not finished
     assert pl.place("v", 0, 10) == Forward(B)
+
+
+def test_one_planner_groups_every_fan_out_by_replica() -> None:
+    """``plan``: each partition's first replica within the lag bound, grouped; a peer
+    that lost a race lately (suspect) or one the caller names ``last`` is asked after
+    the others, an ``excluded`` one never; a global view is read here first; a partition
+    with no replica is in no group."""
+    pl = placement([B, C], [B, C])
+    assert pl.plan("v", [0, 1, 2], 10) == {B: [0, 1, 2]}
+    assert pl.plan("v", [0, 1], 10, last={B}) == {C: [0, 1]}  # a failed upstream
+    pl.hedging.hedged("lookup", C)
+    assert pl.plan("v", [0], 10, last={B}) == {B: [0]}  # both asked last: the order stays
+    assert pl.plan("v", [0, 1], 10, excluded={0: {B}}) == {C: [0], B: [1]}
+    assert pl.plan("v", [0], 10, excluded={0: {B, C}}) == {}
+    assert placement([B], []).plan("v", [0, 1], 10) == {}
+    glob = placement([B, ME], [B, ME])
+    glob.node.router.global_views = frozenset({"v"})
+    assert glob.plan("v", [0, 1], 10) == {ME: [0, 1]}
+    assert glob.plan("w", [0], 10) == {B: [0]}
