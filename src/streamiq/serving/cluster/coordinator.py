@@ -127,7 +127,8 @@ class Coordinator:
         the next as well, the first answer winning; the reply ``Relayed``), or the
         ``Redirect`` or ``Refuse`` (421 to a peer, 503, 504 past the deadline) decided.
         ``first``: the replica already chosen (the lean path's cached choice), asked
-        before any other; when it cannot answer, it is chosen again next time."""
+        before any other. The first ask is the placement's cached preferred replica, as
+        the lean path's; when it cannot answer, it is chosen again next time."""
         tried: list[str] = []
         loop = asyncio.get_running_loop()
         rounds = 0
@@ -157,8 +158,8 @@ class Coordinator:
             got = await self._race(ask, view, partition, max_lag, d.address, tried, local)
             if got is not None:
                 return got
-            if first is not None:
-                self.placement.forget(view, partition, max_lag)  # a stale choice
+            if first is not None or tried == [d.address]:  # the first choice (the cached
+                self.placement.forget(view, partition, max_lag)  # preferred one) failed
                 first = None
 
     def _again(self, ask: Ask, asked: Iterable[str]) -> bool:

@@ -120,26 +120,24 @@ class Placement:
         self.traffic.for_peers += 1
         return Here(self.role(view, p), node.lag(view, p))
 
-    def place(self, view: str, p: int, max_lag: int,
-              tried: list[str] | None = None) -> Decision:
-        """Where a client's request for partition ``p`` of ``view`` is answered.
-
-        ``tried`` None: the first choice of the lean path (the cached preferred replica);
-        a list: the full route's walk over the replicas, skipping (and then naming in a
-        503) those it holds; each replica chosen is appended.
-        """
+    def place(self, view: str, p: int, max_lag: int, tried: list[str]) -> Decision:
+        """Where a client's request for partition ``p`` of ``view`` is answered, given
+        the replicas already ``tried`` for it (each one chosen is appended; a 503 names
+        them): here, when this node is the active owner within ``max_lag``; at a first
+        ask, the preferred replica (cached: what a lookup's lean path and full route
+        both ask first); after that, the next replica of a walk over them."""
         node = self.node
         role = self.role(view, p)
         lag = node.lag(view, p)
         if role == "active" and 0 <= lag <= max_lag and node.holds(view, p) and (
-                tried is None or node.endpoint not in tried):  # restoring: never answers
+                node.endpoint not in tried):  # restoring: never answers
             self.traffic.local += 1
             return Here(role, lag)
-        if tried is None:
+        if not tried:
             owner = self.preferred(view, p, max_lag)
             if owner is not None:
+                tried.append(owner)
                 return Redirect(owner) if self.redirect else Forward(owner)
-            tried = []
         return self._walk(view, p, max_lag, tried, role, lag)
 
     def _walk(self, view: str, p: int, max_lag: int, tried: list[str], role: str,

@@ -161,7 +161,7 @@ class Reads:
         store read once when this node answers: ``Read`` (200 and the row, or 404 and
         its problem document), else where it goes or why it is refused. The lean path
         answers with it; the full route walks the same placement."""
-        d = self.coordinator.placement.place(view.name, p, max_lag)
+        d = self.coordinator.placement.place(view.name, p, max_lag, [])
         if isinstance(d, Here):
             return self.read(view, key, p, d)
         return d

@@ -25,6 +25,9 @@ class FakeRouter:
     def replicas(self, view: str, p: int, max_lag: int) -> list[Endpoint]:
         return [Endpoint(OWNER[p], "active", 0)]
 
+    def owner(self, view: str, p: int, max_lag: int) -> Endpoint | None:
+        return self.replicas(view, p, max_lag)[0]
+
     def assigned(self, view: str, p: int) -> list[str]:
         return [OWNER[p]]
 

@@ -44,11 +44,25 @@ def test_a_peers_request_is_answered_here_or_refused() -> None:
 
 def test_the_active_owner_answers_within_its_lag_else_the_preferred_replica() -> None:
     pl = placement([ME], [ME])
-    assert pl.place("v", 0, 10) == Here("active", 0)
+    assert pl.place("v", 0, 10, []) == Here("active", 0)
     assert pl.traffic.local == 1
-    assert placement([ME], [B], lag=11).place("v", 0, 10) == Forward(B)
-    assert placement([B], [B]).place("v", 0, 10) == Forward(B)
-    assert placement([B], [B], redirect=True).place("v", 0, 10) == Redirect(B)
+    assert placement([ME], [B], lag=11).place("v", 0, 10, []) == Forward(B)
+    assert placement([B], [B]).place("v", 0, 10, []) == Forward(B)
+    assert placement([B], [B], redirect=True).place("v", 0, 10, []) == Redirect(B)
+
+
+def test_a_first_ask_is_the_cached_preferred_replica_and_is_counted_tried() -> None:
+    """One question (issue 48): the first ask of any lookup (lean path or full route)
+    gets the preferred replica, cached, and names it tried; the next ask walks on."""
+    pl = placement([B, C], [B, C])
+    tried: list[str] = []
+    assert pl.place("v", 0, 10, tried) == Forward(B) and tried == [B]
+    router: Any = pl.node.router
+    router.fresh = [C, B]  # the cluster moved: the cached choice stands a while
+    assert pl.place("v", 0, 10, []) == Forward(B)
+    assert pl.place("v", 0, 10, tried) == Forward(C) and tried == [B, C]
+    pl.forget("v", 0, 10)  # the preferred one failed: chosen again
+    assert pl.place("v", 0, 10, []) == Forward(C)
 
 
 def test_the_full_route_walks_the_replicas_then_refuses_with_what_it_tried() -> None:
@@ -69,7 +83,7 @@ def test_a_restoring_active_owner_never_answers() -> None:
     pl = placement([ME], [B], held=False, lag=0)
     node: Any = pl.node
     node.lag = lambda v, p: 0  # its lag is known, its restore not finished
-    assert pl.place("v", 0, 10) == Forward(B)
+    assert pl.place("v", 0, 10, []) == Forward(B)
 
 
 def test_one_planner_groups_every_fan_out_by_replica() -> None:
