@@ -349,3 +349,22 @@ def test_only_cluster_opens_peer_connections() -> None:
               and _connects(modules[m])}
     assert inside == {"streamiq.serving.cluster.hop", "streamiq.serving.cluster.stream",
                       "streamiq.serving.cluster.copy"}, inside
+
+
+_HEDGES = {"hedged", "hedge_won"}  # sending a hedge and counting its win (cluster/hedge.py)
+
+
+def _hedges(path: Path) -> set[str]:
+    """The hedging calls a module makes (``hedging.hedged(...)`` and kin)."""
+    return {n.func.attr for n in ast.walk(ast.parse(path.read_text(), str(path)))
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+            and n.func.attr in _HEDGES}
+
+
+def test_one_module_hedges() -> None:
+    """One lookup pipeline (issue 48): a hedge is sent, and its win counted, by
+    ``cluster/race.py`` alone (the one-partition call every lookup takes, the lean
+    path's too, and a scatter-gather's part); the lean path carries its answer."""
+    modules = _modules()
+    hedging = {m for m, path in modules.items() if _hedges(path)}
+    assert hedging == {"streamiq.serving.cluster.race"}, hedging

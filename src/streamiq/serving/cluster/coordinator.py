@@ -12,8 +12,10 @@ whole query, as the entry would: the partitions are not unreachable.
 
 A replica that has not answered within its hedge delay (``hedge.py``) is not waited
 for alone: the same request goes to the next replica, the first answer wins, and the
-slow one is asked last for a while. Every request carries what is left of the caller's
-budget (``Ask.deadline``); nothing waits past it. When every replica of a partition was
+slow one is asked last for a while; every call to a replica is made hedged by
+``race.py`` (``Race``: one partition's; ``Parts``: a scatter-gather's part). Every
+request carries what is left of the caller's budget (``Ask.deadline``); nothing waits
+past it. When every replica of a partition was
 asked and none answered (a connection not accepted within its timeout on a loaded
 machine, a 421 from a replica whose heartbeat is behind), they are walked again after a
 pause (``RETRY_S``, doubling to ``RETRY_MAX_S``) while the budget lasts: a moment of
@@ -28,34 +30,25 @@ import asyncio
 import logging
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, TypeVar
 
-import orjson
 from prometheus_client.core import Metric
 
 from streamiq.errors import (
-    BadRequest,
-    CutMoved,
     DeadlineExceeded,
-    Forbidden,
-    PeerError,
-    StreamiqError,
-    Unauthenticated,
-    from_problem,
 )
 from streamiq.serving.cluster.gate import Gate
 from streamiq.serving.cluster.metrics import coordinator_metrics
-from streamiq.serving.cluster.peers import Ask, PeerReply, Peers, Send
+from streamiq.serving.cluster.peers import Ask, Peers, Send
 from streamiq.serving.cluster.placement import (
-    Decision,
-    Forward,
     Here,
     Placement,
     Redirect,
     Refuse,
 )
+from streamiq.serving.cluster.race import Parts, Race, Relayed, Then
 from streamiq.serving.cluster.traffic import Traffic, log_summaries
-from streamiq.serving.engines.partials import GatherReply, P
+from streamiq.serving.engines.partials import P
 from streamiq.serving.node import Node
 
 __all__ = ["RETRY_MAX_S", "RETRY_S", "Coordinator", "Relayed"]
@@ -68,17 +61,6 @@ RETRY_S = 0.05
 RETRY_MAX_S = 1.0
 
 T = TypeVar("T")
-_Part = tuple[list[P], list[int]]  # a part's partials, and the partitions it did not answer
-#: a peer's refusal of the query itself (not of its partitions), raised as its error
-_REFUSED: dict[int, type[BadRequest | Unauthenticated | Forbidden]] = {
-    400: BadRequest, 401: Unauthenticated, 403: Forbidden}
-
-
-class Relayed(NamedTuple):
-    """A one-partition query a replica answered: its typed reply (``status``, ``body``)."""
-
-    address: str
-    reply: PeerReply
 
 
 class Coordinator:
@@ -102,6 +84,8 @@ class Coordinator:
         # where a one-partition request is answered (serving/cluster/placement.py)
         self.placement = Placement(node, self.traffic, redirect=s.redirect,
                                    hedging=self.peers.hedging)
+        self.parts = Parts(node.endpoint, lambda v, p: node.holds(v, p), self.peers,
+                           self.placement)
         self._summaries: asyncio.Task[None] | None = None
 
     def metrics(self) -> Iterator[Metric]:
@@ -119,29 +103,31 @@ class Coordinator:
         await self.peers.close()
 
     # -- one partition (key lookups, a key's windows) --
+    def race(self, ask: Ask, view: str, partition: int, max_lag: int, tried: list[str],
+             local: Callable[[Here], Awaitable[T]], then: Then) -> Race[T]:
+        """The one hedged call of a one-partition request (``race.py``), to ``start``."""
+        return Race(self.peers, self.placement, self.traffic, ask, view, partition, max_lag,
+                    tried, local, then, asyncio.get_running_loop())
+
     async def route(self, ask: Ask, forwarded: bool, view: str, partition: int, max_lag: int,
-                    local: Callable[[Here], Awaitable[T]], first: str | None = None
+                    local: Callable[[Here], Awaitable[T]], tried: list[str] | None = None
                     ) -> T | Relayed | Redirect | Refuse:
         """Answer where ``Placement.place`` says: here (``local``'s answer), forwarded to
-        one replica after another (a 421 or an unreachable one: the next; a slow one:
-        the next as well, the first answer winning; the reply ``Relayed``), or the
-        ``Redirect`` or ``Refuse`` (421 to a peer, 503, 504 past the deadline) decided.
-        ``first``: the replica already chosen (the lean path's cached choice), asked
-        before any other. The first ask is the placement's cached preferred replica, as
-        the lean path's; when it cannot answer, it is chosen again next time."""
-        tried: list[str] = []
+        one replica after another, each by the hedged call (``race.py``: a 421 or an
+        unreachable one, the next; a slow one, the next as well, the first answer
+        winning; the reply ``Relayed``), or the ``Redirect`` or ``Refuse`` (421 to a
+        peer, 503, 504 past the deadline) decided. ``tried``: replicas already asked
+        (the lean path's race), not asked again. The first ask is the placement's cached
+        preferred replica, as the lean path's."""
+        tried = [] if tried is None else tried
         loop = asyncio.get_running_loop()
         rounds = 0
         while True:
             if loop.time() >= ask.deadline:
                 return Refuse(DeadlineExceeded(f"no answer for {view} partition {partition} "
                                                f"within the budget", tried=list(tried)))
-            if first is not None:
-                d: Decision = Forward(first)
-                tried.append(first)
-            else:
-                d = (self.placement.for_peer(view, partition) if forwarded
-                     else self.placement.place(view, partition, max_lag, tried))
+            d = (self.placement.for_peer(view, partition) if forwarded
+                 else self.placement.place(view, partition, max_lag, tried))
             if isinstance(d, Here):
                 if not forwarded:
                     return await local(d)
@@ -158,9 +144,6 @@ class Coordinator:
             got = await self._race(ask, view, partition, max_lag, d.address, tried, local)
             if got is not None:
                 return got
-            if first is not None or tried == [d.address]:  # the first choice (the cached
-                self.placement.forget(view, partition, max_lag)  # preferred one) failed
-                first = None
 
     def _again(self, ask: Ask, asked: Iterable[str]) -> bool:
         """Some peer asked did not answer but is not gone: worth asking again."""
@@ -169,44 +152,19 @@ class Coordinator:
     async def _race(self, ask: Ask, view: str, partition: int, max_lag: int, first: str,
                     tried: list[str], local: Callable[[Here], Awaitable[T]]
                     ) -> T | Relayed | None:
-        """``first``'s answer, or, when it is slower than its hedge delay, the first
-        answer of it and the next replica (None: neither could answer)."""
-        hedging = self.peers.hedging
-        a: asyncio.Future[Any] = asyncio.ensure_future(self._one(first, ask, partition))
-        done, _ = await asyncio.wait({a}, timeout=hedging.delay(first, ask.kind))
-        if done:
-            return a.result()  # type: ignore[no-any-return]
-        d = self.placement.place(view, partition, max_lag, tried)
-        if not isinstance(d, Forward | Here):
-            return await a  # type: ignore[no-any-return]  # nobody else: wait (the deadline)
-        hedging.hedged(ask.kind, first)
-        b: asyncio.Future[Any] = asyncio.ensure_future(
-            local(d) if isinstance(d, Here) else self._one(d.address, ask, partition))
-        pending: set[asyncio.Future[Any]] = {a, b}
-        try:
-            while pending:
-                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                for f in done:
-                    if f.result() is not None:
-                        if f is b:
-                            hedging.hedge_won(ask.kind)
-                        return f.result()  # type: ignore[no-any-return]
-            return None
-        finally:
-            for f in pending:
-                f.cancel()
+        """The hedged call's outcome, awaited (None: no replica it asked answered)."""
+        done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
 
-    async def _one(self, address: str, ask: Ask, partition: int) -> Relayed | None:
-        """``address``'s reply (None: unreachable, or it does not hold the partition)."""
+        def then(got: Any, exc: BaseException | None) -> None:
+            if not done.done():
+                done.set_result(got) if exc is None else done.set_exception(exc)
+
+        race = self.race(ask, view, partition, max_lag, tried, local, then)
+        race.start(first)
         try:
-            r = await self.peers.ask(address, ask, [partition])
-        except PeerError as err:
-            self.peers.unreachable(err)
-            return None
-        if r.status == 421:
-            return None
-        self.traffic.forwarded_to(address)
-        return Relayed(address, r)
+            return await done  # type: ignore[no-any-return]
+        finally:
+            race.cancel()
 
     # -- many partitions (scatter-gather) --
     async def gather(self, ask: Ask, forwarded: bool, view: str, partitions: Sequence[int],
@@ -231,7 +189,7 @@ class Coordinator:
         while True:
             plan = self.placement.plan(view, pending, max_lag, excluded)
             unplanned = [p for p in pending if not any(p in ps for ps in plan.values())]
-            calls = [self._part(view, addr, ps, ask, local, max_lag, excluded)
+            calls = [self.parts.part(view, addr, ps, ask, local, max_lag, excluded)
                      for addr, ps in plan.items()]
             results = await asyncio.gather(*calls)
             pending = unplanned
@@ -254,91 +212,6 @@ class Coordinator:
                 rounds += 1
                 excluded = defaultdict(set, {p: set(ask.gone) for p in pending})
         return partials, sorted(set(pending)), hops
-
-    async def _part(self, view: str, address: str, parts: list[int], ask: Ask,
-                    local: Callable[[list[int]], Awaitable[P]], max_lag: int,
-                    excluded: dict[int, set[str]]) -> _Part[P]:
-        """One replica's part; when it is slower than its hedge delay, the same
-        partitions are asked of the next replicas too, and the first whole answer wins."""
-        if address == self.node.endpoint:
-            return await self._local_part(view, parts, local, ask)
-        hedging = self.peers.hedging
-        a: asyncio.Future[_Part[Any]] = asyncio.ensure_future(self._peer_part(address, parts,
-                                                                              ask))
-        done, _ = await asyncio.wait({a}, timeout=hedging.delay(address, ask.kind, gather=True))
-        if done:
-            return a.result()
-        others = {p: excluded[p] | {address} for p in parts}
-        plan = self.placement.plan(view, parts, max_lag, others)
-        if not plan:
-            return await a
-        hedging.hedged(ask.kind, address)
-        b: asyncio.Future[_Part[Any]] = asyncio.ensure_future(self._hedge(view, plan, parts,
-                                                                          ask, local))
-        try:
-            done, _ = await asyncio.wait({a, b}, return_when=asyncio.FIRST_COMPLETED)
-            if a in done and not a.result()[1]:
-                return a.result()
-            if a not in done and (b.exception() is not None or b.result()[1]):
-                # the hedge failed or left partitions unanswered (a replica without the
-                # versions of the query's cut refuses at once): the first replica, merely
-                # slow, may answer them
-                return await a
-            got = await b
-            if b in done:
-                hedging.hedge_won(ask.kind)
-            return got
-        finally:
-            a.cancel()
-            b.cancel()
-
-    async def _hedge(self, view: str, plan: dict[str, list[int]], parts: list[int],
-                     ask: Ask, local: Callable[[list[int]], Awaitable[P]]) -> _Part[Any]:
-        """The hedge of a slow part: its partitions from the replicas ``plan`` chose."""
-        calls: list[Awaitable[_Part[Any]]] = [
-            self._peer_part(addr, ps, ask) if addr != self.node.endpoint
-            else self._local_part(view, ps, local, ask) for addr, ps in plan.items()]
-        results = await asyncio.gather(*calls)
-        planned = {p for ps in plan.values() for p in ps}
-        got = [x for r in results for x in r[0]]
-        return got, [p for r in results for p in r[1]] + [p for p in parts if p not in planned]
-
-    async def _local_part(self, view: str, parts: list[int],
-                          local: Callable[[list[int]], Awaitable[P]], ask: Ask) -> _Part[P]:
-        held = [p for p in parts if self.node.holds(view, p)]
-        try:
-            return [await local(held)], [p for p in parts if p not in held]
-        except CutMoved as moved:
-            return self._unread(moved, parts, ask)
-
-    @staticmethod
-    def _unread(moved: StreamiqError, parts: list[int], ask: Ask) -> _Part[Any]:
-        """A replica's ``CutMoved``: one naming a lower cut is the query's (every replica
-        of a partition folded the same rows: the entry asks again lower); one without
-        is this replica's (it kept no versions back to the cut): the next is asked."""
-        if "lower" in moved.extra:
-            raise moved
-        assert isinstance(moved, CutMoved)
-        ask.unread.update(dict.fromkeys(parts, moved))
-        return [], parts
-
-    async def _peer_part(self, address: str, parts: list[int], ask: Ask) -> _Part[Any]:
-        try:
-            r = await self.peers.ask(address, ask, parts)
-        except PeerError as err:
-            self.peers.unreachable(err)
-            return [], parts
-        if r.status in _REFUSED:  # the query itself is refused (it would be here too)
-            refused = from_problem(r.status, r.body)
-            raise _REFUSED[r.status](refused.message, peer=address)
-        if r.status == CutMoved.http_status:  # the query's cut (lower), or this replica's
-            return self._unread(from_problem(r.status, r.body), parts, ask)
-        if r.status != 200:
-            return [], parts
-        doc: GatherReply[Any] = orjson.loads(r.body)
-        partial = doc.get("partial")
-        return ([] if partial is None else [partial]), [int(p) for p in doc.get("not_active", [])]
-
 
 async def _pause(ask: Ask, rounds: int) -> bool:
     """Sleep before walking the replicas again (False, at once: too little budget)."""

@@ -87,6 +87,7 @@ class Peers:
         self.scheme = tls.scheme(settings)  # peers are reached as this node is (tls.py)
         self.hop = HopClient(mark=mark.encode(), ssl=tls.client_context(settings))
         self._send: Send = send or self.hop.fetch
+        self._pooled = send is None  # a test's ``send`` is every call's
         self.hedging = Hedging()  # latency per peer and kind, suspects, hedges sent
 
     async def close(self) -> None:
@@ -106,6 +107,13 @@ class Peers:
             raise err from exc
         self.hedging.observe(address, ask.kind, loop.time() - t0)
         return reply
+
+    def call(self, address: str, body: bytes, deadline: float,
+             then: Callable[[PeerReply | None, Exception | None], None],
+             slow: Callable[[], None], hedge_at: float) -> bool:
+        """One request on an idle pooled connection, on callbacks (``HopClient.call``);
+        False when none is free (then ``ask``)."""
+        return self._pooled and self.hop.call(address, body, deadline, then, slow, hedge_at)
 
     def unreachable(self, err: PeerError) -> None:
         """A replica could not be asked: suspect it if it is gone, log either way."""

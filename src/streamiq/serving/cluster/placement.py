@@ -158,12 +158,6 @@ class Placement:
                                   f"max_lag={max_lag}", view=view, partition=p,
                                   tried=list(tried)))
 
-    def alternative(self, view: str, p: int, max_lag: int, besides: str) -> bool:
-        """Some replica but ``besides`` could answer partition ``p`` (a hedge's target)."""
-        me = self.node.endpoint
-        return any(e.address != besides and (e.address != me or self.node.holds(view, p))
-                   for e in self.node.router.replicas(view, p, max_lag))
-
     def active_here(self, view: str, partition: int, max_lag: int) -> bool:
         """This node is assigned active for the partition, holds it, and is fresh enough."""
         return (self.role(view, partition) == "active"

@@ -10,12 +10,10 @@ full route and the peer server make too; this module only carries it out:
 * answered here (this node is the partition's active owner within the default
   ``--max-lag``): the row (200) or the problem document (404), hops 0, from one store
   read;
-* forwarded: one request of the peer protocol to the preferred replica (hops 1), its
-  200 or 404 relayed; a refused connection, 421 or 503 defers to the lookup's one
-  pipeline (``Queries.lookup``), which tries the next replica and marks the dead one.
-  On an idle pooled connection the hop runs on callbacks; when the replica has not
-  answered within its hedge delay (``serving/cluster/hedge.py``), the same pipeline
-  runs too, without it, and the first answer wins;
+* forwarded: the query layer's one hedged call to the preferred replica
+  (``Queries.forward``, ``serving/cluster/race.py``: on an idle pooled connection, on
+  callbacks; a slow replica hedged to the next; a 421 or an unreachable one, the other
+  replicas walked), its 200 or 404 relayed (hops 1);
 * refused: 503 when no replica can answer.
 
 A peer's lookup never comes here: peers ask over the peer protocol
@@ -54,9 +52,8 @@ from streamiq.serving.http.answers import HOPS, SERVED_BY, TIMEOUT, Answers, bud
 from streamiq.serving.http.leanserve import PENDING, Answer, Later, Observe, Pending
 from streamiq.serving.http.metrics import served_of
 from streamiq.serving.http.paths import segments
-from streamiq.serving.query import codec
 from streamiq.serving.query.answers import Forward, PeerReply, Redirect, Refuse, Relayed
-from streamiq.serving.query.model import Caller, Lookup, Read
+from streamiq.serving.query.model import Caller, Read
 from streamiq.serving.query.reads import BUDGET_S
 from streamiq.serving.routes import lookup_target
 from streamiq.views.base import View
@@ -93,6 +90,7 @@ class LeanLookups:
         self.peer_server = peer_server
         # bound once: the same call cost as the methods these were before
         self._decide = deps.queries.decide
+        self._forward = deps.queries.forward
         self._endpoint = deps.node.endpoint.encode()
         self._served: dict[str, tuple[bytes, bytes]] = {}  # a peer's served-by header
 
@@ -227,36 +225,30 @@ class LeanLookups:
     def forward(self, view: View, key: str, p: int, max_lag: int, auth: bytes | None,
                 then: Later | None, owner: str, budget: float | None,
                 loop: asyncio.AbstractEventLoop) -> Awaitable[Answer | None] | Pending:
-        """One hop to ``owner``, the replica ``decide`` chose, over the peer protocol (the
-        client's Authorization in the request, checked again by the owner); any trouble
-        (a ``PeerError``, a 421 or 503) defers to the lookup's one pipeline.
-
-        With ``then`` and an idle pooled connection, the hop runs on callbacks and
-        ``then(answer)`` gets its outcome (PENDING is returned), hedged by the pipeline
-        when the owner is slow (``_Hop``); otherwise the pipeline itself, as a coroutine.
-        """
-        co = self.deps.coordinator
+        """The lookup sent to ``owner``, the replica ``decide`` chose, by the query
+        layer's one hedged call (``Queries.forward``: the client's Authorization in the
+        request, checked again by the owner; a slow owner hedged; when it cannot answer,
+        the other replicas). ``then`` gets the rendered answer (PENDING is returned);
+        without it, a future does."""
         authorization = None if auth is None else auth.decode("latin-1")
-        now = loop.time()
-        deadline = now + (budget if budget is not None else BUDGET_S)
-        if then is not None:
-            hop = _Hop(self, view, key, p, max_lag, authorization, deadline, owner, then, now,
-                       loop)
-            body = codec.lookup_request(view.name, key, p, self.deps.node.partitions[view.name],
-                                        authorization)
-            delay = co.peers.hedging.delay(owner, "lookup")
-            if co.peers.hop.call(owner, body, deadline, hop.settled, hop.slow, now + delay):
-                return PENDING
-        return self.pipeline(view, key, authorization, deadline, owner)
+        deadline = loop.time() + (budget if budget is not None else BUDGET_S)
+        got: asyncio.Future[Answer | None] | None = None
+        if then is None:
+            got = loop.create_future()
+            then = got.set_result
 
-    async def pipeline(self, view: View, key: str, authorization: str | None,
-                       deadline: float, first: str | None = None) -> Answer | None:
-        """The lookup's one pipeline (``Queries.lookup``: placement, forwarding to one
-        replica after another, hedging; ``first`` asked first), as this path answers it
-        (None: a redirect or anything this path does not render: the full app answers)."""
-        got = await self.deps.queries.lookup(Lookup(view.name, key),
-                                             Caller(authorization, deadline=deadline), first)
-        return self.rendered(got)
+        def answered(answer: Any, exc: BaseException | None) -> None:
+            if exc is not None:  # the full app answers (and names a query's error)
+                if not isinstance(exc, StreamiqError | asyncio.CancelledError):
+                    log.error("lean lookup failed; answering through the full app",
+                              exc_info=exc)
+                then(None)
+            else:
+                then(self.rendered(answer))
+
+        self._forward(view, key, p, max_lag, owner, Caller(authorization, deadline=deadline),
+                      answered)
+        return PENDING if got is None else got
 
     def rendered(self, got: Read | Relayed | Redirect | Refuse) -> Answer | None:
         if type(got) is Read:
@@ -276,66 +268,3 @@ class LeanLookups:
         return status, body, [_TYPE_JSON if status == 200 else _TYPE_PROBLEM,
                               (b"content-length", b"%d" % len(body)), served, _ONE_HOP]
 
-
-class _Hop:
-    """One forwarded lookup on callbacks: the owner's reply, or, once the owner is past
-    its hedge delay, the first answer of it and the lookup's pipeline run without it."""
-
-    __slots__ = ("auth", "deadline", "done", "hedge", "key", "lean", "loop", "max_lag", "owner",
-                 "p", "t0", "then", "view")
-
-    def __init__(self, lean: LeanLookups, view: View, key: str, p: int, max_lag: int,
-                 auth: str | None, deadline: float, owner: str, then: Later, t0: float,
-                 loop: asyncio.AbstractEventLoop) -> None:
-        self.lean, self.view, self.key, self.p, self.max_lag = lean, view, key, p, max_lag
-        self.auth, self.deadline, self.owner, self.then, self.t0 = auth, deadline, owner, then, t0
-        self.loop = loop
-        self.done = False
-        self.hedge: asyncio.Task[None] | None = None
-
-    def settled(self, reply: PeerReply | None, exc: Exception | None) -> None:
-        """The owner's reply (or its failure)."""
-        co = self.lean.deps.coordinator
-        if reply is not None and reply.status in (200, 404):
-            if not self.done:  # the answer first: bookkeeping never stands in its way
-                self._finish(self.lean.relayed(reply, self.owner))
-                co.traffic.forwarded_to(self.owner)
-            co.peers.hedging.observe(self.owner, "lookup", self.loop.time() - self.t0)
-            return
-        if self.hedge is None and not self.done:
-            # a pooled connection the owner had dropped: the pipeline asks it again on a
-            # fresh one (and marks it if it is gone); a 421 or 503: the next replica
-            first = self.owner if exc is not None else None
-            if first is None:
-                co.placement.forget(self.view.name, self.p, self.max_lag)
-            self.hedge = self.loop.create_task(self._run(first, False))
-
-    def slow(self) -> None:
-        """The owner is past its hedge delay: the pipeline runs too, without it."""
-        co = self.lean.deps.coordinator
-        if self.done or not co.placement.alternative(self.view.name, self.p, self.max_lag,
-                                                     self.owner):
-            return  # nobody else could answer: wait for the owner (until the deadline)
-        co.peers.hedging.hedged("lookup", self.owner)
-        self.hedge = self.loop.create_task(self._run(None, True))
-
-    async def _run(self, first: str | None, hedged: bool) -> None:
-        try:
-            answer = await self.lean.pipeline(self.view, self.key, self.auth, self.deadline,
-                                              first)
-        except Exception:
-            log.exception("lean lookup failed; answering through the full app")
-            answer = None
-        if not self.done:
-            if answer is not None and hedged:
-                self.lean.deps.coordinator.peers.hedging.hedge_won("lookup")
-            self._finish(answer)
-
-    def _finish(self, answer: Answer | None) -> None:
-        self.done = True
-        if self.hedge is not None and not self.hedge.done():
-            self.hedge.cancel()
-        try:
-            self.then(answer)
-        except Exception:
-            log.exception("lean lookup path failed")

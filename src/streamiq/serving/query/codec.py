@@ -26,7 +26,7 @@ from streamiq.serving.cluster.wire import request_body
 from streamiq.serving.engines.partials import GatherReply
 from streamiq.serving.query.model import KINDS, Changes, PeerPart, Query, Read, Windows
 
-__all__ = ["ask", "changes", "changes_request", "decode", "lookup_request", "read",
+__all__ = ["ask", "changes", "changes_request", "decode", "lookup_ask", "read",
            "read_lookup", "reply", "windows"]
 
 #: each query type's validator, by kind (made at its first request)
@@ -40,13 +40,12 @@ def ask(q: Query, authorization: str | None, count: int, deadline: float,
     return Ask(q.kind, q, count, authorization, deadline, part)
 
 
-def lookup_request(view: str, key: str, partition: int, count: int,
-                   authorization: str | None) -> bytes:
-    """A key lookup's request body, as the lean path sends it: the view and the key only
-    (the owner answers it inline, ``peer/server.py``; a lookup with a freshness goes as
-    its typed query)."""
-    return request_body("lookup", {"view": view, "key": key}, [partition], count,
-                        authorization)
+def lookup_ask(view: str, key: str, count: int, authorization: str | None,
+               deadline: float) -> Ask:
+    """What peers are asked for a plain key lookup (the lean path's): the view and the
+    key only, no typed query built (the owner answers it inline, ``peer/server.py``; a
+    lookup with a freshness goes as its typed query)."""
+    return Ask("lookup", {"view": view, "key": key}, count, authorization, deadline)
 
 
 def changes_request(q: Changes, partitions: list[int], count: int,

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from streamiq.errors import BadRequest, CutMoved, NotUpToBound
-from streamiq.serving.cluster.coordinator import Relayed
 from streamiq.serving.cluster.peers import Ask
 from streamiq.serving.cluster.placement import Here, Redirect, Refuse
+from streamiq.serving.cluster.race import Relayed, Then
 from streamiq.serving.engines._json import loads_row
 from streamiq.serving.engines.aggregate import (
     aggregate_partitions,
@@ -46,6 +47,7 @@ from streamiq.serving.query.model import (
     Aggregate,
     AggregateRows,
     Caller,
+    Freshness,
     Gathered,
     KeyResult,
     KeyWindows,
@@ -66,12 +68,24 @@ from streamiq.views.base import View, window_bounds
 
 __all__ = ["RUNNERS", "One", "Queries", "runs"]
 
+log = logging.getLogger("streamiq.routing")
+
 #: a one-partition query's answer: here (``T``), a replica's, or the decision
 _ME = Caller()
+_NOW = Freshness()  # a plain read's: no position to wait for
 Q = TypeVar("Q", bound=Query)
 Runner = Callable[["Queries", Any, Caller], Awaitable[Any]]
 #: how each query type is run (``Queries.run``)
 RUNNERS: dict[type[Query], Runner] = {}
+
+
+def _settle(task: asyncio.Task[Any], then: Then) -> None:
+    """A task's outcome to a callback (a cancelled one: its cancellation)."""
+    try:
+        exc = asyncio.CancelledError() if task.cancelled() else task.exception()
+        then(None if exc is not None else task.result(), exc)
+    except Exception:
+        log.exception("a one-partition answer's handler failed")
 
 
 def runs(kind: type[Q]) -> Callable[[Callable[[Queries, Q, Caller], Awaitable[Any]]],
@@ -95,9 +109,9 @@ class Queries(Reads):
             raise BadRequest(f"no query of type {type(q).__name__}")
         return await runner(self, q, caller)
 
-    async def lookup(self, q: Lookup, caller: Caller = _ME, first: str | None = None
+    async def lookup(self, q: Lookup, caller: Caller = _ME, tried: list[str] | None = None
                      ) -> Read | One:
-        """A key's row (``first``: the replica to ask first, as already decided)."""
+        """A key's row (``tried``: replicas already asked, not asked again)."""
         view = self.view(q.view)
         if view.windowed:  # before any position wait or forwarding: the answer is known
             raise BadRequest(f"view {view.name!r} is windowed: use "
@@ -116,7 +130,31 @@ class Queries(Reads):
 
         return await self.coordinator.route(self._ask(q, caller, deadline), caller.forwarded,
                                             view.name, p, self.max_lag(q.fresh.max_lag), local,
-                                            first)
+                                            tried)
+
+    def forward(self, view: View, key: str, p: int, max_lag: int, owner: str, caller: Caller,
+                then: Then) -> None:
+        """A plain key lookup that ``decide`` sent to ``owner`` (the lean path's), on
+        callbacks: the one hedged call (``serving/cluster/race.py``), and when neither the
+        owner nor its hedge answered, ``lookup``'s walk over the other replicas.
+        ``then(answer, exc)`` runs once: ``Read`` (the hedge landed here), ``Relayed``,
+        ``Redirect`` or ``Refuse``; or the exception."""
+        tried = [owner]
+        ask = codec.lookup_ask(view.name, key, self.node.partitions[view.name],
+                               caller.authorization, self.deadline(caller, _NOW))
+
+        async def local(here: Here) -> Read:  # a hedge to this node (a standby)
+            return self.read(view, key, p, here)
+
+        def raced(got: Any, exc: BaseException | None) -> None:
+            if got is not None or exc is not None:
+                then(got, exc)
+                return
+            walk = asyncio.get_running_loop().create_task(
+                self.lookup(Lookup(view.name, key), caller, tried))
+            walk.add_done_callback(lambda t: _settle(t, then))
+
+        self.coordinator.race(ask, view.name, p, max_lag, tried, local, raced).start(owner)
 
     async def key_windows(self, q: KeyWindows, caller: Caller = _ME
                           ) -> Windows | Redirect | Refuse:

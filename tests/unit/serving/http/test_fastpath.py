@@ -62,11 +62,9 @@ async def test_lean_forward_carries_the_token_and_says_one_hop(app: Any) -> None
     assert (status, body) == (200, {"k": 1}) and headers["x-streamiq-hops"] == "1"
     assert headers["x-streamiq-served-by"] == other
     p = BALANCES.partition_of("zz", 3)
+    # the plain lookup's request (codec.lookup_ask), the owner's inline read
     assert sent == [(other, {"k": "lookup", "p": [p], "n": 3, "t": "Bearer t",
-                             "q": {"view": "balances", "key": "zz", "fresh": {
-                                 "max_lag": None, "position": None, "wait_ms": None,
-                                 "max_staleness_ms": None, "consistent": False,
-                                 "cut": None}}})]
+                             "q": {"view": "balances", "key": "zz"}})]
 
 
 async def test_lean_forward_asks_for_the_key_as_it_is(app: Any) -> None:

@@ -126,7 +126,7 @@ def test_a_subscription_is_a_typed_changes_query_on_the_wire() -> None:
                       ({"view": "v", "form": "x"}, "form"), ({"keys": ["a"]}, "view")):
         with pytest.raises(BadRequest, match=name):
             codec.changes(bad)
-    lookup = _sent(codec.lookup_request("balances", "a1", 2, 3, None))
+    lookup = _sent(codec.lookup_ask("balances", "a1", 3, None, 0.0).body([2]))
     assert codec.read_lookup(lookup) == ("balances", "a1", 2, 3, None)
     for broken in ({**lookup, "t": 7}, {**lookup, "p": [1.5]}, {**lookup, "q": {"view": 1}},
                    {k: v for k, v in lookup.items() if k != "n"}):
