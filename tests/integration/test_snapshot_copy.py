@@ -94,17 +94,17 @@ def test_a_sender_killed_mid_copy_leaves_nothing(bootstrap: str, tmp_path: Path,
     async def cut() -> None:
         from streamiq.serving.cluster import copy as copy_module
 
-        real = copy_module._Copy._frame
+        real = copy_module._Copy.frame
         killed = False
 
-        def frame(self: Any, status: int, body: memoryview) -> None:
+        def frame(self: Any, status: int, body: bytes) -> bool:
             nonlocal killed
             if status == 200 and not killed:  # the header came: the sender dies now
                 killed = True
                 os.kill(pid, signal.SIGKILL)
-            real(self, status, body)
+            return real(self, status, body)
 
-        monkeypatch.setattr(copy_module._Copy, "_frame", frame)
+        monkeypatch.setattr(copy_module._Copy, "frame", frame)
         await fetch_snapshot(address, hop_mark(SECRET), None, "balances", 0, 2, into)
 
     with pytest.raises(CopyFailed):

@@ -337,9 +337,9 @@ def _connects(path: Path) -> set[str]:
 
 def test_only_cluster_opens_peer_connections() -> None:
     """One peer transport (issue 48): of the serving node's modules only ``cluster/``
-    connects to a peer, for calls (``hop.py``), streams (``stream.py``: a live
-    subscription's events) and snapshots (``copy.py``); the front ends and the live
-    subscriptions carry what it gives them."""
+    connects to a peer, for calls (``hop.py``) and streams (``stream.py``: a live
+    subscription's events, a partition snapshot's file); the front ends, the live
+    subscriptions and the snapshot copies carry what it gives them."""
     modules = _modules()
     serving = [m for m in modules if m.startswith("streamiq.serving.")]
     outside = {m: c for m in serving if not m.startswith("streamiq.serving.cluster.")
@@ -347,8 +347,7 @@ def test_only_cluster_opens_peer_connections() -> None:
     assert outside == {}, outside
     inside = {m for m in serving if m.startswith("streamiq.serving.cluster.")
               and _connects(modules[m])}
-    assert inside == {"streamiq.serving.cluster.hop", "streamiq.serving.cluster.stream",
-                      "streamiq.serving.cluster.copy"}, inside
+    assert inside == {"streamiq.serving.cluster.hop", "streamiq.serving.cluster.stream"}, inside
 
 
 _HEDGES = {"hedged", "hedge_won"}  # sending a hedge and counting its win (cluster/hedge.py)

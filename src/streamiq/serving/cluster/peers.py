@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from streamiq import tls
@@ -45,7 +44,6 @@ def peer_error(address: str, exc: BaseException) -> PeerError:
     return kind(address, exc)
 
 
-@dataclass(frozen=True)
 class Ask:
     """What a node asks its peers for a query, rendered from the typed query
     (``serving/query/codec.py``), never copied from an incoming request: the query's
@@ -58,14 +56,16 @@ class Ask:
     to the query's cut (``CutMoved`` naming no lower cut): another replica may have them;
     if none has, the gather raises it (the entry takes a new cut)."""
 
-    kind: str
-    fields: Any
-    count: int
-    authorization: str | None
-    deadline: float
-    part: Callable[[list[int]], Any] | None = None
-    gone: set[str] = field(default_factory=set, compare=False)
-    unread: dict[int, CutMoved] = field(default_factory=dict, compare=False)
+    __slots__ = ("authorization", "count", "deadline", "fields", "gone", "kind", "part",
+                 "unread")
+
+    def __init__(self, kind: str, fields: Any, count: int, authorization: str | None,
+                 deadline: float, part: Callable[[list[int]], Any] | None = None) -> None:
+        # by hand: made per forwarded lookup, a dataclass's __init__ was twice the work
+        self.kind, self.fields, self.count = kind, fields, count
+        self.authorization, self.deadline, self.part = authorization, deadline, part
+        self.gone: set[str] = set()
+        self.unread: dict[int, CutMoved] = {}
 
     def body(self, partitions: list[int]) -> bytes:
         fields = self.part(partitions) if self.part is not None else self.fields
@@ -87,7 +87,7 @@ class Peers:
         self.scheme = tls.scheme(settings)  # peers are reached as this node is (tls.py)
         self.hop = HopClient(mark=mark.encode(), ssl=tls.client_context(settings))
         self._send: Send = send or self.hop.fetch
-        self._pooled = send is None  # a test's ``send`` is every call's
+        self.pooled = send is None  # False: a test's ``send`` is every call's
         self.hedging = Hedging()  # latency per peer and kind, suspects, hedges sent
 
     async def close(self) -> None:
@@ -107,13 +107,6 @@ class Peers:
             raise err from exc
         self.hedging.observe(address, ask.kind, loop.time() - t0)
         return reply
-
-    def call(self, address: str, body: bytes, deadline: float,
-             then: Callable[[PeerReply | None, Exception | None], None],
-             slow: Callable[[], None], hedge_at: float) -> bool:
-        """One request on an idle pooled connection, on callbacks (``HopClient.call``);
-        False when none is free (then ``ask``)."""
-        return self._pooled and self.hop.call(address, body, deadline, then, slow, hedge_at)
 
     def unreachable(self, err: PeerError) -> None:
         """A replica could not be asked: suspect it if it is gone, log either way."""

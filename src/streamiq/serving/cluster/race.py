@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Generic, NamedTuple, TypeVar
 
 import orjson
@@ -66,36 +66,38 @@ class Relayed(NamedTuple):
 
 class Race(Generic[T]):
     """One partition's request, hedged: ``Race(...).start(first)``; ``then(answer, exc)``
-    runs once (``Relayed``, ``local``'s answer when the hedge lands here, or None)."""
+    runs once (``Relayed``, ``local``'s answer when the hedge lands here, or None; with
+    ``walk``, instead of None, what ``walk()`` answers: the caller's walk over the other
+    replicas, ``tried`` skipped)."""
 
     __slots__ = ("_legs", "_out", "_preferred", "_timer", "ask", "done", "first", "hedged", "local",
                  "loop", "max_lag", "partition", "peers", "placement", "t0", "then", "traffic",
-                 "tried", "view")
+                 "tried", "view", "walk")
 
     def __init__(self, peers: Peers, placement: Placement, traffic: Traffic, ask: Ask,
                  view: str, partition: int, max_lag: int, tried: list[str],
                  local: Callable[[Here], Awaitable[T]], then: Then,
-                 loop: asyncio.AbstractEventLoop) -> None:
+                 loop: asyncio.AbstractEventLoop,
+                 walk: Callable[[], Coroutine[Any, Any, Any]] | None = None) -> None:
         self.peers, self.placement, self.traffic = peers, placement, traffic
         self.ask, self.view, self.partition, self.max_lag = ask, view, partition, max_lag
         self.tried, self.local, self.then, self.loop = tried, local, then, loop
-        self.first = ""
-        self.done = self.hedged = self._preferred = False
-        self._legs: list[asyncio.Task[Any]] = []
-        self._out = 0  # legs in flight (the pooled call's included)
+        self.walk = walk
+        self.done = self.hedged = False
+        self._legs: tuple[asyncio.Task[Any], ...] = ()  # the legs that are tasks
         self._timer: asyncio.TimerHandle | None = None
-        self.t0 = 0.0
 
     def start(self, first: str) -> None:
         """Ask ``first`` (the replica placement chose; already in ``tried``)."""
         self.first = first
-        self._preferred = self.tried == [first]  # the placement's cached first choice
+        self._preferred = len(self.tried) == 1  # the placement's cached first choice
+        self._out = 1  # legs in flight (the pooled call's included)
         self.t0 = now = self.loop.time()
-        hedge_at = now + self.peers.hedging.delay(first, self.ask.kind)
-        body = self.ask.body([self.partition])
-        self._out = 1
-        if not self.peers.call(first, body, self.ask.deadline, self._replied, self._slow,
-                               hedge_at):
+        peers = self.peers
+        hedge_at = now + peers.hedging.delay(first, self.ask.kind)
+        if not (peers.pooled and peers.hop.call(first, self.ask.body([self.partition]),
+                                                self.ask.deadline, self._replied, self._slow,
+                                                hedge_at)):
             self._fetch(first, hedge_at)
 
     def cancel(self) -> None:
@@ -106,15 +108,25 @@ class Race(Generic[T]):
     def _replied(self, reply: PeerReply | None, exc: Exception | None) -> None:
         """Its reply on the pooled connection (or that connection's failure)."""
         if reply is not None:
+            if reply.status != 421 and not self.done:  # the usual: the answer, first
+                self.done = True
+                self.traffic.forwarded_to(self.first)
+                if self._timer is not None or self._legs:
+                    self._stop()
+                try:
+                    self.then(Relayed(self.first, reply), None)
+                except Exception:
+                    log.exception("a one-partition answer's handler failed")
+            else:
+                self._answered(self._relayed(self.first, reply), hedge=False)
             self.peers.hedging.observe(self.first, self.ask.kind, self.loop.time() - self.t0)
-            self._answered(self._relayed(self.first, reply), hedge=False)
         elif not self.done:  # a pooled connection the peer had dropped: a fresh one
             self._fetch(self.first, None if self.hedged else self.t0 + self.peers.hedging
                         .delay(self.first, self.ask.kind))
 
     def _fetch(self, address: str, hedge_at: float | None) -> None:
         """The first replica's request as a task (connecting if it must)."""
-        self._legs.append(self.loop.create_task(self._leg(self._one(address), hedge=False)))
+        self._legs += (self.loop.create_task(self._leg(self._one(address), hedge=False)),)
         if hedge_at is not None and self._timer is None:
             self._timer = self.loop.call_at(hedge_at, self._slow)
 
@@ -131,7 +143,7 @@ class Race(Generic[T]):
         self._out += 1
         self.peers.hedging.hedged(self.ask.kind, self.first)
         answer = self.local(d) if isinstance(d, Here) else self._one(d.address)
-        self._legs.append(self.loop.create_task(self._leg(answer, hedge=True)))
+        self._legs += (self.loop.create_task(self._leg(answer, hedge=True)),)
 
     # -- the legs' answers --
     async def _one(self, address: str) -> Relayed | None:
@@ -178,6 +190,17 @@ class Race(Generic[T]):
         if self.done:
             return
         self.done = True
+        self._stop()
+        if not notify:
+            return
+        if got is None and exc is None and self.walk is not None:
+            walk = self.loop.create_task(self.walk())
+            walk.add_done_callback(self._walked)
+            return
+        self._notify(got, exc)
+
+    def _stop(self) -> None:
+        """Every leg still running, and the hedge point, cancelled."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -185,12 +208,16 @@ class Race(Generic[T]):
         for t in self._legs:
             if t is not current and not t.done():
                 t.cancel()
-        if notify:
-            try:
-                self.then(got, exc)
-            except Exception:
-                log.exception("a one-partition answer's handler failed")
 
+    def _walked(self, task: asyncio.Task[Any]) -> None:
+        exc = asyncio.CancelledError() if task.cancelled() else task.exception()
+        self._notify(None if exc is not None else task.result(), exc)
+
+    def _notify(self, got: Any, exc: BaseException | None) -> None:
+        try:
+            self.then(got, exc)
+        except Exception:
+            log.exception("a one-partition answer's handler failed")
 
 class Parts:
     """A scatter-gather's parts (``Coordinator.gather``), each hedged: one replica's part,

@@ -10,8 +10,9 @@ coalesces what it would send). A connection that cannot be made or is lost raise
 ``PeerTimeout`` (a sender that streams sends something at least every ``hang_s / 3``).
 
 The entry node's side of a live subscription (``serving/changes/upstream.py``) reads
-its events through it. What a stalled stream may hold in the kernel: little
-(``serving/changes/sockets.py`` for the sending side).
+its events through it, and a partition snapshot's receiver (``copy.py``) its file.
+What a stalled stream may hold in the kernel: little (``serving/changes/sockets.py`` for
+the sending side).
 """
 
 from __future__ import annotations
@@ -82,10 +83,11 @@ class _Frames(asyncio.Protocol):
         return frame
 
 
-async def connect(host: str, port: int) -> socket.socket:
+async def connect(host: str, port: int, receive_buffer: int | None = RECEIVE_BUFFER
+                  ) -> socket.socket:
     """A connected non-blocking TCP socket whose receive buffer was capped at
-    ``RECEIVE_BUFFER`` before the handshake (``OSError`` if none of ``host``'s
-    addresses answers)."""
+    ``receive_buffer`` before the handshake (None: the system's, growing as it does;
+    ``OSError`` if none of ``host``'s addresses answers)."""
     loop = asyncio.get_running_loop()
     error: OSError = OSError(f"{host}:{port}: no address")
     for family, kind, proto, _, addr in await loop.getaddrinfo(
@@ -93,7 +95,8 @@ async def connect(host: str, port: int) -> socket.socket:
         sock = socket.socket(family, kind, proto)
         try:
             sock.setblocking(False)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
+            if receive_buffer is not None:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
             await loop.sock_connect(sock, addr)
             return sock
         except OSError as exc:
@@ -106,14 +109,16 @@ async def connect(host: str, port: int) -> socket.socket:
 
 
 async def stream(address: str, mark: str, ssl: SSLContext | None, body: bytes,
-                 hang_s: float) -> AsyncGenerator[tuple[int, bytes]]:
-    """The reply frames (status, body) to the request ``body`` sent to ``address``."""
+                 hang_s: float, receive_buffer: int | None = RECEIVE_BUFFER
+                 ) -> AsyncGenerator[tuple[int, bytes]]:
+    """The reply frames (status, body) to the request ``body`` sent to ``address``
+    (``receive_buffer``: ``connect``'s; a bulk copy's is not capped)."""
     name, _, port = address.rpartition(":")
     loop = asyncio.get_running_loop()
     try:
         async with asyncio.timeout(hang_s):
             transport, proto = await loop.create_connection(
-                _Frames, sock=await connect(name, int(port)), ssl=ssl,
+                _Frames, sock=await connect(name, int(port), receive_buffer), ssl=ssl,
                 server_hostname=name if ssl else None)
     except (OSError, TimeoutError) as exc:
         raise PeerUnreachable(address, exc) from exc

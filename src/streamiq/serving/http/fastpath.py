@@ -53,7 +53,7 @@ from streamiq.serving.http.leanserve import PENDING, Answer, Later, Observe, Pen
 from streamiq.serving.http.metrics import served_of
 from streamiq.serving.http.paths import segments
 from streamiq.serving.query.answers import Forward, PeerReply, Redirect, Refuse, Relayed
-from streamiq.serving.query.model import Caller, Read
+from streamiq.serving.query.model import Read
 from streamiq.serving.query.reads import BUDGET_S
 from streamiq.serving.routes import lookup_target
 from streamiq.views.base import View
@@ -77,6 +77,7 @@ _SERVED_BY = SERVED_BY.encode()
 _JSON, _PROBLEM = b"application/json", PROBLEM_JSON.encode()  # an answer, an error (404)
 _TYPE_JSON, _TYPE_PROBLEM = (b"content-type", _JSON), (b"content-type", _PROBLEM)
 _NO_HOP, _ONE_HOP = (_HOPS, b"0"), (_HOPS, b"1")
+_LOCAL, _FORWARDED = ("lookup", "local"), ("lookup", "forwarded")  # the latency's labels
 
 
 class LeanLookups:
@@ -101,7 +102,10 @@ class LeanLookups:
             return None
 
         def observe(t0: float, answer: Answer) -> None:
-            latency.observe(("lookup", served_of("lookup", answer[2])), perf_counter() - t0)
+            # this path's answers end with their hops header (a refusal has none: local)
+            headers = answer[2]
+            served = _FORWARDED if headers and headers[-1] is _ONE_HOP else _LOCAL
+            latency.observe(served, perf_counter() - t0)
         return observe
 
     async def __call__(self, scope: Scope, receive: Callable[[], Awaitable[Message]],
@@ -238,7 +242,9 @@ class LeanLookups:
             then = got.set_result
 
         def answered(answer: Any, exc: BaseException | None) -> None:
-            if exc is not None:  # the full app answers (and names a query's error)
+            if type(answer) is Relayed:  # the usual
+                then(self.relayed(answer.reply, answer.address))
+            elif exc is not None:  # the full app answers (and names a query's error)
                 if not isinstance(exc, StreamiqError | asyncio.CancelledError):
                     log.error("lean lookup failed; answering through the full app",
                               exc_info=exc)
@@ -246,8 +252,7 @@ class LeanLookups:
             else:
                 then(self.rendered(answer))
 
-        self._forward(view, key, p, max_lag, owner, Caller(authorization, deadline=deadline),
-                      answered)
+        self._forward(view, key, p, max_lag, owner, authorization, deadline, answered, loop)
         return PENDING if got is None else got
 
     def rendered(self, got: Read | Relayed | Redirect | Refuse) -> Answer | None:

@@ -16,13 +16,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 from streamiq.errors import BadRequest, CutMoved, NotUpToBound
 from streamiq.serving.cluster.peers import Ask
 from streamiq.serving.cluster.placement import Here, Redirect, Refuse
-from streamiq.serving.cluster.race import Relayed, Then
+from streamiq.serving.cluster.race import Race, Relayed, Then
 from streamiq.serving.engines._json import loads_row
 from streamiq.serving.engines.aggregate import (
     aggregate_partitions,
@@ -47,7 +47,6 @@ from streamiq.serving.query.model import (
     Aggregate,
     AggregateRows,
     Caller,
-    Freshness,
     Gathered,
     KeyResult,
     KeyWindows,
@@ -72,20 +71,10 @@ log = logging.getLogger("streamiq.routing")
 
 #: a one-partition query's answer: here (``T``), a replica's, or the decision
 _ME = Caller()
-_NOW = Freshness()  # a plain read's: no position to wait for
 Q = TypeVar("Q", bound=Query)
 Runner = Callable[["Queries", Any, Caller], Awaitable[Any]]
 #: how each query type is run (``Queries.run``)
 RUNNERS: dict[type[Query], Runner] = {}
-
-
-def _settle(task: asyncio.Task[Any], then: Then) -> None:
-    """A task's outcome to a callback (a cancelled one: its cancellation)."""
-    try:
-        exc = asyncio.CancelledError() if task.cancelled() else task.exception()
-        then(None if exc is not None else task.result(), exc)
-    except Exception:
-        log.exception("a one-partition answer's handler failed")
 
 
 def runs(kind: type[Q]) -> Callable[[Callable[[Queries, Q, Caller], Awaitable[Any]]],
@@ -132,29 +121,28 @@ class Queries(Reads):
                                             view.name, p, self.max_lag(q.fresh.max_lag), local,
                                             tried)
 
-    def forward(self, view: View, key: str, p: int, max_lag: int, owner: str, caller: Caller,
-                then: Then) -> None:
+    def forward(self, view: View, key: str, p: int, max_lag: int, owner: str,
+                authorization: str | None, deadline: float, then: Then,
+                loop: asyncio.AbstractEventLoop) -> None:
         """A plain key lookup that ``decide`` sent to ``owner`` (the lean path's), on
         callbacks: the one hedged call (``serving/cluster/race.py``), and when neither the
         owner nor its hedge answered, ``lookup``'s walk over the other replicas.
         ``then(answer, exc)`` runs once: ``Read`` (the hedge landed here), ``Relayed``,
         ``Redirect`` or ``Refuse``; or the exception."""
         tried = [owner]
-        ask = codec.lookup_ask(view.name, key, self.node.partitions[view.name],
-                               caller.authorization, self.deadline(caller, _NOW))
+        co = self.coordinator
 
         async def local(here: Here) -> Read:  # a hedge to this node (a standby)
             return self.read(view, key, p, here)
 
-        def raced(got: Any, exc: BaseException | None) -> None:
-            if got is not None or exc is not None:
-                then(got, exc)
-                return
-            walk = asyncio.get_running_loop().create_task(
-                self.lookup(Lookup(view.name, key), caller, tried))
-            walk.add_done_callback(lambda t: _settle(t, then))
+        def walk() -> Coroutine[Any, Any, Read | One]:
+            return self.lookup(Lookup(view.name, key),
+                               Caller(authorization, deadline=deadline), tried)
 
-        self.coordinator.race(ask, view.name, p, max_lag, tried, local, raced).start(owner)
+        Race(co.peers, co.placement, co.traffic,
+             codec.lookup_ask(view.name, key, self.node.partitions[view.name], authorization,
+                              deadline),
+             view.name, p, max_lag, tried, local, then, loop, walk).start(owner)
 
     async def key_windows(self, q: KeyWindows, caller: Caller = _ME
                           ) -> Windows | Redirect | Refuse:

@@ -43,10 +43,10 @@ class Router:
 
 
 class Pooled(Peers):
-    """Peers whose pooled connections are scripted: ``pooled[address]`` is the reply of
+    """Peers whose pooled connections are scripted: ``scripted[address]`` is the reply of
     a call (after ``delay`` s) or an exception; ``sent``: every request, by way."""
 
-    def __init__(self, pooled: dict[str, tuple[float, PeerReply | Exception]],
+    def __init__(self, scripted: dict[str, tuple[float, PeerReply | Exception]],
                  fetched: dict[str, tuple[float, PeerReply]]) -> None:
         self.sent: list[tuple[str, str]] = []
 
@@ -57,14 +57,16 @@ class Pooled(Peers):
             return reply
 
         super().__init__(Settings(auth=False), "mark", lambda a: None, send=send)
-        self.pooled = pooled
+        self.scripted = scripted
+        self.pooled = True  # the calls below, on "pooled connections"
+        self.hop = SimpleNamespace(call=self.call)  # type: ignore[assignment]
 
     def call(self, address: str, body: bytes, deadline: float, then: _Settle,
              slow: Callable[[], None], hedge_at: float) -> bool:
-        if address not in self.pooled:
+        if address not in self.scripted:
             return False
         self.sent.append(("call", address))
-        delay, reply = self.pooled[address]
+        delay, reply = self.scripted[address]
         loop = asyncio.get_running_loop()
         timer = loop.call_at(hedge_at, slow) if hedge_at < loop.time() + delay else None
 

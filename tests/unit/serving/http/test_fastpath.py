@@ -208,3 +208,26 @@ async def test_the_stored_row_is_answered_byte_for_byte(app: Any) -> None:
     assert b',"value":' + stored + b',"served_by":' in raw
     assert raw.startswith(b'{"view":"balances","key":"a2","partition":%d,' % p)
 
+
+
+async def test_the_lean_timer_labels_each_answer_by_how_it_was_served(app: Any) -> None:
+    """The lean path's latency by ``served``: its answers end with their hops header
+    (local 0, forwarded 1), a refusal (503, no hops header) counts as local."""
+    from streamiq.metrics import Latency
+    from streamiq.serving.http.metrics import LABELS
+
+    app.deps.coordinator.traffic.latency = latency = Latency(LABELS)
+    observe = app.timer()
+    local = await app.answer("/v1/views/balances/keys/a1", [])
+    app.deps.node.router.active = "127.0.0.1:2"
+    app.deps.coordinator.placement.forget_roles()
+    sending(app)
+    forwarded = await app.answer("/v1/views/balances/keys/a1", [])
+    assert observe is not None and local is not None and forwarded is not None
+    assert (local[0], forwarded[0]) == (200, 200)
+    assert (local[2][-1][1], forwarded[2][-1][1]) == (b"0", b"1")
+    observe(0.0, local)
+    observe(0.0, forwarded)
+    observe(0.0, app.refused(NotUpToBound("not yet")))
+    assert latency.count(("lookup", "local")) == 2
+    assert latency.count(("lookup", "forwarded")) == 1
