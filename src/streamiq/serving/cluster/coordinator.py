@@ -105,7 +105,8 @@ class Coordinator:
     # -- one partition (key lookups, a key's windows) --
     def race(self, ask: Ask, view: str, partition: int, max_lag: int, tried: list[str],
              local: Callable[[Here], Awaitable[T]], then: Then) -> Race[T]:
-        """The one hedged call of a one-partition request (``race.py``), to ``start``."""
+        """The one hedged call of a one-partition request (``race.py``): ``tried[-1]``
+        asked at once."""
         return Race(self.peers, self.placement, self.traffic, ask, view, partition, max_lag,
                     tried, local, then, asyncio.get_running_loop())
 
@@ -141,7 +142,7 @@ class Coordinator:
                 self.traffic.refused(d.error.http_status)
             if isinstance(d, Redirect | Refuse):
                 return d
-            got = await self._race(ask, view, partition, max_lag, d.address, tried, local)
+            got = await self._race(ask, view, partition, max_lag, tried, local)  # d.address
             if got is not None:
                 return got
 
@@ -149,7 +150,7 @@ class Coordinator:
         """Some peer asked did not answer but is not gone: worth asking again."""
         return any(a not in ask.gone and a != self.node.endpoint for a in asked)
 
-    async def _race(self, ask: Ask, view: str, partition: int, max_lag: int, first: str,
+    async def _race(self, ask: Ask, view: str, partition: int, max_lag: int,
                     tried: list[str], local: Callable[[Here], Awaitable[T]]
                     ) -> T | Relayed | None:
         """The hedged call's outcome, awaited (None: no replica it asked answered)."""
@@ -160,7 +161,6 @@ class Coordinator:
                 done.set_result(got) if exc is None else done.set_exception(exc)
 
         race = self.race(ask, view, partition, max_lag, tried, local, then)
-        race.start(first)
         try:
             return await done  # type: ignore[no-any-return]
         finally:

@@ -60,6 +60,7 @@ class _Conn(asyncio.Protocol):
         self._prefix = PREFACE + mark + b"\n"  # the credential, with the first request
         self._buf = bytearray()  # a big reply comes in many reads: appended, not re-copied
         self._need = -1  # the reply's whole size once its head is read
+        self._host: _Host | None = None  # a pooled call's: its bookkeeping when settled
 
     # -- asyncio.Protocol --
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -114,8 +115,23 @@ class _Conn(asyncio.Protocol):
 
     def _settle(self, reply: PeerReply | None, exc: Exception | None) -> None:
         then, self._then, self._slow = self._then, None, None
-        if then is not None:
-            then(reply, exc)
+        host = self._host
+        if host is None:  # a request of fetch's: its bookkeeping is fetch's
+            if then is not None:
+                then(reply, exc)
+            return
+        self._host = None  # a pooled call (HopClient.call): the connection goes back
+        try:
+            if then is not None:
+                then(reply, exc)  # first: the answer is on its way before the bookkeeping
+        except Exception:
+            log.exception("peer reply handler failed")
+        _release(host)
+        if exc is None:
+            host.answered += 1
+            _checkin(host, self)
+        else:
+            self.close()
 
     def _check(self) -> None:
         """The timer: the hedge point, then the deadline, of the request in flight; it
@@ -194,10 +210,11 @@ class _Host:
     """One peer: idle connections, requests in flight,
     requests waiting for a slot."""
 
-    __slots__ = ("address", "answered", "busy", "idle", "waiters")
+    __slots__ = ("address", "answered", "busy", "idle", "max_idle", "waiters")
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, max_idle: int) -> None:
         self.address = address
+        self.max_idle = max_idle  # idle connections kept
         self.idle: list[_Conn] = []
         self.busy = 0
         self.waiters: deque[asyncio.Future[None]] = deque()
@@ -252,20 +269,8 @@ class HopClient:
         if conn is None:
             return False
         host.busy += 1
-
-        def settled(reply: PeerReply | None, exc: Exception | None) -> None:
-            try:
-                then(reply, exc)  # first: the answer is on its way before the bookkeeping
-            except Exception:
-                log.exception("peer reply handler failed")
-            self._release(host)
-            if exc is None:
-                host.answered += 1
-                self._checkin(host, conn)
-            else:
-                conn.close()
-
-        conn.call(body, deadline, settled, slow, hedge_at)
+        conn._host = host  # settled: the slot released, the connection back in the pool
+        conn.call(body, deadline, then, slow, hedge_at)
         return True
 
     async def fetch(self, address: str, body: bytes, deadline: float,
@@ -282,12 +287,12 @@ class HopClient:
             try:
                 return await self._get(host, body, deadline, slow, hedge_at)
             finally:
-                self._release(host)
+                _release(host)
 
     def _host(self, address: str) -> _Host:
         host = self._hosts.get(address)
         if host is None:
-            host = self._hosts[address] = _Host(address)
+            host = self._hosts[address] = _Host(address, self._max_idle)
         return host
 
     async def _acquire(self, host: _Host) -> None:
@@ -300,19 +305,10 @@ class HopClient:
             await slot  # _release hands its slot over
         except BaseException:
             if slot.done() and not slot.cancelled():
-                self._release(host)  # handed over just as we gave up: pass it on
+                _release(host)  # handed over just as we gave up: pass it on
             else:
                 host.waiters.remove(slot)
             raise
-
-    @staticmethod
-    def _release(host: _Host) -> None:
-        while host.waiters:
-            slot = host.waiters.popleft()
-            if not slot.done():
-                slot.set_result(None)
-                return
-        host.busy -= 1
 
     async def _get(self, host: _Host, body: bytes, deadline: float,
                    slow: Callable[[], None] | None, hedge_at: float) -> PeerReply:
@@ -325,7 +321,7 @@ class HopClient:
             conn = await self._connect(host)  # a stale idle connection: once more
             reply = await _roundtrip(conn, body, deadline, slow, hedge_at)
         host.answered += 1
-        self._checkin(host, conn)
+        _checkin(host, conn)
         return reply
 
     async def _checkout(self, host: _Host) -> tuple[_Conn, bool]:
@@ -343,19 +339,31 @@ class HopClient:
                 server_hostname=name if self._ssl else None)
         return conn
 
-    def _checkin(self, host: _Host, conn: _Conn) -> None:
-        if conn.closed:
-            return
-        if len(host.idle) < self._max_idle:
-            host.idle.append(conn)
-        else:
-            conn.close()
-
     def close(self) -> None:
         for host in self._hosts.values():
             for conn in host.idle:
                 conn.close()
             host.idle.clear()
+
+
+def _release(host: _Host) -> None:
+    """A request's slot: to the first request waiting for one, else free."""
+    while host.waiters:
+        slot = host.waiters.popleft()
+        if not slot.done():
+            slot.set_result(None)
+            return
+    host.busy -= 1
+
+
+def _checkin(host: _Host, conn: _Conn) -> None:
+    """A connection whose request is done: kept idle (up to ``max_idle``) or closed."""
+    if conn.closed:
+        return
+    if len(host.idle) < host.max_idle:
+        host.idle.append(conn)
+    else:
+        conn.close()
 
 
 def _pooled(host: _Host) -> _Conn | None:

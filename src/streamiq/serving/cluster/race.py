@@ -65,7 +65,7 @@ class Relayed(NamedTuple):
 
 
 class Race(Generic[T]):
-    """One partition's request, hedged: ``Race(...).start(first)``; ``then(answer, exc)``
+    """One partition's request, hedged: ``Race(...)`` asks at once; ``then(answer, exc)``
     runs once (``Relayed``, ``local``'s answer when the hedge lands here, or None; with
     ``walk``, instead of None, what ``walk()`` answers: the caller's walk over the other
     replicas, ``tried`` skipped)."""
@@ -79,6 +79,7 @@ class Race(Generic[T]):
                  local: Callable[[Here], Awaitable[T]], then: Then,
                  loop: asyncio.AbstractEventLoop,
                  walk: Callable[[], Coroutine[Any, Any, Any]] | None = None) -> None:
+        """Ask ``tried[-1]`` (the replica placement chose last) at once."""
         self.peers, self.placement, self.traffic = peers, placement, traffic
         self.ask, self.view, self.partition, self.max_lag = ask, view, partition, max_lag
         self.tried, self.local, self.then, self.loop = tried, local, then, loop
@@ -86,18 +87,13 @@ class Race(Generic[T]):
         self.done = self.hedged = False
         self._legs: tuple[asyncio.Task[Any], ...] = ()  # the legs that are tasks
         self._timer: asyncio.TimerHandle | None = None
-
-    def start(self, first: str) -> None:
-        """Ask ``first`` (the replica placement chose; already in ``tried``)."""
-        self.first = first
-        self._preferred = len(self.tried) == 1  # the placement's cached first choice
+        self.first = first = tried[-1]
+        self._preferred = len(tried) == 1  # the placement's cached first choice
         self._out = 1  # legs in flight (the pooled call's included)
-        self.t0 = now = self.loop.time()
-        peers = self.peers
-        hedge_at = now + peers.hedging.delay(first, self.ask.kind)
-        if not (peers.pooled and peers.hop.call(first, self.ask.body([self.partition]),
-                                                self.ask.deadline, self._replied, self._slow,
-                                                hedge_at)):
+        self.t0 = now = loop.time()
+        hedge_at = now + peers.hedging.delay(first, ask.kind)
+        if not (peers.pooled and peers.hop.call(first, ask.body([partition]), ask.deadline,
+                                                self._replied, self._slow, hedge_at)):
             self._fetch(first, hedge_at)
 
     def cancel(self) -> None:

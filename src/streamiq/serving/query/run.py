@@ -142,7 +142,7 @@ class Queries(Reads):
         Race(co.peers, co.placement, co.traffic,
              codec.lookup_ask(view.name, key, self.node.partitions[view.name], authorization,
                               deadline),
-             view.name, p, max_lag, tried, local, then, loop, walk).start(owner)
+             view.name, p, max_lag, tried, local, then, loop, walk)
 
     async def key_windows(self, q: KeyWindows, caller: Caller = _ME
                           ) -> Windows | Redirect | Refuse:

@@ -100,10 +100,8 @@ def racing(peers: Pooled, fresh: list[str], held: bool = False,
             if not done.done():
                 done.set_result((got, exc))
 
-        race = Race(peers, placement, placement.traffic, Ask("lookup", {}, 1, None,
-                                                              loop.time() + 30),
-                    "v", 0, 10, tried, local or nothing_here, then, loop)
-        race.start(tried[-1])
+        Race(peers, placement, placement.traffic, Ask("lookup", {}, 1, None, loop.time() + 30),
+             "v", 0, 10, tried, local or nothing_here, then, loop)
         got = await done
         await asyncio.sleep(0.3)  # a late leg must not answer again
         assert len(calls) == 1
@@ -194,7 +192,6 @@ async def test_a_cancelled_race_stops_its_legs(pooled: bool) -> None:
     race: Race[None] = Race(peers, placement, placement.traffic,
                             Ask("lookup", {}, 1, None, loop.time() + 30), "v", 0, 10, [A],
                             lambda h: asyncio.sleep(0), lambda *a: calls.append(a), loop)
-    race.start(A)
     await asyncio.sleep(0.15)  # past the hedge point: B is asked too
     race.cancel()
     await asyncio.sleep(0)
