@@ -29,8 +29,9 @@ from nodeapp import make_app
 from streamiq.serving.cluster.hop import _Conn
 from streamiq.serving.cluster.wire import REPLY, request_body, request_frame
 from streamiq.serving.http.asgi import Cycle
-from streamiq.serving.http.fastpath import Answer, LeanLookups
+from streamiq.serving.http.fastpath import LeanLookups
 from streamiq.serving.http.http_limits import HttpEdge
+from streamiq.serving.http.leanserve import Answer
 from streamiq.serving.http.protocol import HttpProtocol, ServerState
 from streamiq.serving.peer.server import PeerConnection
 from streamiq.views.bank import BALANCES
@@ -80,7 +81,7 @@ class _HttpOnly(HttpProtocol):
 
     def _start(self, cycle: Cycle) -> None:
         self.current = cycle
-        self._respond(cycle, _CANNED)
+        self.serving.respond(self, cycle, _CANNED)
 
 
 class _DecideOnly(LeanLookups):

@@ -160,9 +160,7 @@ class Race(Generic[T]):
     async def _leg(self, answer: Awaitable[Any], hedge: bool) -> None:
         try:
             got = await answer
-        except asyncio.CancelledError:
-            raise
-        except BaseException as exc:  # the local answer's error is the race's outcome
+        except Exception as exc:  # the local answer's error is the race's outcome
             self._end(None, exc)
             return
         self._answered(got, hedge)

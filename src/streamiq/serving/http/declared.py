@@ -75,14 +75,14 @@ def _declare(r: APIRouter, deps: Answers, route: Route, cls: type[model.Query]) 
                     summary=doc.splitlines()[0] if doc else None, description=doc)
 
 
+_UNION = type(int | None)  # what ``X | None`` is at run time
+
+
 def _plain(hint: Any) -> Any:
     """``hint`` without ``None`` (``tuple[str, ...] | None`` -> ``tuple[str, ...]``)."""
     args = [a for a in typing.get_args(hint) if a is not type(None)]
     return args[0] if typing.get_origin(hint) in (typing.Union, _UNION) and len(args) == 1 \
         else hint
-
-
-_UNION = type(int | None)
 
 
 def _parameter(f: dataclasses.Field[Any], hint: Any, in_path: bool, repeated: bool

@@ -61,7 +61,7 @@ from streamiq.views.base import View
 if TYPE_CHECKING:  # built in the composition root (serving/main.py), only carried here
     from streamiq.serving.http.protocol import SamePort
 
-__all__ = ["PENDING", "Answer", "Later", "LeanLookups"]
+__all__ = ["LeanLookups"]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

@@ -3,8 +3,9 @@ lookups, ``fastpath.py``), in one write; and a write (``LeanPosts``: the ingest'
 answered from a callback once its body is read. Both are protocols the server is given
 (``server.py``): this module knows neither the node nor the ingest.
 
-``HttpProtocol`` (``protocol.py``) starts each request here: a local lookup is answered
-inside the parser callback; one forwarded on a pooled connection from the hop's
+``HttpProtocol`` (``protocol.py``) starts each request here (``LeanServing.start``: one
+per server, given the connection it answers on): a local lookup is answered inside the
+parser callback; one forwarded on a pooled connection from the hop's
 ``data_received`` (``PENDING``, then ``_lean_answered``); a hop that must connect or wait
 for a slot in a task; anything the lean path declines goes to the app as ASGI.
 
@@ -34,6 +35,12 @@ class _Shared(Protocol):
 
     @property
     def default_headers(self) -> bytes: ...
+
+    @property
+    def lean(self) -> LeanGets | None: ...
+
+    @property
+    def writes(self) -> LeanPosts | None: ...
 
 __all__ = [
     "LEAN_BODY_BYTES",
@@ -94,98 +101,103 @@ class LeanPosts(Protocol):
         """The route of a POST from its head alone (None: the app answers it)."""
 
 
-class LeanServing:
-    """The lean path's half of ``HttpProtocol`` (a mixin: the connection's state is the
-    protocol's)."""
+class _Conn(Protocol):
+    """What the lean path needs of the connection it answers on (``HttpProtocol``)."""
 
-    state: _Shared
-    lean: LeanGets | None
-    writes: LeanPosts | None
     posting: tuple[Cycle, PostRoute] | None  # a lean write waiting for its body
-    current: Cycle | None
     transport: asyncio.Transport
     loop: asyncio.AbstractEventLoop
-    _observe: Observe | None
 
-    def _run(self, cycle: Cycle, app: ASGIApp) -> None:
-        raise NotImplementedError
+    def run(self, cycle: Cycle, app: ASGIApp) -> None:
+        """Serve ``cycle`` to ``app`` as ASGI."""
 
-    def _track(self, work: Coroutine[Any, Any, None]) -> None:
-        raise NotImplementedError
+    def track(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run ``work`` as a task the server waits for on a graceful stop."""
 
-    def _start(self, cycle: Cycle) -> None:
-        self.current = cycle
+
+class LeanServing:
+    """The answers one server gives without ASGI (``ServerState.serving``, one per
+    server): each method is given the connection it answers on."""
+
+    def __init__(self, state: _Shared) -> None:
+        self.state = state
+        self.lean = state.lean
+        self.writes = state.writes
+        # what times the lean path's answers (the node's latency metric); None: nothing
+        self.observe = None if self.lean is None else self.lean.timer()
+
+    def start(self, conn: _Conn, cycle: Cycle) -> None:
+        """Answer ``cycle`` (the connection's current request) here, or as ASGI."""
         lean = self.lean
         if lean is None:
             writes = self.writes
             if writes is not None and cycle.method == "POST" and not cycle.continue_:
                 route = writes.route(cycle)
                 if route is not None:
-                    self.posting = (cycle, route)
+                    conn.posting = (cycle, route)
                     if not cycle.more_body:  # read whole already (it was pipelined)
-                        self.posted()
+                        self.posted(conn)
                     return
-            self._run(cycle, self.state.app)
+            conn.run(cycle, self.state.app)
             return
         if cycle.method == "GET" and not cycle.query:
             cycle.t0 = perf_counter()
             pending = lean.begin(cycle.path, cycle.headers,
-                                 partial(self._lean_answered, cycle), cycle.raw_path, self.loop)
+                                 partial(self._lean_answered, conn, cycle), cycle.raw_path,
+                                 conn.loop)
             if pending is PENDING:  # a hop on a pooled connection: _lean_answered follows
                 return
             if isinstance(pending, tuple):
-                self._respond(cycle, pending)
+                self.respond(conn, cycle, pending)
                 return
             if pending is not None:  # a hop that may have to wait or connect first
-                self._track(self._relay(cycle, cast(Awaitable[Answer | None], pending)))
+                conn.track(self._relay(conn, cycle, cast(Awaitable[Answer | None], pending)))
                 return
-        self._run(cycle, lean.app)  # declined: the full app answers, without asking again
+        conn.run(cycle, lean.app)  # declined: the full app answers, without asking again
 
-
-    async def _relay(self, cycle: Cycle, pending: Awaitable[Answer | None]) -> None:
+    async def _relay(self, conn: _Conn, cycle: Cycle,
+                     pending: Awaitable[Answer | None]) -> None:
         assert self.lean is not None
-        self._lean_answered(cycle, await self.lean.settle(pending))
+        self._lean_answered(conn, cycle, await self.lean.settle(pending))
 
-
-    def _lean_answered(self, cycle: Cycle, answer: Answer | None) -> None:
+    def _lean_answered(self, conn: _Conn, cycle: Cycle, answer: Answer | None) -> None:
         assert self.lean is not None
         if answer is not None:
-            self._respond(cycle, answer)
+            self.respond(conn, cycle, answer)
         elif cycle.busy:  # the full route answers (and tries other replicas)
-            self._run(cycle, self.lean.app)
-
+            conn.run(cycle, self.lean.app)
 
     # --- a lean write (LeanPosts) ---
 
-    def posted(self) -> None:
+    def posted(self, conn: _Conn) -> None:
         """The lean write's body is read whole: its route answers."""
-        assert self.posting is not None
-        cycle, route = self.posting
-        self.posting = None
-        route(cycle, partial(self._post_answered, cycle))
+        assert conn.posting is not None
+        cycle, route = conn.posting
+        conn.posting = None
+        route(cycle, partial(self._post_answered, conn, cycle))
 
-    def post_body(self, cycle: Cycle) -> None:
+    def post_body(self, conn: _Conn, cycle: Cycle) -> None:
         """More of a lean write's body was read: past ``LEAN_BODY_BYTES`` the app takes
         the request (its ``receive`` gives what was read, then the rest)."""
         if len(cycle.body) > LEAN_BODY_BYTES:
-            self.posting = None
-            self._run(cycle, self.state.app)
+            conn.posting = None
+            conn.run(cycle, self.state.app)
 
-    def _post_answered(self, cycle: Cycle, answer: Answer | None) -> None:
+    def _post_answered(self, conn: _Conn, cycle: Cycle, answer: Answer | None) -> None:
         if answer is not None:
-            self._write_answer(cycle, answer)
+            self.write_answer(conn, cycle, answer)
         elif cycle.busy:
-            self._run(cycle, self.state.app)
+            conn.run(cycle, self.state.app)
 
-    def _respond(self, cycle: Cycle, answer: Answer) -> None:
+    def respond(self, conn: _Conn, cycle: Cycle, answer: Answer) -> None:
         """A lean lookup's answer, timed."""
         if not cycle.busy:
             return
-        if self._observe is not None:
-            self._observe(cycle.t0, answer)
-        self._write_answer(cycle, answer)
+        if self.observe is not None:
+            self.observe(cycle.t0, answer)
+        self.write_answer(conn, cycle, answer)
 
-    def _write_answer(self, cycle: Cycle, answer: Answer) -> None:
+    def write_answer(self, conn: _Conn, cycle: Cycle, answer: Answer) -> None:
         """A lean answer: the whole response in one write."""
         if not cycle.busy:
             return
@@ -196,6 +208,6 @@ class LeanServing:
         if not cycle.keep_alive:
             out.append(b"connection: close\r\n")
         out += (b"\r\n", body)
-        self.transport.write(b"".join(out))
+        conn.transport.write(b"".join(out))
         cycle.started = True
         cycle.finish()

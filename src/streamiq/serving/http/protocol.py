@@ -21,8 +21,12 @@ What it does with the bytes it reads:
   graceful stop (``shutdown``) idle connections close at once, the request in flight
   is finished and its connection closed after it, a stream is ended.
 
-Two mixins hold parts of it: ``leanserve.py`` (the lean path's answers) and ``flow.py``
-(back-pressure, and what a ``Cycle`` writes through).
+Back-pressure: while the transport's buffer is past its high-water mark (the client is
+not reading), the app's ``send()`` waits (``drain``); a peer connection stops being read
+(a peer that pipelines without reading grew the node 83 -> 622 MB on 60 MB). Reading
+pauses while pipelined requests wait for their turn or a body is not taken. What it
+answers without ASGI is ``leanserve.LeanServing``'s (one per server, given the
+connection).
 
 Measured with bench/bench_queries.py (docs/design.md, "The HTTP server").
 """
@@ -39,8 +43,8 @@ from urllib.parse import unquote
 import httptools
 
 from streamiq.errors import BadRequest, RequestTimeout, StreamiqError
+from streamiq.serving.changes.sockets import cap
 from streamiq.serving.http.asgi import ASGIApp, Cycle, Scope
-from streamiq.serving.http.flow import Flow, Wire
 from streamiq.serving.http.http_limits import (
     LINGER_S,
     MAX_HEAD_BYTES,
@@ -50,9 +54,22 @@ from streamiq.serving.http.http_limits import (
     head_too_large,
     refusal,
 )
-from streamiq.serving.http.leanserve import LeanGets, LeanPosts, LeanServing
+from streamiq.serving.http.leanserve import LeanGets, LeanPosts, LeanServing, PostRoute
 
 __all__ = ["KEEP_ALIVE_S", "HttpProtocol", "SamePort", "ServerState", "Wire"]
+
+
+class Wire(Protocol):
+    """A connection of another protocol on the port (``protocol.SamePort.accept``: the
+    node's peers): the bytes read go to it."""
+
+    @property
+    def authenticated(self) -> bool:
+        """It proved who it is (the HTTP read deadline, for strangers, ends)."""
+
+    def feed(self, data: bytes) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class SamePort(Protocol):
@@ -92,9 +109,13 @@ class ServerState:
     connections: set[HttpProtocol] = field(default_factory=set)
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
     stopping: bool = False
+    serving: LeanServing = field(init=False)  # the answers without ASGI (leanserve.py)
+
+    def __post_init__(self) -> None:
+        self.serving = LeanServing(self)
 
 
-class HttpProtocol(LeanServing, Flow, asyncio.Protocol):
+class HttpProtocol(asyncio.Protocol):
     """``loop.create_server(lambda: HttpProtocol(state), ...)``."""
 
     state: ServerState
@@ -103,9 +124,8 @@ class HttpProtocol(LeanServing, Flow, asyncio.Protocol):
         self.state = state
         self.loop = asyncio.get_running_loop()
         self.edge = state.edge
-        self.lean = state.lean
-        self.writes = state.writes
-        self.posting = None
+        self.serving = state.serving
+        self.posting: tuple[Cycle, PostRoute] | None = None  # a lean write waiting
         self.parser = httptools.HttpRequestParser(self)
         self.parser.set_dangerous_leniencies(lenient_data_after_close=True)
         self.transport: asyncio.Transport = None  # type: ignore[assignment]
@@ -130,8 +150,6 @@ class HttpProtocol(LeanServing, Flow, asyncio.Protocol):
         self._first: bytes | None = b""  # a new connection's first bytes, until known
         self._wire: Wire | None = None
         self._same_port = state.same_port
-        # what times the lean path's answers (the node's latency metric); None: nothing
-        self._observe = None if self.lean is None else self.lean.timer()
 
     # --- asyncio ---
 
@@ -282,7 +300,7 @@ class HttpProtocol(LeanServing, Flow, asyncio.Protocol):
             return
         cycle.body += body
         if self.posting is not None and self.posting[0] is cycle:
-            self.post_body(cycle)
+            self.serving.post_body(self, cycle)
         if len(cycle.body) > _BODY_BUFFER:
             self._pause_reading()
         cycle.wake()
@@ -296,14 +314,20 @@ class HttpProtocol(LeanServing, Flow, asyncio.Protocol):
             self.reading.more_body = False
             self.reading.wake()
             if self.posting is not None and self.posting[0] is self.reading:
-                self.posted()
+                self.serving.posted(self)
 
-    # --- answering (the lean path: leanserve.py) ---
+    # --- answering (without ASGI: leanserve.py) ---
 
-    def _run(self, cycle: Cycle, app: ASGIApp) -> None:
-        self._track(cycle.run(app, self._scope(cycle)))
+    def _start(self, cycle: Cycle) -> None:
+        self.current = cycle
+        self.serving.start(self, cycle)
 
-    def _track(self, work: Coroutine[Any, Any, None]) -> None:
+    def run(self, cycle: Cycle, app: ASGIApp) -> None:
+        """Serve ``cycle`` to ``app`` as ASGI, in a task."""
+        self.track(cycle.run(app, self._scope(cycle)))
+
+    def track(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run ``work`` as a task a graceful stop waits for."""
         task = self.loop.create_task(work)
         self.state.tasks.add(task)
         task.add_done_callback(self.state.tasks.discard)
@@ -314,6 +338,54 @@ class HttpProtocol(LeanServing, Flow, asyncio.Protocol):
                 "method": cycle.method, "root_path": "", "path": cycle.path,
                 "raw_path": cycle.raw_path, "query_string": cycle.query,
                 "headers": cycle.headers, "state": self.state.app_state.copy()}
+
+    # --- flow control, and what a Cycle writes through (asgi.Connection) ---
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+        if self._wire is not None:
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        if self._drained is not None:
+            if not self._drained.done():
+                self._drained.set_result(None)
+            self._drained = None
+        if self._wire is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
+
+    def write(self, data: bytes) -> None:
+        self.transport.write(data)
+
+    def close(self) -> None:
+        self.transport.close()
+
+    def is_closing(self) -> bool:
+        return self.transport.is_closing()
+
+    def streaming(self) -> None:
+        """The response is an event stream: the socket holds little (``sockets.py``)."""
+        cap(self.transport)
+
+    def write_paused(self) -> bool:
+        return self._write_paused
+
+    async def drain(self) -> None:
+        if self._write_paused:
+            if self._drained is None:
+                self._drained = self.loop.create_future()
+            await self._drained
+
+    def resume_reading(self) -> None:
+        if self._read_paused:
+            self._read_paused = False
+            self.transport.resume_reading()
+
+    def _pause_reading(self) -> None:
+        if not self._read_paused:
+            self._read_paused = True
+            self.transport.pause_reading()
 
     # --- time: the read deadline and keep-alive on one timer, moved on when it fires ---
 
