@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from prometheus_client.core import Metric
@@ -104,11 +104,14 @@ class Coordinator:
 
     # -- one partition (key lookups, a key's windows) --
     def race(self, ask: Ask, view: str, partition: int, max_lag: int, tried: list[str],
-             local: Callable[[Here], Awaitable[T]], then: Then) -> Race[T]:
+             local: Callable[[Here], Awaitable[T]], then: Then,
+             loop: asyncio.AbstractEventLoop | None = None,
+             walk: Callable[[], Coroutine[Any, Any, Any]] | None = None) -> Race[T]:
         """The one hedged call of a one-partition request (``race.py``): ``tried[-1]``
-        asked at once."""
+        asked at once. ``loop``: the running one, when the caller has it at hand;
+        ``walk``: run when no replica it asked answered (``Race``)."""
         return Race(self.peers, self.placement, self.traffic, ask, view, partition, max_lag,
-                    tried, local, then, asyncio.get_running_loop())
+                    tried, local, then, loop or asyncio.get_running_loop(), walk)
 
     async def route(self, ask: Ask, forwarded: bool, view: str, partition: int, max_lag: int,
                     local: Callable[[Here], Awaitable[T]], tried: list[str] | None = None

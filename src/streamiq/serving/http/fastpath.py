@@ -40,6 +40,7 @@ JSONResponse were most of a node's CPU per lookup; the answer itself is a RocksD
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from time import perf_counter
@@ -78,6 +79,13 @@ _JSON, _PROBLEM = b"application/json", PROBLEM_JSON.encode()  # an answer, an er
 _TYPE_JSON, _TYPE_PROBLEM = (b"content-type", _JSON), (b"content-type", _PROBLEM)
 _NO_HOP, _ONE_HOP = (_HOPS, b"0"), (_HOPS, b"1")
 _LOCAL, _FORWARDED = ("lookup", "local"), ("lookup", "forwarded")  # the latency's labels
+
+
+def _settle(got: asyncio.Future[Answer | None], answer: Answer | None) -> None:
+    """An ASGI call's answer, unless its request went away meanwhile (the future was
+    cancelled: nothing waits for it)."""
+    if not got.done():
+        got.set_result(answer)
 
 
 class LeanLookups:
@@ -239,7 +247,7 @@ class LeanLookups:
         got: asyncio.Future[Answer | None] | None = None
         if then is None:
             got = loop.create_future()
-            then = got.set_result
+            then = functools.partial(_settle, got)
 
         def answered(answer: Any, exc: BaseException | None) -> None:
             if type(answer) is Relayed:  # the usual

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from streamiq.errors import BadRequest, CutMoved, NotUpToBound
 from streamiq.serving.cluster.peers import Ask
 from streamiq.serving.cluster.placement import Here, Redirect, Refuse
-from streamiq.serving.cluster.race import Race, Relayed, Then
+from streamiq.serving.cluster.race import Relayed, Then
 from streamiq.serving.engines._json import loads_row
 from streamiq.serving.engines.aggregate import (
     aggregate_partitions,
@@ -130,7 +130,6 @@ class Queries(Reads):
         ``then(answer, exc)`` runs once: ``Read`` (the hedge landed here), ``Relayed``,
         ``Redirect`` or ``Refuse``; or the exception."""
         tried = [owner]
-        co = self.coordinator
 
         async def local(here: Here) -> Read:  # a hedge to this node (a standby)
             return self.read(view, key, p, here)
@@ -139,10 +138,10 @@ class Queries(Reads):
             return self.lookup(Lookup(view.name, key),
                                Caller(authorization, deadline=deadline), tried)
 
-        Race(co.peers, co.placement, co.traffic,
-             codec.lookup_ask(view.name, key, self.node.partitions[view.name], authorization,
-                              deadline),
-             view.name, p, max_lag, tried, local, then, loop, walk)
+        self.coordinator.race(
+            codec.lookup_ask(view.name, key, self.node.partitions[view.name], authorization,
+                             deadline),
+            view.name, p, max_lag, tried, local, then, loop, walk)
 
     async def key_windows(self, q: KeyWindows, caller: Caller = _ME
                           ) -> Windows | Redirect | Refuse:

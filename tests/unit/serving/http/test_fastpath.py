@@ -231,3 +231,20 @@ async def test_the_lean_timer_labels_each_answer_by_how_it_was_served(app: Any) 
     observe(0.0, app.refused(NotUpToBound("not yet")))
     assert latency.count(("lookup", "local")) == 2
     assert latency.count(("lookup", "forwarded")) == 1
+
+
+async def test_an_answer_after_its_asgi_request_went_away_is_dropped_quietly() -> None:
+    """Called as an ASGI app, a forwarded lookup's answer goes to a future; when the
+    request was cancelled meanwhile, the answer is dropped (no InvalidStateError
+    logged as a failed handler)."""
+    import asyncio
+
+    from streamiq.serving.http import fastpath
+
+    loop = asyncio.get_running_loop()
+    gone, waiting = loop.create_future(), loop.create_future()
+    gone.cancel()
+    answer = (200, b"{}", [])
+    fastpath._settle(gone, answer)  # no InvalidStateError
+    fastpath._settle(waiting, answer)
+    assert gone.cancelled() and waiting.result() == answer
