@@ -87,6 +87,7 @@ bench: $(STAMP) $(JARS)
 	$(BIN)/python bench/bench_snapshots.py
 	$(BIN)/python bench/bench_scale.py
 	$(BIN)/python bench/bench_freshness.py
+	$(BIN)/python bench/bench_idle.py
 	$(BIN)/python bench/bench_pipeline.py
 	$(BIN)/python bench/bench_log_level.py
 	$(BIN)/python bench/bench_first_write.py

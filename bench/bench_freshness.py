@@ -15,14 +15,18 @@ view): ``pipeline``, the input record's timestamp to its changelog record's (Spa
 reading, folding and its sink producing the row), and ``node``, the changelog record's
 timestamp to stored on the node; mean, and p50/p99 as Prometheus' histogram_quantile
 estimates them from the buckets (5, 10, 25, 50, 100, 250 ms...). The rest of a sample
-is the ingest's acknowledgement and the poll that saw it.
+is the ingest's acknowledgement and the poll that saw it. The pipeline stage is also
+taken exactly ("pipeline exact"), per view, from the changelog records written during
+the samples (a consumer of the bench's own: each record's timestamp less its input's).
 
-``--flush-ms 1,5``: real-time mode once per value of Spark's
+``--flush-ms 1,5,each``: real-time mode once per value of Spark's
 ``spark.shuffle.streaming.networkBufferMaxWaitTimeMs`` (how long a streaming shuffle
-writer holds records before it flushes; the product's is ``pipeline/modes.py``'s), each
-with parts of its own, side by side. Before the samples every mode's parts idle for
-``--idle-s`` (20 s) together: each pipeline's CPU (its process and Spark's JVM) is
-printed, what real-time mode costs at rest.
+writer holds records before it flushes) with Spark's 32 KiB buffers (the product's: 1),
+or ``each``: ``pipeline/modes.py``'s ``SEND_EACH_ROW`` (a 1-byte buffer, so each row is
+sent as it comes, and the flush every 100 ms), or ``row:N``: a 1-byte buffer and the
+flush every N ms; each with parts of its own, side by side. Before the samples every
+mode's parts idle for ``--idle-s`` (20 s) together: each pipeline's CPU (its process and
+Spark's JVM) is printed, what real-time mode costs at rest.
 
 ``--minutes M``: afterwards, a real-time run of M minutes (bank and orders alternating)
 that crosses batch boundaries (``--realtime-batch-s``, the product's 300 s unless given):
@@ -32,13 +36,14 @@ each boundary is a checkpoint during which records wait 0.3-1 s.
 orders, ``--load-samples`` each) while a paced producer writes that many records a
 second straight to the input topics (half bank transactions over 100,000 accounts, half
 orders over 10,000 stores: the pipeline's real work, not the ingest's), one rate after
-the other, each with its stages; the producer's achieved rate is printed with it. At
+the other, each with its stages and the CPU of the parts meanwhile (with ``--flush-ms``,
+each variant in turn at each rate); the producer's achieved rate is printed with it. At
 most ``--load-budget-s`` (60 s) of samples per app and rate: a pipeline that cannot
 keep up makes every sample later than the last (fewer samples then say so).
 
 Usage: .venv/bin/python bench/bench_freshness.py [--samples 300] [--minutes 0]
        [--modes real-time,micro-batch] [--realtime-batch-s 300] [--pace-ms 100]
-       [--poll-ms 1] [--flush-ms 1,5] [--idle-s 20]
+       [--poll-ms 1] [--flush-ms 1,5,each] [--idle-s 20]
        [--under-load 1000,5000,20000] [--load-samples 100] [--load-budget-s 60]
 """
 
@@ -386,6 +391,67 @@ def _line(label: str, samples: list[float]) -> str:
             f"ms  max {ms[-1]:8.1f} ms" if ms else f"  {label}: no samples")
 
 
+class ChangelogWatch:
+    """The pipeline stage of every row, exactly: a consumer of the parts' changelogs from
+    their ends, each row's record timestamp less its ``TIME_HEADER`` (the input record's
+    timestamp; both in ms), per view, while it runs (``with``)."""
+
+    VIEWS = ("balances", "order_counts", "order_counts_1m")
+
+    def __init__(self, bootstrap: str, prefix: str) -> None:
+        self.bootstrap, self.prefix = bootstrap, prefix
+        self.seen: dict[str, list[float]] = {v: [] for v in self.VIEWS}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> ChangelogWatch:
+        from confluent_kafka import Consumer, TopicPartition
+
+        self._consumer = Consumer({"bootstrap.servers": self.bootstrap,
+                                   "group.id": f"watch-{self.prefix}", "fetch.wait.max.ms": 10})
+        topics = [f"{self.prefix}{v}-changelog" for v in self.VIEWS]
+        meta = self._consumer.list_topics(timeout=10).topics
+        self._consumer.assign([TopicPartition(t, p, -1) for t in topics if t in meta
+                               for p in meta[t].partitions])
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self._consumer.close()
+
+    def _run(self) -> None:
+        from streamiq.views.base import TIME_HEADER
+
+        while not self._stop.is_set():
+            for m in self._consumer.consume(500, 0.1):
+                if m.error():
+                    continue
+                ts = dict(m.headers() or ()).get(TIME_HEADER)
+                kind, at = m.timestamp()
+                if ts is not None and kind:
+                    view = m.topic()[len(self.prefix):-len("-changelog")]
+                    self.seen.setdefault(view, []).append((at - int(ts)) / 1000)
+
+
+def _shuffle(value: str) -> tuple[str, dict[str, str] | None]:
+    """A ``--flush-ms`` value's name and Spark settings: a number N, Spark's 32 KiB
+    buffers flushed every N ms (the product's: N = 1); ``each``, each row sent at once
+    and the flush every 100 ms (``modes.SEND_EACH_ROW``); ``row:N``, each row sent at
+    once and the flush every N ms."""
+    from streamiq.pipeline.modes import SEND_EACH_ROW
+
+    if value == "each":
+        return "each row sent at once", dict(SEND_EACH_ROW)
+    if value.startswith("row:"):  # each row sent at once, the flush every N ms
+        return f"each row, flush {value[4:]} ms", {
+            "spark.shuffle.streaming.networkBufferSize": "1",
+            "spark.shuffle.streaming.networkBufferMaxWaitTimeMs": value[4:]}
+    return f"flush {value} ms", {"spark.shuffle.streaming.networkBufferSize": "32768",
+                                 "spark.shuffle.streaming.networkBufferMaxWaitTimeMs": value}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawTextHelpFormatter)
@@ -398,7 +464,9 @@ def main() -> None:
     ap.add_argument("--pace-ms", type=int, default=100)
     ap.add_argument("--flush-ms", default="",
                     help="real-time mode once per value of spark.shuffle.streaming."
-                         "networkBufferMaxWaitTimeMs (e.g. 1,5), side by side")
+                         "networkBufferMaxWaitTimeMs with Spark's 32 KiB buffers, 'each' "
+                         "(each row sent at once, modes.SEND_EACH_ROW) or 'row:N' (each "
+                         "row, the flush every N ms), side by side (e.g. 1,each)")
     ap.add_argument("--idle-s", type=float, default=20.0,
                     help="every mode's parts idle this long first: each pipeline's CPU")
     ap.add_argument("--poll-ms", type=float, default=1.0,
@@ -419,15 +487,17 @@ def main() -> None:
     results: dict[str, dict[str, list[float]]] = {}
     stages: dict[str, dict[tuple[str, str], dict[float, float]]] = {}
     long: dict[str, list[float]] = {}
-    loaded: dict[int, tuple[float, int, dict[str, list[float]], dict[str, float]]] = {}
+    exact: dict[str, dict[str, list[float]]] = {}  # mode -> view -> pipeline stage (s)
+    loaded: dict[tuple[str, int], tuple[float, int, dict[str, list[float]], dict[str, float]]] = {}
     with bench_broker() as broker:
         parts = {}
         for m in a.modes.split(","):
             if m == "real-time" and a.flush_ms:
                 for ms in a.flush_ms.split(","):
-                    parts[f"real-time, flush {ms} ms"] = Parts(
-                        broker.bootstrap_servers, m, a.realtime_batch_s, label=f"rt{ms}",
-                        spark={"spark.shuffle.streaming.networkBufferMaxWaitTimeMs": ms})
+                    name, spark = _shuffle(ms)
+                    parts[f"real-time, {name}"] = Parts(
+                        broker.bootstrap_servers, m, a.realtime_batch_s,
+                        label=f"rt{ms.replace(':', '')}", spark=spark)
             else:
                 parts[m] = Parts(broker.bootstrap_servers, m, a.realtime_batch_s)
         modes = list(parts)
@@ -441,19 +511,22 @@ def main() -> None:
                 w = Writer(parts[m], f"{m[0]}", a.poll_ms / 1000)
                 results[m] = {}
                 before = _stages(parts[m].ports)
-                for k in ("bank", "orders"):
-                    results[m][k] = asyncio.run(_samples(w, k, a.samples, pace))
-                    print(_line(f"{m}, {k}", results[m][k]), flush=True)  # as it goes
+                with ChangelogWatch(broker.bootstrap_servers, parts[m].prefix) as watch:
+                    for k in ("bank", "orders"):
+                        results[m][k] = asyncio.run(_samples(w, k, a.samples, pace))
+                        print(_line(f"{m}, {k}", results[m][k]), flush=True)  # as it goes
                 stages[m] = _since(_stages(parts[m].ports), before)
+                exact[m] = watch.seen
             if a.minutes and "real-time" in parts:  # not with --flush-ms
                 for m in modes:
                     if m != "real-time":
                         parts.pop(m).stop()
                 w = Writer(parts["real-time"], "l", a.poll_ms / 1000)
                 long = asyncio.run(_minutes(w, a.minutes, pace))
-            if a.under_load and "real-time" in parts:
-                rt = parts["real-time"]
-                for rate in (int(r) for r in a.under_load.split(",")):
+            rates = [int(r) for r in a.under_load.split(",")] if a.under_load else []
+            for rate in rates:  # each real-time variant in turn at each rate
+                for m in [m for m in parts if m.startswith("real-time")]:
+                    rt = parts[m]
                     w = Writer(rt, f"u{rate}", a.poll_ms / 1000)
                     before = _stages(rt.ports)
                     cpu0, t0 = _cpu_parts(rt), time.monotonic()
@@ -461,11 +534,11 @@ def main() -> None:
                         got = {k: asyncio.run(_samples(w, k, a.load_samples, pace,
                                                        budget_s=a.load_budget_s))
                                for k in ("bank", "orders")}
-                    stages[f"real-time under {rate}/s"] = _since(_stages(rt.ports), before)
+                    stages[f"{m} under {rate}/s"] = _since(_stages(rt.ports), before)
                     took = time.monotonic() - t0
                     cpu = {k: (v - cpu0[k]) / took * 100 for k, v in _cpu_parts(rt).items()}
-                    loaded[rate] = (load.achieved, load.failed, got, cpu)
-                    print(f"  under {rate}/s (achieved {load.achieved:.0f}/s): "
+                    loaded[(m, rate)] = (load.achieved, load.failed, got, cpu)
+                    print(f"  {m} under {rate}/s (achieved {load.achieved:.0f}/s): "
                           + "; ".join(_line(k, v).strip() for k, v in got.items()), flush=True)
         finally:
             for p in parts.values():
@@ -485,13 +558,16 @@ def main() -> None:
             print(f"  {m}: stages of every row the nodes stored meanwhile (streamiq_view_"
                   "stage_seconds)")
             print("\n".join(lines))
-    for rate, (achieved, failed, got, cpu) in loaded.items():
-        print(f"real-time under load: {rate} records/s produced straight to the input topics "
+        for view, got in exact.get(m, {}).items():
+            mean = sum(got) / len(got) * 1000 if got else 0.0
+            print(_line(f"  {view}, pipeline exact", got) + f"  mean {mean:.1f} ms")
+    for (m, rate), (achieved, failed, got, cpu) in loaded.items():
+        print(f"{m} under load: {rate} records/s produced straight to the input topics "
               f"(achieved {achieved:.0f}/s, {failed} refused), half bank, half orders; CPU "
               + ", ".join(f"{k} {v:.0f}%" for k, v in cpu.items()) + " of a core")
         for kind, samples in got.items():
             print(_line(f"under {rate}/s, {kind}", samples))
-        lines = _stage_lines(stages.get(f"real-time under {rate}/s", {}))
+        lines = _stage_lines(stages.get(f"{m} under {rate}/s", {}))
         if lines:
             print("\n".join(lines))
     if long:

@@ -14,7 +14,9 @@ mode"):
   ``local[N]`` is sized from the views (:func:`slots`), a cluster with fewer slots is
   refused with one line;
 * ``spark.shuffle.streaming.networkBufferMaxWaitTimeMs`` = 1: at its default (50 ms) a
-  shuffled record waited ~30 ms more;
+  shuffled record waited ~30 ms more. Its flush threads (one per shuffle writer) take
+  12-18% of a core with nothing to send; :data:`SEND_EACH_ROW` saves most of that and
+  costs 1-4 ms of p50 (docs/design.md, "What an idle cluster costs");
 * batches: at each batch's end Spark checkpoints, and records arriving meanwhile wait
   0.3-2 s; so batches are long (``--realtime-batch-s``, 300 s by default).
 
@@ -46,9 +48,9 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
-__all__ = ["MICRO_BATCH", "REAL_TIME", "REAL_TIME_SQL", "ModeError", "check_slots",
-           "local_master", "prepare_checkpoint", "refusal", "running", "session_conf",
-           "shuffle_partitions", "slots", "trigger"]
+__all__ = ["MICRO_BATCH", "REAL_TIME", "REAL_TIME_SQL", "SEND_EACH_ROW", "ModeError",
+           "check_slots", "local_master", "prepare_checkpoint", "refusal", "running",
+           "session_conf", "shuffle_partitions", "slots", "trigger"]
 
 log = logging.getLogger("streamiq.pipeline")
 
@@ -59,6 +61,12 @@ _STATE = "org.apache.spark.sql.execution.streaming.state."
 #: what a real-time query needs of the session: SQL settings (taken when a query starts)
 REAL_TIME_SQL = {_PROVIDER: _STATE + "RocksDBStateStoreProvider",
                  "spark.sql.streaming.stateStore.checkpointFormatVersion": "2"}
+#: the streaming shuffle of a deployment that idles more than it writes (``--spark-config``):
+#: each row sent as it comes (a writer sends its buffer once it holds 90% of 1 byte) and
+#: the flush threads woken every 100 ms instead of every 1 ms; Spark's warning of each
+#: "row larger than the block size 1" is dropped (``session.EXPECTED_WARNINGS``)
+SEND_EACH_ROW = {"spark.shuffle.streaming.networkBufferSize": "1",
+                 "spark.shuffle.streaming.networkBufferMaxWaitTimeMs": "100"}
 _MARK = "streamiq.json"
 Input = tuple[str, int]
 

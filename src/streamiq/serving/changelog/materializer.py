@@ -193,12 +193,14 @@ class Materializer:
         # A partition's end is taken once a fetch for it has answered: with a record, or
         # with the end of the partition (enable.partition.eof), so never a stale cached
         # end. fetch.wait.max.ms bounds how long an idle fetch is held by the broker, so
-        # a newly held partition's first answer comes within about two of them; 100 ms,
-        # not 20: each idle node's fetches cost the broker 5.5 s of CPU a minute at 20 ms
-        # and 2 s at 200 ms (measured on 2 cores); a record is answered at once either way
+        # a newly held partition's first answer comes within about two of them (at most
+        # a second: a partition newly held restores for longer than that); a record is
+        # answered at once either way. 500 ms, librdkafka's default: three idle nodes'
+        # fetches took the broker about 3% of a core at 100 ms (docs/design.md, "What an
+        # idle cluster costs")
         conf = {"group.id": "streamiq-materializer", "enable.auto.commit": False,
                 "enable.auto.offset.store": False, "auto.offset.reset": "earliest",
-                "enable.partition.eof": True, "fetch.wait.max.ms": 100, **self._conf}
+                "enable.partition.eof": True, "fetch.wait.max.ms": 500, **self._conf}
         consumer = Consumer(conf)
         assigned: set[tuple[str, int]] = set()
         try:
