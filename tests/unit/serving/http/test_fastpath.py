@@ -240,11 +240,13 @@ async def test_an_answer_after_its_asgi_request_went_away_is_dropped_quietly() -
     import asyncio
 
     from streamiq.serving.http import fastpath
+    from streamiq.serving.http.leanserve import Answer
 
     loop = asyncio.get_running_loop()
-    gone, waiting = loop.create_future(), loop.create_future()
+    gone: asyncio.Future[Answer | None] = loop.create_future()
+    waiting: asyncio.Future[Answer | None] = loop.create_future()
     gone.cancel()
-    answer = (200, b"{}", [])
+    answer: Answer = (200, b"{}", [])
     fastpath._settle(gone, answer)  # no InvalidStateError
     fastpath._settle(waiting, answer)
     assert gone.cancelled() and waiting.result() == answer
