@@ -124,8 +124,8 @@ QUIET_LOGGERS = ("org.apache.spark.scheduler.FairSchedulableBuilder",
 
 #: log lines (a regex over the whole formatted message) that settings streamiq documents
 #: make routine, dropped at any level: with ``modes.SEND_EACH_ROW`` every streaming
-#: shuffle writer warns once a second that its rows are "larger than the block size 1"
-#: (any other block size still warns)
+#: shuffle writer warns (up to once a second) that its rows are "larger than the block
+#: size 1" (any other block size still warns)
 EXPECTED_WARNINGS = (r"(?s).*\bRow size \d+ is larger than the block size 1\. .*",)
 _DROPPING: set[int] = set()  # the JVMs (py4j gateways) whose log4j2 drops them
 

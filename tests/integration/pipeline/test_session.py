@@ -33,9 +33,10 @@ def _verdict(spark: Any, logger: str, level: str, message: str) -> str:
 
 def test_the_row_size_warning_of_sending_each_row_is_dropped_once_installed(
         spark: Any) -> None:
-    """Each row crosses real-time mode's shuffle on its own (a 1-byte buffer), and every
-    writer would warn once a second that its rows are larger than that; the same warning
-    of a block size a user chose, and the writer's other warnings, print."""
+    """With ``modes.SEND_EACH_ROW`` each row crosses real-time mode's shuffle on its own
+    (a 1-byte buffer), and every writer would warn (up to once a second) that its rows are
+    larger than that; the same warning of another block size, and the writer's other
+    warnings, print."""
     writer = "org.apache.spark.shuffle.streaming.StreamingShuffleWriter"
     ours = ("59bc5 3 Row size 108 is larger than the block size 1. Consider increasing the "
             "block size.")
