@@ -16,7 +16,8 @@ mode"):
 * ``spark.shuffle.streaming.networkBufferMaxWaitTimeMs`` = 1: at its default (50 ms) a
   shuffled record waited ~30 ms more. Its flush threads (one per shuffle writer) take
   12-18% of a core with nothing to send; :data:`SEND_EACH_ROW` saves most of that and
-  costs 1-4 ms of p50 (docs/design.md, "What an idle cluster costs");
+  costs 1-4 ms of p50 in the pipeline stage (2-5 ms write to visible; docs/design.md,
+  "What an idle cluster costs");
 * batches: at each batch's end Spark checkpoints, and records arriving meanwhile wait
   0.3-2 s; so batches are long (``--realtime-batch-s``, 300 s by default).
 
@@ -64,7 +65,7 @@ REAL_TIME_SQL = {_PROVIDER: _STATE + "RocksDBStateStoreProvider",
 #: the streaming shuffle of a deployment that idles more than it writes (``--spark-config``):
 #: each row sent as it comes (a writer sends its buffer once it holds 90% of 1 byte) and
 #: the flush threads woken every 100 ms instead of every 1 ms; Spark's warning of each
-#: "row larger than the block size 1" is dropped (``session.EXPECTED_WARNINGS``)
+#: "row larger than the block size 1" is dropped (``stopnoise.EXPECTED_WARNINGS``)
 SEND_EACH_ROW = {"spark.shuffle.streaming.networkBufferSize": "1",
                  "spark.shuffle.streaming.networkBufferMaxWaitTimeMs": "100"}
 _MARK = "streamiq.json"

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from streamiq.pipeline.connector import connector_jars
+from streamiq.pipeline.stopnoise import drop_expected
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -111,7 +112,7 @@ def spark_session(master: str = "local[2]", app_name: str = "streamiq",
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     _quiet(spark)
-    _drop_expected(spark)
+    drop_expected(spark)  # routine lines of documented settings (pipeline/stopnoise.py)
     return spark
 
 
@@ -120,14 +121,6 @@ def spark_session(master: str = "local[2]", app_name: str = "streamiq",
 #: micro-batches may take longer than their 10 s trigger ("falling behind")
 QUIET_LOGGERS = ("org.apache.spark.scheduler.FairSchedulableBuilder",
                  "org.apache.spark.sql.execution.streaming.runtime.ProcessingTimeExecutor")
-
-
-#: log lines (a regex over the whole formatted message) that settings streamiq documents
-#: make routine, dropped at any level: with ``modes.SEND_EACH_ROW`` every streaming
-#: shuffle writer warns (up to once a second) that its rows are "larger than the block
-#: size 1" (any other block size still warns)
-EXPECTED_WARNINGS = (r"(?s).*\bRow size \d+ is larger than the block size 1\. .*",)
-_DROPPING: set[int] = set()  # the JVMs (py4j gateways) whose log4j2 drops them
 
 
 def mode_session(master: str, trigger: str, partitions: int, spark_config: dict[str, str],
@@ -153,26 +146,6 @@ def _quiet(spark: SparkSession) -> None:
     error = jvm.org.apache.logging.log4j.Level.ERROR
     for name in QUIET_LOGGERS:
         jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, error)
-
-
-def _drop_expected(spark: SparkSession) -> None:
-    """:data:`EXPECTED_WARNINGS` dropped by log4j2 filters, once per JVM."""
-    from pyspark import SparkContext
-
-    jvm, gateway = spark.sparkContext._jvm, SparkContext._gateway
-    assert jvm is not None
-    if id(gateway) in _DROPPING:
-        return
-    _DROPPING.add(id(gateway))
-    context = jvm.org.apache.logging.log4j.LogManager.getContext(False)
-    config = context.getConfiguration()
-    result = getattr(jvm, "org.apache.logging.log4j.core.Filter$Result")
-    for regex in EXPECTED_WARNINGS:
-        drop = jvm.org.apache.logging.log4j.core.filter.RegexFilter.createFilter(
-            regex, None, False, result.DENY, result.NEUTRAL)
-        drop.start()
-        config.addFilter(drop)
-    context.updateLoggers()
 
 
 def silence(spark: SparkSession) -> None:

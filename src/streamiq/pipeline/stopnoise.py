@@ -23,18 +23,25 @@ queries have not all been started again), the logger and what it logged (the
 throwable, else the message) are one of :data:`NOISE`. The same error while nothing is
 being stopped (a writer that died) still prints, and so does every other error during
 a stop.
+
+Settings streamiq documents may make other lines routine: :data:`EXPECTED_WARNINGS`
+are dropped at any level by a plain log4j2 ``RegexFilter`` (:func:`drop_expected`).
+Both filters are installed once per JVM (a process's SparkSessions share Spark's JVM).
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["NOISE", "StopNoise", "stop_noise"]
+__all__ = ["EXPECTED_WARNINGS", "NOISE", "StopNoise", "drop_expected", "stop_noise"]
+
+T = TypeVar("T")
 
 log = logging.getLogger("streamiq.pipeline")
 
@@ -119,8 +126,14 @@ public class StopNoiseFilter extends AbstractFilter {
 }
 """
 
-#: one filter per JVM (a process's SparkSessions share Spark's JVM), by py4j gateway
-_INSTALLED: dict[int, StopNoise] = {}
+#: log lines (a regex over the whole formatted message) that settings streamiq documents
+#: make routine, dropped at any level: with ``modes.SEND_EACH_ROW`` every streaming
+#: shuffle writer warns (up to once a second) that its rows are "larger than the block
+#: size 1" (any other block size still warns)
+EXPECTED_WARNINGS = (r"(?s).*\bRow size \d+ is larger than the block size 1\. .*",)
+
+#: what is installed in which JVM: by filter and py4j gateway
+_INSTALLED: dict[tuple[str, int], Any] = {}
 
 
 def _pattern() -> str:
@@ -157,18 +170,31 @@ class StopNoise:
 def stop_noise(spark: SparkSession) -> StopNoise:
     """The JVM's filter, compiled and added to log4j2's configuration on first use (if
     that fails, a warning and a filter that drops nothing: the start goes on)."""
+    return _once("stop", lambda gateway: StopNoise(_installed(gateway, spark)))
+
+
+def drop_expected(spark: SparkSession) -> None:
+    """:data:`EXPECTED_WARNINGS` dropped by log4j2 filters, once per JVM."""
+    _once("expected", lambda gateway: _drop(spark.sparkContext._jvm))
+
+
+def _once(kind: str, install: Callable[[Any], T]) -> T:
     from pyspark import SparkContext
 
     gateway = SparkContext._gateway
-    assert gateway is not None
-    if id(gateway) not in _INSTALLED:
-        try:
-            handle = _install(gateway, spark.sparkContext._jvm)
-        except Exception as exc:  # e.g. another log4j2 implementation than core's
-            log.warning("Spark's errors at a requested stop will print (no filter: %s)", exc)
-            handle = None
-        _INSTALLED[id(gateway)] = StopNoise(handle)
-    return _INSTALLED[id(gateway)]
+    assert gateway is not None  # a session is running
+    if (kind, id(gateway)) not in _INSTALLED:
+        _INSTALLED[kind, id(gateway)] = install(gateway)
+    result: T = _INSTALLED[kind, id(gateway)]
+    return result
+
+
+def _installed(gateway: Any, spark: SparkSession) -> Any:
+    try:
+        return _install(gateway, spark.sparkContext._jvm)
+    except Exception as exc:  # e.g. another log4j2 implementation than core's
+        log.warning("Spark's errors at a requested stop will print (no filter: %s)", exc)
+        return None
 
 
 def _install(gateway: Any, jvm: Any) -> Any:
@@ -177,7 +203,19 @@ def _install(gateway: Any, jvm: Any) -> Any:
     cls = compiler.getClassLoader().loadClass(_CLASS)
     create = cls.getMethod("create", _array(gateway, jvm.java.lang.Class,
                                             cls.forName("java.lang.String")))
-    handle = create.invoke(None, _array(gateway, jvm.java.lang.Object, _pattern()))
+    return _add(jvm, create.invoke(None, _array(gateway, jvm.java.lang.Object, _pattern())))
+
+
+def _drop(jvm: Any) -> bool:
+    result = getattr(jvm, "org.apache.logging.log4j.core.Filter$Result")
+    for regex in EXPECTED_WARNINGS:
+        _add(jvm, jvm.org.apache.logging.log4j.core.filter.RegexFilter.createFilter(
+            regex, None, False, result.DENY, result.NEUTRAL))
+    return True
+
+
+def _add(jvm: Any, handle: Any) -> Any:
+    """``handle``, a log4j2 filter, started and added to the whole configuration."""
     handle.start()
     context = jvm.org.apache.logging.log4j.LogManager.getContext(False)
     context.getConfiguration().addFilter(handle)
