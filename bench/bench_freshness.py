@@ -36,10 +36,13 @@ each boundary is a checkpoint during which records wait 0.3-1 s.
 orders, ``--load-samples`` each) while a paced producer writes that many records a
 second straight to the input topics (half bank transactions over 100,000 accounts, half
 orders over 10,000 stores: the pipeline's real work, not the ingest's), one rate after
-the other, each with its stages and the CPU of the parts meanwhile (with ``--flush-ms``,
-each variant in turn at each rate); the producer's achieved rate is printed with it. At
+the other, each with its stages and the CPU of the parts meanwhile, printed as it goes: the
+pipeline's CPU per record written (above its CPU at rest, ``--idle-s``) is real-time
+mode's cost per record at that rate (with ``--flush-ms``, each variant in turn at each
+rate); the producer's achieved rate is printed with it. At
 most ``--load-budget-s`` (60 s) of samples per app and rate: a pipeline that cannot
-keep up makes every sample later than the last (fewer samples then say so).
+keep up makes every sample later than the last (fewer samples then say so), and a write
+not visible by the budget's end is cut and said so.
 
 Usage: .venv/bin/python bench/bench_freshness.py [--samples 300] [--minutes 0]
        [--modes real-time,micro-batch] [--realtime-batch-s 300] [--pace-ms 100]
@@ -209,7 +212,15 @@ async def _samples(w: Writer, kind: str, n: int, pace: float, warm: int = 5,
         for i in range(n + warm):  # the first few warm the path up and are not counted
             if end is not None and time.monotonic() > end:
                 break
-            dt = await (w.bank(c) if kind == "bank" else w.order(c))
+            sample = w.bank(c) if kind == "bank" else w.order(c)
+            try:  # a write not visible by the budget's end is cut: the pipeline is behind
+                dt = await asyncio.wait_for(sample, None if end is None else max(
+                    1.0, end - time.monotonic()))
+            except TimeoutError:
+                print(f"  {w.tag}, {kind}: a write not visible on every node by the end of "
+                      f"the budget ({budget_s:g} s): the pipeline is behind the load; "
+                      f"{len(out)} samples", flush=True)
+                break
             if i >= warm:
                 out.append(dt)
             await asyncio.sleep(max(0.0, pace - dt))
@@ -385,6 +396,24 @@ def _idle(parts: dict[str, Parts], seconds: float) -> dict[str, float]:
     return {m: (_cpu_s(p.pipeline) - before[m]) / seconds * 100 for m, p in parts.items()}
 
 
+def _idle_lines(idle: dict[str, float], seconds: float) -> str:
+    return "\n".join(f"  {m}: the pipeline at rest (its process and Spark's JVM, {seconds:g} s, "
+                     f"every mode's parts idle) {pct_core:.1f}% of a core"
+                     for m, pct_core in idle.items())
+
+
+def _per_record(pipeline_pct: float, idle_pct: float | None, per_s: float) -> float:
+    """The pipeline's CPU per record written (ms), above its CPU at rest when measured
+    (``--idle-s``): what a record costs, not what the mode costs with nothing to do."""
+    return (pipeline_pct - (idle_pct or 0.0)) / 100 / max(per_s, 1e-9) * 1000
+
+
+def _cpu_line(cpu: dict[str, float]) -> str:
+    parts = ", ".join(f"{k} {v:.0f}%" for k, v in cpu.items() if k != "per record")
+    return (f"CPU {parts} of a core; the pipeline {cpu['per record']:.3f} ms of CPU per "
+            "record (above its rest, with --idle-s)")
+
+
 def _line(label: str, samples: list[float]) -> str:
     ms = sorted(s * 1000 for s in samples)
     return (f"  {label:<28} n={len(ms):5d}  p50 {pct(ms, 50):8.1f} ms  p99 {pct(ms, 99):8.1f} "
@@ -507,6 +536,7 @@ def main() -> None:
                 p.ready()
             if a.idle_s:
                 idle = _idle(parts, a.idle_s)
+                print(_idle_lines(idle, a.idle_s), flush=True)  # as it goes
             for m in modes:  # one mode's parts idle while the other's are measured
                 w = Writer(parts[m], f"{m[0]}", a.poll_ms / 1000)
                 results[m] = {}
@@ -537,9 +567,12 @@ def main() -> None:
                     stages[f"{m} under {rate}/s"] = _since(_stages(rt.ports), before)
                     took = time.monotonic() - t0
                     cpu = {k: (v - cpu0[k]) / took * 100 for k, v in _cpu_parts(rt).items()}
+                    writes = load.sent + sum(len(v) + 5 for v in got.values())
+                    cpu["per record"] = _per_record(cpu["pipeline"], idle.get(m), writes / took)
                     loaded[(m, rate)] = (load.achieved, load.failed, got, cpu)
                     print(f"  {m} under {rate}/s (achieved {load.achieved:.0f}/s): "
-                          + "; ".join(_line(k, v).strip() for k, v in got.items()), flush=True)
+                          + "; ".join(_line(k, v).strip() for k, v in got.items())
+                          + "; " + _cpu_line(cpu), flush=True)  # as it goes
         finally:
             for p in parts.values():
                 p.stop()
@@ -547,9 +580,8 @@ def main() -> None:
           "(all three views running), one write per "
           f"{a.pace_ms} ms, nodes asked every 1 ms, after 50 ms every {a.poll_ms:g} ms; "
           "targets: real-time p50 <= 50 ms, p99 <= 250 ms; micro-batch p50 <= 400 ms")
-    for m, pct_core in idle.items():
-        print(f"  {m}: the pipeline at rest (its process and Spark's JVM, {a.idle_s:g} s, "
-              f"every mode's parts idle) {pct_core:.1f}% of a core")
+    if idle:
+        print(_idle_lines(idle, a.idle_s))
     for m, by in results.items():
         for kind, samples in by.items():
             print(_line(f"{m}, {kind}", samples))
@@ -563,8 +595,8 @@ def main() -> None:
             print(_line(f"  {view}, pipeline exact", got) + f"  mean {mean:.1f} ms")
     for (m, rate), (achieved, failed, got, cpu) in loaded.items():
         print(f"{m} under load: {rate} records/s produced straight to the input topics "
-              f"(achieved {achieved:.0f}/s, {failed} refused), half bank, half orders; CPU "
-              + ", ".join(f"{k} {v:.0f}%" for k, v in cpu.items()) + " of a core")
+              f"(achieved {achieved:.0f}/s, {failed} refused), half bank, half orders; "
+              + _cpu_line(cpu))
         for kind, samples in got.items():
             print(_line(f"under {rate}/s, {kind}", samples))
         lines = _stage_lines(stages.get(f"{m} under {rate}/s", {}))
