@@ -468,11 +468,16 @@ def _shuffle(value: str) -> tuple[str, dict[str, str] | None]:
     """A ``--flush-ms`` value's name and Spark settings: a number N, Spark's 32 KiB
     buffers flushed every N ms (the product's: N = 1); ``each``, each row sent at once
     and the flush every 100 ms (``modes.SEND_EACH_ROW``); ``row:N``, each row sent at
-    once and the flush every N ms."""
+    once and the flush every N ms; ``g1:N``, the product's shuffle with Spark's JVM
+    collecting garbage by G1, pauses aimed at N ms (the product's: the parallel
+    collector)."""
     from streamiq.pipeline.modes import SEND_EACH_ROW
 
     if value == "each":
         return "each row sent at once", dict(SEND_EACH_ROW)
+    if value.startswith("g1:"):  # the product's shuffle, Spark's JVM on G1 (pauses <= N ms)
+        return f"G1, pauses {value[3:]} ms", {"spark.driver.extraJavaOptions": (
+            f"-XX:+UseG1GC -XX:MaxGCPauseMillis={value[3:]} -XX:TieredStopAtLevel=4")}
     if value.startswith("row:"):  # each row sent at once, the flush every N ms
         return f"each row, flush {value[4:]} ms", {
             "spark.shuffle.streaming.networkBufferSize": "1",
