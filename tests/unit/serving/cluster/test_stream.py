@@ -98,6 +98,11 @@ def test_a_caller_that_takes_nothing_stops_the_reading() -> None:
         unsent = asyncio.get_running_loop().create_future()
 
         async def flood(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            # the sender's kernel buffer bounded (autotuned it took up to tcp_wmem's
+            # 4 MB, half of what is written here): what leaves asyncio's buffer is then
+            # what the receiver reads
+            w.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF,
+                                                  1 << 16)
             await _request(r)
             for _ in range(QUEUED * 100):
                 w.write(_frame(200, b"x" * 300))
