@@ -1,5 +1,8 @@
 """The one HTTP error mapping (``_http.problem``) installed in the FastAPI apps of the
-nodes and the ingest: every error a problem document, never a bare 500."""
+nodes and the ingest: every error a problem document, never a bare 500. And the one
+check of query parameters' names (:func:`known_params`): a parameter a route does not
+take is a 400 naming it, not ignored (``op=sum&field=balance`` on an aggregate, which
+takes ``agg``, answered ``count(*)`` without a word)."""
 
 from __future__ import annotations
 
@@ -14,9 +17,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from streamiq._http import ApiError, problem
 from streamiq.errors import PROBLEM_JSON, BadRequest, NotFound, StreamiqError
 
-__all__ = ["error_response", "install_error_handlers"]
+__all__ = ["error_response", "install_error_handlers", "known_params"]
 
 log = logging.getLogger("streamiq.http")
+
+_TAKES: dict[int, frozenset[str]] = {}  # a route's query parameters, by id(route)
 
 
 def error_response(exc: StreamiqError) -> Response:
@@ -25,6 +30,38 @@ def error_response(exc: StreamiqError) -> Response:
     return Response(body, status, media_type=PROBLEM_JSON, headers={
         k.decode(): v.decode() for k, v in headers if k not in (b"content-length",
                                                                  b"content-type")})
+
+
+def known_params(request: Request) -> None:
+    """A 400 naming each query parameter the matched route does not take (its own and
+    its dependencies', by their names in the URL: ``from``, not ``from_ms``)."""
+    if not request.scope.get("query_string"):
+        return
+    route = request.scope.get("route")
+    dependant = getattr(route, "dependant", None)
+    if dependant is None:  # not a FastAPI route: nothing declared to check against
+        return
+    takes = _TAKES.get(id(route))
+    if takes is None:
+        takes = _TAKES[id(route)] = _query_names(dependant)
+    unknown = sorted(set(request.query_params) - takes)
+    if unknown:
+        but = ", ".join(sorted(takes)) or "none"
+        problems = [f"{name}: not a parameter of this route (it takes: {but})"
+                    for name in unknown]
+        raise BadRequest("; ".join(problems), problems=problems)
+
+
+def _query_names(dependant: Any) -> frozenset[str]:
+    """The names in the URL of the query parameters of ``dependant`` (a FastAPI
+    ``Dependant``) and of its dependencies, at any depth."""
+    names: set[str] = set()
+    todo = [dependant]
+    while todo:
+        d = todo.pop()
+        names.update(f.alias for f in d.query_params)
+        todo.extend(d.dependencies)
+    return frozenset(names)
 
 
 def _describe(err: dict[str, Any]) -> str:

@@ -87,9 +87,13 @@ def test_tokens_scopes_and_the_cluster_credential(cluster: Any) -> None:
                     "x-streamiq-forwarded": mark}, params={"partitions": "0"})
                 assert r.status_code == 401 and r.json()["code"] == "UNAUTHENTICATED"
                 r = c.get(f"{base}/v1/views/balances/scan", headers={
-                    **token, "x-streamiq-forwarded": mark}, params={"partitions": "0"})
+                    **token, "x-streamiq-forwarded": mark})
                 assert r.status_code == 200 and r.json()["count"] == len(accounts), r.text
                 assert "partial" not in r.json()  # the whole answer, not a peer's part
+                r = c.get(f"{base}/v1/views/balances/scan", headers={
+                    **token, "x-streamiq-forwarded": mark}, params={"partitions": "0"})
+                assert r.status_code == 400, r.text  # no route takes a peer's partitions
+                assert r.json()["problems"][0].startswith("partitions: not a parameter")
         # lookups forwarded by nodes went over the peer protocol, authenticated
         wire = sum(c.get(f"http://127.0.0.1:{p}/health").json()["peers"]["replies"]
                    for p in ports)

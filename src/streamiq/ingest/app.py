@@ -40,7 +40,7 @@ from typing import Annotated, Any, Literal
 from fastapi import Depends, FastAPI, Path, Query, Request, Response
 from pydantic import BaseModel, Field
 
-from streamiq._fastapi import install_error_handlers
+from streamiq._fastapi import install_error_handlers, known_params
 from streamiq._http import ApiError
 from streamiq.auth import Authenticator
 from streamiq.config import Settings
@@ -99,8 +99,10 @@ def create_ingest_app(settings: Settings, app_def: App | None = None) -> FastAPI
     app.state.lean_writes = LeanWrites(settings, app_def.topics, auth, counters, state)
 
     async def writer(request: Request) -> None:
-        """Writes need a token with the ``ingest`` scope (streamiq/auth.py)."""
+        """Writes need a token with the ``ingest`` scope (streamiq/auth.py); then every
+        query parameter must be one the route takes."""
         auth.writer(request.headers.get("authorization"))
+        known_params(request)
 
     guard = [Depends(writer)]
 

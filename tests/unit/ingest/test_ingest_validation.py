@@ -126,3 +126,19 @@ def test_metrics_count_writes_refusals_and_time_each_route(client: TestClient) -
     count = "streamiq_ingest_request_duration_seconds_count"
     assert samples[(count, (("code", "2xx"), ("route", "/account/{account}")))] == 3
     assert samples[(count, (("code", "4xx"), ("route", "/orders")))] == 1
+
+
+@pytest.mark.parametrize(("url", "unknown"), [
+    ("/account/a-1?amount=5&amout=7", "amout"),
+    ("/transfer?from=a-1&to=a-2&amount=5&note=rent", "note"),
+    ("/orders?dry_run=true", "dry_run"),
+])
+def test_a_parameter_the_route_does_not_take_is_refused_by_name(
+        client: TestClient, url: str, unknown: str) -> None:
+    """A misspelt or made-up query parameter is a 400 naming it (it used to be ignored:
+    the write went through as if it had not been sent), and nothing is produced."""
+    r = client.post(url, content=_order(5), headers={"content-type": "application/json"})
+    assert r.status_code == 400, r.text
+    assert r.json()["problems"] == [r.json()["detail"]]
+    assert r.json()["detail"].startswith(f"{unknown}: not a parameter of this route"), r.text
+    assert _FakeProducer.sent == []

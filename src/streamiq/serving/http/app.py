@@ -20,7 +20,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, FastAPI, Path, Request, Response
 from fastapi.responses import JSONResponse
 
-from streamiq._fastapi import install_error_handlers
+from streamiq._fastapi import install_error_handlers, known_params
 from streamiq.config import Settings
 from streamiq.kafka.clientlog import logged
 from streamiq.metrics import CONTENT_TYPE
@@ -76,6 +76,7 @@ def _routes(deps: Answers) -> APIRouter:
     async def authenticated(request: Request) -> None:
         restore(request)
         deps.check(request)
+        known_params(request)  # after the token: a client without one learns nothing
 
     r = APIRouter(dependencies=[Depends(authenticated)],
                   responses={401: {"description": "no valid token (UNAUTHENTICATED)"},

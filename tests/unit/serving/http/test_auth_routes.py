@@ -66,8 +66,9 @@ async def test_an_expired_or_foreign_token_is_refused(app: Any) -> None:
 
 async def test_an_http_request_is_a_clients_whatever_it_claims(app: Any) -> None:
     """Peers ask over the peer protocol only: an HTTP request marked as a peer's (the
-    header nodes once sent, even with the cluster credential, and the partitions a
-    peer's part named) is a client's request, answered whole, taking no peer slot."""
+    header nodes once sent, even with the cluster credential) is a client's request,
+    answered whole, taking no peer slot; the partitions a peer's part named are no
+    parameter of any route (a 400 naming it, once the token is checked)."""
     slots = app.deps.coordinator.peer_slots
     free = slots._value
     for mark in (b"1", MARK):
@@ -78,9 +79,13 @@ async def test_an_http_request_is_a_clients_whatever_it_claims(app: Any) -> None
         status, body, _ = await call(app, A1, auth=TOKEN, headers=fwd)
         assert status == 200 and body["value"]["balance"] == 5
         status, body, _ = await call(app, "/v1/views/balances/scan", auth=TOKEN,
-                                     query=b"partitions=0", headers=fwd)
+                                     headers=fwd)
         assert status == 200 and body["status"] == "OK" and "partial" not in body, body
-        assert body["partitions"] == 3, body  # every partition, not the one named
+        assert body["partitions"] == 3, body  # every partition
+        status, body, _ = await call(app, "/v1/views/balances/scan", auth=TOKEN,
+                                     query=b"partitions=0", headers=fwd)
+        assert status == 400 and body["problems"][0].startswith(
+            "partitions: not a parameter of this route"), body
         assert slots._value == free  # no peer slot was taken
 
 

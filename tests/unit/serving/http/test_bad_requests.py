@@ -34,6 +34,36 @@ async def test_a_window_bound_past_64_bits_is_a_bad_request(app: Any, url: str) 
     assert r.json()["detail"].split(":")[0] in ("to", "from")
 
 
+@pytest.mark.parametrize(("url", "unknown"), [
+    ("/v1/views/balances/aggregate?op=sum&field=balance", ["field", "op"]),
+    ("/account/a1?bogus=1", ["bogus"]),
+    ("/v1/views/balances/keys/a1?maxlag=3", ["maxlag"]),
+    ("/v1/views/balances/scan?partitions=0&limit=5", ["partitions"]),
+    ("/v1/views/order_counts_1m/keys/s%7Ct/windows?start=0", ["start"]),  # it is from=
+    ("/v1/views/balances/top?column=balance&k=3&sort=asc", ["sort"]),
+])
+async def test_a_parameter_the_route_does_not_take_is_a_bad_request(
+        app: Any, url: str, unknown: list[str]) -> None:
+    """Not ignored: ``op=sum&field=balance`` on an aggregate (which takes ``agg``) was
+    answered with ``count(*)``, as if nothing were wrong."""
+    r = await _ask(app, "GET", url)
+    assert r.status_code == 400 and r.json()["code"] == "BAD_REQUEST", r.text
+    problems = r.json()["problems"]
+    assert [p.split(":")[0] for p in problems] == unknown, problems
+    assert all("not a parameter of this route (it takes: " in p for p in problems)
+
+
+@pytest.mark.parametrize("url", [
+    "/v1/views/balances/aggregate?agg=sum(balance)&group_by=account&consistent=false",
+    "/account/a1?max_lag=3&wait_ms=10",
+    "/v1/views/order_counts_1m/keys/s%7Ct/windows?from=0&to=5",
+    "/v1/views/balances/scan?limit=5&prefix=a",
+])
+async def test_the_parameters_a_route_takes_are_taken(app: Any, url: str) -> None:
+    r = await _ask(app, "GET", url)
+    assert r.status_code in (200, 404), r.text  # 404: the key is not there
+
+
 async def test_a_lone_surrogate_key_in_a_multi_get_is_a_bad_request(app: Any) -> None:
     r = await _ask(app, "POST", "/v1/views/balances/keys", content='{"keys": ["a1", "\\ud800"]}',
                    headers={"content-type": "application/json"})
