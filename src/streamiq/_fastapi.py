@@ -21,7 +21,9 @@ __all__ = ["error_response", "install_error_handlers", "known_params"]
 
 log = logging.getLogger("streamiq.http")
 
-_TAKES: dict[int, frozenset[str]] = {}  # a route's query parameters, by id(route)
+#: where a route keeps its query parameters' names once known (on the route itself: an
+#: app's routes go with it, and FastAPI's routes are unhashable)
+_TAKES = "_streamiq_query_names"
 
 
 def error_response(exc: StreamiqError) -> Response:
@@ -41,9 +43,10 @@ def known_params(request: Request) -> None:
     dependant = getattr(route, "dependant", None)
     if dependant is None:  # not a FastAPI route: nothing declared to check against
         return
-    takes = _TAKES.get(id(route))
+    takes = getattr(route, _TAKES, None)
     if takes is None:
-        takes = _TAKES[id(route)] = _query_names(dependant)
+        takes = _query_names(dependant)
+        setattr(route, _TAKES, takes)
     unknown = sorted(set(request.query_params) - takes)
     if unknown:
         but = ", ".join(sorted(takes)) or "none"

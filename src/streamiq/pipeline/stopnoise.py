@@ -207,10 +207,16 @@ def _install(gateway: Any, jvm: Any) -> Any:
 
 
 def _drop(jvm: Any) -> bool:
-    result = getattr(jvm, "org.apache.logging.log4j.core.Filter$Result")
-    for regex in EXPECTED_WARNINGS:
-        _add(jvm, jvm.org.apache.logging.log4j.core.filter.RegexFilter.createFilter(
-            regex, None, False, result.DENY, result.NEUTRAL))
+    """Whether the filters went in (if not, a warning: the start goes on)."""
+    try:
+        result = getattr(jvm, "org.apache.logging.log4j.core.Filter$Result")
+        for regex in EXPECTED_WARNINGS:
+            _add(jvm, jvm.org.apache.logging.log4j.core.filter.RegexFilter.createFilter(
+                regex, None, False, result.DENY, result.NEUTRAL))
+    except Exception as exc:  # e.g. another log4j2 implementation than core's
+        log.warning("Spark's routine warnings of documented settings will print (no "
+                    "filter: %s)", exc)
+        return False
     return True
 
 
