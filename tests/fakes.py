@@ -136,6 +136,7 @@ def fake_ivy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, names: list[str],
 echo "$@" > {log}
 for a in "$@"; do
   [ "$prev" = -ivy ] && cp "$a" {tmp_path}/ivy.xml
+  [ "$prev" = -settings ] && cp "$a" {tmp_path}/ivysettings.xml
   [ "$prev" = -retrieve ] && dir="${{a%/*}}"
   prev="$a"
 done

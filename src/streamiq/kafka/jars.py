@@ -78,11 +78,15 @@ def _java() -> str:
 
 
 def _settings() -> str:
-    """Ivy's resolvers: the local Maven repository (if any) before Maven Central."""
+    """Ivy's resolvers: the local Maven repository (if any) before Maven Central. The
+    cache (``~/.ivy2/cache``, shared by every install on the machine) is locked per
+    artifact: without it, two installs at once (two clones' ``make test``) read each
+    other's half-written files and one failed with "module not found"."""
     m2 = Path.home() / ".m2" / "repository"
     local = (f'<ibiblio name="local-m2" m2compatible="true" checkmodified="false" '
              f'root={quoteattr(m2.as_uri())}/>' if m2.is_dir() else "")
-    return (f'<ivysettings><settings defaultResolver="chain"/><resolvers>'
+    return (f'<ivysettings><settings defaultResolver="chain"/>'
+            f'<caches lockStrategy="artifact-lock-nio"/><resolvers>'
             f'<chain name="chain" returnFirst="true">{local}'
             f'<ibiblio name="central" m2compatible="true" root="{MAVEN_CENTRAL}"/>'
             f'</chain></resolvers></ivysettings>\n')

@@ -111,6 +111,10 @@ def test_the_brokers_jars_come_from_ivy_with_kafkas_version(
     assert sorted(p.name for p in libs.glob("*.jar")) == [
         f"kafka_2.13-{jars.KAFKA_VERSION}.jar", "x-1.jar"]
     assert f'name="kafka_2.13" rev="{jars.KAFKA_VERSION}"' in (tmp_path / "ivy.xml").read_text()
+    # the machine's shared Ivy cache locked per artifact: two installs at once (two
+    # clones' make test, an empty cache) failed one of two without it
+    assert '<caches lockStrategy="artifact-lock-nio"/>' in (
+        tmp_path / "ivysettings.xml").read_text()
     assert jars.classpath(libs) == str(libs / "*")
 
 
