@@ -61,7 +61,8 @@ def test_failed_resolution_names_the_artifact_and_leaves_nothing(
         install_connector(tmp_path / "libs")
     assert not (tmp_path / "libs").exists()
     # the fake's own files only: no half-made folder
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ivy.xml", "java.args", "jdk"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "ivy.xml", "ivysettings.xml", "java.args", "jdk"]
 
 
 def test_the_versions_are_named_once_and_pyproject_pins_pyspark_to_them() -> None:
