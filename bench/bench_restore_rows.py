@@ -117,15 +117,15 @@ def main() -> None:
         print(f"{n:>10,} {old:>12,.0f} {new:>12,.0f} {new / old:>7.1f}x", flush=True)
     print("\na restore's apply in process (RocksDB), keys/s by the partitioner hash")
     print(f"{'keys':>10} {'compiled':>12} {'Python':>12} {'ratio':>8}")
-    compiled = partitioner._unsigned
+    compiled = partitioner.unsigned
     for n in sizes:
         msgs = rows(n)
         fast = apply_rate(msgs)
-        partitioner._unsigned = partitioner._unsigned_py
+        partitioner.unsigned = partitioner.unsigned_py
         try:
             slow = apply_rate(msgs)
         finally:
-            partitioner._unsigned = compiled
+            partitioner.unsigned = compiled
         print(f"{n:>10,} {fast:>12,.0f} {slow:>12,.0f} {fast / slow:>7.2f}x", flush=True)
 
 

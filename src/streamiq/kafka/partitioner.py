@@ -14,7 +14,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 
-__all__ = ["murmur2", "murmur2_py", "partition_for"]
+__all__ = ["murmur2", "murmur2_py", "partition_for", "unsigned", "unsigned_py"]
 
 _M = 0x5BD1E995
 _MASK = 0xFFFFFFFF
@@ -46,23 +46,27 @@ def murmur2_py(data: bytes) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 
-def _unsigned_py(data: bytes) -> int:
+def unsigned_py(data: bytes) -> int:
     return murmur2_py(data) & _MASK
 
 
-_unsigned: Callable[[bytes], int]
+#: murmur2 with Kafka's seed as an unsigned 32-bit int: the partition is
+#: ``(unsigned(key) & 0x7FFFFFFF) % partitions``
+unsigned: Callable[[bytes], int]
 try:
     from murmurhash2 import murmurhash2 as _compiled
 
-    def _unsigned(data: bytes) -> int:
+    # a def, not functools.partial(seed=...): the compiled function is PyO3's, whose
+    # keyword arguments cost more than a Python frame (measured: 706 against 393 ns)
+    def unsigned(data: bytes) -> int:
         return _compiled(data, _SEED)
 except ImportError:  # pragma: no cover - a platform without its wheel
-    _unsigned = _unsigned_py
+    unsigned = unsigned_py
 
 
 def murmur2(data: bytes) -> int:
     """32-bit murmur2 with Kafka's seed, returned as a signed int like Java's."""
-    h = _unsigned(data)
+    h = unsigned(data)
     return h - (1 << 32) if h & 0x80000000 else h
 
 
@@ -71,4 +75,4 @@ def partition_for(key: bytes | str, partitions: int) -> int:
     if partitions < 1:
         raise ValueError("partitions must be >= 1")
     raw = key.encode() if isinstance(key, str) else key
-    return (_unsigned(raw) & 0x7FFFFFFF) % partitions
+    return (unsigned(raw) & 0x7FFFFFFF) % partitions

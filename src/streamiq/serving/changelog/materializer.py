@@ -38,19 +38,20 @@ import time
 from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
-from streamiq.kafka.skips import Skip, Skips
+from streamiq.kafka.skips import Skips
 from streamiq.metrics import Latency
 from streamiq.serving.changelog.consistency import row_covered
 from streamiq.serving.changelog.cuts import History
 from streamiq.serving.changelog.feed import Feed
-from streamiq.serving.changelog.markers import EndsQuery, InputEnds, kafka_ends, parse_marker
+from streamiq.serving.changelog.markers import EndsQuery, InputEnds, kafka_ends
 from streamiq.serving.changelog.partition import PartitionState
-from streamiq.serving.changelog.ticks import TickClaims, is_tick_key, merge
+from streamiq.serving.changelog.records import read_batch
 from streamiq.state.base import Checkpoint, Store
 from streamiq.supervise import Supervisor
-from streamiq.views.base import MARKER_HEADER, POSITION_HEADER, TICK_HEADER, TIME_HEADER, View
+from streamiq.views.base import View
 from streamiq.views.rows import RowCheck
 
 __all__ = ["COPY_MIN_RECORDS", "FRESHNESS_BUCKETS", "MAX_ROW_POSITIONS", "Materializer",
@@ -314,24 +315,14 @@ class Materializer:
                 # The consumer was reset below our checkpoint (topic re-created or
                 # truncated): our rows describe a log that is gone.
                 self._rebuild(view, p, st, records[0].offset())
-            puts: list[tuple[bytes, bytes | None]] = []
-            offsets: list[int] = []  # each put's changelog offset (for the feed)
             position = {t: dict(po) for t, po in st.position.items()}
-            versions: list[tuple[bytes, bytes, bytes | None]] = []  # rows with positions
-            marked = False
-            for m in records:
-                try:
-                    marked |= self._decode(m, view, puts, position, versions, st.restored)
-                except Skip as exc:
-                    self._skip(view, p, m.offset(), exc.reason, exc)
-                except Exception as exc:  # a record no check foresaw: still never fatal
-                    self._skip(view, p, m.offset(), "undecodable", exc)
-                if len(offsets) < len(puts):
-                    offsets.append(m.offset())
+            got = read_batch(records, p, st, self._check(view), self.ends, position,
+                             partial(self._skip, view, p), partial(self._fresh, view))
+            puts = got.puts
             next_offset = records[-1].offset() + 1
             if not st.restored:  # the restore's progress (restore_progress)
                 st.restore_bytes += sum(len(k) + len(v) for k, v in puts if v is not None)
-            self._versions(view, p, st, versions)  # before the store: a read finds them
+            self._versions(view, p, st, got.versions)  # before the store: a read finds them
             with self.feed.lock:  # subscriptions read their first values under it
                 self.stores[view].apply(p, puts, Checkpoint(offset=next_offset,
                                                             position=position))
@@ -339,9 +330,9 @@ class Materializer:
                 st.position = position
                 if puts and self.feed.watched(view, p):
                     self.feed.publish(view, p, self.views[view].windowed,
-                                      [(o, k, v) for o, (k, v) in zip(offsets, puts,
+                                      [(o, k, v) for o, (k, v) in zip(got.offsets, puts,
                                                                       strict=True)])
-            self._remember(st, {k: pos for k, pos, _ in versions}, marked)
+            self._remember(st, {k: pos for k, pos, _ in got.versions}, got.marked)
         if batches and self.on_apply is not None:
             self.on_apply()
 
@@ -383,42 +374,11 @@ class Materializer:
         return Counter({(view, reason): n for view, s in list(self._skips.items())
                         for reason, n in s.reasons.items()})
 
-    def _decode(self, m: Any, view: str, puts: list[tuple[bytes, bytes | None]],
-                position: dict[str, dict[int, int]],
-                versions: list[tuple[bytes, bytes, bytes | None]], following: bool) -> bool:
-        """Add one record to the batch (a row; with its input positions, to
-        ``versions``) or to the position (a marker: True)."""
-        headers = m.headers()
-        pos = ts = tick = None
-        for k, v in headers or ():
-            if k == MARKER_HEADER:
-                offsets = parse_marker(m.value())
-                self.ends.check(offsets)
-                merge(position, {(t, part): off for t, po in offsets.items()
-                                 for part, off in po.items()})
-                return True
-            if k == POSITION_HEADER:
-                pos = v
-            elif k == TIME_HEADER:
-                ts = v
-            elif k == TICK_HEADER:
-                tick = v
-        if is_tick_key(m.key()):  # never stored: it makes the position (ticks.py)
-            st = self.states[(view, m.partition())]
-            st.ticks = st.ticks or TickClaims(m.partition())
-            return merge(position, st.ticks.add(m.key(), tick, pos))
+    def _check(self, view: str) -> RowCheck:
         check = self._checks.get(view)
         if check is None:
             check = self._checks[view] = RowCheck(self.views[view], self.partitions.get(view))
-        row = check(m.key(), m.value(), m.partition())
-        puts.append(row)
-        # a partition still restoring answers no read: its rows' positions would only
-        # be kept to be forgotten (a read after it waits for a marker: never wrong)
-        if pos is not None and following and not check.windowed:
-            versions.append((row[0], pos, row[1]))
-        if ts is not None and following:
-            self._fresh(view, ts, m.timestamp())
-        return False
+        return check
 
     def _fresh(self, view: str, ts: bytes, appended: tuple[int, int]) -> None:
         """Observe a row's freshness and its stages (``appended``: the changelog record's

@@ -42,7 +42,7 @@ from streamiq.kafka.skips import Skip
 from streamiq.serving.changelog.consistency import Token, parse_tokens
 from streamiq.views.base import TICK_KEY, TICK_PREFIX
 
-__all__ = ["MIN_GAP_S", "TickClaims", "Ticker", "is_tick_key", "merge"]
+__all__ = ["MIN_GAP_S", "TICK_KEY_PREFIX", "TickClaims", "Ticker", "is_tick_key", "merge"]
 
 log = logging.getLogger("streamiq.ticks")
 
@@ -53,18 +53,19 @@ MIN_GAP_S = 0.002
 _KEPT = 32
 #: aggregation tasks a tick header may name (Spark's shuffle partitions of one query)
 _MAX_TASKS = 4096
-_PREFIX = TICK_PREFIX.encode()
+#: a tick row's key starts with it (its bytes)
+TICK_KEY_PREFIX = TICK_PREFIX.encode()
 Claims = dict[tuple[str, int], int]
 
 
 def is_tick_key(key: bytes | None) -> bool:
-    return key is not None and key.startswith(_PREFIX)
+    return key is not None and key.startswith(TICK_KEY_PREFIX)
 
 
 def _crafted(key: bytes) -> tuple[int, int]:
     """The (task, partition) a tick key was crafted for (Skip if it is none)."""
     try:
-        task, part, _ = key[len(_PREFIX):].split(b"|")[0].split(b".")
+        task, part, _ = key[len(TICK_KEY_PREFIX):].split(b"|")[0].split(b".")
         return int(task), int(part)
     except ValueError:
         raise Skip("bad_tick", f"not a tick key: {key[:60]!r}") from None
