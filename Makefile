@@ -84,6 +84,7 @@ bench: $(STAMP) $(JARS)
 	$(BIN)/python bench/bench_ha.py
 	$(BIN)/python bench/bench_hung.py
 	$(BIN)/python bench/bench_restore_rows.py
+	$(BIN)/python bench/bench_restore_fetch.py
 	$(BIN)/python bench/bench_snapshots.py
 	$(BIN)/python bench/bench_scale.py
 	$(BIN)/python bench/bench_freshness.py

@@ -198,10 +198,15 @@ class Materializer:
         # a second: a partition newly held restores for longer than that); a record is
         # answered at once either way. 500 ms, librdkafka's default: three idle nodes'
         # fetches took the broker about 3% of a core at 100 ms (docs/design.md, "What an
-        # idle cluster costs")
+        # idle cluster costs"). fetch.queue.backoff.ms: librdkafka stops fetching a
+        # partition whose queue is past queued.min.messages for that long (1 s by
+        # default), and a restore drains a queue in less: it read in bursts with half a
+        # second of nothing between them (about 106k keys/s in process; 10 ms: 190k, and
+        # one batch after another, bench/bench_restore_fetch.py)
         conf = {"group.id": "streamiq-materializer", "enable.auto.commit": False,
                 "enable.auto.offset.store": False, "auto.offset.reset": "earliest",
-                "enable.partition.eof": True, "fetch.wait.max.ms": 500, **self._conf}
+                "enable.partition.eof": True, "fetch.wait.max.ms": 500,
+                "fetch.queue.backoff.ms": 10, **self._conf}
         consumer = Consumer(conf)
         assigned: set[tuple[str, int]] = set()
         try:
