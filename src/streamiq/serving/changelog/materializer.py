@@ -189,7 +189,7 @@ class Materializer:
 
     # -- the loop --
     def _run(self) -> None:
-        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+        from confluent_kafka import Consumer, TopicPartition
 
         # A partition's end is taken once a fetch for it has answered: with a record, or
         # with the end of the partition (enable.partition.eof), so never a stale cached
@@ -228,7 +228,11 @@ class Materializer:
                     if new:
                         tps = []
                         for v, p in sorted(new):
-                            cp = self.stores[v].checkpoint(p) or Checkpoint(offset=OFFSET_BEGINNING)
+                            # from empty: offset 0, not OFFSET_BEGINNING, which librdkafka
+                            # first asks the broker for, and a consumer that does not know
+                            # the leader yet asks again only 500 ms later (a log that no
+                            # longer starts at 0 is reset to its start: earliest)
+                            cp = self.stores[v].checkpoint(p) or Checkpoint(offset=0)
                             st = PartitionState(offset=max(cp.offset, 0), position=cp.position)
                             if not self.views[v].windowed:
                                 st.history = History()
