@@ -201,9 +201,11 @@ class Writer:
 
 
 async def _samples(w: Writer, kind: str, n: int, pace: float, warm: int = 5,
-                   budget_s: float | None = None) -> list[float]:
+                   budget_s: float | None = None, writes: list[int] | None = None
+                   ) -> list[float]:
     """``n`` samples after ``warm``; with ``budget_s``, those taken within it (a
-    pipeline that cannot keep up makes each later than the last)."""
+    pipeline that cannot keep up makes each later than the last). ``writes`` gets the
+    writes made (the warm ones and one cut by the budget too)."""
     out: list[float] = []
     # idle connections closed before the servers close them (uvicorn: after 5 s)
     limits = httpx.Limits(max_connections=32, max_keepalive_connections=32, keepalive_expiry=2)
@@ -213,6 +215,8 @@ async def _samples(w: Writer, kind: str, n: int, pace: float, warm: int = 5,
             if end is not None and time.monotonic() > end:
                 break
             sample = w.bank(c) if kind == "bank" else w.order(c)
+            if writes is not None:
+                writes.append(1)
             try:  # a write not visible by the budget's end is cut: the pipeline is behind
                 dt = await asyncio.wait_for(sample, None if end is None else max(
                     1.0, end - time.monotonic()))
@@ -408,10 +412,11 @@ def _per_record(pipeline_pct: float, idle_pct: float | None, per_s: float) -> fl
     return (pipeline_pct - (idle_pct or 0.0)) / 100 / max(per_s, 1e-9) * 1000
 
 
-def _cpu_line(cpu: dict[str, float]) -> str:
+def _cpu_line(cpu: dict[str, float], above_rest: bool) -> str:
     parts = ", ".join(f"{k} {v:.0f}%" for k, v in cpu.items() if k != "per record")
     return (f"CPU {parts} of a core; the pipeline {cpu['per record']:.3f} ms of CPU per "
-            "record (above its rest, with --idle-s)")
+            "record" + (" (above its rest)" if above_rest else " (its rest included: "
+                                                           "--idle-s 0)"))
 
 
 def _line(label: str, samples: list[float]) -> str:
@@ -464,13 +469,13 @@ class ChangelogWatch:
                     self.seen.setdefault(view, []).append((at - int(ts)) / 1000)
 
 
-def _shuffle(value: str) -> tuple[str, dict[str, str] | None]:
-    """A ``--flush-ms`` value's name and Spark settings: a number N, Spark's 32 KiB
-    buffers flushed every N ms (the product's: N = 1); ``each``, each row sent at once
-    and the flush every 100 ms (``modes.SEND_EACH_ROW``); ``row:N``, each row sent at
-    once and the flush every N ms; ``g1:N``, the product's shuffle with Spark's JVM
-    collecting garbage by G1, pauses aimed at N ms (the product's: the parallel
-    collector)."""
+def _variant(value: str) -> tuple[str, dict[str, str] | None]:
+    """A real-time variant (a ``--flush-ms`` value): its name and Spark settings. A
+    number N, Spark's 32 KiB buffers flushed every N ms (the product's: N = 1);
+    ``each``, each row sent at once and the flush every 100 ms
+    (``modes.SEND_EACH_ROW``); ``row:N``, each row sent at once and the flush every N
+    ms; ``g1:N``, the product's shuffle with Spark's JVM collecting garbage by G1,
+    pauses aimed at N ms (the product's: the parallel collector)."""
     from streamiq.pipeline.modes import SEND_EACH_ROW
 
     if value == "each":
@@ -528,7 +533,7 @@ def main() -> None:
         for m in a.modes.split(","):
             if m == "real-time" and a.flush_ms:
                 for ms in a.flush_ms.split(","):
-                    name, spark = _shuffle(ms)
+                    name, spark = _variant(ms)
                     parts[f"real-time, {name}"] = Parts(
                         broker.bootstrap_servers, m, a.realtime_batch_s,
                         label=f"rt{ms.replace(':', '')}", spark=spark)
@@ -565,19 +570,21 @@ def main() -> None:
                     w = Writer(rt, f"u{rate}", a.poll_ms / 1000)
                     before = _stages(rt.ports)
                     cpu0, t0 = _cpu_parts(rt), time.monotonic()
+                    made: list[int] = []
                     with Load(broker.bootstrap_servers, rt.prefix, rate) as load:
                         got = {k: asyncio.run(_samples(w, k, a.load_samples, pace,
-                                                       budget_s=a.load_budget_s))
+                                                       budget_s=a.load_budget_s,
+                                                       writes=made))
                                for k in ("bank", "orders")}
                     stages[f"{m} under {rate}/s"] = _since(_stages(rt.ports), before)
                     took = time.monotonic() - t0
                     cpu = {k: (v - cpu0[k]) / took * 100 for k, v in _cpu_parts(rt).items()}
-                    writes = load.sent + sum(len(v) + 5 for v in got.values())
+                    writes = load.sent + len(made)
                     cpu["per record"] = _per_record(cpu["pipeline"], idle.get(m), writes / took)
                     loaded[(m, rate)] = (load.achieved, load.failed, got, cpu)
                     print(f"  {m} under {rate}/s (achieved {load.achieved:.0f}/s): "
                           + "; ".join(_line(k, v).strip() for k, v in got.items())
-                          + "; " + _cpu_line(cpu), flush=True)  # as it goes
+                          + "; " + _cpu_line(cpu, m in idle), flush=True)  # as it goes
         finally:
             for p in parts.values():
                 p.stop()
@@ -601,7 +608,7 @@ def main() -> None:
     for (m, rate), (achieved, failed, got, cpu) in loaded.items():
         print(f"{m} under load: {rate} records/s produced straight to the input topics "
               f"(achieved {achieved:.0f}/s, {failed} refused), half bank, half orders; "
-              + _cpu_line(cpu))
+              + _cpu_line(cpu, m in idle))
         for kind, samples in got.items():
             print(_line(f"under {rate}/s, {kind}", samples))
         lines = _stage_lines(stages.get(f"{m} under {rate}/s", {}))
