@@ -238,6 +238,7 @@ class Materializer:
                                 st.history = History()
                             log.info("%s partition %d: resuming from changelog offset %d",
                                      v, p, st.offset)
+                            self._at_end(consumer, v, p, st)
                             with self._lock:  # halt() empties states under the same lock
                                 if self._stop.is_set():
                                     return
@@ -284,6 +285,17 @@ class Materializer:
                 continue
             out.add((v, p))
         return out
+
+    def _at_end(self, consumer: Any, view: str, p: int, st: PartitionState) -> None:
+        """A partition newly held whose checkpoint is already its changelog's end (asked
+        of the broker, never librdkafka's cached end) is restored at once: a fetch at
+        the end is held by the broker for fetch.wait.max.ms before it says so, half a
+        second more for every restart, copy from a peer and empty partition."""
+        end = self._end(consumer, view, p, unknown=-1)
+        if 0 <= end == st.offset:
+            st.fetched, st.high_watermark, st.target, st.restored = True, end, end, True
+            log.info("%s partition %d restored (at its changelog's end, offset %d)",
+                     view, p, end)
 
     def _end(self, consumer: Any, view: str, p: int, unknown: int = 0) -> int:
         """The changelog partition's end offset, asked of the broker (``unknown`` when

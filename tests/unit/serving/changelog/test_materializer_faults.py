@@ -313,6 +313,37 @@ def test_a_partition_held_again_restores_to_its_end_not_to_a_stale_cached_one(
         m.stop()
 
 
+def test_a_partition_at_its_changelogs_end_is_restored_without_waiting_for_a_fetch(
+        tmp_path: Path, fake_kafka: Any) -> None:
+    """A restart, a copy from a peer, an empty partition: a checkpoint already at the
+    changelog's end (asked of the broker) is restored at once, where a fetch at the end
+    is held by the broker for fetch.wait.max.ms before it says so; one behind its end
+    still waits for its records."""
+    log, _ = fake_kafka
+    b = TOPIC["balances"]
+    for i in range(3):
+        log.append(b, 0, f"a{i}".encode(), _row(f"a{i}", i))
+    m = _materializer(tmp_path)
+    m.want({("balances", 0)})
+    m.start()
+    try:
+        _wait(lambda: m.states.get(("balances", 0), PartitionState()).restored, "restored")
+    finally:
+        m.stop()
+    log.first_fetch_polls = 10**9  # from now on no fetch answers
+    log.append(b, 2, b"a9", _row("a9", 9))
+    again = Materializer({}, m.views, m.stores, TOPIC, input_ends=_ends)
+    again.want({("balances", 0), ("balances", 1), ("balances", 2)})  # 1 empty, 2 behind
+    again.start()
+    try:
+        _wait(lambda: all(again.states.get(("balances", p), PartitionState()).restored
+                          for p in (0, 1)), "restored at the end")
+        assert again.states[("balances", 0)].offset == 3 and again.read["balances"] == 0
+        assert not again.states[("balances", 2)].restored  # its record is not read yet
+    finally:
+        again.stop()
+
+
 def test_a_cached_end_behind_the_records_handed_over_rebuilds_nothing(
         tmp_path: Path, fake_kafka: Any) -> None:
     """librdkafka may hand over a fetch's records before it stores that fetch's end: the
