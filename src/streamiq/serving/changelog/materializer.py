@@ -291,20 +291,21 @@ class Materializer:
         of the broker, never librdkafka's cached end) is restored at once: a fetch at
         the end is held by the broker for fetch.wait.max.ms before it says so, half a
         second more for every restart, copy from a peer and empty partition."""
-        end = self._end(consumer, view, p, unknown=-1)
+        end = self._end(consumer, view, p, unknown=-1, timeout=1)  # else: fetched as always
         if 0 <= end == st.offset:
             st.fetched, st.high_watermark, st.target, st.restored = True, end, end, True
             log.info("%s partition %d restored (at its changelog's end, offset %d)",
                      view, p, end)
 
-    def _end(self, consumer: Any, view: str, p: int, unknown: int = 0) -> int:
+    def _end(self, consumer: Any, view: str, p: int, unknown: int = 0,
+             timeout: float = 5) -> int:
         """The changelog partition's end offset, asked of the broker (``unknown`` when
-        it does not say)."""
+        it does not say within ``timeout`` seconds)."""
         from confluent_kafka import TopicPartition
 
         try:
             _, high = consumer.get_watermark_offsets(TopicPartition(self.topics[view], p),
-                                                     timeout=5)
+                                                     timeout=timeout)
         except Exception as exc:
             log.warning("%s partition %d: changelog end unknown (%r)", view, p, exc)
             return unknown
