@@ -42,7 +42,7 @@ from streamiq.kafka.skips import Skip
 from streamiq.serving.changelog.consistency import Token, parse_tokens
 from streamiq.views.base import TICK_KEY, TICK_PREFIX
 
-__all__ = ["MIN_GAP_S", "TICK_KEY_PREFIX", "TickClaims", "Ticker", "is_tick_key", "merge"]
+__all__ = ["MIN_GAP_S", "TICK_KEY_PREFIX", "TickClaims", "Ticker", "merge"]
 
 log = logging.getLogger("streamiq.ticks")
 
@@ -56,10 +56,6 @@ _MAX_TASKS = 4096
 #: a tick row's key starts with it (its bytes)
 TICK_KEY_PREFIX = TICK_PREFIX.encode()
 Claims = dict[tuple[str, int], int]
-
-
-def is_tick_key(key: bytes | None) -> bool:
-    return key is not None and key.startswith(TICK_KEY_PREFIX)
 
 
 def _crafted(key: bytes) -> tuple[int, int]:
