@@ -290,7 +290,13 @@ class Materializer:
         """A partition newly held whose checkpoint is already its changelog's end (asked
         of the broker, never librdkafka's cached end) is restored at once: a fetch at
         the end is held by the broker for fetch.wait.max.ms before it says so, half a
-        second more for every restart, copy from a peer and empty partition."""
+        second more for every restart, copy from a peer and empty partition. (Kafka
+        Streams' changelog reader does the same: a changelog whose listed end is its
+        position is restored.) It then holds the changelog as of the question: a write
+        after it is seen once the consumer's first fetch of the partition answers,
+        milliseconds on a known leader (a consumer that must look it up again, after a
+        reconnect or for a new topic: a second or more), as any replica sees a write
+        one fetch later; a read that carries a position waits for it as always."""
         end = self._end(consumer, view, p, unknown=-1, timeout=1)  # else: fetched as always
         if 0 <= end == st.offset:
             st.fetched, st.high_watermark, st.target, st.restored = True, end, end, True
