@@ -7,15 +7,18 @@ straight to a 3-partition changelog, as ``bench_sizing`` does, in steps up to ea
 ``--sizes``. Node A and node B (``--standby-replicas 1``: each holds every partition,
 active or standby) follow it. At each size, once A has applied every record:
 
-1. changelog: B stopped, its state folder wiped, started with ``--no-peer-copy``;
-   seconds from its start to ``/health`` 200 (every partition restored), less the start
-   of a node of an empty cluster: keys/s of a restore from the changelog;
+1. changelog: B stopped, its state folder wiped, started with ``--no-peer-copy
+   --no-restore-processes``; seconds from its start to ``/health`` 200 (every partition
+   restored), less the start of a node of an empty cluster: keys/s of a restore from the
+   changelog in the node's own thread; then again with ``--no-peer-copy`` alone: each
+   partition replayed by a process of its own (``serving/changelog/replayer.py``);
 2. copy: B stopped and wiped again, started as users run it (it copies every partition
    from A, then follows the changelog): the same figure;
 3. the sender's lookups: one client asks A for random keys at a steady pace
    (``--probe-rate``) for 5 s before B starts (idle), while B replays the changelog (A
    sends nothing: what B's start and restore cost A on these shared cores), and while B
-   copies from A; p99 of each and their ratio to idle (target: at most 2x);
+   replays in processes, and while B copies from A; p99 of each and their ratio to
+   idle (target: at most 2x);
 4. memory: each node's resident set, and what its store reports
    (``streamiq_store_memory_bytes``, within ``--store-memory-mb``); disk: A's RocksDB
    folder;
@@ -186,8 +189,14 @@ def main() -> None:
             idle = probe(pa, keys, a.probe_rate, 5)
             prober = Prober(pa, keys, a.probe_rate)
             prober.start()
-            node_b, replay_s = nodes.start("b", pb, "--no-peer-copy")
+            node_b, replay_s = nodes.start("b", pb, "--no-peer-copy", "--no-restore-processes")
             replaying = prober.stop()
+            nodes.wipe(node_b, "b")
+            prober = Prober(pa, keys, a.probe_rate)
+            prober.start()
+            node_b, procs_s = nodes.start("b", pb, "--no-peer-copy")
+            in_procs = prober.stop()
+            replays = metric(pb, "streamiq_partition_replays_total")
             nodes.wipe(node_b, "b")
             prober = Prober(pa, keys, a.probe_rate)
             prober.start()
@@ -196,9 +205,11 @@ def main() -> None:
             copies = metric(pb, "streamiq_partition_copies_total", 'outcome="copied"')
             failed = metric(pb, "streamiq_partition_copies_total", 'outcome="failed"')
             # less the empty cluster's start, at least 0.1 s: a start varies by tenths
-            replay, copy = (max(t - empty_s, 0.1) for t in (replay_s, copy_s))
-            line = (f"{n:>10,} keys: from the changelog {replay:6.1f} s "
-                    f"({n / replay / 1e3:5.0f}k keys/s); copied from the peer "
+            replay, procs, copy = (max(t - empty_s, 0.1) for t in (replay_s, procs_s, copy_s))
+            line = (f"{n:>10,} keys: from the changelog in the node's thread {replay:6.1f} s "
+                    f"({n / replay / 1e3:5.0f}k keys/s), in processes ({replays:.0f} "
+                    f"partitions) {procs:6.1f} s ({n / procs / 1e3:5.0f}k keys/s, "
+                    f"{replay / procs:.2f}x); copied from the peer "
                     f"({copies:.0f} partitions, {failed:.0f} failed) {copy:5.1f} s "
                     f"({n / copy / 1e3:5.0f}k keys/s, "
                     f"{replay / copy:.1f}x); start to ready {replay_s:.1f} and "
@@ -206,10 +217,12 @@ def main() -> None:
             print(line, flush=True)
             out.append(line)
             p99 = {k: pct(v, 99) for k, v in (("idle", idle), ("replay", replaying),
-                                             ("send", sending))}
+                                             ("procs", in_procs), ("send", sending))}
             line = (f"{'':>10}  A's lookups p99 ({a.probe_rate:.0f}/s): idle "
                     f"{p99['idle']:.2f} ms; while B replays the changelog (A sends nothing) "
-                    f"{p99['replay']:.2f} ms ({p99['replay'] / p99['idle']:.1f}x); while A "
+                    f"{p99['replay']:.2f} ms ({p99['replay'] / p99['idle']:.1f}x), in "
+                    f"processes {p99['procs']:.2f} ms ({p99['procs'] / p99['idle']:.1f}x); "
+                    "while A "
                     f"sends B its copy {p99['send']:.2f} ms ({p99['send'] / p99['idle']:.1f}x)"
                     f"; {prober.failed} failed")
             print(line, flush=True)

@@ -1,6 +1,7 @@
 """A node whose state folder is wiped takes its partitions from a peer's snapshot, not
 the changelog, and answers every key exactly (issue 49 item 1); when the only peer
-holding them is gone, it restores from the changelog as before."""
+holding them is gone (or with ``--no-peer-copy``), it replays each from the changelog in
+a process of its own, and with ``--no-restore-processes`` in its own thread, as before."""
 
 from __future__ import annotations
 
@@ -77,7 +78,19 @@ def test_a_wiped_node_copies_its_partitions_from_a_peer(bootstrap: str, tmp_path
     b.stop()
     shutil.rmtree(tmp_path / "b")
     b = _start(procs, bootstrap, prefix, pb, tmp_path / "b", "node-b3", "--no-peer-copy")
-    assert "copied from" not in b.log()
+    log = b.log()
+    assert "copied from" not in log
+    # each partition replayed by a process of its own, its records counted as read here
+    assert log.count("replayed in a process") == 2, log[-3000:]
+    assert metric(pb, "streamiq_partition_replays_total") == 2
+    assert metric(pb, "streamiq_changelog_records_read_total") >= ROWS
+    assert exact(pb, rows) is True
+    # and --no-restore-processes: the node's own thread replays them, as before
+    b.stop()
+    shutil.rmtree(tmp_path / "b")
+    b = _start(procs, bootstrap, prefix, pb, tmp_path / "b", "node-b4", "--no-peer-copy",
+               "--no-restore-processes")
+    assert "copied from" not in b.log() and "replayed in a process" not in b.log()
     assert metric(pb, "streamiq_changelog_records_read_total") >= ROWS
     assert exact(pb, rows) is True
 
@@ -90,5 +103,7 @@ def test_with_no_peer_holding_it_a_wiped_node_restores_from_the_changelog(
     b.stop()
     shutil.rmtree(tmp_path / "b")
     b = _start(procs, bootstrap, prefix, pb, tmp_path / "b", "node-b2")
-    assert "copied from" not in b.log()
+    log = b.log()
+    assert "copied from" not in log
+    assert log.count("replayed in a process") == 2, log[-3000:]  # no peer: each in a child
     assert exact(pb, rows) is True

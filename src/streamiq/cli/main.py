@@ -42,7 +42,7 @@ _SQL = ("sql_port", "sql_max_connections", "sql_max_per_address", "sql_max_start
         "sql_statement_timeout_s", "sql_max_statement_bytes", "sql_max_in_list", "sql_workers",
         "sql_max_queued", "sql_memory_mb", "sql_spill_mb")
 _NODE = ("host", "port", "advertised", "state_dir", "store", "store_memory_mb", "peer_copy",
-         "standby_replicas", "heartbeat_ms",
+         "restore_processes", "standby_replicas", "heartbeat_ms",
          "member_timeout_ms", "membership_period_s", "max_view_partitions", "max_views",
          "max_lag", "wait_timeout_ms",
          "max_waiters", "changes_buffer", "changes_keepalive_s", "changes_replay_max",

@@ -134,11 +134,13 @@ async def _open(settings: Settings) -> Node | None:
 
 def _copier(settings: Settings) -> Callable[[Node], Bootstrap] | None:
     """A partition never held is first copied from a peer (``--no-peer-copy``: never),
-    asked with the cluster credential."""
-    if not settings.peer_copy:
+    asked with the cluster credential, else replayed by a process of its own
+    (``--no-restore-processes``: never); with neither, the materializer replays it."""
+    if not (settings.peer_copy or settings.restore_processes):
         return None
     mark, ssl = Gate(settings).mark, tls.client_context(settings)
-    return lambda node: Bootstrap(node, mark, ssl)
+    return lambda node: Bootstrap(node, mark, ssl, peers=settings.peer_copy,
+                                  processes=settings.restore_processes)
 
 
 def _bind(settings: Settings) -> socket.socket | None:

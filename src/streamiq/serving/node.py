@@ -39,7 +39,12 @@ from streamiq.routing.router import Router
 from streamiq.serving.changelog.consistency import Token, row_reflects, token_for
 from streamiq.serving.changelog.discovery import Discovery
 from streamiq.serving.changelog.materializer import Materializer
-from streamiq.serving.changelog.partition import CopyProgress, RestoreProgress, Transfer
+from streamiq.serving.changelog.partition import (
+    CopyProgress,
+    Replaying,
+    RestoreProgress,
+    Transfer,
+)
 from streamiq.serving.changelog.ticks import Ticker
 from streamiq.state import Store, open_store
 from streamiq.supervise import Supervisor
@@ -163,7 +168,8 @@ class Node:
         #: more of this node's /metrics (serving/main.py: the SQL front end's)
         self.collectors: list[Callable[[], Iterator[Metric]]] = []
         #: partitions being copied from a peer now (``serving/cluster/bootstrap.py``)
-        self.transfers: dict[tuple[str, int], Transfer] = {}
+        #: and replayed by a process of their own (``serving/changelog/replayer.py``)
+        self.transfers: dict[tuple[str, int], Transfer | Replaying] = {}
 
     @classmethod
     async def open(cls, settings: Settings, app: App | None = None,
@@ -508,7 +514,8 @@ class Node:
 
     def restoring(self) -> dict[str, dict[int, RestoreProgress | CopyProgress]]:
         """Per view, the partitions this node is restoring and how far each has come:
-        copying from a peer (``Transfer.progress``), then from the changelog
+        copying from a peer (``Transfer.progress``) or replaying in a process of its own
+        (``Replaying.progress``), then from the changelog
         (``PartitionState.restore_progress``)."""
         out: dict[str, dict[int, RestoreProgress | CopyProgress]] = {}
         now = time.monotonic()

@@ -48,7 +48,7 @@ from streamiq.serving.changelog.cuts import History
 from streamiq.serving.changelog.feed import Feed
 from streamiq.serving.changelog.markers import EndsQuery, InputEnds, kafka_ends
 from streamiq.serving.changelog.partition import PartitionState
-from streamiq.serving.changelog.records import read_batch
+from streamiq.serving.changelog.records import PARTITION_EOF, fetch, read_batch
 from streamiq.state.base import Checkpoint, Store
 from streamiq.supervise import Supervisor
 from streamiq.views.base import View
@@ -69,26 +69,9 @@ MAX_ROW_POSITIONS = 100_000
 FRESHNESS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
                      60.0)
 
-#: records applied per round at most, and the longest a round waits for the first one
-_BATCH = 2000
-_POLL_S = 0.05
-
-#: librdkafka's "end of partition" event (RD_KAFKA_RESP_ERR__PARTITION_EOF)
-_PARTITION_EOF = -191
-
 #: Test seam, None in production: called (loop thread) with each poll's fetched records
 #: before any of them is applied; what it raises crashes the loop, as a bug would.
 before_apply: Callable[[list[Any]], None] | None = None
-
-
-def _fetch(consumer: Any) -> list[Any]:
-    """What the consumer has, as soon as it has anything (at most ``_POLL_S``' wait):
-    librdkafka's batch ``consume(n, timeout)`` waits out its whole timeout unless ``n``
-    records come (measured: a record produced during ``consume(2000, 1.0)`` came back
-    800 ms later; with ``poll`` first, 9 ms), and a node's every row would have waited
-    up to that timeout before it was stored."""
-    first = consumer.poll(_POLL_S)
-    return [] if first is None else [first, *consumer.consume(_BATCH - 1, 0)]
 
 
 class Materializer:
@@ -249,7 +232,7 @@ class Materializer:
                 if not assigned:
                     time.sleep(0.05)
                     continue
-                self.apply(_fetch(consumer))
+                self.apply(fetch(consumer))
                 self._refresh_watermarks(consumer, assigned)
         except Exception:
             self.forget()  # before anything else (closing the consumer may take a while)
@@ -325,7 +308,7 @@ class Materializer:
         batches: dict[tuple[str, int], list[Any]] = defaultdict(list)
         for m in msgs:
             if m.error():
-                if m.error().code() == _PARTITION_EOF:
+                if m.error().code() == PARTITION_EOF:
                     self._fetched(m.topic(), m.partition())
                 else:
                     log.warning("changelog fetch error: %s", m.error())
@@ -386,10 +369,22 @@ class Materializer:
             st.fetched = True
 
     def _skip(self, view: str, p: int, offset: int, reason: str, exc: Exception) -> None:
+        self._skips_of(view).skip(reason, f"partition {p} offset {offset}: {str(exc)[:200]}")
+
+    def _skips_of(self, view: str) -> Skips:
         skips = self._skips.get(view)
         if skips is None:
             skips = self._skips[view] = Skips(log, f"{view} changelog record")
-        skips.skip(reason, f"partition {p} offset {offset}: {str(exc)[:200]}")
+        return skips
+
+    def count_skips(self, view: str, skips: Counter[str], read: int) -> None:
+        """A replay made elsewhere (``replayer.py``): its records read and skipped count
+        as this node's."""
+        self.read[view] += read
+        if skips:
+            held = self._skips_of(view)
+            held.reasons.update(skips)
+            held.total += skips.total()
 
     @property
     def skipped(self) -> int:

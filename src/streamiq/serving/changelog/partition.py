@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from streamiq.serving.changelog.cuts import History
     from streamiq.serving.changelog.ticks import TickClaims
 
-__all__ = ["CopyProgress", "PartitionState", "RestoreProgress", "Transfer"]
+__all__ = ["CopyProgress", "PartitionState", "Replaying", "RestoreProgress", "Transfer"]
 
 
 class RestoreProgress(TypedDict):
@@ -115,3 +115,26 @@ class Transfer:
     def permil(self) -> int:
         """Thousandths received (0 until the size is known)."""
         return 1000 * self.got // self.size if self.size > 0 else 0
+
+
+@dataclass
+class Replaying:
+    """One partition replayed from its changelog in a process of its own
+    (``changelog/replayer.py``): the offset it has read up to, of ``end``."""
+
+    end: int
+    offset: int = 0
+    bytes: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+    def progress(self, now: float | None = None) -> RestoreProgress:
+        elapsed = max((time.monotonic() if now is None else now) - self.started, 1e-9)
+        rate = self.offset / elapsed
+        remaining = max(self.end - self.offset, 0)
+        return {"records": self.offset, "bytes": self.bytes, "remaining": remaining,
+                "elapsed_s": round(elapsed, 3), "rate": round(rate, 1),
+                "eta_s": round(remaining / rate, 1) if rate > 0 else None}
+
+    def permil(self) -> int:
+        """Thousandths of the changelog read."""
+        return 1000 * min(self.offset, self.end) // self.end if self.end > 0 else 0

@@ -21,11 +21,27 @@ from streamiq.serving.changelog.ticks import TICK_KEY_PREFIX, TickClaims, merge
 from streamiq.views.base import MARKER_HEADER, POSITION_HEADER, TICK_HEADER, TIME_HEADER
 from streamiq.views.rows import RowCheck
 
-__all__ = ["Batch", "read_batch"]
+__all__ = ["BATCH", "PARTITION_EOF", "Batch", "fetch", "read_batch"]
+
+#: records applied per round at most, and the longest a round waits for the first one
+BATCH = 2000
+_POLL_S = 0.05
+#: librdkafka's "end of partition" event (RD_KAFKA_RESP_ERR__PARTITION_EOF)
+PARTITION_EOF = -191
 
 #: ``skip(offset, reason, exc)``; ``fresh(time header, (timestamp type, epoch ms))``
 SkipFn = Callable[[int, str, Exception], None]
 FreshFn = Callable[[bytes, tuple[int, int]], None]
+
+
+def fetch(consumer: Any) -> list[Any]:
+    """What the consumer has, as soon as it has anything (at most ``_POLL_S``' wait):
+    librdkafka's batch ``consume(n, timeout)`` waits out its whole timeout unless ``n``
+    records come (measured: a record produced during ``consume(2000, 1.0)`` came back
+    800 ms later; with ``poll`` first, 9 ms), and a node's every row would have waited
+    up to that timeout before it was stored."""
+    first = consumer.poll(_POLL_S)
+    return [] if first is None else [first, *consumer.consume(BATCH - 1, 0)]
 
 
 class Batch:

@@ -1,5 +1,5 @@
 """A partition this node must restore and never held, copied from a peer instead of
-replayed from the changelog (issue 49 item 1).
+replayed from the changelog (issue 49 item 1), else replayed in a process of its own.
 
 The materializer offers each such partition (its store has no checkpoint: a new node, a
 wiped disk, a new standby) to ``Bootstrap`` in a worker thread before it assigns it
@@ -8,19 +8,23 @@ most preferred first, for a snapshot (``cluster/copy.py``, over the peer protoco
 the cluster credential) and has the store take it in (``Store.ingest``: size, SHA-256,
 keys and checkpoint checked). The materializer then follows the changelog from the
 snapshot's offset. A copy that fails (the peer refuses, dies, sends something that does
-not check out) costs one log line and the next replica; when none is left, the
-partition restores from the changelog as before. Nothing is served from a half-taken
-copy: the store takes in a whole file or nothing, and the partition answers only once
-restored, as always.
+not check out) costs one log line and the next replica; when none is left (or
+``--no-peer-copy``), the partition is replayed from its changelog by a child process
+(``changelog/replayer.py``, ``--restore-processes``), two at once, each on a core, and
+taken in as a copy is; when that fails too, the materializer replays it as before.
+Nothing is served from a half-taken copy: the store takes in a whole file or nothing,
+and the partition answers only once restored, as always.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from ssl import SSLContext
 
 from prometheus_client.core import CounterMetricFamily, Metric
@@ -28,7 +32,8 @@ from prometheus_client.core import CounterMetricFamily, Metric
 from streamiq.errors import NotActive, StreamiqError
 from streamiq.routing.base import Member
 from streamiq.serving.changelog.materializer import COPY_MIN_RECORDS
-from streamiq.serving.changelog.partition import Transfer
+from streamiq.serving.changelog.partition import Replaying, Transfer
+from streamiq.serving.changelog.replayer import ReplayFailed, ReplayJob, replay, view_fields
 from streamiq.serving.cluster.copy import CopyFailed, fetch_snapshot
 from streamiq.serving.node import COPIES, Node
 from streamiq.state import SnapshotError
@@ -46,10 +51,14 @@ _ANY_LAG = 1 << 62
 class Bootstrap:
     """``(view, partition) -> bool``: copied from a peer and taken in (True), or not."""
 
-    def __init__(self, node: Node, mark: str, ssl: SSLContext | None) -> None:
+    def __init__(self, node: Node, mark: str, ssl: SSLContext | None, *,
+                 peers: bool = True, processes: bool = True) -> None:
         self.node = node
         self.mark = mark
         self.ssl = ssl
+        self.peers = peers  # copies asked of peers (--peer-copy)
+        self.processes = processes  # else replayed in a child (--restore-processes)
+        self.replayed = 0  # partitions replayed by a child and taken in
         # made as the node starts: its peers are heard by then (twice their timeout)
         self._hear_by = time.monotonic() + 2 * node.settings.member_timeout_ms / 1000
         self.copied = 0  # partitions taken in from a peer
@@ -59,11 +68,54 @@ class Bootstrap:
 
     def __call__(self, view: str, p: int) -> bool:
         try:
-            return self._copy(view, p)
+            if self.peers and self._copy(view, p):
+                return True
         except Exception:  # never fatal: the changelog is there
             log.exception("%s partition %d: copy from a peer failed", view, p)
             self.failed += 1
+        if not self.processes or self.node.materializer.stopped:
             return False
+        try:
+            return self._replay(view, p)
+        except Exception:  # never fatal: the materializer replays it
+            log.exception("%s partition %d: replay in a process failed", view, p)
+            return False
+
+    def _replay(self, view: str, p: int) -> bool:
+        """The partition replayed by a child process and taken in (False: it was not;
+        the materializer replays it)."""
+        node, mat = self.node, self.node.materializer
+        topic = mat.topics[view]
+        end = mat.ends.now([(topic, p)]).get((topic, p), 0)
+        if end < COPY_MIN_RECORDS:
+            return False
+        scratch = node.state_root() / COPIES / f"replay-{view}-{p}-{uuid.uuid4().hex}"
+        job = ReplayJob(kafka={k: v for k, v in node.settings.kafka().items()
+                               if isinstance(v, str | int | float | bool)},
+                        topic=topic, partition=p, partitions=node.partitions.get(view),
+                        view=view_fields(mat.views[view]), end=end,
+                        store=node.settings.store, memory_mb=node.settings.store_memory_mb,
+                        scratch=str(scratch), into=str(scratch.with_suffix(".snapshot")))
+        t0 = time.monotonic()
+        node.transfers[(view, p)] = progress = Replaying(end)
+        try:
+            snap, skips, read = replay(job, progress, lambda: mat.stopped)
+            cp = node.stores[view].ingest(snap)
+        except (ReplayFailed, SnapshotError, OSError) as exc:
+            log.warning("%s partition %d: replay in a process failed (%s); the changelog "
+                        "in the node", view, p, str(exc)[:600])
+            return False
+        finally:
+            node.transfers.pop((view, p), None)
+            Path(job.into).unlink(missing_ok=True)
+            shutil.rmtree(scratch, ignore_errors=True)
+        mat.count_skips(view, skips, read)
+        self.replayed += 1
+        took = time.monotonic() - t0
+        log.info("%s partition %d: replayed in a process, %d records in %.2fs (%.0f "
+                 "records/s, %d skipped); following the changelog from offset %d", view, p,
+                 read, took, read / max(took, 1e-9), skips.total(), cp.offset)
+        return True
 
     def _peers(self, view: str, p: int) -> list[str]:
         """The replicas to ask, most preferred first: those that report the partition
@@ -125,6 +177,9 @@ class Bootstrap:
         copies.add_metric(["copied"], self.copied)
         copies.add_metric(["failed"], self.failed)
         yield copies
+        yield CounterMetricFamily(
+            "streamiq_partition_replays", "Partitions this node never held replayed from "
+            "their changelog by a process of their own and taken in", value=self.replayed)
         yield CounterMetricFamily("streamiq_partition_copied_rows",
                                   "Rows taken in from peers' copies", value=self.rows)
 
