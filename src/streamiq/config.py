@@ -108,9 +108,9 @@ class Settings(BaseSettings):
     restore_processes: bool = Field(
         True, description="A partition a node must restore and never held, whose changelog "
         "holds 50,000 records or more and that no peer copied, is replayed from its "
-        "changelog by a process of its own (two at once, each on a core; each takes up to "
-        "--store-memory-mb while it runs) and taken in whole; off: by the node's own "
-        "thread, one partition after another.")
+        "changelog by a process of its own (one per core and one more at once, at most 8; "
+        "each takes up to half --store-memory-mb while it runs) and taken in whole; off: "
+        "by the node's own thread, one partition after another.")
     standby_replicas: int = Field(
         1, ge=0, le=8, description="Warm standby copies of each partition (when 2+ nodes)."
     )

@@ -6,7 +6,8 @@ partitions in its materializer's thread uses one core, however many it has. A pa
 this node never held whose changelog holds ``COPY_MIN_RECORDS`` or more, and that no
 peer copied (``cluster/bootstrap.py``), is replayed instead by a child process
 (``python -m streamiq.serving.changelog.replayer``), as many at once as the copies'
-threads (two): each on a core of its own.
+threads (``AT_ONCE``: one per core and one more), within half the node's store budget
+(``--store-memory-mb``) each.
 
 The child reads the changelog from its start to the end the node asked of the broker,
 with the materializer's own per-record loop (``records.read_batch``: rows checked,

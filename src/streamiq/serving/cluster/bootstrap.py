@@ -10,8 +10,8 @@ keys and checkpoint checked). The materializer then follows the changelog from t
 snapshot's offset. A copy that fails (the peer refuses, dies, sends something that does
 not check out) costs one log line and the next replica; when none is left (or
 ``--no-peer-copy``), the partition is replayed from its changelog by a child process
-(``changelog/replayer.py``, ``--restore-processes``), two at once, each on a core, and
-taken in as a copy is; when that fails too, the materializer replays it as before.
+(``changelog/replayer.py``, ``--restore-processes``), one per core and one more at once,
+and taken in as a copy is; when that fails too, the materializer replays it as before.
 Nothing is served from a half-taken copy: the store takes in a whole file or nothing,
 and the partition answers only once restored, as always.
 """
@@ -94,7 +94,8 @@ class Bootstrap:
                                if isinstance(v, str | int | float | bool)},
                         topic=topic, partition=p, partitions=node.partitions.get(view),
                         view=view_fields(mat.views[view]), end=end,
-                        store=node.settings.store, memory_mb=node.settings.store_memory_mb,
+                        store=node.settings.store,
+                        memory_mb=max(node.settings.store_memory_mb // 2, 16),
                         scratch=str(scratch), into=str(scratch.with_suffix(".snapshot")))
         t0 = time.monotonic()
         node.transfers[(view, p)] = progress = Replaying(end)
