@@ -92,7 +92,7 @@ class Bootstrap:
         scratch = node.state_root() / COPIES / f"replay-{view}-{p}-{uuid.uuid4().hex}"
         job = ReplayJob(kafka={k: v for k, v in node.settings.kafka().items()
                                if isinstance(v, str | int | float | bool)},
-                        topic=topic, partition=p, partitions=node.partitions.get(view),
+                        topic=topic, partition=p, partitions=mat.partitions.get(view),
                         view=view_fields(mat.views[view]), end=end,
                         store=node.settings.store,
                         memory_mb=max(node.settings.store_memory_mb // 2, 16),

@@ -47,6 +47,7 @@ class _Materializer:
         self.stopped = False
         self.topics = {"v": "v-changelog"}
         self.views = {"v": BALANCES}
+        self.partitions = {"v": 4}
         self.end = end
         self.ends = SimpleNamespace(now=lambda tps: {tp: self.end for tp in tps})
         self.counted: list[tuple[str, Counter[str], int]] = []
