@@ -103,8 +103,8 @@ class Bootstrap:
             snap, skips, read = replay(job, progress, lambda: mat.stopped)
             cp = node.stores[view].ingest(snap)
         except (ReplayFailed, SnapshotError, OSError) as exc:
-            log.warning("%s partition %d: replay in a process failed (%s); the changelog "
-                        "in the node", view, p, str(exc)[:600])
+            log.warning("%s partition %d: replay in a process failed (%s); the node "
+                        "replays it itself", view, p, str(exc)[:600])
             return False
         finally:
             node.transfers.pop((view, p), None)
