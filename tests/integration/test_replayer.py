@@ -35,7 +35,8 @@ def _changelog(bootstrap: str, topic: str) -> dict[int, dict[str, int | None]]:
     """Three rounds of rows, a tombstone per 100 accounts, one record that is not JSON
     in each partition: what each partition's store must hold after (None: deleted)."""
     ensure_topics({"bootstrap.servers": bootstrap}, {topic: P})
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+    # idempotent: a batch retried (the topic's leader not known yet) keeps its order
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True})
     want: dict[int, dict[str, int | None]] = {q: {} for q in range(P)}
     for r in range(3):
         for i in range(ACCOUNTS):
