@@ -6,7 +6,7 @@ import gc
 import os
 import sys
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -127,3 +127,25 @@ def cluster(bootstrap: str, tmp_path: Path, procs: Callable[..., Any]) -> Any:
     from procs import Deployment
 
     return Deployment(bootstrap, tmp_path, procs, free_port)
+
+
+#: lines of a demo's output that tell why a test through it failed
+_TELLING = ("WARNING", "ERROR", "Traceback", "Error:", "exited at", "restarting")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
+                              ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A failed test that ran through ``streamiq up`` (tests/updemo.py) shows the telling
+    lines of up's output (its nodes' warnings and errors, restarts): CI keeps nothing
+    else of a run."""
+    report = yield
+    if report.failed and call.when == "call":
+        for arg in getattr(item, "funcargs", {}).values():
+            path = getattr(arg, "log_path", None)
+            if isinstance(path, Path) and path.exists():
+                lines = [ln[:400] for ln in path.read_text(errors="replace").splitlines()
+                         if any(t in ln for t in _TELLING)]
+                report.sections.append((f"up's output: its last {min(len(lines), 40)} "
+                                        f"telling lines", "\n".join(lines[-40:])))
+    return report

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import orjson
 
 from streamiq import tls
-from streamiq.errors import StreamiqError
+from streamiq.errors import Unavailable
 from streamiq.serving.changes.position import parse, render
 from streamiq.serving.changes.stream import Event, Scope, Subscription
 from streamiq.serving.changes.upstream import HANG_S, upstream
@@ -87,7 +87,7 @@ class Merge:
         deadline = asyncio.get_running_loop().time() + _FIND_S
         while (groups := self._groups(partitions)) is None:
             if asyncio.get_running_loop().time() > deadline:
-                raise StreamiqError(f"no replica of {self.scope.view.name!r} partitions "
+                raise Unavailable(f"no replica of {self.scope.view.name!r} partitions "
                                     f"{partitions} within {_FIND_S:.0f}s")
             await asyncio.sleep(0.2)
         for g in groups:

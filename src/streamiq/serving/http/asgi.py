@@ -16,8 +16,9 @@ requests are answered in order). What it does with the app's messages:
   gone (or the response is complete): a stream notices the client leaving (ASGI spec
   2.3: ``send`` after that is ignored);
 * an app that raises, or returns without answering, gets a 500 problem document (no
-  traceback to the client) when nothing was written yet; otherwise the connection is
-  closed (a client sees a cut response, never a wrong one).
+  traceback to the client) when nothing was written yet, or the error's own problem
+  when it is one of ``streamiq.errors`` (a stream that found no replica: 503);
+  otherwise the connection is closed (a client sees a cut response, never a wrong one).
 """
 
 from __future__ import annotations
@@ -167,17 +168,24 @@ class Cycle:
                 self._failed(None)
 
     def _failed(self, exc: Exception | None) -> None:
-        if exc is not None:
+        # an error of the hierarchy raised where it was found (a stream that finds no
+        # replica: 503) is its own answer; anything else is the server's fault
+        known = exc if isinstance(exc, StreamiqError) and exc.code != "INTERNAL" else None
+        if known is not None:
+            log.warning("%s %s: %s", self.method, self.path, known)
+        elif exc is not None:
             log.error("%s %s: the app failed", self.method, self.path, exc_info=exc)
         if self.complete or self.disconnected:
             return
-        if not self.streaming:  # nothing written yet (a head is held back): a 500
+        if not self.streaming:  # nothing written yet (a head is held back): its problem
+            status, body = (500, _INTERNAL) if known is None else (known.http_status,
+                                                                   known.render())
             self._head = None
             self.keep_alive = False
             self.conn.write(b"".join((
-                STATUS_LINE[500], self.conn.default_headers,
+                STATUS_LINE[status], self.conn.default_headers,
                 b"content-type: %s\r\ncontent-length: %d\r\nconnection: close\r\n\r\n"
-                % (PROBLEM_JSON.encode(), len(_INTERNAL)), _INTERNAL)))
+                % (PROBLEM_JSON.encode(), len(body)), body)))
             self.finish()
         else:
             self.disconnected = True

@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from streamiq.errors import PROBLEM_JSON
+from streamiq.errors import PROBLEM_JSON, Unavailable
 from streamiq.serving.http.server import STARTUP_FAILED, HttpServer
 
 
@@ -40,6 +40,8 @@ class Probe:
     async def app(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["path"] == "/fail":  # no handler in between
             raise RuntimeError("a secret detail of the failure")
+        if scope["type"] == "http" and scope["path"] == "/unavailable":  # a stream's
+            raise Unavailable("no replica of 'v' partitions [0] within 30s")  # first wait
         await self.routes(scope, receive, send)
 
     @asynccontextmanager
@@ -168,6 +170,21 @@ async def test_a_failing_app_is_a_500_problem_without_its_traceback(probe: Probe
         assert status == 500 and headers["content-type"] == PROBLEM_JSON
         assert json.loads(body)["code"] == "INTERNAL"
         assert b"secret" not in body and b"Traceback" not in body
+        assert await closed_by_server(r)
+        w.close()
+
+
+async def test_an_error_of_the_hierarchy_before_any_byte_is_its_own_problem(
+        probe: Probe) -> None:
+    """A stream that fails before its first event (its head held back) with a
+    ``streamiq.errors`` error answers that error's status and problem, not a 500."""
+    async with serving(probe.app) as port:
+        r, w = await connect(port)
+        w.write(b"GET /unavailable HTTP/1.1\r\nhost: t\r\n\r\n")
+        status, headers, body = await asyncio.wait_for(read_response(r), 30)
+        assert status == 503 and headers["content-type"] == PROBLEM_JSON
+        doc = json.loads(body)
+        assert doc["code"] == "UNAVAILABLE" and "no replica of 'v'" in doc["detail"]
         assert await closed_by_server(r)
         w.close()
 
