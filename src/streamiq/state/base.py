@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 __all__ = ["DEFAULT_MEMORY_MB", "Checkpoint", "Reader", "Snapshot", "SnapshotError", "Store",
            "StoreKind"]
@@ -47,6 +47,28 @@ class Snapshot:
     rows: int
     size: int
     sha256: str
+
+    def described(self) -> dict[str, Any]:
+        """What a receiver needs besides the file (a copy's header, a replayer's last
+        line): JSON-ready once its position's partitions become strings."""
+        cp = self.checkpoint
+        return {"format": self.format, "partition": self.partition,
+                "checkpoint": {"offset": cp.offset, "position": cp.position},
+                "rows": self.rows, "size": self.size, "sha256": self.sha256}
+
+    @classmethod
+    def of(cls, doc: Any, path: Path) -> Snapshot:
+        """The snapshot ``doc`` (``described()`` read back from JSON) says ``path``
+        holds; ``SnapshotError`` when it is not such a description."""
+        try:
+            cp = doc["checkpoint"]
+            position = {str(t): {int(p): int(o) for p, o in po.items()}
+                        for t, po in cp["position"].items()}
+            return cls(str(doc["format"]), int(doc["partition"]), path,
+                       Checkpoint(offset=int(cp["offset"]), position=position),
+                       int(doc["rows"]), int(doc["size"]), str(doc["sha256"]))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise SnapshotError(f"not a snapshot's description: {exc!r}"[:200]) from None
 
 
 class Reader(Protocol):

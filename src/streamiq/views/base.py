@@ -76,6 +76,10 @@ _WINDOW_SUFFIX = struct.Struct(">q")
 MAX_KEY_BYTES = 1024
 
 
+def _elsewhere(*_: Any) -> Any:
+    raise RuntimeError("a view only served here has no transform: its pipeline runs elsewhere")
+
+
 @dataclass(frozen=True, kw_only=True)
 class View:
     """A named, keyed aggregation over one or more input topics.
@@ -114,6 +118,18 @@ class View:
     #: Spark types (simple strings: ``bigint``, ``decimal(38,0)``) of the columns, where
     #: known: serving nodes check changelog rows against them (``views/rows.py``)
     types: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+    @classmethod
+    def served(cls, name: str, key_columns: Sequence[str], value_columns: Sequence[str], *,
+               window: str | None = None, types: Mapping[str, str] | None = None,
+               description: str = "", is_global: bool = False) -> View:
+        """A view as a process that only serves its rows knows it (a node's view found
+        on the catalog, a replayer's): their shape, and no transform (its pipeline runs
+        elsewhere)."""
+        return cls(name=name, source_topics=(), value_schema="", transform=_elsewhere,
+                   key_columns=tuple(key_columns), value_columns=tuple(value_columns),
+                   window=window, types=dict(types or {}), description=description,
+                   is_global=is_global)
 
     @property
     def ticks_ok(self) -> bool:

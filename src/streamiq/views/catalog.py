@@ -45,7 +45,6 @@ from streamiq.views.base import View
 from streamiq.views.catalog_bounds import MAX_CATALOG_BYTES, bounds
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
     from pyspark.sql.types import StructType
 
 __all__ = ["CATALOG_TOPIC_CONFIG", "CATALOG_VERSION", "PROGRESS_TOPIC_CONFIG", "VIEW_NAME",
@@ -143,13 +142,11 @@ class ViewSpec:
 
     def to_view(self) -> View:
         """The :class:`View` a serving node needs (no transform: the pipeline runs elsewhere)."""
-        return View(name=self.name, source_topics=(), value_schema="",
-                    transform=_no_transform,
-                    key_columns=tuple(c for c, _ in self.key_columns),
-                    value_columns=tuple(c for c, _ in self.value_columns),
-                    window=(self.window or "unknown") if self.windowed else None,
-                    description=self.description, is_global=self.is_global,
-                    types=self.types)
+        return View.served(self.name, [c for c, _ in self.key_columns],
+                           [c for c, _ in self.value_columns],
+                           window=(self.window or "unknown") if self.windowed else None,
+                           types=self.types, description=self.description,
+                           is_global=self.is_global)
 
     @classmethod
     def from_schema(cls, schema: StructType, *, name: str, key_columns: Sequence[str],
@@ -191,10 +188,6 @@ def _show(v: Any) -> str:
     if isinstance(v, tuple):
         return "(" + ", ".join(f"{c} {t}" for c, t in v) + ")"
     return json.dumps(v)
-
-
-def _no_transform(df: DataFrame) -> DataFrame:
-    raise RuntimeError("a view from the catalog has no transform: its pipeline runs elsewhere")
 
 
 def _typed(d: Mapping[str, Any], key: str, kind: type) -> Any:

@@ -122,13 +122,7 @@ def _follow(proc: subprocess.Popen[bytes], out: IO[bytes], progress: Replaying,
     for line in out:
         doc = json.loads(line)
         if "snapshot" in doc:
-            s = doc["snapshot"]
-            cp = s["checkpoint"]
-            position = {str(t): {int(p): int(o) for p, o in po.items()}
-                        for t, po in cp["position"].items()}
-            snap = Snapshot(str(s["format"]), int(s["partition"]), Path(s["path"]),
-                            Checkpoint(offset=int(cp["offset"]), position=position),
-                            int(s["rows"]), int(s["size"]), str(s["sha256"]))
+            snap = Snapshot.of(doc["snapshot"], Path(doc["snapshot"]["path"]))
             try:
                 proc.wait(STALL_S)  # it removes its store and exits
             except subprocess.TimeoutExpired:
@@ -156,22 +150,11 @@ def _tail(scratch: Path) -> str:
 
 
 # -- the child's side --
-def _no_transform(*_: Any) -> Any:
-    raise RuntimeError("a replayer runs no transform")
-
-
-def _view(fields: dict[str, Any]) -> View:
-    return View(name=fields["name"], source_topics=(), value_schema="",
-                transform=_no_transform, key_columns=tuple(fields["key_columns"]),
-                value_columns=tuple(fields["value_columns"]), window=fields["window"],
-                types=fields["types"])
-
-
 def _run(job: ReplayJob, say: Callable[[dict[str, Any]], None]) -> None:
     from confluent_kafka import Consumer, TopicPartition
 
     p, end = job.partition, job.end
-    check = RowCheck(_view(job.view), job.partitions)
+    check = RowCheck(View.served(**job.view), job.partitions)
     store = open_store(cast(StoreKind, job.store), Path(job.scratch) / "store", job.memory_mb)
     ends = InputEnds(kafka_ends(job.kafka))
     skips: Counter[str] = Counter()
@@ -220,12 +203,8 @@ def _run(job: ReplayJob, say: Callable[[dict[str, Any]], None]) -> None:
     finally:
         consumer.close()
         store.close()
-    cp = snap.checkpoint
-    say({"snapshot": {"format": snap.format, "partition": snap.partition,
-                      "path": str(snap.path), "rows": snap.rows, "size": snap.size,
-                      "sha256": snap.sha256,
-                      "checkpoint": {"offset": cp.offset, "position": cp.position}},
-         "skips": dict(skips), "read": read})
+    say({"snapshot": {**snap.described(), "path": str(snap.path)}, "skips": dict(skips),
+         "read": read})
 
 
 def _copy(position: dict[str, dict[int, int]]) -> dict[str, dict[int, int]]:

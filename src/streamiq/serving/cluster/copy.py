@@ -17,7 +17,7 @@ from __future__ import annotations
 from contextlib import aclosing
 from pathlib import Path
 from ssl import SSLContext
-from typing import IO, Any
+from typing import IO
 
 import orjson
 
@@ -25,7 +25,7 @@ from streamiq.errors import PeerTimeout, PeerUnreachable, from_problem
 from streamiq.serving.changelog.partition import Transfer
 from streamiq.serving.cluster.stream import stream
 from streamiq.serving.cluster.wire import END, HEADER, PART, PREPARING, request_body
-from streamiq.state import Checkpoint, Snapshot
+from streamiq.state import Snapshot, SnapshotError
 
 __all__ = ["CopyFailed", "fetch_snapshot"]
 
@@ -38,12 +38,14 @@ class CopyFailed(Exception):
 
 
 class _Copy:
-    """What has come of one copy: the header, then the file's bytes (to ``into``)."""
+    """What has come of one copy: the header (the snapshot it describes), then the
+    file's bytes (to ``into``, at ``path``)."""
 
-    def __init__(self, into: IO[bytes], transfer: Transfer) -> None:
+    def __init__(self, into: IO[bytes], path: Path, transfer: Transfer) -> None:
         self.into = into
+        self.path = path
         self.transfer = transfer
-        self.head: dict[str, Any] | None = None
+        self.head: Snapshot | None = None
         self.got = 0
 
     def frame(self, status: int, body: bytes) -> bool:
@@ -54,22 +56,29 @@ class _Copy:
             self.into.write(body)
             self.got += len(body)
             self.transfer.got = self.got
-            if self.got > int(self.head["size"]):
-                raise CopyFailed(f"more than the {self.head['size']} bytes announced")
+            if self.got > self.head.size:
+                raise CopyFailed(f"more than the {self.head.size} bytes announced")
             return False
         if status == HEADER and self.head is None:
             try:
-                head = orjson.loads(body)
-                self.transfer.size = int(head["size"])
-            except (ValueError, KeyError, TypeError) as exc:
-                raise CopyFailed(f"a header that is not one: {exc!r}"[:200]) from None
-            self.head = head
+                self.head = Snapshot.of(orjson.loads(body), self.path)
+            except (ValueError, SnapshotError) as exc:  # orjson's: a ValueError
+                raise CopyFailed(f"a header that is not one: {exc}"[:200]) from None
+            self.transfer.size = self.head.size
             return False
         if status == END and self.head is not None:
             return True
         if status >= 400:
             raise from_problem(status, body)
         raise CopyFailed(f"a frame of status {status} out of turn")
+
+    def snapshot(self) -> Snapshot:
+        """The file, whole as its header said (``CopyFailed`` if not)."""
+        assert self.head is not None
+        self.into.flush()
+        if self.got != self.head.size:
+            raise CopyFailed(f"{self.got} bytes of the {self.head.size} announced")
+        return self.head
 
 
 async def fetch_snapshot(address: str, mark: str, ssl: SSLContext | None, view: str,
@@ -82,7 +91,7 @@ async def fetch_snapshot(address: str, mark: str, ssl: SSLContext | None, view: 
     what has come."""
     body = request_body("snapshot", {"view": view}, [partition], count, None)
     with open(into, "wb") as f:
-        copy = _Copy(f, transfer or Transfer(address))
+        copy = _Copy(f, into, transfer or Transfer(address))
         try:
             try:
                 async with aclosing(stream(address, mark, ssl, body, hang_s,
@@ -98,24 +107,7 @@ async def fetch_snapshot(address: str, mark: str, ssl: SSLContext | None, view: 
                 what = ("closed the connection" if isinstance(exc.cause, ConnectionResetError)
                         else "unreachable")
                 raise CopyFailed(f"{address} {what}: {exc.cause!r}") from None
-            return _snapshot(copy, into)
+            return copy.snapshot()
         except BaseException:
             into.unlink(missing_ok=True)
             raise
-
-
-def _snapshot(copy: _Copy, into: Path) -> Snapshot:
-    head = copy.head
-    assert head is not None
-    copy.into.flush()
-    if copy.got != int(head["size"]):
-        raise CopyFailed(f"{copy.got} bytes of the {head['size']} announced")
-    try:
-        cp = head["checkpoint"]
-        position = {str(t): {int(p): int(o) for p, o in po.items()}
-                    for t, po in cp["position"].items()}
-        return Snapshot(str(head["format"]), int(head["partition"]), into,
-                        Checkpoint(offset=int(cp["offset"]), position=position),
-                        int(head["rows"]), int(head["size"]), str(head["sha256"]))
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise CopyFailed(f"a header that is not one: {exc!r}"[:200]) from None

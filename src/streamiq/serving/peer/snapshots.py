@@ -56,11 +56,7 @@ Waiting = Callable[[], int]
 
 
 def header(snap: Snapshot) -> bytes:
-    cp = snap.checkpoint
-    return orjson.dumps({"format": snap.format, "partition": snap.partition,
-                         "checkpoint": {"offset": cp.offset, "position": cp.position},
-                         "rows": snap.rows, "size": snap.size, "sha256": snap.sha256},
-                        option=orjson.OPT_NON_STR_KEYS)
+    return orjson.dumps(snap.described(), option=orjson.OPT_NON_STR_KEYS)
 
 
 def _asked(queries: Queries, doc: Any) -> tuple[str, int]:
