@@ -144,8 +144,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
         for arg in getattr(item, "funcargs", {}).values():
             path = getattr(arg, "log_path", None)
             if isinstance(path, Path) and path.exists():
-                lines = [ln[:400] for ln in path.read_text(errors="replace").splitlines()
-                         if any(t in ln for t in _TELLING)]
-                report.sections.append((f"up's output: its last {min(len(lines), 40)} "
-                                        f"telling lines", "\n".join(lines[-40:])))
+                lines = [ln if len(ln) < 500 else f"{ln[:150]} [...] {ln[-350:]}"  # a
+                         for ln in path.read_text(errors="replace").splitlines()  # trace's
+                         if any(t in ln for t in _TELLING)]  # last line: its exception
+                report.sections.append((f"up's output: its last {min(len(lines), 25)} "
+                                        f"telling lines", "\n".join(lines[-25:])))
     return report
