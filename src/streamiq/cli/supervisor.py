@@ -142,12 +142,18 @@ def saw_ready_line(part: Part) -> bool:
 
 
 def _relay(part: Part, stdout: Any) -> None:
+    """The part's output to up's, a line at a time, until the part closes it. The part's
+    pipe is drained whatever up's own output does (a closed pipe, ``streamiq up | head``;
+    a line it cannot encode): a full pipe would stop the part at its next line."""
     for line in stdout:
         if "pipeline ready" in line:
             part.ready_line.set()
-        with OUT:
-            sys.stdout.write(f"[{part.name}] {line}")
-            sys.stdout.flush()
+        try:
+            with OUT:
+                sys.stdout.write(f"[{part.name}] {line}")
+                sys.stdout.flush()
+        except (OSError, ValueError):  # UnicodeEncodeError is a ValueError
+            pass
 
 
 def _spawn(part: Part, env: dict[str, str]) -> None:

@@ -104,6 +104,18 @@ class Router:
         out.sort(key=lambda e: (rank[e.role], e.lag, e.address))
         return out
 
+    def why_none(self, view: str, partition: int, max_lag: int) -> str:
+        """What each live member reports of a partition no replica answers for within
+        ``max_lag`` (an error's detail: restoring, too far behind, not held)."""
+        said = []
+        for address, m in sorted(self.membership.live().items()):
+            state = m.partitions.get(view, {}).get(partition)
+            lag = -1 if state is None else int(state.get("lag", -1))
+            said.append(f"{address} " + (
+                "does not hold it" if state is None else "restoring" if not state.get(
+                    "restored") else "end unknown" if lag < 0 else f"lag {lag} > {max_lag}"))
+        return f"partition {partition}: " + (", ".join(said) or "no live member")
+
     def owner(self, view: str, partition: int, max_lag: int) -> Endpoint | None:
         found = self.replicas(view, partition, max_lag)
         return found[0] if found else None

@@ -14,7 +14,14 @@ from typing import Any
 
 import pytest
 
-from streamiq.cli.supervisor import Part, RestartPolicy, Supervisor, describe_exit, write_state
+from streamiq.cli.supervisor import (
+    Part,
+    RestartPolicy,
+    Supervisor,
+    _relay,
+    describe_exit,
+    write_state,
+)
 from streamiq.cli.up import _all_ready_line, _parts
 from streamiq.config import Settings
 
@@ -393,3 +400,26 @@ def test_ups_banner_has_a_psql_line_with_the_demo_token() -> None:
                     'password=the-demo-token"')
     assert _psql_lines(Settings(), demo, 3, 0) == []
     assert "password=any" in _psql_lines(Settings(), None, 1, 5433)[1]
+
+
+class _Gone:
+    """up's own output once it cannot be written (``streamiq up | head`` after head left)."""
+
+    def write(self, _: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def flush(self) -> None:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_a_parts_output_is_drained_when_ups_own_cannot_be_written(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every line is read from the part (its pipe never fills, so the part never blocks
+    writing a log line) and the pipeline's ready line still seen, though up's stdout
+    raises on every write."""
+    monkeypatch.setattr("sys.stdout", _Gone())
+    part = Part("pipeline", ["x"], "here", lambda _: True)
+    lines = iter([f"line {i}\n" for i in range(1000)] + ["streamiq: pipeline ready\n",
+                                                        "after\n"])
+    _relay(part, lines)
+    assert next(lines, None) is None and part.ready_line.is_set()

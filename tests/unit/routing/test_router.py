@@ -64,6 +64,14 @@ def test_no_replica_means_none() -> None:
     assert r.owner("v", 0, max_lag=10) is None
 
 
+def test_why_no_replica_names_each_members_state() -> None:
+    """A subscription that finds no replica says why (its 503's detail)."""
+    r = _router({A: {"v": {0: _state(lag=0, restored=False)}}, B: {"v": {0: _state(500)}},
+                 C: {}})
+    assert r.why_none("v", 0, max_lag=10) == (
+        f"partition 0: {A} restoring, {B} lag 500 > 10, {C} does not hold it")
+
+
 def test_previous_owner_kept_until_new_replicas_restored() -> None:
     members: dict[str, Report] = {A: {"v": {p: _state(0) for p in range(3)}}, B: {}, C: {}}
     r = _router(members, me=A, standbys=0)

@@ -83,12 +83,21 @@ class Merge:
             by.setdefault(self.node.endpoint, []).extend(here)
         return [_Group(a, tuple(ps)) for a, ps in by.items()]
 
+    def _why(self, partitions: list[int]) -> str:
+        """Of the partitions no replica answers for, each one's members' states (at
+        most 3): what a client's 503 says."""
+        view, lag = self.scope.view.name, self.node.settings.max_lag
+        missing = [p for p in partitions if not self.node.holds(view, p)
+                   and not self.node.router.replicas(view, p, lag)]
+        return "; ".join(self.node.router.why_none(view, p, lag) for p in missing[:3])
+
     async def _start(self, partitions: list[int]) -> None:
         deadline = asyncio.get_running_loop().time() + _FIND_S
         while (groups := self._groups(partitions)) is None:
             if asyncio.get_running_loop().time() > deadline:
                 raise Unavailable(f"no replica of {self.scope.view.name!r} partitions "
-                                    f"{partitions} within {_FIND_S:.0f}s")
+                                  f"{partitions} within {_FIND_S:.0f}s "
+                                  f"({self._why(partitions)})")
             await asyncio.sleep(0.2)
         for g in groups:
             self.tasks[g] = asyncio.get_running_loop().create_task(self._pump(g))

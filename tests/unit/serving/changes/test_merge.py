@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from feeders import Feeder
 
+from streamiq.errors import Unavailable
 from streamiq.serving.changes import merge
 from streamiq.serving.changes.merge import Merge
 from streamiq.serving.changes.stream import Scope
@@ -36,3 +37,24 @@ async def test_an_idle_merged_stream_sends_the_client_keepalives(
             assert (await anext(events)).kind == "keepalive"
     finally:
         await events.aclose()
+
+
+async def test_a_stream_that_finds_no_replica_ends_with_a_503_saying_why(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No member holds the partition restored: the stream's first step raises
+    ``Unavailable`` (a 503 before any byte, ``asgi.py``) naming what each member reports,
+    not an internal error."""
+    monkeypatch.setattr(merge, "_FIND_S", 0.3)
+    f = Feeder(tmp_path, buffer=10)
+    f.m.states[("balances", 0)].restored = False  # restoring here, and held nowhere else
+    placement = Placement(f.node, Traffic())
+    events = Merge(f.node, placement, "mark", Scope(BALANCES, (0,)), None, None).events(0.3)
+    try:
+        with pytest.raises(Unavailable) as caught:
+            async with asyncio.timeout(30):  # a bound on a hang, not a timing
+                await anext(events)
+    finally:
+        await events.aclose()
+    assert caught.value.http_status == 503
+    assert "no replica of 'balances' partitions [0] within 0s (partition 0: " in \
+        caught.value.message, caught.value.message
