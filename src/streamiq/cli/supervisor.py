@@ -29,8 +29,8 @@ import httpx
 from streamiq._signals import StopFlag
 from streamiq.kafka.broker import BrokerError, EmbeddedBroker
 
-__all__ = ["BROKER_TRIES", "OUT", "Part", "RestartPolicy", "Supervisor", "describe_exit",
-           "say", "write_state"]
+__all__ = ["BROKER_TRIES", "OUT", "KeptOutput", "Part", "RestartPolicy", "Supervisor",
+           "describe_exit", "keep_output", "say", "write_state"]
 
 OUT = threading.Lock()  # one line at a time from the relay threads and the supervisor
 #: exit codes a part also shows when Ctrl-C / SIGTERM reached its whole process group
@@ -42,6 +42,42 @@ _SETTLE_S = 1.0
 _DRAIN_S = 20.0
 #: starts of a dead embedded broker tried before everything stops
 BROKER_TRIES = 3
+
+
+class KeptOutput:
+    """up's stdout, whoever reads it may leave (``streamiq up | head``): a write that
+    fails drops that line and every later one, and up runs on (stopped as always, by
+    Ctrl-C or SIGTERM, its parts with it). Before, the failed write ended up at once and
+    its ``finally`` failed the same way before stopping the parts: orphans holding the
+    demo's ports."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self.gone = False
+
+    def write(self, text: str) -> int:
+        if not self.gone:
+            try:
+                return int(self._stream.write(text))
+            except (OSError, ValueError):  # a closed pipe or file; UnicodeEncodeError
+                self.gone = True
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.gone:
+            try:
+                self._stream.flush()
+            except (OSError, ValueError):
+                self.gone = True
+
+    def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding...
+        return getattr(self._stream, name)
+
+
+def keep_output() -> None:
+    """up's stdout from here on a ``KeptOutput`` (once)."""
+    if not isinstance(sys.stdout, KeptOutput):
+        sys.stdout = KeptOutput(sys.stdout)
 
 
 def say(msg: str) -> None:

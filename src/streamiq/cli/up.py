@@ -43,6 +43,7 @@ from streamiq.cli.supervisor import (
     RestartPolicy,
     Supervisor,
     http_ok,
+    keep_output,
     saw_ready_line,
     say,
     write_state,
@@ -158,8 +159,10 @@ def run_up(settings: Settings, nodes: int = 3, node_port: int = 9001,
     _install(embedded)
     if fresh:
         _clean_slate(settings, embedded)
-    # Before any child exists: Ctrl-C from here on stops cleanly, never a traceback.
+    # Before any child exists: Ctrl-C from here on stops cleanly, never a traceback;
+    # whoever reads up's output may leave, and up runs on
     stopping = stop_on_signals()
+    keep_output()
     broker = None
     if embedded:
         broker = _embedded_broker(settings)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +21,8 @@ from streamiq.cli.supervisor import (
     Supervisor,
     _relay,
     describe_exit,
+    keep_output,
+    say,
     write_state,
 )
 from streamiq.cli.up import _all_ready_line, _parts
@@ -423,3 +426,19 @@ def test_a_parts_output_is_drained_when_ups_own_cannot_be_written(
                                                         "after\n"])
     _relay(part, lines)
     assert next(lines, None) is None and part.ready_line.is_set()
+
+
+def test_up_runs_on_once_whoever_reads_its_output_has_left(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``streamiq up | head``: once head has left, up's lines go nowhere and up goes on
+    (its ``finally``, which stops the parts, says "stopping" first: it must not raise)."""
+    gone = _Gone()
+    monkeypatch.setattr("sys.stdout", gone)
+    with pytest.raises(BrokenPipeError):
+        say("a line before")  # what ended up, and left its parts running
+    keep_output()
+    keep_output()  # once: not wrapped twice
+    say("stopping")
+    print("the ready line", flush=True)
+    out = sys.stdout
+    assert getattr(out, "gone", False) is True and getattr(out, "_stream", None) is gone
