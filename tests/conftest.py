@@ -131,6 +131,15 @@ def cluster(bootstrap: str, tmp_path: Path, procs: Callable[..., Any]) -> Any:
 
 #: lines of a demo's output that tell why a test through it failed
 _TELLING = ("WARNING", "ERROR", "Traceback", "Error:", "exited at", "restarting")
+_SHOWN = 25  # of them, the last
+
+
+def _telling(path: Path) -> list[str]:
+    """The telling lines of up's output; a long one's start and end (where a JSON log
+    line's trace ends with its exception)."""
+    return [ln if len(ln) < 500 else f"{ln[:150]} [...] {ln[-350:]}"
+            for ln in path.read_text(errors="replace").splitlines()
+            if any(t in ln for t in _TELLING)]
 
 
 @pytest.hookimpl(wrapper=True)
@@ -144,9 +153,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
         for arg in getattr(item, "funcargs", {}).values():
             path = getattr(arg, "log_path", None)
             if isinstance(path, Path) and path.exists():
-                lines = [ln if len(ln) < 500 else f"{ln[:150]} [...] {ln[-350:]}"  # a
-                         for ln in path.read_text(errors="replace").splitlines()  # trace's
-                         if any(t in ln for t in _TELLING)]  # last line: its exception
-                report.sections.append((f"up's output: its last {min(len(lines), 25)} "
-                                        f"telling lines", "\n".join(lines[-25:])))
+                lines = _telling(path)[-_SHOWN:]
+                report.sections.append((f"up's output: its last {len(lines)} telling lines",
+                                        "\n".join(lines)))
     return report

@@ -59,7 +59,9 @@ class KeptOutput:
         if not self.gone:
             try:
                 return int(self._stream.write(text))
-            except (OSError, ValueError):  # a closed pipe or file; UnicodeEncodeError
+            except UnicodeError:  # a line this output cannot encode: that line alone
+                pass
+            except (OSError, ValueError):  # a closed pipe, a closed file
                 self.gone = True
         return len(text)
 
@@ -178,18 +180,15 @@ def saw_ready_line(part: Part) -> bool:
 
 
 def _relay(part: Part, stdout: Any) -> None:
-    """The part's output to up's, a line at a time, until the part closes it. The part's
-    pipe is drained whatever up's own output does (a closed pipe, ``streamiq up | head``;
-    a line it cannot encode): a full pipe would stop the part at its next line."""
+    """The part's output to up's, a line at a time, until the part closes it; up's
+    stdout is a ``KeptOutput``, so the pipe is drained whatever becomes of up's own
+    output (a full pipe would stop the part at its next line)."""
     for line in stdout:
         if "pipeline ready" in line:
             part.ready_line.set()
-        try:
-            with OUT:
-                sys.stdout.write(f"[{part.name}] {line}")
-                sys.stdout.flush()
-        except (OSError, ValueError):  # UnicodeEncodeError is a ValueError
-            pass
+        with OUT:
+            sys.stdout.write(f"[{part.name}] {line}")
+            sys.stdout.flush()
 
 
 def _spawn(part: Part, env: dict[str, str]) -> None:

@@ -110,10 +110,14 @@ class Router:
         said = []
         for address, m in sorted(self.membership.live().items()):
             state = m.partitions.get(view, {}).get(partition)
-            lag = -1 if state is None else int(state.get("lag", -1))
-            said.append(f"{address} " + (
-                "does not hold it" if state is None else "restoring" if not state.get(
-                    "restored") else "end unknown" if lag < 0 else f"lag {lag} > {max_lag}"))
+            if state is None:
+                said.append(f"{address} does not hold it")
+            elif not state.get("restored"):
+                said.append(f"{address} restoring")
+            elif (lag := int(state.get("lag", -1))) < 0:
+                said.append(f"{address} end unknown")
+            else:
+                said.append(f"{address} lag {lag} > {max_lag}")
         return f"partition {partition}: " + (", ".join(said) or "no live member")
 
     def owner(self, view: str, partition: int, max_lag: int) -> Endpoint | None:

@@ -419,8 +419,9 @@ def test_a_parts_output_is_drained_when_ups_own_cannot_be_written(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Every line is read from the part (its pipe never fills, so the part never blocks
     writing a log line) and the pipeline's ready line still seen, though up's stdout
-    raises on every write."""
+    (kept, as ``run_up`` keeps it) raises on every write."""
     monkeypatch.setattr("sys.stdout", _Gone())
+    keep_output()
     part = Part("pipeline", ["x"], "here", lambda _: True)
     lines = iter([f"line {i}\n" for i in range(1000)] + ["streamiq: pipeline ready\n",
                                                         "after\n"])
@@ -442,3 +443,27 @@ def test_up_runs_on_once_whoever_reads_its_output_has_left(
     print("the ready line", flush=True)
     out = sys.stdout
     assert getattr(out, "gone", False) is True and getattr(out, "_stream", None) is gone
+
+
+class _Ascii:
+    """An output that cannot encode one line (a locale's ASCII), and takes the others."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def write(self, text: str) -> int:
+        text.encode("ascii")  # UnicodeEncodeError for a line it cannot take
+        self.lines.append(text)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def test_a_line_up_cannot_encode_is_dropped_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    out = _Ascii()
+    monkeypatch.setattr("sys.stdout", out)
+    keep_output()
+    for line in ("before\n", "caf\u00e9\n", "after\n"):
+        sys.stdout.write(line)
+    assert out.lines == ["before\n", "after\n"]
