@@ -145,15 +145,20 @@ def _telling(path: Path) -> list[str]:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
                               ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    """A failed test that ran through ``streamiq up`` (tests/updemo.py) shows the telling
-    lines of up's output (its nodes' warnings and errors, restarts): CI keeps nothing
-    else of a run."""
+    """A failed test that ran real parts shows the telling lines of their output (their
+    warnings and errors, restarts): those of ``streamiq up`` (tests/updemo.py), and of
+    each part the ``procs`` factory started (tests/procs.py, ``tmp_path/logs``). CI
+    keeps nothing else of a run."""
     report = yield
     if report.failed and call.when == "call":
-        for arg in getattr(item, "funcargs", {}).values():
-            path = getattr(arg, "log_path", None)
-            if isinstance(path, Path) and path.exists():
+        args = getattr(item, "funcargs", {})
+        logs = [p for p in (getattr(a, "log_path", None) for a in args.values())
+                if isinstance(p, Path)]
+        if "procs" in args and isinstance(args.get("tmp_path"), Path):
+            logs += sorted((args["tmp_path"] / "logs").glob("*.log"))
+        for path in logs:
+            if path.exists():
                 lines = _telling(path)[-_SHOWN:]
-                report.sections.append((f"up's output: its last {len(lines)} telling lines",
+                report.sections.append((f"{path.name}: its last {len(lines)} telling lines",
                                         "\n".join(lines)))
     return report
