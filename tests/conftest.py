@@ -130,7 +130,7 @@ def cluster(bootstrap: str, tmp_path: Path, procs: Callable[..., Any]) -> Any:
 
 
 #: lines of a demo's output that tell why a test through it failed
-_TELLING = ("WARNING", "ERROR", "Traceback", "Error:", "exited at", "restarting")
+_TELLING = ("WARNING", " WARN ", "ERROR", "Traceback", "Error:", "exited at", "restarting")
 _SHOWN = 25  # of them, the last
 
 
