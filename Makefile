@@ -52,7 +52,7 @@ demo: $(STAMP) $(JARS)
 test: $(STAMP)
 	$(MAKE) --no-print-directory -j3 -O spark-cds $(JARS) lint chromium
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/pytest -q -ra --durations=25 \
-	  -n $(WORKERS) --dist loadfile tests
+	  -n $(WORKERS) --dist loadfile --no-loadscope-reorder tests
 
 # the tests' Spark class-data archive (tests/spark_cds.py: made once, kept). The JVM's
 # classpath is PySpark's alone (the connector's jars are added by Spark's own class

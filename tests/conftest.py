@@ -23,19 +23,22 @@ for _name, _value in FAST_ENV.items():  # pipelines and brokers the tests start 
 
 
 #: the slowest test files (several real parts, Spark starts, kills), slowest first as
-#: measured in a fresh clone's ``make test`` (3 workers), handed out first so that the
-#: workers (pytest-xdist, ``--dist loadfile``: a file's tests on one worker, its module
-#: fixtures started once) finish together; the rest keep their order
-SLOW_FIRST = ("test_up.py", "test_pipeline_e2e.py", "test_up_changes.py", "test_examples.py",
-              "test_up_pip.py", "test_up_consistency.py", "test_sink.py", "test_multihost.py",
-              "test_kafka_cluster.py",
-              "test_bad_input.py", "test_view_discovery.py", "test_positions.py",
-              "test_cli_e2e.py", "test_ticks.py", "test_staleness.py", "test_cuts.py",
-              "test_transfers.py", "test_hung_node.py",
-              "test_read_your_writes.py", "test_queries.py", "test_realtime.py",
-              "test_membership_epochs.py", "test_bank_e2e.py", "test_poison_changelog.py",
-              "test_poison_fuzz.py", "test_poison_records.py", "test_fail_closed.py",
-              "test_node_restart.py", "test_metrics_e2e.py", "test_ha.py")
+#: measured in a fresh clone's ``make test`` (3 workers; 2026-12-01, each 40 s or more
+#: of a worker's time), handed out first so that the workers (pytest-xdist, ``--dist
+#: loadfile --no-loadscope-reorder``: a file's tests on one worker, its module fixtures
+#: started once, the files in this order) finish together; the rest keep their order
+SLOW_FIRST = ("test_up.py", "test_examples.py", "test_up_pip.py", "test_multihost.py",
+              "test_up_consistency.py", "test_pipeline_e2e.py", "test_up_changes.py",
+              "test_positions.py", "test_transfers.py", "test_bad_input.py",
+              "test_poison_fuzz.py", "test_staleness.py", "test_sql_attacks.py",
+              "test_cli_e2e.py", "test_kafka_cluster.py", "test_view_discovery.py",
+              "test_sink.py", "test_realtime.py", "test_restore_from_peer.py",
+              "test_hung_node.py", "test_ingest_lean.py", "test_queries.py",
+              "test_cuts.py", "test_poison_changelog.py", "test_dashboard_browser.py",
+              "test_connector_source.py", "test_read_your_writes.py", "test_bank_e2e.py",
+              "test_scale_out.py", "test_poison_records.py", "test_metrics_e2e.py",
+              "test_sql_e2e.py", "test_fail_closed.py", "test_ticks.py", "test_ha.py",
+              "test_fuzz_openapi.py", "test_dead_letter_docs.py", "test_node_restart.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
