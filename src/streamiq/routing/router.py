@@ -104,9 +104,12 @@ class Router:
         out.sort(key=lambda e: (rank[e.role], e.lag, e.address))
         return out
 
-    def why_none(self, view: str, partition: int, max_lag: int) -> str:
-        """What each live member reports of a partition no replica answers for within
-        ``max_lag`` (an error's detail: restoring, too far behind, not held)."""
+    def states(self, view: str, partition: int, max_lag: int) -> str:
+        """What each live member reports of a partition, for an error's detail: not
+        held, restoring, its changelog's end unknown, or its lag (records of the
+        changelog not applied yet; ``> max_lag`` when past it). Lag 0 everywhere under a
+        read that did not reflect its position says the pipeline has not written rows
+        that far yet: the replicas are not behind their changelog."""
         said = []
         for address, m in sorted(self.membership.live().items()):
             state = m.partitions.get(view, {}).get(partition)
@@ -117,7 +120,7 @@ class Router:
             elif (lag := int(state.get("lag", -1))) < 0:
                 said.append(f"{address} end unknown")
             else:
-                said.append(f"{address} lag {lag} > {max_lag}")
+                said.append(f"{address} lag {lag}" + (f" > {max_lag}" if lag > max_lag else ""))
         return f"partition {partition}: " + (", ".join(said) or "no live member")
 
     def owner(self, view: str, partition: int, max_lag: int) -> Endpoint | None:

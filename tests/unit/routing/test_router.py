@@ -65,11 +65,15 @@ def test_no_replica_means_none() -> None:
 
 
 def test_why_no_replica_names_each_members_state() -> None:
-    """A subscription that finds no replica says why (its 503's detail)."""
+    """A subscription that finds no replica says why (its 503's detail), and so does a
+    read whose position no replica reflected."""
     r = _router({A: {"v": {0: _state(lag=0, restored=False)}}, B: {"v": {0: _state(500)}},
                  C: {}})
-    assert r.why_none("v", 0, max_lag=10) == (
+    assert r.states("v", 0, max_lag=10) == (
         f"partition 0: {A} restoring, {B} lag 500 > 10, {C} does not hold it")
+    # within the bound (a read whose position no replica reflected): the lag alone
+    assert r.states("v", 0, max_lag=1000) == (
+        f"partition 0: {A} restoring, {B} lag 500, {C} does not hold it")
 
 
 def test_previous_owner_kept_until_new_replicas_restored() -> None:

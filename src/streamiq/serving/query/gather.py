@@ -146,7 +146,9 @@ class Gather(Generic[P]):
         if self.caller.forwarded:
             return PeerPart(partials[0] if partials else None, missing, node)
         if missing and tokens:  # a partial answer would not read the writes it must
+            router = reads.node.router
+            said = "; ".join(router.states(name, p, self.max_lag) for p in missing[:3])
             raise NotUpToBound(f"no replica reflected the position within "
-                               f"{self.wait_s:.3f}s for partitions {missing}",
+                               f"{self.wait_s:.3f}s for partitions {missing} ({said})",
                                missing_partitions=missing, served_by=node)
         return Gathered(name, finish(partials), len(wanted), missing, hops, node)

@@ -117,6 +117,19 @@ async def test_multi_get_gives_typed_rows_and_the_unanswered_partitions(
     assert part.missing == [partition_of(qs, "order_counts", "c1|x")]
 
 
+async def test_a_read_with_a_position_that_no_replica_reflects_says_what_each_reports(
+        tmp_path: Path) -> None:
+    """NOT_UP_TO_BOUND names each missing partition's members and their lag (lag 0
+    everywhere: the replicas are not behind their changelog, the pipeline is)."""
+    qs = queries(tmp_path)
+    p = partition_of(qs, "order_counts", "c1|x")
+    deadline = asyncio.get_running_loop().time() + 0.5
+    with pytest.raises(NotUpToBound) as err:
+        await qs.multi_get(MultiGet("order_counts", ("c1|x",), fresh=Freshness(
+            position="orders:0:5", wait_ms=100)), Caller(deadline=deadline))
+    assert err.value.extra["missing_partitions"] == [p]
+    assert f"for partitions [{p}] (partition {p}: {ME} lag 0)" in err.value.message
+
 
 async def test_scan_and_aggregate_are_typed(tmp_path: Path) -> None:
     qs = queries(tmp_path)
