@@ -132,14 +132,14 @@ def cluster(bootstrap: str, tmp_path: Path, procs: Callable[..., Any]) -> Any:
     return Deployment(bootstrap, tmp_path, procs, free_port)
 
 
-#: lines of a demo's output that tell why a test through it failed
+#: lines of a part's output that tell why a test through it failed
 _TELLING = ("WARNING", " WARN ", "ERROR", "Traceback", "Error:", "exited at", "restarting")
 _SHOWN = 25  # of them, the last
 
 
 def _telling(path: Path) -> list[str]:
-    """The telling lines of up's output; a long one's start and end (where a JSON log
-    line's trace ends with its exception)."""
+    """The telling lines of a log (up's, or one part's); a long one's start and end
+    (where a JSON log line's trace ends with its exception)."""
     return [ln if len(ln) < 500 else f"{ln[:150]} [...] {ln[-350:]}"
             for ln in path.read_text(errors="replace").splitlines()
             if any(t in ln for t in _TELLING)]

@@ -39,8 +39,8 @@ class FakeRouter:
     def replicas(self, view: str, p: int, max_lag: int) -> list[Endpoint]:
         return [Endpoint(a, "active", 0) for a in (self.fresh or [self.active])]
 
-    def states(self, view: str, p: int, max_lag: int) -> str:
-        return f"partition {p}: {self.active} lag 0"
+    def states(self, view: str, partitions: list[int], max_lag: int) -> str:
+        return "; ".join(f"partition {p}: {self.active} lag 0" for p in partitions)
 
     def owner(self, view: str, p: int, max_lag: int) -> Endpoint:
         self.asked += 1

@@ -14,7 +14,7 @@ each node materialises all of it and answers its lookups where they arrive.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,12 +104,15 @@ class Router:
         out.sort(key=lambda e: (rank[e.role], e.lag, e.address))
         return out
 
-    def states(self, view: str, partition: int, max_lag: int) -> str:
-        """What each live member reports of a partition, for an error's detail: not
-        held, restoring, its changelog's end unknown, or its lag (records of the
-        changelog not applied yet; ``> max_lag`` when past it). Lag 0 everywhere under a
-        read that did not reflect its position says the pipeline has not written rows
-        that far yet: the replicas are not behind their changelog."""
+    def states(self, view: str, partitions: Sequence[int], max_lag: int) -> str:
+        """What each live member reports of each of ``partitions`` (the first 3), for an
+        error's detail: not held, restoring, its changelog's end unknown, or its lag
+        (records of the changelog not applied yet; ``> max_lag`` when past it). Lag 0
+        everywhere under a read that did not reflect its position says the pipeline has
+        not written rows that far yet: the replicas are not behind their changelog."""
+        return "; ".join(self._state(view, p, max_lag) for p in partitions[:3])
+
+    def _state(self, view: str, partition: int, max_lag: int) -> str:
         said = []
         for address, m in sorted(self.membership.live().items()):
             state = m.partitions.get(view, {}).get(partition)

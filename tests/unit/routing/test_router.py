@@ -69,10 +69,10 @@ def test_why_no_replica_names_each_members_state() -> None:
     read whose position no replica reflected."""
     r = _router({A: {"v": {0: _state(lag=0, restored=False)}}, B: {"v": {0: _state(500)}},
                  C: {}})
-    assert r.states("v", 0, max_lag=10) == (
+    assert r.states("v", [0], max_lag=10) == (
         f"partition 0: {A} restoring, {B} lag 500 > 10, {C} does not hold it")
     # within the bound (a read whose position no replica reflected): the lag alone
-    assert r.states("v", 0, max_lag=1000) == (
+    assert r.states("v", [0], max_lag=1000) == (
         f"partition 0: {A} restoring, {B} lag 500, {C} does not hold it")
 
 

@@ -89,7 +89,7 @@ class Merge:
         view, lag = self.scope.view.name, self.node.settings.max_lag
         missing = [p for p in partitions if not self.node.holds(view, p)
                    and not self.node.router.replicas(view, p, lag)]
-        return "; ".join(self.node.router.states(view, p, lag) for p in missing[:3])
+        return self.node.router.states(view, missing, lag)
 
     async def _start(self, partitions: list[int]) -> None:
         deadline = asyncio.get_running_loop().time() + _FIND_S

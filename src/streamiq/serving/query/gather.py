@@ -146,8 +146,7 @@ class Gather(Generic[P]):
         if self.caller.forwarded:
             return PeerPart(partials[0] if partials else None, missing, node)
         if missing and tokens:  # a partial answer would not read the writes it must
-            router = reads.node.router
-            said = "; ".join(router.states(name, p, self.max_lag) for p in missing[:3])
+            said = reads.node.router.states(name, missing, self.max_lag)
             raise NotUpToBound(f"no replica reflected the position within "
                                f"{self.wait_s:.3f}s for partitions {missing} ({said})",
                                missing_partitions=missing, served_by=node)
